@@ -1,0 +1,68 @@
+// acceptance.cpp: the greedy rule and the rejection-sampling rule.
+#include "acceptance.h"
+
+#include <stdexcept>
+
+namespace specllama {
+
+acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, const llama_token * target_argmax) {
+    acceptance_result r;
+    while (r.n_accepted < n_draft && draft[r.n_accepted] == target_argmax[r.n_accepted]) {
+        ++r.n_accepted;
+    }
+    // there is always one more token: the target's own choice after the kept prefix
+    r.next = target_argmax[r.n_accepted];
+    return r;
+}
+
+acceptance_result accept_sampled(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & q,
+                                 const std::vector<token_dist> & p, int32_t n_vocab, rng_t & rng,
+                                 acceptance_scratch & scratch) {
+    if ((int32_t) q.size() < n_draft || (int32_t) p.size() < n_draft + 1) {
+        throw std::invalid_argument("accept_sampled needs n_draft draft and n_draft + 1 target distributions");
+    }
+    acceptance_result r;
+    for (int32_t i = 0; i < n_draft; ++i) {
+        const llama_token x  = draft[i];
+        const float       px = p[i].prob_of(x);
+        const float       qx = q[i].prob_of(x);
+        // keep x with probability min(1, p(x)/q(x)): u < p/q, written without the division
+        if (uniform01(rng) * qx < px) {
+            ++r.n_accepted;
+            continue;
+        }
+        // rejected: draw from the residual max(0, p - q), renormalized
+        auto & qd = scratch.q_dense;
+        qd.assign(n_vocab, 0.0f);
+        for (size_t j = 0; j < q[i].ids.size(); ++j) {
+            qd[q[i].ids[j]] = q[i].probs[j];
+        }
+        auto & res = scratch.residual;
+        res.ids.clear();
+        res.probs.clear();
+        double mass = 0.0;
+        for (size_t j = 0; j < p[i].ids.size(); ++j) {
+            const float d = p[i].probs[j] - qd[p[i].ids[j]];
+            if (d > 0.0f) {
+                res.ids.push_back(p[i].ids[j]);
+                res.probs.push_back(d);
+                mass += d;
+            }
+        }
+        if (mass <= 0.0) {
+            // p <= q everywhere only when p == q up to rounding, where a rejection has
+            // probability ~0: fall back to p itself
+            r.next = sample(p[i], rng);
+            return r;
+        }
+        for (auto & v : res.probs) {
+            v = (float) (v / mass);
+        }
+        r.next = sample(res, rng);
+        return r;
+    }
+    r.next = sample(p[n_draft], rng);
+    return r;
+}
+
+}  // namespace specllama

@@ -1,0 +1,130 @@
+// bind_decoder.cpp: the native decoding loop as one Python call. Arguments become C++ values
+// before the GIL is released; the per-step callback takes the GIL back only to report a step
+// and to check for Ctrl-C.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "speculative.h"
+
+namespace py = pybind11;
+using namespace specllama;
+
+namespace specllama_py {
+
+namespace {
+
+py::dict stats_to_dict(const generate_stats & s) {
+    py::dict d;
+    d["n_prompt"]          = s.n_prompt;
+    d["n_prompt_cached"]   = s.n_prompt_cached;
+    d["n_generated"]       = s.n_generated;
+    d["n_steps"]           = s.n_steps;
+    d["n_drafted"]         = s.n_drafted;
+    d["n_accepted"]        = s.n_accepted;
+    d["accepted_hist"]     = s.accepted_hist;
+    d["acceptance_rate"]   = s.acceptance_rate();
+    d["t_prefill_ms"]      = s.t_prefill_ms;
+    d["t_draft_ms"]        = s.t_draft_ms;
+    d["t_verify_ms"]       = s.t_verify_ms;
+    d["t_accept_ms"]       = s.t_accept_ms;
+    d["t_total_ms"]        = s.t_total_ms;
+    d["tokens_per_second"] = s.tokens_per_second();
+    return d;
+}
+
+}  // namespace
+
+void register_decoder(py::module_ & m) {
+    m.attr("MAX_DRAFT") = k_max_draft;
+
+    py::class_<decoder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
+        .def(py::init([](const std::string & target, std::optional<std::string> draft, int32_t n_ctx,
+                         int32_t n_batch, int32_t n_threads, int32_t n_threads_draft, int32_t n_gpu_layers,
+                         int32_t n_gpu_layers_draft) {
+                 decoder_params p;
+                 p.target.path         = target;
+                 p.target.n_gpu_layers = n_gpu_layers;
+                 if (draft) {
+                     model_params d;
+                     d.path         = *draft;
+                     d.n_gpu_layers = n_gpu_layers_draft;
+                     p.draft        = d;
+                 }
+                 p.ctx.n_ctx       = n_ctx;
+                 p.ctx.n_batch     = n_batch;
+                 p.ctx.n_threads   = n_threads;
+                 p.n_threads_draft = n_threads_draft;
+                 py::gil_scoped_release nogil;
+                 return std::make_unique<decoder>(p);
+             }),
+             py::arg("target"), py::arg("draft") = py::none(), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512,
+             py::arg("n_threads") = 0, py::arg("n_threads_draft") = 0, py::arg("n_gpu_layers") = 0,
+             py::arg("n_gpu_layers_draft") = 0)
+        .def_property_readonly("n_ctx", &decoder::n_ctx)
+        .def_property_readonly("has_draft", [](const decoder & d) { return d.draft() != nullptr; })
+        .def_property_readonly("target_model", [](const decoder & d) { return &d.target(); },
+                               py::return_value_policy::reference_internal)
+        .def_property_readonly("draft_model", [](const decoder & d) { return d.draft(); },
+                               py::return_value_policy::reference_internal)
+        .def("cached_tokens", [](const decoder & d) {
+            py::gil_scoped_release nogil;
+            return d.cached_tokens();
+        })
+        .def("reset", [](decoder & d) {
+            py::gil_scoped_release nogil;
+            d.reset();
+        })
+        .def(
+            "generate",
+            [](decoder & d, const std::vector<llama_token> & prompt, int32_t max_tokens, int32_t n_draft,
+               float temperature, int32_t top_k, float top_p, float min_p, std::optional<uint64_t> seed,
+               const std::vector<std::string> & stop, bool ignore_eos, bool speculative,
+               std::optional<py::function> on_step) {
+                generate_params p;
+                p.max_tokens           = max_tokens;
+                p.n_draft              = n_draft;
+                p.sampling.temperature = temperature;
+                p.sampling.top_k       = top_k;
+                p.sampling.top_p       = top_p;
+                p.sampling.min_p       = min_p;
+                p.seed                 = seed;
+                p.stop                 = stop;
+                p.ignore_eos           = ignore_eos;
+                p.speculative          = speculative;
+
+                step_callback cb = [&on_step](const step_event & ev) -> bool {
+                    py::gil_scoped_acquire gil;
+                    if (PyErr_CheckSignals() != 0) {
+                        throw py::error_already_set();
+                    }
+                    if (!on_step) {
+                        return false;
+                    }
+                    py::object r = (*on_step)(ev.tokens, to_str(ev.text), ev.n_drafted, ev.n_accepted);
+                    return r.cast<bool>();
+                };
+                generate_result res;
+                {
+                    py::gil_scoped_release nogil;
+                    res = d.generate(prompt, p, cb, check_signals);
+                }
+                py::dict out;
+                out["tokens"]        = res.tokens;
+                out["text"]          = to_str(res.text);
+                out["finish_reason"] = res.finish_reason;
+                out["context_full"]  = res.context_full;
+                out["stats"]         = stats_to_dict(res.stats);
+                return out;
+            },
+            py::arg("prompt"), py::arg("max_tokens") = 256, py::arg("n_draft") = 6, py::arg("temperature") = 0.8f,
+            py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = py::none(),
+            py::arg("stop") = std::vector<std::string>{}, py::arg("ignore_eos") = false,
+            py::arg("speculative") = true, py::arg("on_step") = py::none(),
+            "Generate after prompt (token ids). on_step(tokens, text, n_drafted, n_accepted) runs after "
+            "every verification step; returning True stops. Returns a dict: tokens, text, finish_reason, "
+            "context_full, stats.");
+}
+
+}  // namespace specllama_py

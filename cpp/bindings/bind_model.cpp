@@ -1,0 +1,148 @@
+// bind_model.cpp: Model (a loaded GGUF) and Context (a KV cache with decode and rollback) for
+// experiments driven from Python, plus quantization and logging switches.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <mutex>
+
+#include "bindings.h"
+#include "kv_cache.h"
+#include "model.h"
+
+namespace py = pybind11;
+using namespace specllama;
+
+namespace specllama_py {
+
+namespace {
+
+// a kv_cache plus a lock: Python threads may share one Context
+struct py_context {
+    std::shared_ptr<model> mdl;
+    kv_cache               cache;
+    std::mutex             mutex;
+
+    py_context(std::shared_ptr<model> m, const context_params & p) : mdl(m), cache(m, p) {}
+};
+
+}  // namespace
+
+void register_model(py::module_ & m) {
+    py::class_<model, std::shared_ptr<model>>(m, "Model", "A GGUF model loaded by llama.cpp.")
+        .def(py::init([](const std::string & path, int32_t n_gpu_layers) {
+                 model_params p;
+                 p.path         = path;
+                 p.n_gpu_layers = n_gpu_layers;
+                 py::gil_scoped_release nogil;
+                 return model_load(p);
+             }),
+             py::arg("path"), py::arg("n_gpu_layers") = 0)
+        .def_property_readonly("path", [](const model & mdl) { return mdl.path; })
+        .def_property_readonly("n_vocab", [](const model & mdl) { return mdl.n_vocab; })
+        .def_property_readonly("description", &model_describe)
+        .def_property_readonly("chat_template", &model_chat_template)
+        .def_property_readonly("bos", [](const model & mdl) { return llama_vocab_bos(mdl.vocab); })
+        .def_property_readonly("eos", [](const model & mdl) { return llama_vocab_eos(mdl.vocab); })
+        .def_property_readonly("n_ctx_train", [](const model & mdl) { return llama_model_n_ctx_train(mdl.get()); })
+        .def_property_readonly("size", [](const model & mdl) { return llama_model_size(mdl.get()); })
+        .def("is_eog", [](const model & mdl, llama_token t) { return llama_vocab_is_eog(mdl.vocab, t); })
+        .def("tokenize", &tokenize, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
+        .def("token_to_piece",
+             [](const model & mdl, llama_token t, bool special) {
+                 return py::bytes(token_to_piece(mdl, t, special));
+             },
+             py::arg("token"), py::arg("special") = false)
+        .def("detokenize",
+             [](const model & mdl, const std::vector<llama_token> & toks, bool special) {
+                 std::string s;
+                 for (llama_token t : toks) {
+                     s += token_to_piece(mdl, t, special);
+                 }
+                 return to_str(s);
+             },
+             py::arg("tokens"), py::arg("special") = false)
+        .def("token_text",
+             [](const model & mdl, llama_token t) {
+                 if (t < 0 || t >= mdl.n_vocab) {
+                     throw std::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary");
+                 }
+                 return to_str(llama_vocab_get_text(mdl.vocab, t));
+             });
+
+    m.def("vocab_check_compatible", &vocab_check_compatible, py::arg("target"), py::arg("draft"),
+          "Raise ValueError naming the first difference if draft cannot serve as target's draft.");
+    m.def(
+        "chat_apply_template",
+        [](const std::string & tmpl, const std::vector<std::pair<std::string, std::string>> & messages,
+           bool add_assistant) { return to_str(chat_apply_template(tmpl, messages, add_assistant)); },
+        py::arg("template"), py::arg("messages"), py::arg("add_assistant") = true);
+    m.def("quantize_types", &quantize_types);
+    m.def(
+        "quantize",
+        [](const std::string & in, const std::string & out, const std::string & type, int32_t n_threads) {
+            py::gil_scoped_release nogil;
+            model_quantize(in, out, type, n_threads);
+        },
+        py::arg("src"), py::arg("dst"), py::arg("type"), py::arg("n_threads") = 0);
+    m.def("log_set_level", &log_set_level, py::arg("level"),
+          "Show llama.cpp messages at or above level (0 none, 1 debug, 2 info, 3 warn, 4 error).");
+    m.def("supports_gpu_offload", &llama_supports_gpu_offload);
+
+    py::class_<py_context>(m, "Context",
+                           "A context on a Model: its KV cache, batch decoding with logits, and rollback.")
+        .def(py::init([](std::shared_ptr<model> mdl, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
+                 context_params p;
+                 p.n_ctx     = n_ctx;
+                 p.n_batch   = n_batch;
+                 p.n_threads = n_threads;
+                 py::gil_scoped_release nogil;
+                 return std::make_unique<py_context>(mdl, p);
+             }),
+             py::arg("model"), py::arg("n_ctx") = 2048, py::arg("n_batch") = 512, py::arg("n_threads") = 0)
+        .def_property_readonly("model", [](const py_context & c) { return c.mdl; })
+        .def_property_readonly("n_ctx", [](const py_context & c) { return c.cache.n_ctx(); })
+        .def_property_readonly("n_past", [](py_context & c) {
+            py::gil_scoped_release      nogil;  // never wait for the lock while holding the GIL
+            std::lock_guard<std::mutex> lock(c.mutex);
+            return c.cache.n_past();
+        })
+        .def_property_readonly("tokens", [](py_context & c) {
+            std::vector<llama_token>    toks;
+            py::gil_scoped_release      nogil;
+            std::lock_guard<std::mutex> lock(c.mutex);
+            toks = c.cache.tokens();
+            return toks;
+        })
+        .def(
+            "decode",
+            [](py_context & c, const std::vector<llama_token> & toks, bool all_logits) {
+                const int32_t n       = (int32_t) toks.size();
+                const int32_t n_vocab = c.mdl->n_vocab;
+                py::array_t<float> out(std::vector<py::ssize_t>{all_logits ? n : (n > 0 ? 1 : 0), n_vocab});
+                float * data = out.mutable_data();
+                {
+                    py::gil_scoped_release nogil;
+                    std::lock_guard<std::mutex> lock(c.mutex);
+                    c.cache.decode(toks.data(), n, all_logits, data, check_signals);
+                }
+                return out;
+            },
+            py::arg("tokens"), py::arg("all_logits") = true,
+            "Append tokens to the cache; return logits as float32 [n, n_vocab] (all_logits) or [1, n_vocab].")
+        .def(
+            "rollback",
+            [](py_context & c, int32_t n_keep) {
+                py::gil_scoped_release      nogil;
+                std::lock_guard<std::mutex> lock(c.mutex);
+                c.cache.rollback(n_keep);
+            },
+            py::arg("n_keep"), "Keep the first n_keep cached tokens and drop the rest.")
+        .def("set_n_threads", [](py_context & c, int32_t n) {
+            py::gil_scoped_release      nogil;
+            std::lock_guard<std::mutex> lock(c.mutex);
+            c.cache.set_n_threads(n);
+        });
+}
+
+}  // namespace specllama_py

@@ -1,0 +1,121 @@
+// bind_sampling.cpp: the sampling transforms and the acceptance rule on arrays, so tests and
+// experiments can check them against distributions they build themselves.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "acceptance.h"
+#include "bindings.h"
+#include "sampling.h"
+
+namespace py = pybind11;
+using namespace specllama;
+
+namespace specllama_py {
+
+namespace {
+
+using farray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+sampling_params make_sampling(float temperature, int32_t top_k, float top_p, float min_p) {
+    sampling_params p;
+    p.temperature = temperature;
+    p.top_k       = top_k;
+    p.top_p       = top_p;
+    p.min_p       = min_p;
+    sampling_params_validate(p);
+    return p;
+}
+
+// rows of a 2-D probability array as sparse distributions (their nonzero entries)
+std::vector<token_dist> rows_to_dists(const farray & a, const char * name) {
+    if (a.ndim() != 2) {
+        throw std::invalid_argument(std::string(name) + " must be a 2-D array [positions, vocab]");
+    }
+    auto                    r = a.unchecked<2>();
+    std::vector<token_dist> out(a.shape(0));
+    for (py::ssize_t i = 0; i < a.shape(0); ++i) {
+        double sum = 0.0;
+        for (py::ssize_t j = 0; j < a.shape(1); ++j) {
+            const float v = r(i, j);
+            if (!(v >= 0.0f)) {
+                throw std::invalid_argument(std::string(name) + " has a negative or NaN probability");
+            }
+            if (v > 0.0f) {
+                out[i].ids.push_back((llama_token) j);
+                out[i].probs.push_back(v);
+                sum += v;
+            }
+        }
+        if (std::abs(sum - 1.0) > 1e-4) {
+            throw std::invalid_argument(std::string(name) + " row " + std::to_string(i) + " sums to " +
+                                        std::to_string(sum) + ", not 1");
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+void register_sampling(py::module_ & m) {
+    m.def(
+        "sampling_distribution",
+        [](const farray & logits, float temperature, int32_t top_k, float top_p, float min_p) {
+            if (logits.ndim() != 1 || logits.shape(0) == 0) {
+                throw std::invalid_argument("logits must be a non-empty 1-D array");
+            }
+            const sampling_params p = make_sampling(temperature, top_k, top_p, min_p);
+            const int32_t         n = (int32_t) logits.shape(0);
+            token_dist            d;
+            sampling_distribution(logits.data(), n, p, d);
+            py::array_t<float> dense(n);
+            std::fill_n(dense.mutable_data(), n, 0.0f);
+            for (size_t i = 0; i < d.ids.size(); ++i) {
+                dense.mutable_data()[d.ids[i]] = d.probs[i];
+            }
+            return dense;
+        },
+        py::arg("logits"), py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f,
+        py::arg("min_p") = 0.05f,
+        "The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax.");
+
+    m.def(
+        "accept_trials",
+        [](const farray & p, const farray & q, int64_t n_trials, uint64_t seed) {
+            std::vector<token_dist> pd = rows_to_dists(p, "p");
+            std::vector<token_dist> qd = rows_to_dists(q, "q");
+            const int32_t           n  = (int32_t) qd.size();
+            if ((int32_t) pd.size() != n + 1 || p.shape(1) != q.shape(1)) {
+                throw std::invalid_argument("p must be [n_draft + 1, vocab] and q [n_draft, vocab]");
+            }
+            if (n_trials < 1) {
+                throw std::invalid_argument("n_trials must be >= 1");
+            }
+            const int32_t      n_vocab = (int32_t) p.shape(1);
+            py::array_t<int32_t> out(std::vector<py::ssize_t>{(py::ssize_t) n_trials, n + 1});
+            int32_t *          o = out.mutable_data();
+            {
+                py::gil_scoped_release   nogil;
+                rng_t                    rng(seed);
+                acceptance_scratch       scratch;
+                std::vector<llama_token> draft(n);
+                for (int64_t t = 0; t < n_trials; ++t) {
+                    for (int32_t i = 0; i < n; ++i) {
+                        draft[i] = sample(qd[i], rng);
+                    }
+                    acceptance_result r = accept_sampled(draft.data(), n, qd, pd, n_vocab, rng, scratch);
+                    int32_t * row = o + t * (n + 1);
+                    for (int32_t i = 0; i <= n; ++i) {
+                        row[i] = i < r.n_accepted ? draft[i] : (i == r.n_accepted ? r.next : -1);
+                    }
+                }
+            }
+            return out;
+        },
+        py::arg("p"), py::arg("q"), py::arg("n_trials"), py::arg("seed") = 0,
+        "Run one speculative step n_trials times on fixed per-position target (p) and draft (q) "
+        "distributions: drafts are drawn from q, then the rejection rule runs. Returns int32 "
+        "[n_trials, n_draft + 1]: the emitted tokens of each trial, padded with -1.");
+}
+
+}  // namespace specllama_py

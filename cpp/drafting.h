@@ -1,0 +1,37 @@
+// drafting.h: the draft model proposes the next tokens, one llama_decode each, keeping each
+// position's distribution q for the acceptance rule.
+// Not here: verification and acceptance (speculative.h, acceptance.h).
+#pragma once
+
+#include <vector>
+
+#include "kv_cache.h"
+#include "sampling.h"
+
+namespace specllama {
+
+struct draft_result {
+    std::vector<llama_token> tokens;  // proposed tokens, at most n_draft
+    std::vector<token_dist>  dists;   // dists[i] is the q tokens[i] was drawn from (sampling only)
+};
+
+class model_drafter {
+  public:
+    explicit model_drafter(kv_cache & cache) : cache_(cache) {}
+
+    // propose up to n_draft tokens to follow seq (catching up first); stops early at an
+    // end-of-generation token. between_chunks: see kv_cache::decode.
+    void draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params, rng_t & rng,
+               draft_result & out, const std::function<void()> & between_chunks = nullptr);
+
+    // decode whatever part of seq the cache lacks (after a fully accepted step: the last draft, which
+    // it never decoded, and the target's bonus token), so that its last logits follow seq
+    void catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr);
+
+    kv_cache & cache() { return cache_; }
+
+  private:
+    kv_cache & cache_;
+};
+
+}  // namespace specllama

@@ -1,0 +1,166 @@
+// kv_cache.cpp: decode with size checks (llama.cpp aborts the process on an oversized batch),
+// one message per llama_decode return code, and tail removal for rollback.
+#include "kv_cache.h"
+
+#include <algorithm>
+#include <string>
+#include <thread>
+
+namespace specllama {
+
+namespace {
+
+int32_t default_threads() {
+    unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 4 : (int32_t) n;
+}
+
+}  // namespace
+
+kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : mdl_(std::move(mdl)) {
+    if (params.n_ctx < 0) {
+        throw std::invalid_argument("n_ctx must be >= 0 (0 = the model's training context), got " +
+                                    std::to_string(params.n_ctx));
+    }
+    if (params.n_batch < 1) {
+        throw std::invalid_argument("n_batch must be >= 1, got " + std::to_string(params.n_batch));
+    }
+    if (params.n_threads < 0) {
+        throw std::invalid_argument("n_threads must be >= 0 (0 = all), got " + std::to_string(params.n_threads));
+    }
+    if (llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get())) {
+        throw std::invalid_argument("recurrent and hybrid models cannot drop a rejected draft from their state; "
+                                    "specllama supports attention-only models: " + mdl_->path);
+    }
+    llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx           = (uint32_t) params.n_ctx;
+    cparams.n_batch         = (uint32_t) params.n_batch;
+    cparams.n_ubatch        = (uint32_t) params.n_batch;  // a verification batch is never split
+    cparams.n_seq_max       = 1;
+    int32_t n_threads       = params.n_threads > 0 ? params.n_threads : default_threads();
+    cparams.n_threads       = n_threads;
+    cparams.n_threads_batch = n_threads;
+    cparams.no_perf         = true;
+
+    llama_context * raw = llama_init_from_model(mdl_->get(), cparams);
+    if (raw == nullptr) {
+        throw std::runtime_error("failed to create a llama.cpp context for " + mdl_->path + " (n_ctx " +
+                                 std::to_string(params.n_ctx) + "); out of memory?");
+    }
+    ctx_.reset(raw);
+    n_ctx_   = (int32_t) llama_n_ctx(raw);
+    n_batch_ = (int32_t) llama_n_batch(raw);
+    batch_   = llama_batch_init(n_batch_, 0, 1);
+}
+
+kv_cache::~kv_cache() { llama_batch_free(batch_); }
+
+void kv_cache::set_n_threads(int32_t n_threads) {
+    int32_t n = n_threads > 0 ? n_threads : default_threads();
+    llama_set_n_threads(ctx_.get(), n, n);
+}
+
+void kv_cache::decode(const llama_token * toks, int32_t n, bool all_logits, float * out,
+                      const std::function<void()> & between_chunks) {
+    if (n <= 0) {
+        return;
+    }
+    if (n_past() + n > n_ctx_) {
+        throw std::invalid_argument("context full: " + std::to_string(n_past()) + " tokens cached + " +
+                                    std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx_));
+    }
+    if (all_logits && out == nullptr && n > n_batch_) {
+        throw std::invalid_argument("cannot keep logits for " + std::to_string(n) +
+                                    " positions in one batch of n_batch " + std::to_string(n_batch_));
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        if (toks[i] < 0 || toks[i] >= mdl_->n_vocab) {
+            throw std::invalid_argument("token id " + std::to_string(toks[i]) + " outside the vocabulary of " +
+                                        std::to_string(mdl_->n_vocab));
+        }
+    }
+    const int32_t n_vocab = mdl_->n_vocab;
+    for (int32_t start = 0; start < n; start += n_batch_) {
+        if (start > 0 && between_chunks) {
+            between_chunks();
+        }
+        const int32_t n_chunk = std::min(n_batch_, n - start);
+        const bool    last    = start + n_chunk == n;
+        batch_.n_tokens       = n_chunk;
+        for (int32_t i = 0; i < n_chunk; ++i) {
+            batch_.token[i]     = toks[start + i];
+            batch_.pos[i]       = n_past() + i;
+            batch_.n_seq_id[i]  = 1;
+            batch_.seq_id[i][0] = 0;
+            batch_.logits[i]    = all_logits || (last && i == n_chunk - 1);
+        }
+        const int32_t ret = llama_decode(ctx_.get(), batch_);
+        if (ret != 0) {
+            // drop whatever part of the failed batch reached the cache
+            llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, n_past(), -1);
+            n_outputs_ = 0;
+            switch (ret) {
+                case 1:
+                    throw std::runtime_error("llama_decode found no KV cache slot for " + std::to_string(n_chunk) +
+                                             " tokens at position " + std::to_string(n_past()) +
+                                             "; use a larger n_ctx");
+                case 2:
+                    throw std::runtime_error("llama_decode was aborted");
+                case -1:
+                    throw std::invalid_argument("llama_decode rejected the batch (invalid tokens or positions)");
+                default:
+                    throw std::runtime_error("llama_decode failed with code " + std::to_string(ret) +
+                                             " (a fatal backend error; the model's context is unusable)");
+            }
+        }
+        tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
+        n_outputs_ = all_logits ? n_chunk : 1;
+        if (out != nullptr) {
+            if (all_logits) {
+                for (int32_t i = 0; i < n_chunk; ++i) {
+                    std::copy_n(llama_get_logits_ith(ctx_.get(), i), n_vocab, out + (size_t) (start + i) * n_vocab);
+                }
+            } else if (last) {
+                std::copy_n(llama_get_logits_ith(ctx_.get(), -1), n_vocab, out);
+            }
+        }
+    }
+}
+
+const float * kv_cache::logits(int32_t i) const {
+    if (i < 0 || i >= n_outputs_) {
+        throw std::out_of_range("logits index " + std::to_string(i) + " outside the " +
+                                std::to_string(n_outputs_) + " outputs of the last decode");
+    }
+    const float * l = llama_get_logits_ith(ctx_.get(), n_outputs_ == 1 ? -1 : i);
+    if (l == nullptr) {
+        throw std::runtime_error("llama.cpp returned no logits for output " + std::to_string(i));
+    }
+    return l;
+}
+
+void kv_cache::rollback(int32_t n_keep) {
+    if (n_keep < 0) {
+        throw std::invalid_argument("rollback to a negative length " + std::to_string(n_keep));
+    }
+    if (n_keep >= n_past()) {
+        return;
+    }
+    if (!llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, n_keep, -1)) {
+        throw std::runtime_error("this model's cache cannot drop a partial sequence: " + mdl_->path);
+    }
+    tokens_.resize(n_keep);
+    n_outputs_ = 0;
+}
+
+int32_t kv_cache::keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max) {
+    int32_t n = std::min<int32_t>({n_past(), (int32_t) seq.size(), n_max});
+    int32_t i = 0;
+    while (i < n && tokens_[i] == seq[i]) {
+        ++i;
+    }
+    rollback(i);
+    return i;
+}
+
+}  // namespace specllama

@@ -1,0 +1,67 @@
+// kv_cache.h: one llama_context and the exact tokens its KV cache holds. Decoding appends
+// (split into n_batch chunks), rollback drops a tail. Speculation relies on rollback: a rejected
+// draft's keys and values must leave the cache before the next step.
+// Not here: what to decode (drafting.h, speculative.h).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "model.h"
+
+namespace specllama {
+
+struct context_params {
+    int32_t n_ctx     = 4096;  // positions the KV cache holds (0 = the model's training context)
+    int32_t n_batch   = 512;   // tokens per llama_decode call; verification batches must fit in one
+    int32_t n_threads = 0;     // CPU threads, 0 = all hardware threads
+};
+
+class kv_cache {
+  public:
+    kv_cache(std::shared_ptr<model> mdl, const context_params & params);
+
+    // tokens whose keys and values the cache holds, in position order
+    const std::vector<llama_token> & tokens() const { return tokens_; }
+    int32_t n_past() const { return (int32_t) tokens_.size(); }
+    int32_t n_ctx() const { return n_ctx_; }
+    int32_t n_batch() const { return n_batch_; }
+    int32_t n_vocab() const { return mdl_->n_vocab; }
+    const model & mdl() const { return *mdl_; }
+
+    // append toks to the cache. all_logits: logits for every token (then n must fit in one batch,
+    // unless out is given: out receives n * n_vocab floats); otherwise for the last one only.
+    // between_chunks runs between llama_decode calls and may throw to stop (Ctrl-C).
+    // On an error tokens() still says exactly what the cache holds.
+    void decode(const llama_token * toks, int32_t n, bool all_logits, float * out = nullptr,
+                const std::function<void()> & between_chunks = nullptr);
+
+    // logits of output i of the last decode (i counts the positions that asked for logits)
+    const float * logits(int32_t i) const;
+
+    // keep the first n_keep tokens and drop the rest; throws if the model cannot drop a partial tail
+    void rollback(int32_t n_keep);
+
+    // roll back to the longest common prefix with seq, keeping at most n_max tokens; returns its length
+    int32_t keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max);
+
+    void set_n_threads(int32_t n_threads);
+    llama_context * get() const { return ctx_.get(); }
+
+  private:
+    std::shared_ptr<model>   mdl_;
+    llama_context_ptr        ctx_;
+    llama_batch              batch_{};
+    std::vector<llama_token> tokens_;
+    int32_t                  n_ctx_   = 0;
+    int32_t                  n_batch_ = 0;
+    int32_t                  n_outputs_ = 0;  // outputs of the last decode
+
+  public:
+    ~kv_cache();
+    kv_cache(const kv_cache &)             = delete;
+    kv_cache & operator=(const kv_cache &) = delete;
+};
+
+}  // namespace specllama

@@ -1,0 +1,262 @@
+// model.cpp: GGUF loading, vocabulary checks, chat templates, tokenization and quantization.
+#include "model.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sys/stat.h>
+#include <utility>
+
+namespace specllama {
+
+namespace {
+
+std::atomic<int> g_log_level{GGML_LOG_LEVEL_ERROR};
+std::mutex       g_log_mutex;
+std::string      g_last_error;  // last error line llama.cpp logged, to explain a failed load
+int              g_last_level = GGML_LOG_LEVEL_NONE;
+
+void log_callback(ggml_log_level level, const char * text, void * /*user_data*/) {
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    if (level != GGML_LOG_LEVEL_CONT) {
+        g_last_level = level;
+    }
+    if (g_last_level >= GGML_LOG_LEVEL_ERROR) {
+        if (level != GGML_LOG_LEVEL_CONT) {
+            g_last_error.clear();
+        }
+        g_last_error += text;
+    }
+    if (g_last_level >= g_log_level.load() && g_log_level.load() != GGML_LOG_LEVEL_NONE) {
+        fputs(text, stderr);
+    }
+}
+
+std::string take_last_error() {
+    std::lock_guard<std::mutex> lock(g_log_mutex);
+    std::string err = std::move(g_last_error);
+    g_last_error.clear();
+    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) {
+        err.pop_back();
+    }
+    return err;
+}
+
+// check the path before llama.cpp sees it, so a wrong path or a non-GGUF file gets a clear message
+void check_gguf_file(const std::string & path) {
+    struct stat st{};
+    if (stat(path.c_str(), &st) != 0) {
+        throw file_not_found("model file not found: " + path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        throw std::invalid_argument("not a regular file: " + path);
+    }
+    std::ifstream f(path, std::ios::binary);
+    char magic[4] = {0, 0, 0, 0};
+    if (!f || !f.read(magic, 4)) {
+        throw std::invalid_argument("not a GGUF file (shorter than its 4-byte magic): " + path);
+    }
+    if (std::memcmp(magic, "GGUF", 4) != 0) {
+        throw std::invalid_argument("not a GGUF file (no GGUF magic at its start): " + path);
+    }
+}
+
+}  // namespace
+
+void backend_init() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        llama_log_set(log_callback, nullptr);
+        llama_backend_init();
+    });
+}
+
+void log_set_level(int level) { g_log_level.store(level); }
+
+std::shared_ptr<model> model_load(const model_params & params) {
+    backend_init();
+    check_gguf_file(params.path);
+
+    llama_model_params mparams = llama_model_default_params();
+    mparams.n_gpu_layers = params.n_gpu_layers;
+
+    take_last_error();
+    llama_model * raw = llama_model_load_from_file(params.path.c_str(), mparams);
+    if (raw == nullptr) {
+        std::string why = take_last_error();
+        throw std::invalid_argument("failed to load model " + params.path +
+                                    (why.empty() ? std::string() : ": " + why));
+    }
+    auto mdl     = std::make_shared<model>();
+    mdl->ptr.reset(raw);
+    mdl->path    = params.path;
+    mdl->vocab   = llama_model_get_vocab(raw);
+    mdl->n_vocab = mdl->vocab ? llama_vocab_n_tokens(mdl->vocab) : 0;
+    if (mdl->vocab == nullptr || mdl->n_vocab <= 0) {
+        throw std::invalid_argument("model has no vocabulary: " + params.path);
+    }
+    return mdl;
+}
+
+void vocab_check_compatible(const model & target, const model & draft) {
+    const llama_vocab * vt = target.vocab;
+    const llama_vocab * vd = draft.vocab;
+    const std::string   suffix = " (draft " + draft.path + ", target " + target.path +
+                               "); the draft must share the target's tokenizer";
+    if (llama_vocab_type(vt) != llama_vocab_type(vd)) {
+        throw std::invalid_argument("draft vocab type " + std::to_string(llama_vocab_type(vd)) +
+                                    " differs from target vocab type " +
+                                    std::to_string(llama_vocab_type(vt)) + suffix);
+    }
+    if (target.n_vocab != draft.n_vocab) {
+        throw std::invalid_argument("draft vocab has " + std::to_string(draft.n_vocab) + " tokens, target " +
+                                    std::to_string(target.n_vocab) + suffix);
+    }
+    const std::pair<const char *, std::pair<llama_token, llama_token>> specials[] = {
+        {"BOS", {llama_vocab_bos(vt), llama_vocab_bos(vd)}},
+        {"EOS", {llama_vocab_eos(vt), llama_vocab_eos(vd)}},
+        {"EOT", {llama_vocab_eot(vt), llama_vocab_eot(vd)}},
+    };
+    for (const auto & s : specials) {
+        if (s.second.first != s.second.second) {
+            throw std::invalid_argument(std::string("draft ") + s.first + " token is " +
+                                        std::to_string(s.second.second) + ", target's is " +
+                                        std::to_string(s.second.first) + suffix);
+        }
+    }
+    if (llama_vocab_get_add_bos(vt) != llama_vocab_get_add_bos(vd)) {
+        throw std::invalid_argument(std::string("draft ") + (llama_vocab_get_add_bos(vd) ? "adds" : "does not add") +
+                                    " a BOS token and the target " +
+                                    (llama_vocab_get_add_bos(vt) ? "does" : "does not") + suffix);
+    }
+    for (llama_token id = 0; id < target.n_vocab; ++id) {
+        const char * a = llama_vocab_get_text(vt, id);
+        const char * b = llama_vocab_get_text(vd, id);
+        if (std::strcmp(a ? a : "", b ? b : "") != 0) {
+            throw std::invalid_argument("draft token " + std::to_string(id) + " is '" + (b ? b : "") +
+                                        "', target's is '" + (a ? a : "") + "'" + suffix);
+        }
+    }
+}
+
+std::string model_describe(const model & mdl) {
+    char buf[256];
+    llama_model_desc(mdl.get(), buf, sizeof(buf));
+    return std::string(buf);
+}
+
+std::string model_chat_template(const model & mdl) {
+    const char * tmpl = llama_model_chat_template(mdl.get(), nullptr);
+    return tmpl ? std::string(tmpl) : std::string();
+}
+
+std::string chat_apply_template(const std::string & tmpl,
+                                const std::vector<std::pair<std::string, std::string>> & messages,
+                                bool add_assistant) {
+    std::vector<llama_chat_message> chat;
+    chat.reserve(messages.size());
+    size_t n_chars = 0;
+    for (const auto & m : messages) {
+        chat.push_back({m.first.c_str(), m.second.c_str()});
+        n_chars += m.first.size() + m.second.size();
+    }
+    std::vector<char> buf(2 * n_chars + 256);
+    int32_t n = llama_chat_apply_template(tmpl.c_str(), chat.data(), chat.size(), add_assistant, buf.data(),
+                                          (int32_t) buf.size());
+    if (n < 0) {
+        throw std::invalid_argument("chat template not supported by llama.cpp's built-in templates");
+    }
+    if ((size_t) n > buf.size()) {
+        buf.resize(n);
+        n = llama_chat_apply_template(tmpl.c_str(), chat.data(), chat.size(), add_assistant, buf.data(),
+                                      (int32_t) buf.size());
+    }
+    return std::string(buf.data(), n);
+}
+
+std::vector<llama_token> tokenize(const model & mdl, const std::string & text, bool add_special, bool parse_special) {
+    if (text.size() > (size_t) INT32_MAX / 2) {
+        throw std::invalid_argument("text too long to tokenize");
+    }
+    std::vector<llama_token> out(text.size() + 8);
+    int32_t n = llama_tokenize(mdl.vocab, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(),
+                               add_special, parse_special);
+    if (n < 0) {
+        if (n == INT32_MIN) {
+            throw std::invalid_argument("text too long to tokenize");
+        }
+        out.resize(-n);
+        n = llama_tokenize(mdl.vocab, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(),
+                           add_special, parse_special);
+    }
+    out.resize(n);
+    return out;
+}
+
+std::string token_to_piece(const model & mdl, llama_token token, bool special) {
+    if (token < 0 || token >= mdl.n_vocab) {
+        throw std::invalid_argument("token id " + std::to_string(token) + " outside the vocabulary of " +
+                                    std::to_string(mdl.n_vocab));
+    }
+    char    buf[128];
+    int32_t n = llama_token_to_piece(mdl.vocab, token, buf, sizeof(buf), 0, special);
+    if (n >= 0) {
+        return std::string(buf, n);
+    }
+    std::string big(-n, '\0');
+    n = llama_token_to_piece(mdl.vocab, token, big.data(), (int32_t) big.size(), 0, special);
+    big.resize(n < 0 ? 0 : n);
+    return big;
+}
+
+namespace {
+const std::pair<const char *, llama_ftype> k_ftypes[] = {
+    {"f32", LLAMA_FTYPE_ALL_F32},         {"f16", LLAMA_FTYPE_MOSTLY_F16},
+    {"bf16", LLAMA_FTYPE_MOSTLY_BF16},    {"q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},
+    {"q6_k", LLAMA_FTYPE_MOSTLY_Q6_K},    {"q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M},
+    {"q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},    {"q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},
+    {"q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M}, {"q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},
+    {"q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},    {"iq4_nl", LLAMA_FTYPE_MOSTLY_IQ4_NL},
+    {"q3_k_m", LLAMA_FTYPE_MOSTLY_Q3_K_M}, {"q2_k", LLAMA_FTYPE_MOSTLY_Q2_K},
+};
+}  // namespace
+
+std::vector<std::string> quantize_types() {
+    std::vector<std::string> names;
+    for (const auto & t : k_ftypes) {
+        names.emplace_back(t.first);
+    }
+    return names;
+}
+
+void model_quantize(const std::string & in, const std::string & out, const std::string & type, int32_t n_threads) {
+    backend_init();
+    const llama_ftype * ftype = nullptr;
+    for (const auto & t : k_ftypes) {
+        if (type == t.first) {
+            ftype = &t.second;
+        }
+    }
+    if (ftype == nullptr) {
+        std::string all;
+        for (const auto & t : k_ftypes) {
+            all += (all.empty() ? "" : ", ") + std::string(t.first);
+        }
+        throw std::invalid_argument("unknown quantization type '" + type + "'; choose one of: " + all);
+    }
+    check_gguf_file(in);
+    llama_model_quantize_params qp = llama_model_quantize_default_params();
+    qp.nthread          = n_threads;
+    qp.ftype            = *ftype;
+    qp.allow_requantize = true;
+    take_last_error();
+    if (llama_model_quantize(in.c_str(), out.c_str(), &qp) != 0) {
+        std::string why = take_last_error();
+        std::remove(out.c_str());
+        throw std::runtime_error("quantizing " + in + " to " + type + " failed" + (why.empty() ? "" : ": " + why));
+    }
+}
+
+}  // namespace specllama

@@ -1,0 +1,73 @@
+// model.h: loading GGUF models through llama.cpp's C API, checking that a draft's vocabulary
+// matches its target's, and re-quantizing a model file.
+// Not here: contexts and KV caches (kv_cache.h), sampling (sampling.h), the decoding loop
+// (speculative.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llama-cpp.h"
+
+namespace specllama {
+
+// thrown when a model path does not exist (FileNotFoundError in Python)
+struct file_not_found : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct model_params {
+    std::string path;
+    int32_t n_gpu_layers = 0;  // layers to offload to the GPU backend, -1 = all; no effect on a CPU-only build
+};
+
+struct model {
+    llama_model_ptr     ptr;
+    const llama_vocab * vocab   = nullptr;
+    std::string         path;
+    int32_t             n_vocab = 0;
+
+    llama_model * get() const { return ptr.get(); }
+};
+
+// set up llama.cpp once per process and route its log through our filter
+void backend_init();
+
+// llama.cpp messages at or above this level go to stderr (GGML_LOG_LEVEL_*; default: errors only)
+void log_set_level(int level);
+
+// load a GGUF model; throws file_not_found, or std::invalid_argument when the file is not a
+// loadable GGUF (the message carries llama.cpp's own reason where it gave one)
+std::shared_ptr<model> model_load(const model_params & params);
+
+// throws std::invalid_argument naming the first difference when a draft cannot serve target
+void vocab_check_compatible(const model & target, const model & draft);
+
+// one-line description: architecture, size, parameters
+std::string model_describe(const model & mdl);
+
+// the model's built-in chat template, or "" when it has none
+std::string model_chat_template(const model & mdl);
+
+// render messages (role, content) with a chat template; add_assistant appends the reply header
+std::string chat_apply_template(const std::string & tmpl,
+                                const std::vector<std::pair<std::string, std::string>> & messages,
+                                bool add_assistant);
+
+// tokenize text; add_special adds BOS/EOS as the model asks, parse_special reads "<|im_end|>" etc. as tokens
+std::vector<llama_token> tokenize(const model & mdl, const std::string & text, bool add_special, bool parse_special);
+
+// the bytes of one token (special tokens render as "" unless special is true)
+std::string token_to_piece(const model & mdl, llama_token token, bool special = false);
+
+// the names accepted by model_quantize ("f32", "f16", "q8_0", "q4_0", ...)
+std::vector<std::string> quantize_types();
+
+// write `out` as a copy of `in` with its weights converted to `type` (llama_model_quantize;
+// quantized inputs are allowed, so "f32" expands a quantized model); throws on failure
+void model_quantize(const std::string & in, const std::string & out, const std::string & type, int32_t n_threads);
+
+}  // namespace specllama

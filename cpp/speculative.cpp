@@ -1,0 +1,192 @@
+// speculative.cpp: the draft -> verify -> accept -> roll back loop.
+#include "speculative.h"
+
+#include <algorithm>
+#include <random>
+
+namespace specllama {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+}  // namespace
+
+void generate_params_validate(const generate_params & p) {
+    if (p.max_tokens < 1) {
+        throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
+    }
+    if (p.n_draft < 1 || p.n_draft > k_max_draft) {
+        throw std::invalid_argument("n_draft must be in [1, " + std::to_string(k_max_draft) + "], got " +
+                                    std::to_string(p.n_draft));
+    }
+    sampling_params_validate(p.sampling);
+}
+
+decoder::decoder(const decoder_params & params) {
+    target_    = model_load(params.target);
+    tgt_cache_ = std::make_unique<kv_cache>(target_, params.ctx);
+    if (params.draft) {
+        draft_ = model_load(*params.draft);
+        vocab_check_compatible(*target_, *draft_);
+        context_params dctx = params.ctx;
+        dctx.n_ctx          = tgt_cache_->n_ctx();
+        if (params.n_threads_draft > 0) {
+            dctx.n_threads = params.n_threads_draft;
+        }
+        dft_cache_ = std::make_unique<kv_cache>(draft_, dctx);
+        drafter_   = std::make_unique<model_drafter>(*dft_cache_);
+    }
+}
+
+std::vector<llama_token> decoder::cached_tokens() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tgt_cache_->tokens();
+}
+
+void decoder::reset() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tgt_cache_->rollback(0);
+    if (dft_cache_) {
+        dft_cache_->rollback(0);
+    }
+}
+
+generate_result decoder::generate(const std::vector<llama_token> & prompt, const generate_params & params,
+                                  const step_callback & on_step, const interrupt_check & check) {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+        // the Python wrapper queues threads; this is a call from inside a running generation
+        throw std::runtime_error("this decoder is already generating (one generation at a time per decoder)");
+    }
+    generate_params_validate(params);
+    const int32_t n_ctx    = tgt_cache_->n_ctx();
+    const int32_t n_prompt = (int32_t) prompt.size();
+    if (n_prompt == 0) {
+        throw std::invalid_argument("the prompt is empty");
+    }
+    if (n_prompt >= n_ctx) {
+        throw std::invalid_argument("the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
+                                    std::to_string(n_ctx) + " (room is needed for at least one more); "
+                                    "shorten the prompt or raise n_ctx");
+    }
+    if (params.n_draft + 1 > tgt_cache_->n_batch()) {
+        throw std::invalid_argument("n_draft + 1 must fit in n_batch " + std::to_string(tgt_cache_->n_batch()));
+    }
+    for (llama_token t : prompt) {
+        if (t < 0 || t >= target_->n_vocab) {
+            throw std::invalid_argument("prompt token id " + std::to_string(t) + " outside the vocabulary of " +
+                                        std::to_string(target_->n_vocab));
+        }
+    }
+    const sampling_params & sp        = params.sampling;
+    const bool              use_draft = drafter_ != nullptr && params.speculative;
+    const llama_vocab *     vocab     = target_->vocab;
+    rng_t rng(params.seed ? *params.seed : ((uint64_t) std::random_device{}() << 32 | std::random_device{}()));
+
+    generate_result   res;
+    generate_stats &  st = res.stats;
+    st.n_prompt          = n_prompt;
+    st.accepted_hist.assign(params.n_draft + 1, 0);
+    const auto t_start = clock_type::now();
+
+    // prefill: the target caches all but the last prompt token, which opens the first
+    // verification batch; the draft caches all of it, since it drafts from the last logits
+    std::vector<llama_token> seq = prompt;
+    st.n_prompt_cached = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
+    tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
+    if (use_draft) {
+        drafter_->catch_up(seq, check);
+    }
+    st.t_prefill_ms = ms_since(t_start);
+
+    text_stream              stream(params.stop);
+    std::string              finish;
+    step_event               ev;
+    std::vector<llama_token> batch;
+    while (finish.empty()) {
+        const int32_t n_seq = (int32_t) seq.size();
+        // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
+        const int32_t room      = n_ctx - n_seq;
+        const int32_t remaining = params.max_tokens - st.n_generated;
+        int32_t       n         = use_draft ? std::min({params.n_draft, room, remaining - 1}) : 0;
+
+        auto t = clock_type::now();
+        drafted_.tokens.clear();
+        if (n > 0) {
+            drafter_->draft(seq, n, sp, rng, drafted_, check);
+        }
+        n = (int32_t) drafted_.tokens.size();
+        st.t_draft_ms += ms_since(t);
+
+        t = clock_type::now();
+        batch.assign(1, seq.back());
+        batch.insert(batch.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+        tgt_cache_->decode(batch.data(), (int32_t) batch.size(), true);
+        st.t_verify_ms += ms_since(t);
+
+        t = clock_type::now();
+        acceptance_result acc;
+        if (sp.greedy()) {
+            target_argmax_.resize(n + 1);
+            for (int32_t i = 0; i <= n; ++i) {
+                target_argmax_[i] = argmax(tgt_cache_->logits(i), target_->n_vocab);
+            }
+            acc = accept_greedy(drafted_.tokens.data(), n, target_argmax_.data());
+        } else {
+            if ((int32_t) p_.size() < n + 1) {
+                p_.resize(n + 1);
+            }
+            for (int32_t i = 0; i <= n; ++i) {
+                sampling_distribution(tgt_cache_->logits(i), target_->n_vocab, sp, p_[i]);
+            }
+            acc = accept_sampled(drafted_.tokens.data(), n, drafted_.dists, p_, target_->n_vocab, rng, scratch_);
+        }
+        // keep seq[:-1], last and the accepted drafts; the draft cache is trimmed on its next catch-up
+        tgt_cache_->rollback(n_seq + acc.n_accepted);
+        st.t_accept_ms += ms_since(t);
+
+        st.n_steps += 1;
+        st.n_drafted += n;
+        st.n_accepted += acc.n_accepted;
+        st.accepted_hist[acc.n_accepted] += 1;
+
+        ev.tokens.clear();
+        ev.n_drafted  = n;
+        ev.n_accepted = acc.n_accepted;
+        for (int32_t i = 0; i <= acc.n_accepted && finish.empty(); ++i) {
+            const llama_token tok = i < acc.n_accepted ? drafted_.tokens[i] : acc.next;
+            if (!params.ignore_eos && llama_vocab_is_eog(vocab, tok)) {
+                finish = "stop";
+                break;
+            }
+            seq.push_back(tok);
+            res.tokens.push_back(tok);
+            ev.tokens.push_back(tok);
+            st.n_generated += 1;
+            if (stream.push(token_to_piece(*target_, tok))) {
+                finish = "stop";
+            } else if (st.n_generated >= params.max_tokens) {
+                finish = "length";
+            }
+        }
+        if (finish.empty() && (int32_t) seq.size() > n_ctx) {
+            finish           = "length";
+            res.context_full = true;
+        }
+        ev.text = finish.empty() ? stream.take_ready() : stream.take_all();
+        if (on_step && on_step(ev) && finish.empty()) {
+            finish = "cancelled";
+        }
+    }
+    res.finish_reason = finish;
+    res.text          = stream.text();
+    st.t_total_ms     = ms_since(t_start);
+    return res;
+}
+
+}  // namespace specllama

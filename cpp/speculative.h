@@ -1,0 +1,122 @@
+// speculative.h: the decoding loop. Each step the draft proposes up to n_draft tokens, the target
+// evaluates [last, d_1..d_n] in ONE llama_decode with logits at every position, the acceptance
+// rule keeps a prefix and adds one target token, and both caches drop what was rejected. With no
+// draft (or n_draft = 0) the same loop is plain autoregressive decoding on the same engine.
+// Not here: drafting (drafting.h), acceptance (acceptance.h), cache rollback (kv_cache.h).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "acceptance.h"
+#include "drafting.h"
+#include "kv_cache.h"
+#include "text.h"
+
+namespace specllama {
+
+struct decoder_params {
+    model_params                target;
+    std::optional<model_params> draft;           // none: plain decoding only
+    context_params              ctx;             // for both models
+    int32_t                     n_threads_draft = 0;  // 0 = ctx.n_threads
+};
+
+struct generate_params {
+    int32_t                  max_tokens = 256;  // tokens to generate at most
+    int32_t                  n_draft    = 6;    // tokens drafted per step, 1..k_max_draft
+    sampling_params          sampling;
+    std::optional<uint64_t>  seed;              // none: a random seed
+    std::vector<std::string> stop;              // stop strings (not included in the text)
+    bool                     ignore_eos = false;  // keep going past end-of-generation tokens
+    bool                     speculative = true;  // false: plain decoding on the target, same loop
+};
+
+// maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
+constexpr int32_t k_max_draft = 64;
+
+struct generate_stats {
+    int32_t              n_prompt        = 0;  // prompt tokens
+    int32_t              n_prompt_cached = 0;  // of which were already in the target's cache
+    int32_t              n_generated     = 0;  // tokens emitted
+    int32_t              n_steps         = 0;  // target verification passes
+    int32_t              n_drafted       = 0;  // tokens the draft proposed
+    int32_t              n_accepted      = 0;  // of which the target kept
+    std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
+    double               t_prefill_ms = 0;      // prompt processing, both models
+    double               t_draft_ms   = 0;      // draft decodes and draft sampling
+    double               t_verify_ms  = 0;      // target decodes
+    double               t_accept_ms  = 0;      // target sampling and acceptance
+    double               t_total_ms   = 0;      // the whole call
+
+    double acceptance_rate() const { return n_drafted > 0 ? (double) n_accepted / n_drafted : 0.0; }
+    // generated tokens per second after the prompt is processed
+    double tokens_per_second() const {
+        double t = t_total_ms - t_prefill_ms;
+        return t > 0 ? n_generated * 1000.0 / t : 0.0;
+    }
+};
+
+struct generate_result {
+    std::vector<llama_token> tokens;
+    std::string              text;
+    std::string              finish_reason;  // "stop" (end token or stop string), "length", "cancelled"
+    bool                     context_full = false;  // "length" because the context had no room left
+    generate_stats           stats;
+};
+
+// what one verification step added
+struct step_event {
+    std::vector<llama_token> tokens;  // tokens emitted by this step
+    std::string              text;    // text safe to show now (may lag tokens: stop strings, UTF-8)
+    int32_t                  n_drafted  = 0;
+    int32_t                  n_accepted = 0;
+};
+
+// called after every step; return true to stop. May throw (e.g. Ctrl-C): generation stops and the
+// decoder stays usable, since steps are complete when it is called.
+using step_callback = std::function<bool(const step_event &)>;
+// called between prompt chunks; may throw to stop
+using interrupt_check = std::function<void()>;
+
+class decoder {
+  public:
+    explicit decoder(const decoder_params & params);
+
+    // generate after prompt. Reuses the longest prefix of prompt already in the caches, so a
+    // conversation that grows turn by turn is not processed again.
+    generate_result generate(const std::vector<llama_token> & prompt, const generate_params & params,
+                             const step_callback & on_step = nullptr, const interrupt_check & check = nullptr);
+
+    const model & target() const { return *target_; }
+    const model * draft() const { return draft_.get(); }
+    int32_t n_ctx() const { return tgt_cache_->n_ctx(); }
+
+    // tokens held in the target's cache (what a following prompt can reuse)
+    std::vector<llama_token> cached_tokens() const;
+    // forget both caches
+    void reset();
+
+  private:
+    std::shared_ptr<model>    target_;
+    std::shared_ptr<model>    draft_;
+    std::unique_ptr<kv_cache> tgt_cache_;
+    std::unique_ptr<kv_cache> dft_cache_;
+    std::unique_ptr<model_drafter> drafter_;
+    mutable std::mutex        mutex_;  // one generation at a time per decoder
+
+    // per-step buffers, reused
+    draft_result              drafted_;
+    std::vector<token_dist>   p_;
+    std::vector<llama_token>  target_argmax_;
+    acceptance_scratch        scratch_;
+};
+
+void generate_params_validate(const generate_params & params);
+
+}  // namespace specllama
