@@ -13,7 +13,7 @@ namespace specllama {
 
 namespace {
 
-std::atomic<int> g_log_level{GGML_LOG_LEVEL_ERROR};
+std::atomic<int> g_log_level{GGML_LOG_LEVEL_NONE};  // errors reach the user in exceptions
 std::mutex       g_log_mutex;
 std::string      g_last_error;  // last error line llama.cpp logged, to explain a failed load
 int              g_last_level = GGML_LOG_LEVEL_NONE;

@@ -36,7 +36,8 @@ struct model {
 // set up llama.cpp once per process and route its log through our filter
 void backend_init();
 
-// llama.cpp messages at or above this level go to stderr (GGML_LOG_LEVEL_*; default: errors only)
+// llama.cpp messages at or above this level go to stderr (GGML_LOG_LEVEL_*; default NONE: load
+// errors reach the caller in the exception's message instead)
 void log_set_level(int level);
 
 // load a GGUF model; throws file_not_found, or std::invalid_argument when the file is not a

@@ -95,6 +95,8 @@ class decoder {
 
     const model & target() const { return *target_; }
     const model * draft() const { return draft_.get(); }
+    std::shared_ptr<model> target_shared() const { return target_; }
+    std::shared_ptr<model> draft_shared() const { return draft_; }
     int32_t n_ctx() const { return tgt_cache_->n_ctx(); }
 
     // tokens held in the target's cache (what a following prompt can reuse)

@@ -15,6 +15,10 @@ from .decoder import Completion, Stats, StepChunk, SpeculativeDecoder  # noqa: E
 
 __version__ = "0.1.0"
 
+# SPECLLAMA_LOG=debug|info|warn|error shows llama.cpp's own messages on stderr
+_LEVELS = {"none": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
+log_set_level(_LEVELS.get(__import__("os").environ.get("SPECLLAMA_LOG", "none").lower(), 0))
+
 __all__ = [
     "Completion",
     "Context",

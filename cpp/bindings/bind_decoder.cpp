@@ -64,10 +64,8 @@ void register_decoder(py::module_ & m) {
              py::arg("n_gpu_layers_draft") = 0)
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("has_draft", [](const decoder & d) { return d.draft() != nullptr; })
-        .def_property_readonly("target_model", [](const decoder & d) { return &d.target(); },
-                               py::return_value_policy::reference_internal)
-        .def_property_readonly("draft_model", [](const decoder & d) { return d.draft(); },
-                               py::return_value_policy::reference_internal)
+        .def_property_readonly("target_model", &decoder::target_shared)
+        .def_property_readonly("draft_model", &decoder::draft_shared)
         .def("cached_tokens", [](const decoder & d) {
             py::gil_scoped_release nogil;
             return d.cached_tokens();

@@ -1,0 +1,295 @@
+"""The Python API's promises: bad input raises a named exception with a useful message and
+crashes nothing; streaming equals non-streaming; stats add up; stops; Ctrl-C; threads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import specllama
+
+
+@pytest.fixture()
+def dec(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=512) as d:
+        yield d
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+def test_missing_path(tiny, tmp_path):
+    with pytest.raises(FileNotFoundError, match="model file not found: .*nope.gguf"):
+        specllama.SpeculativeDecoder(str(tmp_path / "nope.gguf"))
+    with pytest.raises(FileNotFoundError, match="nope.gguf"):
+        specllama.SpeculativeDecoder(tiny.target, str(tmp_path / "nope.gguf"))
+
+
+def test_not_gguf(tmp_path):
+    f = tmp_path / "model.gguf"
+    f.write_text("this is not a model\n")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        specllama.SpeculativeDecoder(str(f))
+    with pytest.raises(ValueError, match="not a regular file"):
+        specllama.Model(str(tmp_path))  # a directory
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    with pytest.raises(ValueError, match="not a GGUF file"):
+        specllama.Model(str(empty))
+
+
+@pytest.mark.parametrize("fraction", [0.0001, 0.01, 0.5, 0.999])
+def test_truncated_gguf(tiny, tmp_path, fraction):
+    from pathlib import Path
+
+    data = Path(tiny.target).read_bytes()
+    f = tmp_path / "truncated.gguf"
+    f.write_bytes(data[: max(8, int(len(data) * fraction))])
+    with pytest.raises(ValueError, match="failed to load model"):
+        specllama.Model(str(f))
+
+
+def test_vocab_size_mismatch(tiny):
+    with pytest.raises(ValueError, match=r"draft vocab has 337 tokens, target 327"):
+        specllama.SpeculativeDecoder(tiny.target, tiny.bigger_vocab)
+
+
+def test_vocab_text_mismatch(tiny):
+    with pytest.raises(ValueError, match=r"draft token 300 is '\u2581teh', target's is '\u2581\w+'"):
+        specllama.SpeculativeDecoder(tiny.target, tiny.other_vocab)
+
+
+def test_prompt_longer_than_context(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256) as d:
+        assert d.n_ctx == 256
+        with pytest.raises(ValueError, match=r"the prompt has \d+ tokens but the context holds 256"):
+            d.generate("the " * 300, max_tokens=4)
+        assert d.generate("the cat", max_tokens=4, temperature=0).tokens  # still usable
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_draft=0), "n_draft must be in"),
+    (dict(n_draft=-3), "n_draft must be in"),
+    (dict(n_draft=65), "n_draft must be in"),
+    (dict(temperature=-0.1), "temperature must be >= 0"),
+    (dict(temperature=float("nan")), "temperature must be >= 0"),
+    (dict(top_p=0.0), r"top_p must be in \(0, 1\]"),
+    (dict(top_p=1.5), r"top_p must be in \(0, 1\]"),
+    (dict(top_k=-1), "top_k must be >= 0"),
+    (dict(min_p=1.0), r"min_p must be in \[0, 1\)"),
+    (dict(max_tokens=0), "max_tokens must be >= 1"),
+    (dict(seed=-1), "seed must be"),
+])
+def test_invalid_parameters(dec, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        dec.generate("the cat", **kwargs)
+    with pytest.raises(ValueError, match=match):
+        list(dec.stream("the cat", **kwargs))
+
+
+def test_invalid_constructor_parameters(tiny):
+    with pytest.raises(ValueError, match="n_draft must be in"):
+        specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_draft=0)
+    with pytest.raises(ValueError, match="n_batch must be >= 7"):
+        specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_batch=4)
+    with pytest.raises(TypeError, match="n_ctx must be an int"):
+        specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx="big")
+
+
+def test_bad_token_ids(dec):
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        dec.generate([1, 5, 100000], max_tokens=2)
+    with pytest.raises(ValueError, match="prompt is empty"):
+        dec.generate([], max_tokens=2)
+
+
+def test_closed_decoder(tiny):
+    d = specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=128)
+    d.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        d.generate("the cat")
+
+
+# -- results and stats -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_stream_equals_generate(dec, temperature):
+    kw = dict(max_tokens=60, temperature=temperature, seed=42, n_draft=4, ignore_eos=True)
+    full = dec.generate("she was out with", **kw)
+    chunks = list(dec.stream("she was out with", **kw))
+    assert chunks[-1].finish_reason == full.finish_reason == "length"
+    assert chunks[-1].stats.n_generated == full.stats.n_generated
+    assert "".join(c.text for c in chunks) == full.text
+    assert [t for c in chunks for t in c.tokens] == full.tokens
+    assert len(chunks) - 1 == full.stats.n_steps  # one chunk per verification step, then the end
+
+
+def test_seed_reproducible(dec):
+    a = dec.generate("the cat", max_tokens=30, temperature=1.0, seed=3)
+    b = dec.generate("the cat", max_tokens=30, temperature=1.0, seed=3)
+    c = dec.generate("the cat", max_tokens=30, temperature=1.0, seed=4)
+    assert a.tokens == b.tokens
+    assert a.tokens != c.tokens
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_stats_add_up(dec, temperature):
+    r = dec.generate("what some of the", max_tokens=80, temperature=temperature, seed=1, n_draft=5,
+                     ignore_eos=True)
+    s = r.stats
+    assert s.n_generated == len(r.tokens) == 80
+    assert 0 <= s.n_accepted <= s.n_drafted <= 5 * s.n_steps
+    assert sum(s.accepted_hist) == s.n_steps
+    assert sum(k * n for k, n in enumerate(s.accepted_hist)) == s.n_accepted
+    assert s.n_accepted + s.n_steps >= s.n_generated  # each step emits accepted + 1, the last may be cut
+    assert s.acceptance_rate == pytest.approx(s.n_accepted / s.n_drafted)
+    assert s.t_total_ms >= s.t_prefill_ms + s.t_draft_ms + s.t_verify_ms + s.t_accept_ms - 1e-6
+    assert s.tokens_per_second > 0
+    d = s.as_dict()
+    assert d["mean_accepted_length"] == pytest.approx(s.n_generated / s.n_steps)
+
+
+def test_plain_mode_drafts_nothing(dec):
+    s = dec.generate("the cat", max_tokens=20, temperature=0, speculative=False, ignore_eos=True).stats
+    assert s.n_drafted == 0 and s.n_steps == 20 and s.accepted_hist[0] == 20
+
+
+def test_target_only_decoder(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, n_ctx=128) as d:
+        assert not d.has_draft
+        r = d.generate("the cat", max_tokens=10, temperature=0, ignore_eos=True)
+        assert r.stats.n_drafted == 0 and len(r.tokens) == 10
+
+
+def test_stop_string(dec):
+    full = dec.generate("the cat is", max_tokens=60, temperature=0, ignore_eos=True)
+    text = full.text
+    # a stop string that first appears somewhere in the middle of the output
+    stop = next(text[i:i + 3] for i in range(len(text) // 3, len(text) - 3)
+                if "\ufffd" not in text[i:i + 3] and text.find(text[i:i + 3]) == i)
+    r = dec.generate("the cat is", max_tokens=60, temperature=0, ignore_eos=True, stop=[stop, "zzzzzz"])
+    assert r.finish_reason == "stop"
+    assert r.text == text[: text.find(stop)]
+    streamed = "".join(c.text for c in dec.stream("the cat is", max_tokens=60, temperature=0, ignore_eos=True,
+                                                   stop=stop))
+    assert streamed == r.text
+
+
+def test_end_of_generation(tiny):
+    """A model that ends its reply stops with finish_reason "stop" and no end token in the output."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=2048) as d:
+        model = d.target_model
+        seen = False
+        for seed in range(40):
+            r = d.generate("the", max_tokens=300, temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+            assert not any(model.is_eog(t) for t in r.tokens)
+            if r.finish_reason == "stop":
+                seen = True
+                break
+        assert seen, "no generation ended with an end token in 40 tries"
+
+
+def test_context_full(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256) as d:
+        prompt = d.tokenize("the cat is on")
+        r = d.generate(prompt, max_tokens=500, temperature=0, ignore_eos=True)
+        assert r.finish_reason == "length" and r.context_full
+        assert len(prompt) + len(r.tokens) == d.n_ctx + 1  # the last token needs no cache slot
+        r2 = d.generate("the cat", max_tokens=5, temperature=0, ignore_eos=True)
+        assert len(r2.tokens) == 5 and not r2.context_full
+
+
+def test_chat_template(dec):
+    text = dec.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    toks = dec.tokenize(text)
+    assert toks.count(3) == 2  # <|im_start|> parsed as a special token
+
+
+# -- callbacks, interrupts, threads ----------------------------------------------------------
+
+def test_on_step_can_stop(dec):
+    steps = []
+
+    def on_step(tokens, text, n_drafted, n_accepted):
+        steps.append(tokens)
+        return len(steps) == 3
+
+    r = dec.generate("the cat", max_tokens=100, temperature=0, on_step=on_step, ignore_eos=True)
+    assert r.finish_reason == "cancelled" and len(steps) == 3
+    assert r.tokens == [t for s in steps for t in s]
+
+
+def test_callback_exception_propagates(dec):
+    def on_step(*_):
+        raise ZeroDivisionError("from the callback")
+
+    with pytest.raises(ZeroDivisionError, match="from the callback"):
+        dec.generate("the cat", max_tokens=50, on_step=on_step)
+    assert len(dec.generate("the cat", max_tokens=5, temperature=0, ignore_eos=True).tokens) == 5
+
+
+def test_generate_inside_callback_is_refused(dec):
+    def on_step(*_):
+        dec.generate("the", max_tokens=2)
+
+    with pytest.raises(RuntimeError, match="already generating"):
+        dec.generate("the cat", max_tokens=5, on_step=on_step)
+
+
+def test_ctrl_c_interrupts_and_decoder_stays_usable(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=4096) as d:
+        expected = d.generate("the cat", max_tokens=30, temperature=0, ignore_eos=True).tokens
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        t0 = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            d.generate("the dog", max_tokens=4000, temperature=0, ignore_eos=True, n_draft=2)
+        assert time.perf_counter() - t0 < 5
+        timer.join()
+        assert d.generate("the cat", max_tokens=30, temperature=0, ignore_eos=True).tokens == expected
+
+
+def test_closing_a_stream_stops_it(dec):
+    stream = dec.stream("the cat", max_tokens=2000, temperature=0, ignore_eos=True)
+    first = next(stream)
+    assert first.tokens
+    stream.close()  # GeneratorExit: the worker stops within a step and releases the decoder
+    assert len(dec.generate("the", max_tokens=3, temperature=0, ignore_eos=True).tokens) == 3
+
+
+def test_threads_share_one_decoder(dec):
+    prompts = ["the cat", "she was", "what some", "they were all"]
+    want = {p: dec.generate(p, max_tokens=40, temperature=0.7, seed=9, ignore_eos=True).tokens for p in prompts}
+    got = {}
+
+    def run(p):
+        got[p] = dec.generate(p, max_tokens=40, temperature=0.7, seed=9, ignore_eos=True).tokens
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in prompts * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == want
+
+
+def test_one_libllama_per_process():
+    """Whichever of specllama and llama_cpp is imported first, one libllama is mapped."""
+    code = (
+        "import {first}, {second}\n"
+        "maps = open('/proc/self/maps').read().split('\\n')\n"
+        "libs = {{l.split()[-1] for l in maps if 'libllama.so' in l}}\n"
+        "print(len(libs), sorted(libs))\n"
+        "assert len(libs) == 1, libs\n"
+    )
+    for first, second in (("specllama", "llama_cpp"), ("llama_cpp", "specllama")):
+        out = subprocess.run([sys.executable, "-c", code.format(first=first, second=second)],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr

@@ -1,0 +1,96 @@
+"""KV rollback: after rejected drafts are dropped, the target's next logits equal those of a
+fresh context fed only the accepted text. A negative control shows the check fails when the
+rejected tokens are left in the cache.
+
+Numerics: the fresh context cannot compute the accepted tokens in the very batch the
+verification used (that batch held the rejected drafts too). For batch-invariant weights (the
+tiny Q4_1 model) the logits must be bitwise equal. For the F32 default target, whose one-token
+and batched kernels differ, the test measures that kernel difference on the same text (batched
+vs one token at a time, no rollback involved) and allows at most twice it; the negative control
+must exceed it a hundredfold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import specllama
+
+
+def _after_rollback(model, prompt, drafts, n_keep, nxt, rollback=True):
+    ctx = specllama.Context(model, n_ctx=256)
+    ctx.decode(prompt[:-1], all_logits=False)
+    ctx.decode([prompt[-1]] + drafts, all_logits=True)  # a verification batch
+    if rollback:
+        ctx.rollback(len(prompt) + n_keep)
+        assert ctx.tokens == prompt + drafts[:n_keep]
+    return ctx.decode([nxt], all_logits=True)[0]
+
+
+def _fresh(model, prompt, drafts, n_keep, nxt):
+    ctx = specllama.Context(model, n_ctx=256)
+    ctx.decode(prompt[:-1], all_logits=False)
+    ctx.decode([prompt[-1]] + drafts[:n_keep], all_logits=True)
+    return ctx.decode([nxt], all_logits=True)[0]
+
+
+def _one_by_one(model, prompt, drafts, n_keep, nxt):
+    ctx = specllama.Context(model, n_ctx=256)
+    ctx.decode(prompt[:-1], all_logits=False)
+    for t in [prompt[-1]] + drafts[:n_keep]:
+        ctx.decode([t])
+    return ctx.decode([nxt], all_logits=True)[0]
+
+
+def _check(model_path, exact):
+    model = specllama.Model(model_path)
+    prompt = model.tokenize("the cat is on the hot")
+    drafts = model.tokenize("word and they were", add_special=False)[:5]
+    assert len(drafts) >= 3
+    nxt = drafts[0]
+    wants = [_fresh(model, prompt, drafts, k, nxt) for k in range(len(drafts))]
+    if exact:
+        noise = 0.0
+    else:
+        noise = max(np.abs(w - _one_by_one(model, prompt, drafts, k, nxt)).max() for k, w in enumerate(wants))
+    for n_keep, want in enumerate(wants):
+        got = _after_rollback(model, prompt, drafts, n_keep, nxt)
+        assert np.abs(got - want).max() <= 2 * noise, f"n_keep {n_keep}"
+    # negative control: without the rollback the logits are far off
+    stale = _after_rollback(model, prompt, drafts, 1, nxt, rollback=False)
+    assert np.abs(stale - wants[1]).max() > max(100 * noise, 1e-3)
+
+
+def test_rollback_tiny(tiny):
+    _check(tiny.target_q, exact=True)
+
+
+@pytest.mark.default_pair
+def test_rollback_default_target(default_pair):
+    _check(default_pair[0], exact=False)
+
+
+def test_decoder_cache_holds_exactly_the_accepted_text(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=256) as dec:
+        prompt = dec.tokenize("she was out with")
+        r = dec.generate(prompt, max_tokens=40, temperature=0, n_draft=4, ignore_eos=True)
+        assert r.stats.n_accepted < r.stats.n_drafted  # there were rejections to roll back
+        # the last emitted token has not been decoded yet; everything before it is cached
+        assert dec.cached_tokens() == prompt + r.tokens[:-1]
+        # continuing from the cache gives what a fresh decoder gives from the whole text
+        cont = dec.generate(prompt + r.tokens, max_tokens=20, temperature=0, n_draft=4, ignore_eos=True)
+        assert cont.stats.n_prompt_cached == len(prompt) + len(r.tokens) - 1
+    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=256) as fresh:
+        again = fresh.generate(prompt + r.tokens, max_tokens=20, temperature=0, n_draft=4, ignore_eos=True)
+    assert cont.tokens == again.tokens
+
+
+@pytest.mark.default_pair
+def test_decoder_cache_default_pair(default_decoder):
+    dec = default_decoder
+    prompt = dec.tokenize(dec.apply_chat_template([{"role": "user", "content": "List three colors."}]))
+    r = dec.generate(prompt, max_tokens=24, temperature=0)
+    if r.finish_reason == "length":
+        assert dec.cached_tokens() == prompt + r.tokens[:-1]
+    else:
+        assert dec.cached_tokens()[: len(prompt) + len(r.tokens) - 1] == prompt + r.tokens[:-1]

@@ -1,0 +1,77 @@
+"""End to end at temperature > 0: speculative sampling on a real (tiny) model pair emits tokens
+that follow the target's distribution, not the draft's.
+
+Design: the prompt is fixed; each of N generations uses its own seed and emits 2 tokens with
+n_draft 2. The target's exact distributions come from a separate Context: p1 after the prompt,
+and the marginal of the second token, sum_x p1(x) p2(. | prompt x). The first token's histogram
+must fit p1 and the second's the marginal (chi-square); the first must NOT fit the draft's q1
+(the pair is chosen so that they differ), which shows the check has power.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+import specllama
+
+SETTINGS = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
+N = 3000
+
+
+def _dist_after(model, tokens):
+    ctx = specllama.Context(model, n_ctx=128)
+    logits = ctx.decode(tokens, all_logits=False)[-1]
+    return specllama.sampling_distribution(logits, **SETTINGS).astype(np.float64)
+
+
+def _pvalue(samples, p):
+    counts = np.bincount(samples, minlength=len(p)).astype(np.float64)
+    assert counts[p == 0].sum() == 0, "emitted a token outside the target's top-k"
+    keep = p * len(samples) >= 5
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(p[keep], p[~keep].sum()) * len(samples)
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
+
+
+@pytest.mark.slow
+def test_speculative_sampling_follows_target(tiny):
+    target = specllama.Model(tiny.target)
+    draft = specllama.Model(tiny.far_draft)
+    prompt = target.tokenize("the cat is on the")
+    p1 = _dist_after(target, prompt)
+    q1 = _dist_after(draft, prompt)
+    p2 = np.zeros_like(p1)
+    for x in np.flatnonzero(p1):
+        p2 += p1[x] * _dist_after(target, prompt + [int(x)])
+
+    firsts, seconds, n_rejected = [], [], 0
+    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=128) as dec:
+        for seed in range(N):
+            r = dec.generate(prompt, max_tokens=2, n_draft=2, seed=seed, ignore_eos=True, **SETTINGS)
+            assert len(r.tokens) == 2
+            firsts.append(r.tokens[0])
+            seconds.append(r.tokens[1])
+            n_rejected += r.stats.n_drafted - r.stats.n_accepted
+    assert n_rejected > N // 4, "the pair must disagree often for this test to mean anything"
+    firsts, seconds = np.array(firsts), np.array(seconds)
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
+    # the draft's own distribution is clearly rejected by the same test
+    q1_support = np.where(q1 > 0, q1, 0)
+    with pytest.raises(AssertionError):
+        assert _pvalue(firsts, q1_support) > 1e-4
+
+
+def test_plain_sampling_follows_target(tiny):
+    """The plain loop (speculative=False) samples the same distribution."""
+    target = specllama.Model(tiny.target)
+    prompt = target.tokenize("she was")
+    p1 = _dist_after(target, prompt)
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=128) as dec:
+        firsts = [dec.generate(prompt, max_tokens=1, seed=s, speculative=False, ignore_eos=True,
+                               **SETTINGS).tokens[0] for s in range(1500)]
+    assert _pvalue(np.array(firsts), p1) > 1e-4

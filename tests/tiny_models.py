@@ -1,0 +1,118 @@
+"""Tiny llama-architecture GGUF models with random weights, written with the gguf package.
+
+Small enough that a whole test generation takes milliseconds; real enough that llama.cpp loads
+them through the same path as any GGUF. A draft is made from a target by adding noise to its
+weights, so the pair agrees often but not always, as real pairs do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import gguf
+import numpy as np
+
+WORDS = ["the", "a", "of", "and", "to", "in", "is", "it", "that", "was", "for", "on", "are", "with",
+         "as", "he", "she", "they", "be", "at", "one", "have", "this", "from", "by", "hot", "word",
+         "but", "what", "some", "we", "can", "out", "other", "were", "all", "there", "when", "up"]
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+          "{% endif %}")
+
+
+def vocab(extra_words: int = 0, rename: Optional[Dict[int, str]] = None) -> List[str]:
+    """An SPM-style vocabulary: specials, 256 byte tokens, letters and words."""
+    tokens = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    tokens += ["\u2581"] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    tokens += ["\u2581" + w for w in WORDS]
+    tokens += [f"\u2581w{i}" for i in range(extra_words)]
+    for i, text in (rename or {}).items():
+        tokens[i] = text
+    return tokens
+
+
+def random_weights(n_vocab: int, seed: int, n_embd: int = 64, n_layer: int = 2, n_ff: int = 128,
+                   logit_scale: float = 0.5) -> Dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+
+    def w(*shape, std=0.08):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    t = {"token_embd.weight": w(n_vocab, n_embd, std=1.0),
+         "output_norm.weight": np.ones(n_embd, np.float32),
+         "output.weight": w(n_vocab, n_embd, std=logit_scale)}
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = np.ones(n_embd, np.float32)
+        t[p + "ffn_norm.weight"] = np.ones(n_embd, np.float32)
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            t[p + name + ".weight"] = w(n_embd, n_embd)
+        t[p + "ffn_gate.weight"] = w(n_ff, n_embd)
+        t[p + "ffn_up.weight"] = w(n_ff, n_embd)
+        t[p + "ffn_down.weight"] = w(n_embd, n_ff)
+    return t
+
+
+def perturbed(weights: Dict[str, np.ndarray], seed: int, noise: float) -> Dict[str, np.ndarray]:
+    """The same weights plus relative Gaussian noise: a stand-in for a worse draft."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, a in weights.items():
+        if name.endswith("norm.weight"):
+            out[name] = a.copy()
+        else:
+            out[name] = (a + rng.standard_normal(a.shape).astype(np.float32) * noise * a.std()).astype(np.float32)
+    return out
+
+
+def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
+                n_ctx_train: int = 2048) -> Path:
+    n_vocab, n_embd = weights["token_embd.weight"].shape
+    n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
+    n_ff = weights["blk.0.ffn_up.weight"].shape[0]
+    assert len(tokens) == n_vocab
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("specllama-tiny")
+    writer.add_context_length(n_ctx_train)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_rope_dimension_count(n_embd // n_head)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    scores = [0.0] * len(tokens)
+    types = [gguf.TokenType.NORMAL] * len(tokens)
+    for i, text in enumerate(tokens):
+        if text.startswith("<0x") and len(text) == 6:
+            types[i] = gguf.TokenType.BYTE
+        elif i == 0:
+            types[i] = gguf.TokenType.UNKNOWN
+        elif text.startswith("<") and text.endswith(">") and len(text) > 2:
+            types[i] = gguf.TokenType.CONTROL
+        else:
+            scores[i] = -float(len(tokens) - i) / len(tokens) + len(text)  # prefer longer pieces
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_eot_token_id(4)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(CHATML)
+
+    for name, a in weights.items():
+        writer.add_tensor(name, a)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
