@@ -1,0 +1,226 @@
+"""Plain vs speculative decoding on the same engine, same prompts, same seeds, same token counts.
+
+Each prompt is run plainly (speculative=False) and speculatively on ONE SpeculativeDecoder, with
+both caches emptied before every run so each pays the same prefill, and with ignore_eos so both
+emit exactly max_tokens tokens. Throughput is generated tokens over the time after prefill.
+The report sets the measured speedup beside what Leviathan et al.'s analysis predicts from the
+measured acceptance rate and costs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .decoder import SpeculativeDecoder, Stats
+
+# varied on purpose: acceptance depends on the kind of text
+PROMPTS: Dict[str, str] = {
+    "chat": "Write a short, friendly reply to a colleague who asks how your weekend went.",
+    "code": "Write a Python function that checks whether a string is a palindrome, with a docstring.",
+    "summary": ("Summarize in three sentences: The Amazon rainforest covers much of the Amazon basin of "
+                "South America. The basin covers seven million square kilometres, of which five and a half "
+                "million are covered by the rainforest. The region includes territory of nine nations, and "
+                "the majority of the forest is contained within Brazil. It represents over half of the "
+                "planet's remaining rainforests."),
+    "list": "List ten common fruits, one per line, with their colour.",
+}
+
+
+def expected_tokens_per_step(alpha: float, n_draft: int) -> float:
+    """E[tokens per step] = (1 - a^(g+1)) / (1 - a) for i.i.d. acceptance a (Leviathan et al. eq. 1)."""
+    if alpha >= 1.0:
+        return n_draft + 1.0
+    return (1.0 - alpha ** (n_draft + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, n_draft: int, c: float) -> float:
+    """Leviathan et al. Theorem 3.8: (1 - a^(g+1)) / ((1 - a)(g c + 1)), c = draft/target cost."""
+    return expected_tokens_per_step(alpha, n_draft) / (n_draft * c + 1.0)
+
+
+def predicted_speedup_measured(alpha: float, n_draft: int, t_draft: float, t_target: float,
+                               t_verify: float) -> float:
+    """The same with the measured cost of a verification batch instead of assuming it equals one
+    target decode: E[tokens] * t_target / (g * t_draft + t_verify)."""
+    return expected_tokens_per_step(alpha, n_draft) * t_target / (n_draft * t_draft + t_verify)
+
+
+@dataclass
+class Run:
+    prompt: str
+    mode: str  # "plain" or "speculative"
+    n_draft: int
+    stats: Stats
+
+    def as_dict(self) -> dict:
+        return {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "stats": self.stats.as_dict()}
+
+
+def _reset_and_run(dec: SpeculativeDecoder, prompt: List[int], speculative: bool, n_draft: int,
+                   max_tokens: int, temperature: float, seed: int) -> Stats:
+    dec.reset()
+    return dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
+                        speculative=speculative, ignore_eos=True).stats
+
+
+def _throughput(stats: Sequence[Stats]) -> float:
+    tokens = sum(s.n_generated for s in stats)
+    ms = sum(s.t_total_ms - s.t_prefill_ms for s in stats)
+    return tokens * 1000.0 / ms if ms > 0 else 0.0
+
+
+def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
+              seed: int = 0, prompts: Optional[Dict[str, str]] = None,
+              progress: Optional[Callable[[int], None]] = None) -> dict:
+    """Measure plain decoding once per prompt and speculative decoding for each n_draft.
+
+    Returns the report dict (see `specllama bench --json`)."""
+    if not dec.has_draft:
+        raise ValueError("bench compares plain and speculative decoding: it needs a draft model")
+    prompts = prompts or PROMPTS
+    tokenized = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
+                 for name, text in prompts.items()}
+    # warm-up: first-touch page faults of the mapped weights would count against the first run
+    first = next(iter(tokenized.values()))
+    _reset_and_run(dec, first, True, n_drafts[0], 8, temperature, seed)
+    _reset_and_run(dec, first, False, n_drafts[0], 8, temperature, seed)
+
+    runs: List[Run] = []
+    started = time.time()
+    for name, toks in tokenized.items():
+        runs.append(Run(name, "plain", 0, _reset_and_run(dec, toks, False, 1, max_tokens, temperature, seed)))
+        if progress:
+            progress(1)
+        for n in n_drafts:
+            runs.append(Run(name, "speculative", n, _reset_and_run(dec, toks, True, n, max_tokens, temperature, seed)))
+            if progress:
+                progress(1)
+
+    plain = [r.stats for r in runs if r.mode == "plain"]
+    plain_tps = _throughput(plain)
+    t_target = sum(s.t_verify_ms for s in plain) / sum(s.n_steps for s in plain)
+    sweep = []
+    for n in n_drafts:
+        spec = [r.stats for r in runs if r.mode == "speculative" and r.n_draft == n]
+        n_drafted = sum(s.n_drafted for s in spec)
+        alpha = sum(s.n_accepted for s in spec) / n_drafted if n_drafted else 0.0
+        t_draft = sum(s.t_draft_ms for s in spec) / n_drafted if n_drafted else 0.0
+        t_verify = sum(s.t_verify_ms for s in spec) / sum(s.n_steps for s in spec)
+        tps = _throughput(spec)
+        per_prompt = {}
+        for name in tokenized:
+            p = next(r.stats for r in runs if r.prompt == name and r.mode == "plain")
+            s = next(r.stats for r in runs if r.prompt == name and r.mode == "speculative" and r.n_draft == n)
+            per_prompt[name] = {"plain_tokens_per_second": p.tokens_per_second,
+                                "speculative_tokens_per_second": s.tokens_per_second,
+                                "speedup": s.tokens_per_second / p.tokens_per_second,
+                                "acceptance_rate": s.acceptance_rate,
+                                "mean_accepted_length": s.mean_accepted_length}
+        total_ms = sum(s.t_total_ms - s.t_prefill_ms for s in spec)
+        loop_ms = sum(s.t_other_ms for s in spec)
+        sweep.append({
+            "n_draft": n,
+            "speculative_tokens_per_second": tps,
+            "speedup": tps / plain_tps if plain_tps else 0.0,
+            "acceptance_rate": alpha,
+            "mean_accepted_length": sum(s.n_generated for s in spec) / sum(s.n_steps for s in spec),
+            "cost_ratio": t_draft / t_target if t_target else 0.0,
+            "draft_ms_per_token": t_draft,
+            "verify_ms_per_step": t_verify,
+            "predicted_speedup": predicted_speedup(alpha, n, t_draft / t_target),
+            "predicted_speedup_measured_verify": predicted_speedup_measured(alpha, n, t_draft, t_target, t_verify),
+            "loop_overhead_share": loop_ms / total_ms if total_ms else 0.0,
+            "per_prompt": per_prompt,
+        })
+    best = max(sweep, key=lambda e: e["speedup"])
+    return {
+        "machine": _machine(),
+        "target": dec.model_path,
+        "draft": dec.draft_path,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "prompts": list(tokenized),
+        "plain_tokens_per_second": plain_tps,
+        "target_ms_per_token": t_target,
+        "best_n_draft": best["n_draft"],
+        "speculative_tokens_per_second": best["speculative_tokens_per_second"],
+        "speedup": best["speedup"],
+        "acceptance_rate": best["acceptance_rate"],
+        "mean_accepted_length": best["mean_accepted_length"],
+        "predicted_speedup": best["predicted_speedup"],
+        "predicted_speedup_measured_verify": best["predicted_speedup_measured_verify"],
+        "sweep": sweep,
+        "runs": [r.as_dict() for r in runs],
+        "seconds": time.time() - started,
+    }
+
+
+def _machine() -> dict:
+    import os
+    import platform
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform()}
+
+
+def write_report(report: dict, out_dir: Path) -> Dict[str, Path]:
+    """report.json and speedup.png in out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / "report.json"
+    json_path.write_text(json.dumps(report, indent=2))
+    png_path = out_dir / "speedup.png"
+    plot_report(report, png_path)
+    return {"json": json_path, "png": png_path}
+
+
+def plot_report(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sweep = report["sweep"]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ns = [e["n_draft"] for e in sweep]
+    ax1.plot(ns, [e["speedup"] for e in sweep], "o-", label="measured")
+    ax1.plot(ns, [e["predicted_speedup_measured_verify"] for e in sweep], "s--",
+             label="predicted (measured verify cost)")
+    ax1.plot(ns, [e["predicted_speedup"] for e in sweep], "^:", label="predicted (Leviathan, c)")
+    ax1.axhline(1.0, color="grey", lw=0.8)
+    ax1.set_xlabel("n_draft (tokens drafted per step)")
+    ax1.set_ylabel("speedup over plain decoding")
+    ax1.set_title("Speculative vs plain, same engine")
+    ax1.legend(fontsize=8)
+    ax1.set_xticks(ns)
+
+    best = next(e for e in sweep if e["n_draft"] == report["best_n_draft"])
+    names = list(best["per_prompt"])
+    x = range(len(names))
+    plain = [best["per_prompt"][n]["plain_tokens_per_second"] for n in names]
+    spec = [best["per_prompt"][n]["speculative_tokens_per_second"] for n in names]
+    ax2.bar([i - 0.2 for i in x], plain, width=0.4, label="plain")
+    ax2.bar([i + 0.2 for i in x], spec, width=0.4, label=f"speculative (n_draft {best['n_draft']})")
+    for i, n in enumerate(names):
+        pp = best["per_prompt"][n]
+        ax2.annotate(f"{pp['speedup']:.2f}x\na={pp['acceptance_rate']:.2f}", (i + 0.2, spec[i]),
+                     ha="center", va="bottom", fontsize=8)
+    ax2.set_xticks(list(x))
+    ax2.set_xticklabels(names)
+    ax2.set_ylabel("tokens / s (after prefill)")
+    ax2.set_title("Per prompt")
+    ax2.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"{Path(report['target']).name} + draft {Path(report['draft']).name}, "
+                 f"{report['max_tokens']} tokens, T={report['temperature']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,114 @@
+"""A conversation kept in the KV cache: each turn appends only its new tokens.
+
+The history is held as token ids, exactly as the model saw and produced them. A new user turn
+adds the tokens of the text the chat template puts between the last reply and the new reply
+header; the decoder finds all earlier tokens in its cache, so earlier turns are not processed
+again. When the template does not extend its previous rendering (some templates rewrite
+earlier turns), the whole conversation is tokenized anew; the cache still reuses the common
+prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional
+
+from .decoder import SpeculativeDecoder, StepChunk
+
+
+class ContextFull(Exception):
+    """The next turn does not fit in the context."""
+
+
+@dataclass
+class SessionStats:
+    turns: int = 0
+    n_generated: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_steps: int = 0
+    decode_ms: float = 0.0  # time after prefill
+    prefill_ms: float = 0.0
+    n_prompt_new: int = 0  # prompt tokens actually processed (not found in the cache)
+
+    def add(self, s) -> None:
+        self.turns += 1
+        self.n_generated += s.n_generated
+        self.n_drafted += s.n_drafted
+        self.n_accepted += s.n_accepted
+        self.n_steps += s.n_steps
+        self.decode_ms += s.t_total_ms - s.t_prefill_ms
+        self.prefill_ms += s.t_prefill_ms
+        self.n_prompt_new += s.n_prompt - s.n_prompt_cached
+
+    def summary(self) -> str:
+        if not self.turns:
+            return "no replies yet"
+        rate = self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+        tps = self.n_generated * 1000.0 / self.decode_ms if self.decode_ms else 0.0
+        per_step = self.n_generated / self.n_steps if self.n_steps else 0.0
+        return (f"{self.turns} replies, {self.n_generated} tokens at {tps:.1f} tokens/s; "
+                f"acceptance {rate:.1%} ({self.n_accepted}/{self.n_drafted} drafted), "
+                f"{per_step:.2f} tokens per target pass; {self.n_prompt_new} prompt tokens processed")
+
+
+@dataclass
+class ChatSession:
+    decoder: SpeculativeDecoder
+    system: Optional[str] = None
+    messages: List[Dict[str, str]] = field(default_factory=list)
+    tokens: List[int] = field(default_factory=list)
+    stats: SessionStats = field(default_factory=SessionStats)
+
+    def __post_init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+        self.tokens = []
+        self.decoder.reset()
+
+    def _render(self, messages, add_generation_prompt: bool) -> str:
+        return self.decoder.apply_chat_template(messages, add_generation_prompt)
+
+    def _prompt_for(self, user_text: str) -> List[int]:
+        new_messages = self.messages + [{"role": "user", "content": user_text}]
+        full = self._render(new_messages, True)
+        if self.tokens:
+            before = self._render(self.messages, False)
+            if full.startswith(before):
+                delta = full[len(before):]
+                return self.tokens + self.decoder.tokenize(delta, add_special=False)
+        return self.decoder.tokenize(full)
+
+    def send(self, user_text: str, **gen_kwargs) -> Iterator[StepChunk]:
+        """Stream the reply to user_text. Raises ContextFull if the prompt does not fit. The reply
+        (whole, or what was produced before the stream was closed) joins the history."""
+        prompt = self._prompt_for(user_text)
+        if len(prompt) >= self.decoder.n_ctx:
+            raise ContextFull(f"the conversation needs {len(prompt)} tokens; the context holds {self.decoder.n_ctx}")
+        reply_tokens: List[int] = []
+        reply_text: List[str] = []
+        final: Optional[StepChunk] = None
+        try:
+            for chunk in self.decoder.stream(prompt, **gen_kwargs):
+                reply_tokens += chunk.tokens
+                reply_text.append(chunk.text)
+                if chunk.finish_reason is not None:
+                    final = chunk
+                yield chunk
+        finally:
+            self._commit(user_text, prompt, reply_tokens, "".join(reply_text))
+            if final is not None and final.stats is not None:
+                self.stats.add(final.stats)
+
+    def _commit(self, user_text: str, prompt: List[int], reply_tokens: List[int], reply_text: str) -> None:
+        before_reply = self._render(self.messages + [{"role": "user", "content": user_text}], True)
+        self.messages += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply_text}]
+        after = self._render(self.messages, False)
+        # the template's text after the reply (e.g. "<|im_end|>\n") joins the token history
+        if after.startswith(before_reply + reply_text):
+            tail = after[len(before_reply) + len(reply_text):]
+            self.tokens = prompt + reply_tokens + self.decoder.tokenize(tail, add_special=False)
+        else:
+            self.tokens = self.decoder.tokenize(after)

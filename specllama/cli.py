@@ -1,0 +1,418 @@
+"""The specllama command line: chat, generate, bench, draft, models.
+
+Model text goes to stdout; progress, statistics and errors go to stderr. Library errors become
+one line and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import click
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def _library_errors(fn):
+    """Turn the library's exceptions into one-line CLI errors."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (FileNotFoundError, ValueError, RuntimeError, TypeError, OSError) as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def model_options(fn):
+    """Options every model-running command shares (llama.cpp's names where it has one)."""
+    opts = [
+        click.option("-m", "--model", type=click.Path(dir_okay=False), envvar="SPECLLAMA_MODEL",
+                     help="Target GGUF (default: the default pair's F32 target)."),
+        click.option("-d", "--draft", type=click.Path(dir_okay=False), envvar="SPECLLAMA_DRAFT",
+                     help="Draft GGUF with the target's vocabulary (default pair's Q4_1 draft when -m is not given)."),
+        click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
+        click.option("--n-draft", type=click.IntRange(1, 64), default=6, show_default=True,
+                     help="Tokens drafted per verification step."),
+        click.option("-c", "--ctx-size", type=click.IntRange(0), default=4096, show_default=True,
+                     help="Context size in tokens (0 = the model's)."),
+        click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = all)."),
+        click.option("--threads-draft", type=click.IntRange(0), default=0, help="CPU threads for the draft (0 = --threads)."),
+        click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True,
+                     help="Target layers to offload to the GPU (-1 = all; needs a GPU build of llama-cpp-python)."),
+        click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=int, default=0, show_default=True,
+                     help="Draft layers to offload to the GPU."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def sampling_options(fn):
+    opts = [
+        click.option("-n", "--n-predict", type=click.IntRange(1), default=256, show_default=True,
+                     help="Tokens to generate at most."),
+        click.option("--temp", type=click.FloatRange(0), default=0.8, show_default=True,
+                     help="Temperature (0 = greedy)."),
+        click.option("--top-k", type=click.IntRange(0), default=40, show_default=True, help="Top-k (0 = off)."),
+        click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
+                     help="Top-p (1 = off)."),
+        click.option("--min-p", type=click.FloatRange(0, 1, max_open=True), default=0.05, show_default=True,
+                     help="Min-p (0 = off)."),
+        click.option("-s", "--seed", type=click.IntRange(0, 2**64 - 1), default=None, help="Random seed (default: random)."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
+                  n_gpu_layers_draft, need_draft=False):
+    from .decoder import SpeculativeDecoder
+    from .models import default_pair
+
+    if draft and not model:
+        raise click.UsageError("-d/--draft needs -m/--model (the target it drafts for)")
+    if no_draft and need_draft:
+        raise click.UsageError("this command compares against a draft; drop --no-draft")
+    if not model:
+        model, default_draft = default_pair()
+        draft = draft or default_draft
+    if no_draft:
+        draft = None
+    if need_draft and not draft:
+        raise click.UsageError("this command needs a draft model: give -d/--draft")
+    dec = SpeculativeDecoder(model, draft, n_ctx=ctx_size, n_threads=threads, n_threads_draft=threads_draft,
+                             n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft)
+    what = f"{Path(model).name}" + (f" + draft {Path(draft).name}, n_draft {n_draft}" if draft else " (no draft)")
+    return dec, what
+
+
+def _sampling(n_predict, temp, top_k, top_p, min_p, seed) -> dict:
+    return dict(max_tokens=n_predict, temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+
+
+def _stats_line(stats) -> str:
+    line = (f"{stats.n_generated} tokens in {stats.t_total_ms / 1000:.2f} s, {stats.tokens_per_second:.1f} tokens/s "
+            f"after {stats.n_prompt}-token prompt ({stats.t_prefill_ms:.0f} ms)")
+    if stats.n_drafted:
+        line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted}), "
+                 f"{stats.mean_accepted_length:.2f} tokens per target pass")
+    return line
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(package_name="specllama")
+def main() -> None:
+    """specllama: lossless speculative decoding for local GGUF models.
+
+    With no -m/-d, every command uses the default pair (SmolLM2-135M-Instruct, F32 target and
+    Q4_1 draft), built once into your cache directory.
+    """
+
+
+@main.command()
+@click.argument("prompt", required=False)
+@model_options
+@sampling_options
+@click.option("--chat", "use_chat", is_flag=True, help="Wrap PROMPT in the model's chat template as a user message.")
+@click.option("--system", default=None, help="System message (with --chat).")
+@click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
+@click.option("--compare", is_flag=True,
+              help="Afterwards, generate the same tokens with plain decoding and report the speedup.")
+@_library_errors
+def generate(prompt, model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
+             n_gpu_layers_draft, n_predict, temp, top_k, top_p, min_p, seed, use_chat, system, stop, as_json,
+             compare):
+    """Generate one completion of PROMPT (or of standard input), streamed to stdout."""
+    if prompt is None:
+        if sys.stdin is None or (sys.stdin.isatty() if hasattr(sys.stdin, "isatty") else False):
+            raise click.UsageError("give a PROMPT or pipe one on standard input")
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise click.UsageError("the prompt is empty")
+    dec, what = _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
+                              n_gpu_layers_draft)
+    with dec:
+        if use_chat:
+            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+            prompt = dec.apply_chat_template(messages)
+        kwargs = _sampling(n_predict, temp, top_k, top_p, min_p, seed)
+        kwargs["stop"] = list(stop)
+        if as_json:
+            out = dec.generate(prompt, **kwargs)
+            click.echo(json.dumps({"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
+                                   "context_full": out.context_full, "stats": out.stats.as_dict()}))
+            return
+        _err(f"specllama: {what}")
+        final = None
+        try:
+            for chunk in dec.stream(prompt, **kwargs):
+                if chunk.text:
+                    click.echo(chunk.text, nl=False)
+                    sys.stdout.flush()
+                if chunk.finish_reason is not None:
+                    final = chunk
+        except KeyboardInterrupt:
+            click.echo("")
+            _err("specllama: interrupted")
+            sys.exit(130)
+        click.echo("")
+        _err(f"specllama: finish_reason {final.finish_reason}; {_stats_line(final.stats)}")
+        if compare and dec.has_draft:
+            _compare_plain(dec, prompt, kwargs, final)
+
+
+def _compare_plain(dec, prompt, kwargs, final) -> None:
+    """Plain decoding of as many tokens, same settings and seed, on the same engine."""
+    spec_tokens = final.stats.n_generated
+    if spec_tokens == 0:
+        return
+    dec.reset()
+    spec_again = dec.generate(prompt, **{**kwargs, "max_tokens": spec_tokens})
+    dec.reset()
+    plain = dec.generate(prompt, **{**kwargs, "max_tokens": spec_tokens}, speculative=False)
+    s, p = spec_again.stats, plain.stats
+    same = "identical" if plain.tokens == spec_again.tokens else "different (see README: numerics at near-ties)"
+    if kwargs.get("temperature", 0) > 0:
+        same = "sampled with the same seed; equal in distribution, not token for token"
+    _err(f"specllama: plain decoding {p.tokens_per_second:.1f} tokens/s, speculative {s.tokens_per_second:.1f} "
+         f"tokens/s: {s.tokens_per_second / p.tokens_per_second:.2f}x on {spec_tokens} tokens; output {same}")
+
+
+@main.command()
+@model_options
+@sampling_options
+@click.option("--system", default=None, help="System message.")
+@_library_errors
+def chat(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers, n_gpu_layers_draft,
+         n_predict, temp, top_k, top_p, min_p, seed, system):
+    """Chat with the model, using its own chat template; replies stream as they are verified.
+
+    The conversation stays in the KV cache across turns. Commands: /stats, /reset, /exit
+    (or end of input). Ctrl-C stops the current reply.
+    """
+    from .chat import ChatSession, ContextFull
+
+    dec, what = _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
+                              n_gpu_layers_draft)
+    with dec:
+        session = ChatSession(dec, system=system)
+        kwargs = _sampling(n_predict, temp, top_k, top_p, min_p, seed)
+        _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")
+        _err("Type /exit or press Ctrl-D to quit, /reset to start over, /stats for speed; Ctrl-C stops a reply.")
+        while True:
+            try:
+                click.echo(">>> ", nl=False, err=True)
+                line = sys.stdin.readline()
+            except KeyboardInterrupt:
+                _err("")
+                break
+            if not line:  # end of input
+                _err("")
+                break
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("/exit", "/quit"):
+                break
+            if text == "/reset":
+                session.reset()
+                _err("(conversation cleared)")
+                continue
+            if text == "/stats":
+                _err(session.stats.summary())
+                continue
+            if text.startswith("/"):
+                _err(f"unknown command {text}; commands: /stats, /reset, /exit")
+                continue
+            final = None
+            try:
+                for chunk in session.send(text, **kwargs):
+                    if chunk.text:
+                        click.echo(chunk.text, nl=False)
+                        sys.stdout.flush()
+                    if chunk.finish_reason is not None:
+                        final = chunk
+                click.echo("")
+            except KeyboardInterrupt:
+                click.echo("")
+                _err("(reply stopped)")
+                continue
+            except ContextFull as exc:
+                _err(f"The context is full: {exc}. Starting over (/reset) frees it.")
+                if _confirm_start_over():
+                    session.reset()
+                    _err("(conversation cleared)")
+                continue
+            if final is not None and final.context_full:
+                _err(f"(the reply filled the context of {dec.n_ctx} tokens)")
+                if _confirm_start_over():
+                    session.reset()
+                    _err("(conversation cleared)")
+
+
+def _confirm_start_over() -> bool:
+    click.echo("Start over? [y/N] ", nl=False, err=True)
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _parse_range(text: str):
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            values = list(range(lo, hi + 1))
+        else:
+            values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"expected a range like 1-12 or a list like 2,4,8, got {text!r}") from None
+    if not values or min(values) < 1 or max(values) > 64:
+        raise click.BadParameter(f"n_draft values must lie in 1..64, got {text!r}")
+    return values
+
+
+@main.command()
+@model_options
+@click.option("-n", "--n-predict", type=click.IntRange(1), default=128, show_default=True,
+              help="Tokens generated per prompt and mode.")
+@click.option("--temp", type=click.FloatRange(0), default=0.0, show_default=True, help="Temperature (0 = greedy).")
+@click.option("-s", "--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--sweep-n-draft", "sweep", default=None, metavar="RANGE",
+              help="Measure each n_draft in RANGE (e.g. 1-12 or 2,4,8) and report the best.")
+@click.option("--prompts", "prompt_names", default=None, metavar="NAMES",
+              help="Comma-separated subset of the built-in prompts (chat,code,summary,list).")
+@click.option("-o", "--out-dir", type=click.Path(file_okay=False), default="specllama-bench", show_default=True,
+              help="Where report.json and speedup.png go.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
+@_library_errors
+def bench(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers, n_gpu_layers_draft,
+          n_predict, temp, seed, sweep, prompt_names, out_dir, as_json):
+    """Plain vs speculative decoding on the same engine and prompts: speed, acceptance, and the
+    speedup Leviathan et al.'s formula predicts from them."""
+    from .bench import PROMPTS, run_bench, write_report
+
+    n_drafts = _parse_range(sweep) if sweep else [n_draft]
+    prompts = PROMPTS
+    if prompt_names:
+        names = [n.strip() for n in prompt_names.split(",") if n.strip()]
+        unknown = [n for n in names if n not in PROMPTS]
+        if unknown:
+            raise click.BadParameter(f"unknown prompt(s) {', '.join(unknown)}; choose from {', '.join(PROMPTS)}")
+        prompts = {n: PROMPTS[n] for n in names}
+    dec, what = _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
+                              n_gpu_layers_draft, need_draft=True)
+    with dec:
+        _err(f"specllama bench: {what}; {len(prompts)} prompts x {n_predict} tokens, T={temp}, "
+             f"n_draft {', '.join(map(str, n_drafts))}")
+        total = len(prompts) * (1 + len(n_drafts))
+        with click.progressbar(length=total, label="measuring", file=sys.stderr) as bar:
+            report = run_bench(dec, n_drafts, max_tokens=n_predict, temperature=temp, seed=seed, prompts=prompts,
+                               progress=bar.update)
+    paths = write_report(report, Path(out_dir))
+    if as_json:
+        click.echo(json.dumps(report))
+    else:
+        click.echo(_bench_table(report))
+    _err(f"specllama: wrote {paths['json']} and {paths['png']}")
+
+
+def _bench_table(r: dict) -> str:
+    lines = [f"plain decoding: {r['plain_tokens_per_second']:.1f} tokens/s "
+             f"({r['target_ms_per_token']:.1f} ms per target decode)",
+             "",
+             "n_draft  tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead"]
+    for e in r["sweep"]:
+        lines.append(f"{e['n_draft']:>7}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
+                     f"{e['acceptance_rate']:>10.1%}  {e['mean_accepted_length']:>11.2f}  "
+                     f"{e['predicted_speedup']:>8.2f}x  {e['predicted_speedup_measured_verify']:>15.2f}x  "
+                     f"{e['loop_overhead_share']:>12.2%}")
+    best = next(e for e in r["sweep"] if e["n_draft"] == r["best_n_draft"])
+    lines += ["", f"per prompt at n_draft {r['best_n_draft']}:"]
+    for name, p in best["per_prompt"].items():
+        lines.append(f"  {name:<8} plain {p['plain_tokens_per_second']:6.1f}  speculative "
+                     f"{p['speculative_tokens_per_second']:6.1f} tokens/s  {p['speedup']:.2f}x  "
+                     f"acceptance {p['acceptance_rate']:.1%}")
+    lines += ["", f"best: n_draft {r['best_n_draft']}, {r['speedup']:.2f}x plain decoding "
+                  f"(predicted {r['predicted_speedup_measured_verify']:.2f}x)"]
+    return "\n".join(lines)
+
+
+@main.command("draft")
+@click.argument("target", type=click.Path(exists=True, dir_okay=False))
+@click.option("--type", "qtype", default="q4_0", show_default=True,
+              help="Quantization type of the draft (see --list-types).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="Output GGUF (default: TARGET with the type in its name).")
+@click.option("--sweep", is_flag=True, help="Try several types; report size, cost, acceptance, predicted speedup.")
+@click.option("--types", "sweep_types", default="q8_0,q5_1,q4_1,q4_0,q2_k", show_default=True,
+              help="Types tried by --sweep.")
+@click.option("--list-types", is_flag=True, help="List the quantization types and exit.")
+@click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = all).")
+@click.option("-n", "--n-predict", type=click.IntRange(1), default=64, show_default=True,
+              help="Tokens per prompt when measuring (--sweep).")
+@click.option("--json", "as_json", is_flag=True, help="Print the sweep report as JSON.")
+@_library_errors
+def draft_cmd(target, qtype, output, sweep, sweep_types, list_types, threads, n_predict, as_json):
+    """Make a quantized draft of TARGET with llama.cpp's quantizer (or find the best with --sweep)."""
+    from . import _core
+    from .quantize import make_draft, sweep_drafts
+
+    if list_types:
+        click.echo(" ".join(_core.quantize_types()))
+        return
+    if not sweep:
+        out = output or _default_draft_name(target, qtype)
+        _err(f"specllama: quantizing {target} to {qtype} -> {out}")
+        make_draft(target, out, qtype, n_threads=threads)
+        _err(f"specllama: wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)")
+        return
+    out_dir = Path(output) if output else Path(target).parent
+    types = [t.strip() for t in sweep_types.split(",") if t.strip()]
+    with click.progressbar(length=len(types) + 1, label="measuring drafts", file=sys.stderr) as bar:
+        report = sweep_drafts(target, types, out_dir, n_predict=n_predict, n_threads=threads, progress=bar.update)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    click.echo(f"target {Path(target).name}: {report['target_size_mb']:.1f} MB, "
+               f"{report['target_ms_per_token']:.1f} ms per token")
+    click.echo("type     size MB  cost ratio  acceptance  best n_draft  predicted speedup")
+    for e in report["drafts"]:
+        click.echo(f"{e['type']:<7} {e['size_mb']:>8.1f}  {e['cost_ratio']:>10.2f}  {e['acceptance_rate']:>10.1%}  "
+                   f"{e['best_n_draft']:>12}  {e['predicted_speedup']:>16.2f}x")
+    best = report["recommended"]
+    click.echo(f"recommended: {best['type']} ({best['path']}), predicted {best['predicted_speedup']:.2f}x")
+
+
+def _default_draft_name(target: str, qtype: str) -> str:
+    p = Path(target)
+    return str(p.with_name(f"{p.stem}.{qtype}.gguf"))
+
+
+@main.command()
+@click.option("--verify", is_flag=True, help="Re-hash both files (rebuilding one that fails).")
+@_library_errors
+def models(verify):
+    """Show the default model pair and where it is cached; build it if missing."""
+    from .models import cache_dir, default_pair
+
+    target, draft = default_pair(verify=verify)
+    click.echo(f"cache:  {cache_dir()}")
+    click.echo(f"target: {target} ({os.path.getsize(target) / 1e6:.1f} MB, F32)")
+    click.echo(f"draft:  {draft} ({os.path.getsize(draft) / 1e6:.1f} MB, Q4_1)")
+
+
+if __name__ == "__main__":
+    main()

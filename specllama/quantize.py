@@ -1,0 +1,86 @@
+"""Quantized drafts: make one with llama.cpp's quantizer, or try several and rank them.
+
+A quantized copy of the target shares its vocabulary by construction, so it is always a valid
+draft; the question is which type pays: cheaper types decode faster but agree less. The sweep
+measures, for each type, the draft's cost per token relative to the target's (plain decoding on
+each alone) and its acceptance rate against the target (greedy speculative decoding on the bench
+prompts), and ranks the types by the speedup Leviathan et al.'s formula predicts from the two,
+at the best n_draft for each.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from . import _core
+from .bench import PROMPTS, predicted_speedup
+from .decoder import SpeculativeDecoder
+
+SWEEP_PROMPTS = ["code", "list"]
+
+
+def make_draft(target: str, output: str, qtype: str, n_threads: int = 0) -> str:
+    """Write output as TARGET quantized to qtype; returns output."""
+    if os.path.abspath(target) == os.path.abspath(output):
+        raise ValueError("the draft must not overwrite its target")
+    part = output + ".part"
+    try:
+        _core.quantize(target, part, qtype, n_threads)
+        os.replace(part, output)
+    finally:
+        if os.path.exists(part):
+            os.unlink(part)
+    return output
+
+
+def _ms_per_token(path: str, prompts: List[List[int]], n_predict: int, n_threads: int) -> float:
+    with SpeculativeDecoder(path, n_ctx=1024, n_threads=n_threads) as dec:
+        steps = 0
+        ms = 0.0
+        for p in prompts:
+            dec.reset()
+            s = dec.generate(p, max_tokens=n_predict, temperature=0, ignore_eos=True).stats
+            steps += s.n_steps
+            ms += s.t_verify_ms
+    return ms / steps
+
+
+def sweep_drafts(target: str, types: List[str], out_dir: Path, n_predict: int = 64, n_threads: int = 0,
+                 n_draft: int = 4, progress: Optional[Callable[[int], None]] = None) -> dict:
+    unknown = [t for t in types if t not in _core.quantize_types()]
+    if unknown:
+        raise ValueError(f"unknown quantization type(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(_core.quantize_types())}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with SpeculativeDecoder(target, n_ctx=1024, n_threads=n_threads) as t:
+        prompts = [t.tokenize(t.apply_chat_template([{"role": "user", "content": PROMPTS[name]}]))
+                   if t.target_model.chat_template else t.tokenize(PROMPTS[name]) for name in SWEEP_PROMPTS]
+    target_ms = _ms_per_token(target, prompts, n_predict, n_threads)
+    if progress:
+        progress(1)
+    drafts = []
+    stem = Path(target).stem
+    for qtype in types:
+        path = str(out_dir / f"{stem}.{qtype}.gguf")
+        make_draft(target, path, qtype, n_threads)
+        draft_ms = _ms_per_token(path, prompts, n_predict, n_threads)
+        with SpeculativeDecoder(target, path, n_ctx=1024, n_threads=n_threads) as dec:
+            drafted = accepted = 0
+            for p in prompts:
+                dec.reset()
+                s = dec.generate(p, max_tokens=n_predict, temperature=0, n_draft=n_draft, ignore_eos=True).stats
+                drafted += s.n_drafted
+                accepted += s.n_accepted
+        alpha = accepted / drafted if drafted else 0.0
+        c = draft_ms / target_ms
+        best_n = max(range(1, 17), key=lambda n: predicted_speedup(alpha, n, c))
+        drafts.append({"type": qtype, "path": path, "size_mb": os.path.getsize(path) / 1e6,
+                       "draft_ms_per_token": draft_ms, "cost_ratio": c, "acceptance_rate": alpha,
+                       "best_n_draft": best_n, "predicted_speedup": predicted_speedup(alpha, best_n, c)})
+        if progress:
+            progress(1)
+    recommended = max(drafts, key=lambda e: e["predicted_speedup"])
+    return {"target": target, "target_size_mb": os.path.getsize(target) / 1e6, "target_ms_per_token": target_ms,
+            "n_predict": n_predict, "drafts": drafts, "recommended": recommended}
