@@ -214,6 +214,7 @@ def plot_report(report: dict, path: Path) -> None:
         pp = best["per_prompt"][n]
         ax2.annotate(f"{pp['speedup']:.2f}x\na={pp['acceptance_rate']:.2f}", (i + 0.2, spec[i]),
                      ha="center", va="bottom", fontsize=8)
+    ax2.set_ylim(0, max(spec + plain) * 1.25)
     ax2.set_xticks(list(x))
     ax2.set_xticklabels(names)
     ax2.set_ylabel("tokens / s (after prefill)")

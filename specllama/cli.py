@@ -15,6 +15,9 @@ from typing import Optional
 
 import click
 
+from ._core import quantize_types
+
+_QUANT_TYPES = quantize_types()
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -353,26 +356,22 @@ def _bench_table(r: dict) -> str:
 @main.command("draft")
 @click.argument("target", type=click.Path(exists=True, dir_okay=False))
 @click.option("--type", "qtype", default="q4_0", show_default=True,
-              help="Quantization type of the draft (see --list-types).")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Output GGUF (default: TARGET with the type in its name).")
+              type=click.Choice(_QUANT_TYPES, case_sensitive=False), help="Quantization type of the draft.")
+@click.option("-o", "--output", type=click.Path(), default=None,
+              help="Output GGUF (default: TARGET with the type in its name); with --sweep, a directory.")
 @click.option("--sweep", is_flag=True, help="Try several types; report size, cost, acceptance, predicted speedup.")
 @click.option("--types", "sweep_types", default="q8_0,q5_1,q4_1,q4_0,q2_k", show_default=True,
               help="Types tried by --sweep.")
-@click.option("--list-types", is_flag=True, help="List the quantization types and exit.")
 @click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = all).")
 @click.option("-n", "--n-predict", type=click.IntRange(1), default=64, show_default=True,
               help="Tokens per prompt when measuring (--sweep).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep report as JSON.")
 @_library_errors
-def draft_cmd(target, qtype, output, sweep, sweep_types, list_types, threads, n_predict, as_json):
+def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_json):
     """Make a quantized draft of TARGET with llama.cpp's quantizer (or find the best with --sweep)."""
-    from . import _core
     from .quantize import make_draft, sweep_drafts
 
-    if list_types:
-        click.echo(" ".join(_core.quantize_types()))
-        return
+    qtype = qtype.lower()
     if not sweep:
         out = output or _default_draft_name(target, qtype)
         _err(f"specllama: quantizing {target} to {qtype} -> {out}")
@@ -380,7 +379,11 @@ def draft_cmd(target, qtype, output, sweep, sweep_types, list_types, threads, n_
         _err(f"specllama: wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)")
         return
     out_dir = Path(output) if output else Path(target).parent
-    types = [t.strip() for t in sweep_types.split(",") if t.strip()]
+    types = [t.strip().lower() for t in sweep_types.split(",") if t.strip()]
+    unknown = [t for t in types if t not in _QUANT_TYPES]
+    if unknown or not types:
+        raise click.BadParameter(f"unknown quantization type(s) {', '.join(unknown)}; choose from "
+                                 f"{', '.join(_QUANT_TYPES)}", param_hint="--types")
     with click.progressbar(length=len(types) + 1, label="measuring drafts", file=sys.stderr) as bar:
         report = sweep_drafts(target, types, out_dir, n_predict=n_predict, n_threads=threads, progress=bar.update)
     if as_json:

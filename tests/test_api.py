@@ -280,7 +280,7 @@ def test_threads_share_one_decoder(dec):
     assert got == want
 
 
-def test_one_libllama_per_process():
+def test_one_libllama_per_process(tmp_path):
     """Whichever of specllama and llama_cpp is imported first, one libllama is mapped."""
     code = (
         "import {first}, {second}\n"
@@ -291,5 +291,5 @@ def test_one_libllama_per_process():
     )
     for first, second in (("specllama", "llama_cpp"), ("llama_cpp", "specllama")):
         out = subprocess.run([sys.executable, "-c", code.format(first=first, second=second)],
-                             capture_output=True, text=True)
+                             capture_output=True, text=True, cwd=tmp_path)  # the installed package
         assert out.returncode == 0, out.stdout + out.stderr

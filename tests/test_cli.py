@@ -1,0 +1,153 @@
+"""The command line on the tiny models, through click's CliRunner: stdout holds model text only,
+stderr the diagnostics; errors are one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import specllama
+from specllama.chat import ChatSession
+from specllama.cli import main
+
+
+@pytest.fixture()
+def runner():
+    return CliRunner()
+
+
+def _pair(tiny):
+    return ["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "512"]
+
+
+def test_help_lists_commands(runner):
+    r = runner.invoke(main, ["-h"])
+    assert r.exit_code == 0
+    for cmd in ("chat", "generate", "bench", "draft", "models"):
+        assert cmd in r.output
+
+
+def test_generate_streams_text_to_stdout_and_stats_to_stderr(runner, tiny):
+    r = runner.invoke(main, ["generate", "the cat is", *_pair(tiny), "-n", "20", "--temp", "0"])
+    assert r.exit_code == 0, r.output
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
+        want = dec.generate("the cat is", max_tokens=20, temperature=0)
+    assert r.stdout == want.text + "\n"
+    assert "tokens/s" in r.stderr and "acceptance" in r.stderr and want.text not in r.stderr
+
+
+def test_generate_reads_stdin_and_json(runner, tiny):
+    r = runner.invoke(main, ["generate", *_pair(tiny), "-n", "12", "--temp", "0", "--json"], input="the cat is")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["finish_reason"] in ("stop", "length")
+    for key in ("n_drafted", "n_accepted", "acceptance_rate", "tokens_per_second"):
+        assert key in out["stats"]
+    assert out["stats"]["n_generated"] == len(out["tokens"])
+
+
+def test_generate_no_draft_and_chat_template(runner, tiny):
+    r = runner.invoke(main, ["generate", "hi", *_pair(tiny), "--no-draft", "--chat", "-n", "8", "--temp", "0",
+                             "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["stats"]["n_drafted"] == 0
+
+
+def test_generate_compare(runner, tiny):
+    r = runner.invoke(main, ["generate", "the cat is", *_pair(tiny), "-n", "30", "--temp", "0", "--compare"])
+    assert r.exit_code == 0, r.output
+    assert "plain decoding" in r.stderr and "output identical" in r.stderr
+
+
+def test_chat_transcript(runner, tiny):
+    """Two turns, /stats, /exit: stdout is exactly the two replies; the cache is reused."""
+    gen = dict(max_tokens=16, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=None)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
+        session = ChatSession(dec)
+        replies = ["".join(c.text for c in session.send(q, **gen)) for q in ("hello there", "and the cat")]
+        assert session.stats.turns == 2
+    r = runner.invoke(main, ["chat", *_pair(tiny), "-n", "16", "--temp", "0"],
+                      input="hello there\n/stats\nand the cat\n/exit\n")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == replies[0] + "\n" + replies[1] + "\n"
+    assert "/exit" in r.stderr  # it says how to leave
+    assert "1 replies" in r.stderr  # /stats after the first turn
+
+
+def test_chat_end_of_input_and_reset(runner, tiny):
+    r = runner.invoke(main, ["chat", *_pair(tiny), "-n", "4", "--temp", "0"], input="hi\n/reset\n/nope\n")
+    assert r.exit_code == 0, r.output
+    assert "conversation cleared" in r.stderr and "unknown command /nope" in r.stderr
+
+
+def test_chat_context_full_offers_to_start_over(runner, tiny):
+    r = runner.invoke(main, ["chat", *_pair(tiny)[:4], "-c", "256", "-n", "8", "--temp", "0"],
+                      input=("the cat " * 200) + "\ny\nhi\n/exit\n")
+    assert r.exit_code == 0, r.output
+    assert "context is full" in r.stderr and "conversation cleared" in r.stderr
+
+
+def test_bench_writes_json_and_png(runner, tiny, tmp_path):
+    out = tmp_path / "bench"
+    r = runner.invoke(main, ["bench", *_pair(tiny), "-n", "8", "--sweep-n-draft", "1-2", "--prompts", "code,list",
+                             "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    for key in ("speedup", "plain_tokens_per_second", "speculative_tokens_per_second", "acceptance_rate"):
+        assert isinstance(rep[key], float)
+    assert [e["n_draft"] for e in rep["sweep"]] == [1, 2]
+    assert json.loads((out / "report.json").read_text())["speedup"] == rep["speedup"]
+    assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_needs_a_draft(runner, tiny):
+    r = runner.invoke(main, ["bench", "-m", tiny.target, "--no-draft"])
+    assert r.exit_code == 2 and "drop --no-draft" in r.stderr
+
+
+def test_draft_makes_a_loadable_gguf(runner, tiny, tmp_path):
+    out = tmp_path / "d.gguf"
+    r = runner.invoke(main, ["draft", tiny.target, "--type", "q8_0", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    m = specllama.Model(str(out))
+    specllama.vocab_check_compatible(specllama.Model(tiny.target), m)
+
+
+def test_draft_sweep(runner, tiny, tmp_path):
+    r = runner.invoke(main, ["draft", tiny.target, "--sweep", "--types", "q8_0,q4_0", "-n", "8", "-o",
+                             str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert [d["type"] for d in rep["drafts"]] == ["q8_0", "q4_0"]
+    assert rep["recommended"]["type"] in ("q8_0", "q4_0")
+    assert all(0 <= d["acceptance_rate"] <= 1 and d["cost_ratio"] > 0 for d in rep["drafts"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["generate", "hi", "-m", "/nonexistent/x.gguf"], "model file not found: /nonexistent/x.gguf"),
+    (["generate", "hi", "-m", "{not_gguf}"], "not a GGUF file"),
+    (["generate", "hi", "-m", "{target}", "-d", "{other}"], "draft token 300"),
+])
+def test_errors_are_one_line(runner, tiny, tmp_path, args, message):
+    bad = tmp_path / "bad.gguf"
+    bad.write_text("hello")
+    args = [a.format(not_gguf=bad, target=tiny.target, other=tiny.other_vocab, out=tmp_path) for a in args]
+    r = runner.invoke(main, args)
+    assert r.exit_code == 1
+    assert r.stderr.strip().count("\n") == 0 and message in r.stderr
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("args, option", [
+    (["generate", "hi", "--top-p", "1.5"], "--top-p"),
+    (["generate", "hi", "--n-draft", "0"], "--n-draft"),
+    (["generate", "hi", "--temp", "-1"], "--temp"),
+    (["draft", "{target}", "--type", "q9_9"], "--type"),
+    (["draft", "{target}", "--sweep", "--types", "q8_0,q9_9"], "unknown quantization type(s) q9_9"),
+    (["bench", "--sweep-n-draft", "0-3"], "n_draft values"),
+])
+def test_bad_parameter_is_a_usage_error(runner, tiny, args, option):
+    r = runner.invoke(main, [a.format(target=tiny.target) for a in args] + ["-m", tiny.target][: 2 * (args[0] != "draft")])
+    assert r.exit_code == 2 and option in r.stderr
