@@ -55,16 +55,18 @@ class Run:
     mode: str  # "plain" or "speculative"
     n_draft: int
     stats: Stats
+    tokens: List[int]
 
     def as_dict(self) -> dict:
         return {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "stats": self.stats.as_dict()}
 
 
-def _reset_and_run(dec: SpeculativeDecoder, prompt: List[int], speculative: bool, n_draft: int,
-                   max_tokens: int, temperature: float, seed: int) -> Stats:
+def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], speculative: bool, n_draft: int,
+                   max_tokens: int, temperature: float, seed: int) -> Run:
     dec.reset()
-    return dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
-                        speculative=speculative, ignore_eos=True).stats
+    out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
+                       speculative=speculative, ignore_eos=True)
+    return Run(name, "speculative" if speculative else "plain", n_draft if speculative else 0, out.stats, out.tokens)
 
 
 def _throughput(stats: Sequence[Stats]) -> float:
@@ -86,17 +88,17 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
                  for name, text in prompts.items()}
     # warm-up: first-touch page faults of the mapped weights would count against the first run
     first = next(iter(tokenized.values()))
-    _reset_and_run(dec, first, True, n_drafts[0], 8, temperature, seed)
-    _reset_and_run(dec, first, False, n_drafts[0], 8, temperature, seed)
+    _reset_and_run(dec, "warm-up", first, True, n_drafts[0], 8, temperature, seed)
+    _reset_and_run(dec, "warm-up", first, False, n_drafts[0], 8, temperature, seed)
 
     runs: List[Run] = []
     started = time.time()
     for name, toks in tokenized.items():
-        runs.append(Run(name, "plain", 0, _reset_and_run(dec, toks, False, 1, max_tokens, temperature, seed)))
+        runs.append(_reset_and_run(dec, name, toks, False, 1, max_tokens, temperature, seed))
         if progress:
             progress(1)
         for n in n_drafts:
-            runs.append(Run(name, "speculative", n, _reset_and_run(dec, toks, True, n, max_tokens, temperature, seed)))
+            runs.append(_reset_and_run(dec, name, toks, True, n, max_tokens, temperature, seed))
             if progress:
                 progress(1)
 
@@ -112,10 +114,14 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         t_verify = sum(s.t_verify_ms for s in spec) / sum(s.n_steps for s in spec)
         tps = _throughput(spec)
         per_prompt = {}
+        n_identical = 0
         for name in tokenized:
-            p = next(r.stats for r in runs if r.prompt == name and r.mode == "plain")
-            s = next(r.stats for r in runs if r.prompt == name and r.mode == "speculative" and r.n_draft == n)
-            per_prompt[name] = {"plain_tokens_per_second": p.tokens_per_second,
+            plain_run = next(r for r in runs if r.prompt == name and r.mode == "plain")
+            spec_run = next(r for r in runs if r.prompt == name and r.mode == "speculative" and r.n_draft == n)
+            p, s = plain_run.stats, spec_run.stats
+            n_identical += plain_run.tokens == spec_run.tokens
+            per_prompt[name] = {"identical_to_plain": plain_run.tokens == spec_run.tokens,
+                                "plain_tokens_per_second": p.tokens_per_second,
                                 "speculative_tokens_per_second": s.tokens_per_second,
                                 "speedup": s.tokens_per_second / p.tokens_per_second,
                                 "acceptance_rate": s.acceptance_rate,
@@ -134,6 +140,8 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
             "predicted_speedup": predicted_speedup(alpha, n, t_draft / t_target),
             "predicted_speedup_measured_verify": predicted_speedup_measured(alpha, n, t_draft, t_target, t_verify),
             "loop_overhead_share": loop_ms / total_ms if total_ms else 0.0,
+            # at temperature 0: prompts whose speculative output equals the plain output token for token
+            "outputs_identical": n_identical,
             "per_prompt": per_prompt,
         })
     best = max(sweep, key=lambda e: e["speedup"])

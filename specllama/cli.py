@@ -336,12 +336,12 @@ def _bench_table(r: dict) -> str:
     lines = [f"plain decoding: {r['plain_tokens_per_second']:.1f} tokens/s "
              f"({r['target_ms_per_token']:.1f} ms per target decode)",
              "",
-             "n_draft  tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead"]
+             "n_draft  tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead  same output"]
     for e in r["sweep"]:
         lines.append(f"{e['n_draft']:>7}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
                      f"{e['acceptance_rate']:>10.1%}  {e['mean_accepted_length']:>11.2f}  "
                      f"{e['predicted_speedup']:>8.2f}x  {e['predicted_speedup_measured_verify']:>15.2f}x  "
-                     f"{e['loop_overhead_share']:>12.2%}")
+                     f"{e['loop_overhead_share']:>12.2%}  {e['outputs_identical']:>5}/{len(e['per_prompt'])}")
     best = next(e for e in r["sweep"] if e["n_draft"] == r["best_n_draft"])
     lines += ["", f"per prompt at n_draft {r['best_n_draft']}:"]
     for name, p in best["per_prompt"].items():
@@ -391,10 +391,12 @@ def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_
         return
     click.echo(f"target {Path(target).name}: {report['target_size_mb']:.1f} MB, "
                f"{report['target_ms_per_token']:.1f} ms per token")
-    click.echo("type     size MB  cost ratio  acceptance  best n_draft  predicted speedup")
+    v = report["verify_ms_by_batch"]
+    click.echo(f"verification batch cost: {', '.join(f'{k} tokens {ms:.1f} ms' for k, ms in v.items() if k in (1, 2, 5, 9, 13))}")
+    click.echo("type     size MB  cost ratio  acceptance  best n_draft  predicted speedup  (Leviathan, verify = 1 decode)")
     for e in report["drafts"]:
         click.echo(f"{e['type']:<7} {e['size_mb']:>8.1f}  {e['cost_ratio']:>10.2f}  {e['acceptance_rate']:>10.1%}  "
-                   f"{e['best_n_draft']:>12}  {e['predicted_speedup']:>16.2f}x")
+                   f"{e['best_n_draft']:>12}  {e['predicted_speedup']:>16.2f}x  {e['predicted_speedup_leviathan']:>10.2f}x")
     best = report["recommended"]
     click.echo(f"recommended: {best['type']} ({best['path']}), predicted {best['predicted_speedup']:.2f}x")
 
