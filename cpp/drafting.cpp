@@ -1,6 +1,8 @@
 // drafting.cpp: autoregressive drafting with the draft model.
 #include "drafting.h"
 
+#include <cmath>
+
 namespace specllama {
 
 void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks) {
@@ -9,9 +11,25 @@ void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::fu
     cache_.decode(seq.data() + n_common, (int32_t) seq.size() - n_common, false, nullptr, between_chunks);
 }
 
+namespace {
+
+// softmax probability of the most likely token
+float top_prob(const float * logits, int32_t n_vocab, llama_token top) {
+    const float lmax = logits[top];
+    double      z    = 0.0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        z += std::exp((double) (logits[i] - lmax));
+    }
+    return (float) (1.0 / z);
+}
+
+}  // namespace
+
 void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
-                          rng_t & rng, draft_result & out, const std::function<void()> & between_chunks) {
+                          rng_t & rng, draft_result & out, const draft_continue & keep_going,
+                          const std::function<void()> & between_chunks) {
     out.tokens.clear();
+    out.conf.clear();
     if (n_draft <= 0 || seq.empty()) {
         return;
     }
@@ -25,16 +43,23 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     for (int32_t i = 0; i < n_draft; ++i) {
         const float * logits = cache_.logits(0);
         llama_token   tok;
+        float         conf;
         if (params.greedy()) {
-            tok = argmax(logits, n_vocab);
+            tok  = argmax(logits, n_vocab);
+            conf = top_prob(logits, n_vocab, tok);
         } else {
             sampling_distribution(logits, n_vocab, params, out.dists[i]);
-            tok = sample(out.dists[i], rng);
+            tok  = sample(out.dists[i], rng);
+            conf = out.dists[i].prob_of(tok);
         }
         out.tokens.push_back(tok);
+        out.conf.push_back(conf);
         // the last draft is not decoded here: the target verifies it, and the next step feeds it
         // to the draft together with the target's token if it is kept
         if (i + 1 == n_draft || llama_vocab_is_eog(vocab, tok) || cache_.n_past() >= cache_.n_ctx()) {
+            break;
+        }
+        if (keep_going && !keep_going(i + 1, conf)) {
             break;
         }
         cache_.decode(&tok, 1, false);

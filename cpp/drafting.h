@@ -13,16 +13,21 @@ namespace specllama {
 struct draft_result {
     std::vector<llama_token> tokens;  // proposed tokens, at most n_draft
     std::vector<token_dist>  dists;   // dists[i] is the q tokens[i] was drawn from (sampling only)
+    std::vector<float>       conf;    // the draft's probability of tokens[i]
 };
+
+// asked after each drafted token: draft another? (n drafted so far, confidence in the latest)
+using draft_continue = std::function<bool(int32_t n, float conf)>;
 
 class model_drafter {
   public:
     explicit model_drafter(kv_cache & cache) : cache_(cache) {}
 
     // propose up to n_draft tokens to follow seq (catching up first); stops early at an
-    // end-of-generation token. between_chunks: see kv_cache::decode.
+    // end-of-generation token or when keep_going says so. between_chunks: see kv_cache::decode.
     void draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params, rng_t & rng,
-               draft_result & out, const std::function<void()> & between_chunks = nullptr);
+               draft_result & out, const draft_continue & keep_going = nullptr,
+               const std::function<void()> & between_chunks = nullptr);
 
     // decode whatever part of seq the cache lacks (after a fully accepted step: the last draft, which
     // it never decoded, and the target's bonus token), so that its last logits follow seq

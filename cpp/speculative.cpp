@@ -56,6 +56,11 @@ void decoder::reset() {
     }
 }
 
+draft_length_model decoder::cost_model() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lengths_;
+}
+
 generate_result decoder::generate(const std::vector<llama_token> & prompt, const generate_params & params,
                                   const step_callback & on_step, const interrupt_check & check) {
     std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
@@ -117,17 +122,29 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
 
         auto t = clock_type::now();
         drafted_.tokens.clear();
+        drafted_.conf.clear();
         if (n > 0) {
-            drafter_->draft(seq, n, sp, rng, drafted_, check);
+            double p_reach = 1.0, expected = 1.0;
+            draft_continue keep = nullptr;
+            if (params.adaptive) {
+                keep = [&](int32_t n_done, float conf) {
+                    p_reach *= lengths_.accept_prob(conf);
+                    expected += p_reach;
+                    return lengths_.keep_going(n_done, p_reach, expected, conf);
+                };
+            }
+            drafter_->draft(seq, n, sp, rng, drafted_, keep, check);
         }
         n = (int32_t) drafted_.tokens.size();
-        st.t_draft_ms += ms_since(t);
+        const double draft_ms = ms_since(t);
+        st.t_draft_ms += draft_ms;
 
         t = clock_type::now();
         batch.assign(1, seq.back());
         batch.insert(batch.end(), drafted_.tokens.begin(), drafted_.tokens.end());
         tgt_cache_->decode(batch.data(), (int32_t) batch.size(), true);
-        st.t_verify_ms += ms_since(t);
+        const double verify_ms = ms_since(t);
+        st.t_verify_ms += verify_ms;
 
         t = clock_type::now();
         acceptance_result acc;
@@ -150,6 +167,13 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         tgt_cache_->rollback(n_seq + acc.n_accepted);
         st.t_accept_ms += ms_since(t);
 
+        if (n > 0) {
+            lengths_.observe_draft_decode(draft_ms / n);
+            lengths_.observe_verify(n + 1, verify_ms);
+            for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
+                lengths_.observe_acceptance(drafted_.conf[i], i < acc.n_accepted);
+            }
+        }
         st.n_steps += 1;
         st.n_drafted += n;
         st.n_accepted += acc.n_accepted;

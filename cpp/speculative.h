@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "acceptance.h"
+#include "draft_length.h"
 #include "drafting.h"
 #include "kv_cache.h"
 #include "text.h"
@@ -35,6 +36,7 @@ struct generate_params {
     std::vector<std::string> stop;              // stop strings (not included in the text)
     bool                     ignore_eos = false;  // keep going past end-of-generation tokens
     bool                     speculative = true;  // false: plain decoding on the target, same loop
+    bool                     adaptive = true;     // choose each step's draft length (<= n_draft) by expected speed
 };
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
@@ -104,6 +106,9 @@ class decoder {
     // forget both caches
     void reset();
 
+    // the adaptive draft length's current estimates
+    draft_length_model cost_model() const;
+
   private:
     std::shared_ptr<model>    target_;
     std::shared_ptr<model>    draft_;
@@ -111,6 +116,8 @@ class decoder {
     std::unique_ptr<kv_cache> dft_cache_;
     std::unique_ptr<model_drafter> drafter_;
     mutable std::mutex        mutex_;  // one generation at a time per decoder
+
+    draft_length_model        lengths_;  // costs and calibration, kept across generations
 
     // per-step buffers, reused
     draft_result              drafted_;

@@ -52,8 +52,8 @@ def predicted_speedup_measured(alpha: float, n_draft: int, t_draft: float, t_tar
 @dataclass
 class Run:
     prompt: str
-    mode: str  # "plain" or "speculative"
-    n_draft: int
+    mode: str  # "plain", "fixed" or "adaptive"
+    n_draft: int  # drafted tokens per step: exactly (fixed) or at most (adaptive)
     stats: Stats
     tokens: List[int]
 
@@ -61,12 +61,12 @@ class Run:
         return {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "stats": self.stats.as_dict()}
 
 
-def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], speculative: bool, n_draft: int,
+def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: str, n_draft: int,
                    max_tokens: int, temperature: float, seed: int) -> Run:
     dec.reset()
     out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
-                       speculative=speculative, ignore_eos=True)
-    return Run(name, "speculative" if speculative else "plain", n_draft if speculative else 0, out.stats, out.tokens)
+                       speculative=mode != "plain", adaptive=mode == "adaptive", ignore_eos=True)
+    return Run(name, mode, n_draft if mode != "plain" else 0, out.stats, out.tokens)
 
 
 def _throughput(stats: Sequence[Stats]) -> float:
@@ -76,29 +76,29 @@ def _throughput(stats: Sequence[Stats]) -> float:
 
 
 def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
-              seed: int = 0, prompts: Optional[Dict[str, str]] = None,
+              seed: int = 0, prompts: Optional[Dict[str, str]] = None, adaptive_max: Optional[int] = None,
               progress: Optional[Callable[[int], None]] = None) -> dict:
-    """Measure plain decoding once per prompt and speculative decoding for each n_draft.
+    """Measure plain decoding once per prompt, speculative decoding with each fixed n_draft, and
+    (given adaptive_max) adaptive drafting of at most adaptive_max tokens.
 
-    Returns the report dict (see `specllama bench --json`)."""
+    Returns the report dict (see `specllama bench --json`); its top-level speedup is the
+    adaptive configuration's when there is one, else the best fixed n_draft's."""
     if not dec.has_draft:
         raise ValueError("bench compares plain and speculative decoding: it needs a draft model")
     prompts = prompts or PROMPTS
     tokenized = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
                  for name, text in prompts.items()}
     # warm-up: first-touch page faults of the mapped weights would count against the first run
+    configs = [("fixed", n) for n in n_drafts] + ([("adaptive", adaptive_max)] if adaptive_max else [])
     first = next(iter(tokenized.values()))
-    _reset_and_run(dec, "warm-up", first, True, n_drafts[0], 8, temperature, seed)
-    _reset_and_run(dec, "warm-up", first, False, n_drafts[0], 8, temperature, seed)
+    for mode, n in [("plain", 1)] + configs:  # also teaches the adaptive model this machine's costs
+        _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed)
 
     runs: List[Run] = []
     started = time.time()
     for name, toks in tokenized.items():
-        runs.append(_reset_and_run(dec, name, toks, False, 1, max_tokens, temperature, seed))
-        if progress:
-            progress(1)
-        for n in n_drafts:
-            runs.append(_reset_and_run(dec, name, toks, True, n, max_tokens, temperature, seed))
+        for mode, n in [("plain", 1)] + configs:
+            runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed))
             if progress:
                 progress(1)
 
@@ -106,8 +106,8 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     plain_tps = _throughput(plain)
     t_target = sum(s.t_verify_ms for s in plain) / sum(s.n_steps for s in plain)
     sweep = []
-    for n in n_drafts:
-        spec = [r.stats for r in runs if r.mode == "speculative" and r.n_draft == n]
+    for mode, n in configs:
+        spec = [r.stats for r in runs if r.mode == mode and r.n_draft == n]
         n_drafted = sum(s.n_drafted for s in spec)
         alpha = sum(s.n_accepted for s in spec) / n_drafted if n_drafted else 0.0
         t_draft = sum(s.t_draft_ms for s in spec) / n_drafted if n_drafted else 0.0
@@ -117,7 +117,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         n_identical = 0
         for name in tokenized:
             plain_run = next(r for r in runs if r.prompt == name and r.mode == "plain")
-            spec_run = next(r for r in runs if r.prompt == name and r.mode == "speculative" and r.n_draft == n)
+            spec_run = next(r for r in runs if r.prompt == name and r.mode == mode and r.n_draft == n)
             p, s = plain_run.stats, spec_run.stats
             n_identical += plain_run.tokens == spec_run.tokens
             per_prompt[name] = {"identical_to_plain": plain_run.tokens == spec_run.tokens,
@@ -129,7 +129,9 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         total_ms = sum(s.t_total_ms - s.t_prefill_ms for s in spec)
         loop_ms = sum(s.t_other_ms for s in spec)
         sweep.append({
+            "mode": mode,
             "n_draft": n,
+            "label": f"{n}" if mode == "fixed" else f"adaptive <= {n}",
             "speculative_tokens_per_second": tps,
             "speedup": tps / plain_tps if plain_tps else 0.0,
             "acceptance_rate": alpha,
@@ -144,7 +146,10 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
             "outputs_identical": n_identical,
             "per_prompt": per_prompt,
         })
-    best = max(sweep, key=lambda e: e["speedup"])
+    fixed = [e for e in sweep if e["mode"] == "fixed"]
+    best_fixed = max(fixed, key=lambda e: e["speedup"]) if fixed else None
+    adaptive = next((e for e in sweep if e["mode"] == "adaptive"), None)
+    best = adaptive or best_fixed
     return {
         "machine": _machine(),
         "target": dec.model_path,
@@ -155,7 +160,11 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "prompts": list(tokenized),
         "plain_tokens_per_second": plain_tps,
         "target_ms_per_token": t_target,
-        "best_n_draft": best["n_draft"],
+        "mode": best["mode"],
+        "n_draft": best["n_draft"],
+        "best_n_draft": best_fixed["n_draft"] if best_fixed else None,
+        "best_fixed_speedup": best_fixed["speedup"] if best_fixed else None,
+        "adaptive_speedup": adaptive["speedup"] if adaptive else None,
         "speculative_tokens_per_second": best["speculative_tokens_per_second"],
         "speedup": best["speedup"],
         "acceptance_rate": best["acceptance_rate"],
@@ -197,13 +206,16 @@ def plot_report(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sweep = report["sweep"]
+    sweep = [e for e in report["sweep"] if e["mode"] == "fixed"]
+    adaptive = next((e for e in report["sweep"] if e["mode"] == "adaptive"), None)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     ns = [e["n_draft"] for e in sweep]
-    ax1.plot(ns, [e["speedup"] for e in sweep], "o-", label="measured")
+    ax1.plot(ns, [e["speedup"] for e in sweep], "o-", label="measured, fixed n_draft")
     ax1.plot(ns, [e["predicted_speedup_measured_verify"] for e in sweep], "s--",
              label="predicted (measured verify cost)")
     ax1.plot(ns, [e["predicted_speedup"] for e in sweep], "^:", label="predicted (Leviathan, c)")
+    if adaptive:
+        ax1.axhline(adaptive["speedup"], color="tab:red", ls="-.", label=f"measured, {adaptive['label']}")
     ax1.axhline(1.0, color="grey", lw=0.8)
     ax1.set_xlabel("n_draft (tokens drafted per step)")
     ax1.set_ylabel("speedup over plain decoding")
@@ -211,13 +223,13 @@ def plot_report(report: dict, path: Path) -> None:
     ax1.legend(fontsize=8)
     ax1.set_xticks(ns)
 
-    best = next(e for e in sweep if e["n_draft"] == report["best_n_draft"])
+    best = next(e for e in report["sweep"] if e["mode"] == report["mode"] and e["n_draft"] == report["n_draft"])
     names = list(best["per_prompt"])
     x = range(len(names))
     plain = [best["per_prompt"][n]["plain_tokens_per_second"] for n in names]
     spec = [best["per_prompt"][n]["speculative_tokens_per_second"] for n in names]
     ax2.bar([i - 0.2 for i in x], plain, width=0.4, label="plain")
-    ax2.bar([i + 0.2 for i in x], spec, width=0.4, label=f"speculative (n_draft {best['n_draft']})")
+    ax2.bar([i + 0.2 for i in x], spec, width=0.4, label=f"speculative (n_draft {best['label']})")
     for i, n in enumerate(names):
         pp = best["per_prompt"][n]
         ax2.annotate(f"{pp['speedup']:.2f}x\na={pp['acceptance_rate']:.2f}", (i + 0.2, spec[i]),

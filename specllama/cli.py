@@ -46,8 +46,10 @@ def model_options(fn):
         click.option("-d", "--draft", type=click.Path(dir_okay=False), envvar="SPECLLAMA_DRAFT",
                      help="Draft GGUF with the target's vocabulary (default pair's Q4_1 draft when -m is not given)."),
         click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
-        click.option("--n-draft", type=click.IntRange(1, 64), default=6, show_default=True,
-                     help="Tokens drafted per verification step."),
+        click.option("--n-draft", type=click.IntRange(1, 64), default=10, show_default=True,
+                     help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
+        click.option("--fixed-draft", is_flag=True,
+                     help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
         click.option("-c", "--ctx-size", type=click.IntRange(0), default=4096, show_default=True,
                      help="Context size in tokens (0 = the model's)."),
         click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = all)."),
@@ -57,9 +59,17 @@ def model_options(fn):
         click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=int, default=0, show_default=True,
                      help="Draft layers to offload to the GPU."),
     ]
+    names = ["model", "draft", "no_draft", "n_draft", "fixed_draft", "ctx_size", "threads", "threads_draft",
+             "n_gpu_layers", "n_gpu_layers_draft"]
+
+    @functools.wraps(fn)
+    def gather(*args, **kwargs):
+        kwargs["mo"] = {n: kwargs.pop(n) for n in names}
+        return fn(*args, **kwargs)
+
     for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+        gather = opt(gather)
+    return gather
 
 
 def sampling_options(fn):
@@ -75,16 +85,24 @@ def sampling_options(fn):
                      help="Min-p (0 = off)."),
         click.option("-s", "--seed", type=click.IntRange(0, 2**64 - 1), default=None, help="Random seed (default: random)."),
     ]
+
+    @functools.wraps(fn)
+    def gather(*args, **kwargs):
+        kwargs["so"] = dict(max_tokens=kwargs.pop("n_predict"), temperature=kwargs.pop("temp"),
+                            top_k=kwargs.pop("top_k"), top_p=kwargs.pop("top_p"), min_p=kwargs.pop("min_p"),
+                            seed=kwargs.pop("seed"))
+        return fn(*args, **kwargs)
+
     for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+        gather = opt(gather)
+    return gather
 
 
-def _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
-                  n_gpu_layers_draft, need_draft=False):
+def _open_decoder(mo: dict, need_draft: bool = False):
     from .decoder import SpeculativeDecoder
     from .models import default_pair
 
+    model, draft, no_draft, n_draft = mo["model"], mo["draft"], mo["no_draft"], mo["n_draft"]
     if draft and not model:
         raise click.UsageError("-d/--draft needs -m/--model (the target it drafts for)")
     if no_draft and need_draft:
@@ -96,14 +114,12 @@ def _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_dr
         draft = None
     if need_draft and not draft:
         raise click.UsageError("this command needs a draft model: give -d/--draft")
-    dec = SpeculativeDecoder(model, draft, n_ctx=ctx_size, n_threads=threads, n_threads_draft=threads_draft,
-                             n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft)
-    what = f"{Path(model).name}" + (f" + draft {Path(draft).name}, n_draft {n_draft}" if draft else " (no draft)")
+    dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
+                             n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
+                             n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft)
+    how = "fixed" if mo["fixed_draft"] else "at most"
+    what = f"{Path(model).name}" + (f" + draft {Path(draft).name}, n_draft {how} {n_draft}" if draft else " (no draft)")
     return dec, what
-
-
-def _sampling(n_predict, temp, top_k, top_p, min_p, seed) -> dict:
-    return dict(max_tokens=n_predict, temperature=temp, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
 
 
 def _stats_line(stats) -> str:
@@ -136,9 +152,7 @@ def main() -> None:
 @click.option("--compare", is_flag=True,
               help="Afterwards, generate the same tokens with plain decoding and report the speedup.")
 @_library_errors
-def generate(prompt, model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
-             n_gpu_layers_draft, n_predict, temp, top_k, top_p, min_p, seed, use_chat, system, stop, as_json,
-             compare):
+def generate(prompt, mo, so, use_chat, system, stop, as_json, compare):
     """Generate one completion of PROMPT (or of standard input), streamed to stdout."""
     if prompt is None:
         if sys.stdin is None or (sys.stdin.isatty() if hasattr(sys.stdin, "isatty") else False):
@@ -146,14 +160,12 @@ def generate(prompt, model, draft, no_draft, n_draft, ctx_size, threads, threads
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise click.UsageError("the prompt is empty")
-    dec, what = _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
-                              n_gpu_layers_draft)
+    dec, what = _open_decoder(mo)
     with dec:
         if use_chat:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
             prompt = dec.apply_chat_template(messages)
-        kwargs = _sampling(n_predict, temp, top_k, top_p, min_p, seed)
-        kwargs["stop"] = list(stop)
+        kwargs = dict(so, stop=list(stop), adaptive=False if mo["fixed_draft"] else None)
         if as_json:
             out = dec.generate(prompt, **kwargs)
             click.echo(json.dumps({"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
@@ -200,8 +212,7 @@ def _compare_plain(dec, prompt, kwargs, final) -> None:
 @sampling_options
 @click.option("--system", default=None, help="System message.")
 @_library_errors
-def chat(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers, n_gpu_layers_draft,
-         n_predict, temp, top_k, top_p, min_p, seed, system):
+def chat(mo, so, system):
     """Chat with the model, using its own chat template; replies stream as they are verified.
 
     The conversation stays in the KV cache across turns. Commands: /stats, /reset, /exit
@@ -209,11 +220,10 @@ def chat(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gp
     """
     from .chat import ChatSession, ContextFull
 
-    dec, what = _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
-                              n_gpu_layers_draft)
+    dec, what = _open_decoder(mo)
     with dec:
         session = ChatSession(dec, system=system)
-        kwargs = _sampling(n_predict, temp, top_k, top_p, min_p, seed)
+        kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None)
         _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")
         _err("Type /exit or press Ctrl-D to quit, /reset to start over, /stats for speed; Ctrl-C stops a reply.")
         while True:
@@ -301,13 +311,12 @@ def _parse_range(text: str):
               help="Where report.json and speedup.png go.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
 @_library_errors
-def bench(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers, n_gpu_layers_draft,
-          n_predict, temp, seed, sweep, prompt_names, out_dir, as_json):
+def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json):
     """Plain vs speculative decoding on the same engine and prompts: speed, acceptance, and the
     speedup Leviathan et al.'s formula predicts from them."""
     from .bench import PROMPTS, run_bench, write_report
 
-    n_drafts = _parse_range(sweep) if sweep else [n_draft]
+    n_drafts = _parse_range(sweep) if sweep else [mo["n_draft"]]
     prompts = PROMPTS
     if prompt_names:
         names = [n.strip() for n in prompt_names.split(",") if n.strip()]
@@ -315,15 +324,18 @@ def bench(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_g
         if unknown:
             raise click.BadParameter(f"unknown prompt(s) {', '.join(unknown)}; choose from {', '.join(PROMPTS)}")
         prompts = {n: PROMPTS[n] for n in names}
-    dec, what = _open_decoder(model, draft, no_draft, n_draft, ctx_size, threads, threads_draft, n_gpu_layers,
-                              n_gpu_layers_draft, need_draft=True)
+    dec, what = _open_decoder(mo, need_draft=True)
     with dec:
+        adaptive_max = None if mo["fixed_draft"] else mo["n_draft"]
+        if sweep is None and adaptive_max:
+            n_drafts = []  # just the default configuration
         _err(f"specllama bench: {what}; {len(prompts)} prompts x {n_predict} tokens, T={temp}, "
-             f"n_draft {', '.join(map(str, n_drafts))}")
-        total = len(prompts) * (1 + len(n_drafts))
+             f"fixed n_draft {', '.join(map(str, n_drafts)) or '-'}"
+             + (f", adaptive <= {adaptive_max}" if adaptive_max else ""))
+        total = len(prompts) * (1 + len(n_drafts) + (1 if adaptive_max else 0))
         with click.progressbar(length=total, label="measuring", file=sys.stderr) as bar:
             report = run_bench(dec, n_drafts, max_tokens=n_predict, temperature=temp, seed=seed, prompts=prompts,
-                               progress=bar.update)
+                               adaptive_max=adaptive_max, progress=bar.update)
     paths = write_report(report, Path(out_dir))
     if as_json:
         click.echo(json.dumps(report))
@@ -336,20 +348,21 @@ def _bench_table(r: dict) -> str:
     lines = [f"plain decoding: {r['plain_tokens_per_second']:.1f} tokens/s "
              f"({r['target_ms_per_token']:.1f} ms per target decode)",
              "",
-             "n_draft  tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead  same output"]
+             "n_draft         tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead  same output"]
     for e in r["sweep"]:
-        lines.append(f"{e['n_draft']:>7}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
+        lines.append(f"{e['label']:>14}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
                      f"{e['acceptance_rate']:>10.1%}  {e['mean_accepted_length']:>11.2f}  "
                      f"{e['predicted_speedup']:>8.2f}x  {e['predicted_speedup_measured_verify']:>15.2f}x  "
                      f"{e['loop_overhead_share']:>12.2%}  {e['outputs_identical']:>5}/{len(e['per_prompt'])}")
-    best = next(e for e in r["sweep"] if e["n_draft"] == r["best_n_draft"])
-    lines += ["", f"per prompt at n_draft {r['best_n_draft']}:"]
+    best = next(e for e in r["sweep"] if e["mode"] == r["mode"] and e["n_draft"] == r["n_draft"])
+    lines += ["", f"per prompt, n_draft {best['label']}:"]
     for name, p in best["per_prompt"].items():
         lines.append(f"  {name:<8} plain {p['plain_tokens_per_second']:6.1f}  speculative "
                      f"{p['speculative_tokens_per_second']:6.1f} tokens/s  {p['speedup']:.2f}x  "
                      f"acceptance {p['acceptance_rate']:.1%}")
-    lines += ["", f"best: n_draft {r['best_n_draft']}, {r['speedup']:.2f}x plain decoding "
-                  f"(predicted {r['predicted_speedup_measured_verify']:.2f}x)"]
+    lines += ["", f"n_draft {best['label']}: {r['speedup']:.2f}x plain decoding"]
+    if r["best_n_draft"] is not None:
+        lines.append(f"best fixed n_draft: {r['best_n_draft']}, {r['best_fixed_speedup']:.2f}x")
     return "\n".join(lines)
 
 

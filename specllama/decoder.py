@@ -98,7 +98,7 @@ class SpeculativeDecoder:
     n_ctx: positions the KV caches hold; n_batch: tokens per llama_decode (>= n_draft + 1);
     n_threads / n_threads_draft: CPU threads (0 = all); n_gpu_layers / n_gpu_layers_draft:
     layers to offload when llama-cpp-python was built with a GPU backend (-1 = all);
-    n_draft: tokens drafted per step (generate() can override it).
+    n_draft: tokens drafted per step, at most (adaptive) or exactly (generate() can override it).
     """
 
     def __init__(
@@ -112,7 +112,7 @@ class SpeculativeDecoder:
         n_threads_draft: int = 0,
         n_gpu_layers: int = 0,
         n_gpu_layers_draft: int = 0,
-        n_draft: int = 6,
+        n_draft: int = 10,
     ) -> None:
         if model_path is None:
             if draft_path is not None:
@@ -224,6 +224,7 @@ class SpeculativeDecoder:
         *,
         n_draft: Optional[int] = None,
         speculative: bool = True,
+        adaptive: Optional[bool] = None,
         ignore_eos: bool = False,
         on_step: Optional[Callable[[List[int], str, int, int], Optional[bool]]] = None,
     ) -> Completion:
@@ -232,13 +233,17 @@ class SpeculativeDecoder:
         temperature 0 is greedy; otherwise top-k, top-p and min-p (as in llama.cpp) shape the
         distribution both models sample from, and the rejection rule keeps the output exactly
         the target's. seed makes a run reproducible. speculative=False decodes plainly on the
-        target through the same loop. on_step(tokens, text, n_drafted, n_accepted) runs after
+        target through the same loop. adaptive=True lets each step draft as many tokens, up to
+        n_draft, as the measured costs and the draft's confidence say pay; adaptive=False always
+        drafts n_draft. The default (None) is adaptive unless temperature > 0 and a seed is
+        given: adaptive lengths follow measured timings, which would make seeded sampling
+        irreproducible (the output distribution is the target's either way). on_step(tokens, text, n_drafted, n_accepted) runs after
         each verification step; returning True stops early (finish_reason "cancelled").
         Ctrl-C raises KeyboardInterrupt within one step; the decoder stays usable.
         """
         tokens = self._prompt_tokens(prompt)
         kwargs = self._native_kwargs(max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft,
-                                     speculative, ignore_eos)
+                                     speculative, adaptive, ignore_eos)
         with self._lock:
             raw = self._native().generate(tokens, on_step=_wrap_on_step(on_step), **kwargs)
         return _completion(raw)
@@ -256,6 +261,7 @@ class SpeculativeDecoder:
         *,
         n_draft: Optional[int] = None,
         speculative: bool = True,
+        adaptive: Optional[bool] = None,
         ignore_eos: bool = False,
     ) -> Iterator[StepChunk]:
         """Like generate(), yielding each verification step's text as it lands; the last chunk
@@ -263,7 +269,7 @@ class SpeculativeDecoder:
         within one step."""
         tokens = self._prompt_tokens(prompt)
         kwargs = self._native_kwargs(max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft,
-                                     speculative, ignore_eos)
+                                     speculative, adaptive, ignore_eos)
         native = self._native()
         return self._stream(native, tokens, kwargs)
 
@@ -304,7 +310,7 @@ class SpeculativeDecoder:
             thread.join()
 
     def _native_kwargs(self, max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft, speculative,
-                       ignore_eos) -> dict:
+                       adaptive, ignore_eos) -> dict:
         n_draft = self.n_draft if n_draft is None else n_draft
         _check_int("max_tokens", max_tokens, 1, None)
         _check_int("n_draft", n_draft, 1, _core.MAX_DRAFT)
@@ -327,6 +333,7 @@ class SpeculativeDecoder:
             stop=stop,
             ignore_eos=bool(ignore_eos),
             speculative=bool(speculative) and self.has_draft,
+            adaptive=bool(adaptive) if adaptive is not None else (temperature == 0 or seed is None),
         )
 
 

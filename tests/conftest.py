@@ -25,7 +25,7 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     w = random_weights(len(toks), seed=1)
     ns = SimpleNamespace(dir=d)
     ns.target = str(write_model(d / "target.gguf", toks, w))
-    ns.draft = str(write_model(d / "draft.gguf", toks, perturbed(w, seed=2, noise=0.35)))
+    ns.draft = str(write_model(d / "draft.gguf", toks, perturbed(w, seed=2, noise=0.15)))
     ns.far_draft = str(write_model(d / "far_draft.gguf", toks, random_weights(len(toks), seed=3)))
     ns.other_vocab = str(write_model(d / "other_vocab.gguf", vocab(rename={300: "\u2581teh"}), w))
     big = vocab(extra_words=10)

@@ -96,7 +96,7 @@ def test_invalid_parameters(dec, kwargs, match):
 def test_invalid_constructor_parameters(tiny):
     with pytest.raises(ValueError, match="n_draft must be in"):
         specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_draft=0)
-    with pytest.raises(ValueError, match="n_batch must be >= 7"):
+    with pytest.raises(ValueError, match="n_batch must be >= 11"):
         specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_batch=4)
     with pytest.raises(TypeError, match="n_ctx must be an int"):
         specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx="big")
@@ -290,6 +290,7 @@ def test_one_libllama_per_process(tmp_path):
         "assert len(libs) == 1, libs\n"
     )
     for first, second in (("specllama", "llama_cpp"), ("llama_cpp", "specllama")):
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(specllama.__file__)))
         out = subprocess.run([sys.executable, "-c", code.format(first=first, second=second)],
-                             capture_output=True, text=True, cwd=tmp_path)  # the installed package
+                             capture_output=True, text=True, cwd=tmp_path, env=env)
         assert out.returncode == 0, out.stdout + out.stderr

@@ -97,7 +97,8 @@ def test_bench_writes_json_and_png(runner, tiny, tmp_path):
     rep = json.loads(r.stdout)
     for key in ("speedup", "plain_tokens_per_second", "speculative_tokens_per_second", "acceptance_rate"):
         assert isinstance(rep[key], float)
-    assert [e["n_draft"] for e in rep["sweep"]] == [1, 2]
+    assert [(e["mode"], e["n_draft"]) for e in rep["sweep"]] == [("fixed", 1), ("fixed", 2), ("adaptive", 10)]
+    assert rep["speedup"] == rep["adaptive_speedup"] and rep["best_n_draft"] in (1, 2)
     assert json.loads((out / "report.json").read_text())["speedup"] == rep["speedup"]
     assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -37,12 +37,14 @@ def test_quantized_tiny_model_is_batch_invariant(tiny):
     np.testing.assert_array_equal(batched, _logits_one_by_one(model, tokens))
 
 
+@pytest.mark.parametrize("adaptive", [False, True])
 @pytest.mark.parametrize("n_draft", N_DRAFTS)
-def test_greedy_identical_on_batch_invariant_pair(tiny, n_draft):
+def test_greedy_identical_on_batch_invariant_pair(tiny, n_draft, adaptive):
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
         for prompt in PROMPTS:
             plain = dec.generate(prompt, max_tokens=48, temperature=0, speculative=False, ignore_eos=True)
-            spec = dec.generate(prompt, max_tokens=48, temperature=0, n_draft=n_draft, ignore_eos=True)
+            spec = dec.generate(prompt, max_tokens=48, temperature=0, n_draft=n_draft, adaptive=adaptive,
+                                ignore_eos=True)
             assert spec.tokens == plain.tokens, f"prompt {prompt!r}, n_draft {n_draft}"
             assert spec.stats.n_drafted > 0
 
@@ -76,12 +78,11 @@ def test_greedy_equivalent_on_default_pair(default_decoder):
         delta = float(np.abs(seq - batched).max())
         top2 = np.sort(seq, axis=1)[:, -2:]
         gaps = top2[:, 1] - top2[:, 0]
-        for n_draft in N_DRAFTS:
-            spec = dec.generate(prompt, max_tokens=n_tokens, temperature=0, n_draft=n_draft).tokens
+        for n_draft, adaptive in [(n, False) for n in N_DRAFTS] + [(10, True)]:
+            spec = dec.generate(prompt, max_tokens=n_tokens, temperature=0, n_draft=n_draft, adaptive=adaptive).tokens
             if spec == plain:
                 continue
-            i = next(k for k, (a, b) in enumerate(zip(spec, plain)) if a != b) if any(
-                a != b for a, b in zip(spec, plain)) else min(len(spec), len(plain))
+            i = next((k for k, (a, b) in enumerate(zip(spec, plain)) if a != b), min(len(spec), len(plain)))
             assert i < len(gaps) and gaps[i] <= 2 * delta, (
                 f"{question!r} n_draft={n_draft}: output differs at token {i}, where the target's top-2 "
                 f"gap is {gaps[i] if i < len(gaps) else float('nan'):.4f} > 2 * batch delta {delta:.4f}")

@@ -45,7 +45,7 @@ def test_python_loop_matches_native_loop(tiny):
     prompt = target.tokenize("the cat is on the")
     got, n_drafted, n_accepted = python_greedy_speculative(target, draft, prompt, 40, 4)
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
-        r = dec.generate(prompt, max_tokens=40, temperature=0, n_draft=4, ignore_eos=True)
+        r = dec.generate(prompt, max_tokens=40, temperature=0, n_draft=4, adaptive=False, ignore_eos=True)
     assert got == r.tokens
     assert (n_drafted, n_accepted) == (r.stats.n_drafted, r.stats.n_accepted)
     assert 0 < n_accepted < n_drafted

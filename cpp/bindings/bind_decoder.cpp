@@ -70,6 +70,26 @@ void register_decoder(py::module_ & m) {
             py::gil_scoped_release nogil;
             return d.cached_tokens();
         })
+        .def("cost_model",
+             [](const decoder & d) {
+                 draft_length_model m = d.cost_model();
+                 py::dict out;
+                 out["draft_ms"]    = m.draft_ms();
+                 out["acceptance"] = m.acceptance();
+                 std::vector<double> curve;
+                 for (int i = 0; i < 10; ++i) {
+                     curve.push_back(m.accept_prob((i + 0.5) / 10));
+                 }
+                 out["accept_prob_by_confidence"] = curve;  // at confidence 0.05, 0.15, ..., 0.95
+                 std::vector<double> v;
+                 for (int32_t k = 1; k <= k_max_draft + 1; ++k) {
+                     v.push_back(m.verify_ms(k));
+                 }
+                 out["verify_ms"] = v;  // verify_ms[k - 1]: a batch of k tokens
+                 return out;
+             },
+             "The adaptive draft length's estimates: ms per draft token, ms per verification batch, "
+             "and the chance of acceptance by draft confidence.")
         .def("reset", [](decoder & d) {
             py::gil_scoped_release nogil;
             d.reset();
@@ -78,7 +98,7 @@ void register_decoder(py::module_ & m) {
             "generate",
             [](decoder & d, const std::vector<llama_token> & prompt, int32_t max_tokens, int32_t n_draft,
                float temperature, int32_t top_k, float top_p, float min_p, std::optional<uint64_t> seed,
-               const std::vector<std::string> & stop, bool ignore_eos, bool speculative,
+               const std::vector<std::string> & stop, bool ignore_eos, bool speculative, bool adaptive,
                std::optional<py::function> on_step) {
                 generate_params p;
                 p.max_tokens           = max_tokens;
@@ -91,6 +111,7 @@ void register_decoder(py::module_ & m) {
                 p.stop                 = stop;
                 p.ignore_eos           = ignore_eos;
                 p.speculative          = speculative;
+                p.adaptive             = adaptive;
 
                 step_callback cb = [&on_step](const step_event & ev) -> bool {
                     py::gil_scoped_acquire gil;
@@ -119,7 +140,7 @@ void register_decoder(py::module_ & m) {
             py::arg("prompt"), py::arg("max_tokens") = 256, py::arg("n_draft") = 6, py::arg("temperature") = 0.8f,
             py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = py::none(),
             py::arg("stop") = std::vector<std::string>{}, py::arg("ignore_eos") = false,
-            py::arg("speculative") = true, py::arg("on_step") = py::none(),
+            py::arg("speculative") = true, py::arg("adaptive") = true, py::arg("on_step") = py::none(),
             "Generate after prompt (token ids). on_step(tokens, text, n_drafted, n_accepted) runs after "
             "every verification step; returning True stops. Returns a dict: tokens, text, finish_reason, "
             "context_full, stats.");

@@ -1,0 +1,71 @@
+// draft_length.cpp: online cost and acceptance estimates, and the keep-drafting rule.
+#include "draft_length.h"
+
+#include <algorithm>
+
+namespace specllama {
+
+void draft_length_model::observe_draft_decode(double ms) {
+    draft_ms_ = draft_w_ == 0.0 ? ms : k_decay * draft_ms_ + (1.0 - k_decay) * ms;
+    draft_w_  = 1.0;
+}
+
+void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
+    const double k = n_tokens;
+    sw_  = k_decay * sw_ + 1.0;
+    sk_  = k_decay * sk_ + k;
+    skk_ = k_decay * skk_ + k * k;
+    sy_  = k_decay * sy_ + ms;
+    sky_ = k_decay * sky_ + k * ms;
+}
+
+double draft_length_model::verify_ms(int32_t n_tokens) const {
+    if (sw_ == 0.0) {
+        return 0.0;
+    }
+    const double mean_k = sk_ / sw_;
+    const double mean_y = sy_ / sw_;
+    const double var_k  = skk_ / sw_ - mean_k * mean_k;
+    // slope from the data once batch sizes vary; a batch never costs less than a smaller one
+    double b = var_k > 0.25 ? (sky_ / sw_ - mean_k * mean_y) / var_k : 0.0;
+    b        = std::max(b, 0.0);
+    return std::max(mean_y + b * (n_tokens - mean_k), 0.0);
+}
+
+namespace {
+int conf_bin(double conf, int n_bins) {
+    return std::min(n_bins - 1, std::max(0, (int) (conf * n_bins)));
+}
+}  // namespace
+
+void draft_length_model::observe_acceptance(double conf, bool accepted) {
+    const int b = conf_bin(conf, k_bins);
+    acc_bin_[b] = k_decay * acc_bin_[b] + (accepted ? 1.0 : 0.0);
+    n_bin_[b]   = k_decay * n_bin_[b] + 1.0;
+    acc_all_    = k_decay * acc_all_ + (accepted ? 1.0 : 0.0);
+    n_all_      = k_decay * n_all_ + 1.0;
+}
+
+double draft_length_model::accept_prob(double conf) const {
+    // how often drafts this confident were accepted, shrunk towards the overall rate while the
+    // bin has few observations
+    constexpr double prior_weight = 2.0;
+    const int        b            = conf_bin(conf, k_bins);
+    return (acc_bin_[b] + prior_weight * acceptance()) / (n_bin_[b] + prior_weight);
+}
+
+bool draft_length_model::keep_going(int32_t n, double p_reach, double expected_tokens, double conf) const {
+    if (draft_w_ == 0.0 || sw_ == 0.0) {
+        return true;  // no costs measured yet: draft the maximum once
+    }
+    // drafting token n+1 costs one more draft decode and one more verified position ...
+    const double cost_step = n * draft_ms_ + verify_ms(n + 1);
+    const double cost_more = draft_ms_ + (verify_ms(n + 2) - verify_ms(n + 1));
+    // ... and adds the chance that it too is accepted (the next confidence is unknown: assume
+    // it is like this one's)
+    const double gain = p_reach * accept_prob(conf);
+    // continue while the extra tokens per ms beat the step's current tokens per ms
+    return gain * cost_step > expected_tokens * cost_more;
+}
+
+}  // namespace specllama

@@ -1,0 +1,51 @@
+// draft_length.h: adaptive draft length. Drafting one more token costs a draft decode plus a
+// larger verification batch; it pays only if the chance that the target keeps it is high enough.
+// The model keeps running estimates of those costs (a draft decode; a verification batch of k
+// tokens as a + b k, fitted online) and of how well the draft's own confidence predicts
+// acceptance, and drafting continues while the next token raises the expected tokens per
+// millisecond of the step (Leviathan et al. sec. 3.5, decided per token instead of per run).
+// The draft's confidence (its probability of its own token) is mapped to an acceptance chance
+// through a calibration curve learned from this pair's own verifications.
+// Not here: drafting itself (drafting.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+namespace specllama {
+
+class draft_length_model {
+  public:
+    // keep drafting? n drafted so far; p_reach = estimated chance that all n are accepted;
+    // conf = the draft's confidence in its latest token
+    bool keep_going(int32_t n, double p_reach, double expected_tokens, double conf) const;
+
+    // estimated chance the target accepts a token the draft gave confidence conf
+    double accept_prob(double conf) const;
+
+    // observations from a finished step
+    void observe_draft_decode(double ms);
+    void observe_verify(int32_t n_tokens, double ms);
+    // a draft with confidence conf was verified (it was reached: all before it were accepted)
+    void observe_acceptance(double conf, bool accepted);
+
+    double draft_ms() const { return draft_ms_; }
+    // acceptance rate of all reached drafts (the prior of each confidence bin)
+    double acceptance() const { return n_all_ > 0.0 ? acc_all_ / n_all_ : 0.8; }
+    double verify_ms(int32_t n_tokens) const;
+
+  private:
+    // exponentially weighted estimates; decay keeps them current as the machine's load changes
+    static constexpr double k_decay = 0.97;
+    double draft_ms_  = 0.0;
+    double draft_w_   = 0.0;
+    // weighted least squares of verify ms on batch size
+    double sw_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;
+    // calibration curve: acceptance of reached drafts by the draft's confidence, in bins
+    static constexpr int k_bins = 10;
+    std::array<double, k_bins> acc_bin_{};
+    std::array<double, k_bins> n_bin_{};
+    double acc_all_ = 0, n_all_ = 0;
+};
+
+}  // namespace specllama
