@@ -65,4 +65,18 @@ acceptance_result accept_sampled(const llama_token * draft, int32_t n_draft, con
     return r;
 }
 
+acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & p,
+                               rng_t & rng) {
+    acceptance_result r;
+    for (int32_t i = 0; i <= n_draft; ++i) {
+        const llama_token x = sample(p[i], rng);
+        if (i == n_draft || x != draft[i]) {
+            r.next = x;
+            return r;
+        }
+        ++r.n_accepted;
+    }
+    return r;
+}
+
 }  // namespace specllama

@@ -31,4 +31,10 @@ acceptance_result accept_sampled(const llama_token * draft, int32_t n_draft, con
                                  const std::vector<token_dist> & p, int32_t n_vocab, rng_t & rng,
                                  acceptance_scratch & scratch);
 
+// sample-and-match (llama.cpp's server and speculative-simple): the target samples each position
+// from p_i on its own and a draft is kept only if it equals that sample. Also lossless, but it
+// keeps a draft with probability sum p*q instead of sum min(p, q). For comparison.
+acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & p,
+                               rng_t & rng);
+
 }  // namespace specllama

@@ -89,7 +89,12 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         }
     }
     const sampling_params & sp        = params.sampling;
-    const bool              use_draft = drafter_ != nullptr && params.speculative;
+    const bool use_model  = params.speculative && params.drafter != drafter_kind::lookup;
+    const bool use_lookup = params.speculative && params.drafter != drafter_kind::model;
+    if (use_model && drafter_ == nullptr && params.drafter == drafter_kind::model_lookup) {
+        throw std::invalid_argument("the model+lookup drafter needs a draft model; use lookup alone");
+    }
+    const bool use_draft = use_lookup || (use_model && drafter_ != nullptr);
     const llama_vocab *     vocab     = target_->vocab;
     rng_t rng(params.seed ? *params.seed : ((uint64_t) std::random_device{}() << 32 | std::random_device{}()));
 
@@ -104,7 +109,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     std::vector<llama_token> seq = prompt;
     st.n_prompt_cached = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
     tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
-    if (use_draft) {
+    if (use_model && drafter_) {
         drafter_->catch_up(seq, check);
     }
     st.t_prefill_ms = ms_since(t_start);
@@ -123,7 +128,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         auto t = clock_type::now();
         drafted_.tokens.clear();
         drafted_.conf.clear();
-        if (n > 0) {
+        if (n > 0 && use_model && drafter_) {
             double p_reach = 1.0, expected = 1.0;
             draft_continue keep = nullptr;
             if (params.adaptive) {
@@ -134,6 +139,23 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
                 };
             }
             drafter_->draft(seq, n, sp, rng, drafted_, keep, check);
+        }
+        // prompt lookup: alone, or after the draft model stopped short (not for a drafted end token)
+        const int32_t n_model = (int32_t) drafted_.tokens.size();
+        if (n > n_model && use_lookup &&
+            (n_model == 0 || !llama_vocab_is_eog(vocab, drafted_.tokens.back()))) {
+            lookup_seq_.assign(seq.begin(), seq.end());
+            lookup_seq_.insert(lookup_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+            const int32_t n_found = lookup_draft(lookup_seq_, n - n_model, params.lookup, drafted_.tokens);
+            if ((int32_t) drafted_.dists.size() < n_model + n_found) {
+                drafted_.dists.resize(n_model + n_found);
+            }
+            for (int32_t i = n_model; i < n_model + n_found; ++i) {
+                drafted_.conf.push_back(-1.0f);  // no confidence: kept out of the calibration
+                drafted_.dists[i].ids.assign(1, drafted_.tokens[i]);  // a deterministic proposal: q is one-hot
+                drafted_.dists[i].probs.assign(1, 1.0f);
+            }
+            st.n_lookup_drafted += n_found;
         }
         n = (int32_t) drafted_.tokens.size();
         const double draft_ms = ms_since(t);
@@ -161,18 +183,25 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
             for (int32_t i = 0; i <= n; ++i) {
                 sampling_distribution(tgt_cache_->logits(i), target_->n_vocab, sp, p_[i]);
             }
-            acc = accept_sampled(drafted_.tokens.data(), n, drafted_.dists, p_, target_->n_vocab, rng, scratch_);
+            acc = params.rule == accept_rule::match
+                      ? accept_match(drafted_.tokens.data(), n, p_, rng)
+                      : accept_sampled(drafted_.tokens.data(), n, drafted_.dists, p_, target_->n_vocab, rng, scratch_);
         }
         // keep seq[:-1], last and the accepted drafts; the draft cache is trimmed on its next catch-up
         tgt_cache_->rollback(n_seq + acc.n_accepted);
         st.t_accept_ms += ms_since(t);
 
+        if (n_model > 0) {
+            lengths_.observe_draft_decode(draft_ms / n_model);
+        }
         if (n > 0) {
-            lengths_.observe_draft_decode(draft_ms / n);
             lengths_.observe_verify(n + 1, verify_ms);
             for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
-                lengths_.observe_acceptance(drafted_.conf[i], i < acc.n_accepted);
+                if (drafted_.conf[i] >= 0.0f) {
+                    lengths_.observe_acceptance(drafted_.conf[i], i < acc.n_accepted);
+                }
             }
+            st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
         }
         st.n_steps += 1;
         st.n_drafted += n;

@@ -17,6 +17,7 @@
 #include "draft_length.h"
 #include "drafting.h"
 #include "kv_cache.h"
+#include "lookup.h"
 #include "text.h"
 
 namespace specllama {
@@ -28,6 +29,19 @@ struct decoder_params {
     int32_t                     n_threads_draft = 0;  // 0 = ctx.n_threads
 };
 
+// who proposes the drafts
+enum class drafter_kind {
+    model,         // the draft model
+    lookup,        // prompt lookup only (no draft model needed)
+    model_lookup,  // the draft model; where it stops early, prompt lookup fills the rest
+};
+
+// how sampled drafts are verified (greedy decoding always keeps drafts equal to the argmax)
+enum class accept_rule {
+    rejection,  // min(1, p/q) with a residual draw: keeps the most (Leviathan et al.)
+    match,      // sample the target, keep equal drafts (llama.cpp's rule; for comparison)
+};
+
 struct generate_params {
     int32_t                  max_tokens = 256;  // tokens to generate at most
     int32_t                  n_draft    = 6;    // tokens drafted per step, 1..k_max_draft
@@ -37,6 +51,9 @@ struct generate_params {
     bool                     ignore_eos = false;  // keep going past end-of-generation tokens
     bool                     speculative = true;  // false: plain decoding on the target, same loop
     bool                     adaptive = true;     // choose each step's draft length (<= n_draft) by expected speed
+    drafter_kind             drafter  = drafter_kind::model;
+    accept_rule              rule     = accept_rule::rejection;
+    lookup_params            lookup;
 };
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
@@ -49,6 +66,8 @@ struct generate_stats {
     int32_t              n_steps         = 0;  // target verification passes
     int32_t              n_drafted       = 0;  // tokens the draft proposed
     int32_t              n_accepted      = 0;  // of which the target kept
+    int32_t              n_lookup_drafted  = 0;  // of the drafted tokens, proposed by prompt lookup
+    int32_t              n_lookup_accepted = 0;  // of which the target kept
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
     double               t_prefill_ms = 0;      // prompt processing, both models
     double               t_draft_ms   = 0;      // draft decodes and draft sampling
@@ -123,6 +142,7 @@ class decoder {
     draft_result              drafted_;
     std::vector<token_dist>   p_;
     std::vector<llama_token>  target_argmax_;
+    std::vector<llama_token>  lookup_seq_;
     acceptance_scratch        scratch_;
 };
 

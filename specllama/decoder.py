@@ -28,6 +28,8 @@ class Stats:
     n_steps: int  # target verification passes
     n_drafted: int  # tokens proposed by the draft
     n_accepted: int  # of which the target kept
+    n_lookup_drafted: int  # of the drafted tokens, those prompt lookup proposed
+    n_lookup_accepted: int  # of which the target kept
     accepted_hist: List[int]  # accepted_hist[k]: steps that kept k drafted tokens
     acceptance_rate: float  # n_accepted / n_drafted
     t_prefill_ms: float  # prompt processing (both models)
@@ -225,6 +227,8 @@ class SpeculativeDecoder:
         n_draft: Optional[int] = None,
         speculative: bool = True,
         adaptive: Optional[bool] = None,
+        drafter: str = "model",
+        acceptance: str = "rejection",
         ignore_eos: bool = False,
         on_step: Optional[Callable[[List[int], str, int, int], Optional[bool]]] = None,
     ) -> Completion:
@@ -237,13 +241,17 @@ class SpeculativeDecoder:
         n_draft, as the measured costs and the draft's confidence say pay; adaptive=False always
         drafts n_draft. The default (None) is adaptive unless temperature > 0 and a seed is
         given: adaptive lengths follow measured timings, which would make seeded sampling
-        irreproducible (the output distribution is the target's either way). on_step(tokens, text, n_drafted, n_accepted) runs after
+        irreproducible (the output distribution is the target's either way). drafter: "model"
+        (the draft model), "lookup" (prompt lookup: drafts copied from earlier in the context; no
+        draft model needed) or "model+lookup" (lookup fills in where the draft model stops
+        short). acceptance: "rejection" (the papers' rule, the default) or "match" (llama.cpp's
+        sample-and-match; for comparison: also exact, but keeps fewer drafts at temperature > 0). on_step(tokens, text, n_drafted, n_accepted) runs after
         each verification step; returning True stops early (finish_reason "cancelled").
         Ctrl-C raises KeyboardInterrupt within one step; the decoder stays usable.
         """
         tokens = self._prompt_tokens(prompt)
         kwargs = self._native_kwargs(max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft,
-                                     speculative, adaptive, ignore_eos)
+                                     speculative, adaptive, drafter, acceptance, ignore_eos)
         with self._lock:
             raw = self._native().generate(tokens, on_step=_wrap_on_step(on_step), **kwargs)
         return _completion(raw)
@@ -262,6 +270,8 @@ class SpeculativeDecoder:
         n_draft: Optional[int] = None,
         speculative: bool = True,
         adaptive: Optional[bool] = None,
+        drafter: str = "model",
+        acceptance: str = "rejection",
         ignore_eos: bool = False,
     ) -> Iterator[StepChunk]:
         """Like generate(), yielding each verification step's text as it lands; the last chunk
@@ -269,7 +279,7 @@ class SpeculativeDecoder:
         within one step."""
         tokens = self._prompt_tokens(prompt)
         kwargs = self._native_kwargs(max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft,
-                                     speculative, adaptive, ignore_eos)
+                                     speculative, adaptive, drafter, acceptance, ignore_eos)
         native = self._native()
         return self._stream(native, tokens, kwargs)
 
@@ -310,13 +320,15 @@ class SpeculativeDecoder:
             thread.join()
 
     def _native_kwargs(self, max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft, speculative,
-                       adaptive, ignore_eos) -> dict:
+                       adaptive, drafter, acceptance, ignore_eos) -> dict:
         n_draft = self.n_draft if n_draft is None else n_draft
         _check_int("max_tokens", max_tokens, 1, None)
         _check_int("n_draft", n_draft, 1, _core.MAX_DRAFT)
         _check_int("top_k", top_k, 0, None)
         if seed is not None:
             _check_int("seed", seed, 0, 2**64 - 1)
+        if drafter == "model+lookup" and not self.has_draft:
+            raise ValueError("the model+lookup drafter needs a draft model; use drafter='lookup' alone")
         if isinstance(stop, str):
             stop = [stop]
         stop = [s for s in (stop or []) if s]
@@ -332,7 +344,9 @@ class SpeculativeDecoder:
             seed=seed,
             stop=stop,
             ignore_eos=bool(ignore_eos),
-            speculative=bool(speculative) and self.has_draft,
+            speculative=bool(speculative) and (self.has_draft or drafter == "lookup"),
+            drafter=drafter,
+            acceptance=acceptance,
             adaptive=bool(adaptive) if adaptive is not None else (temperature == 0 or seed is None),
         )
 

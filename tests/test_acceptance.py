@@ -42,12 +42,13 @@ def _chi2_pvalue(samples, p):
     return stats.chisquare(obs, exp).pvalue
 
 
-def _check(out, p, q):
+def _check(out, p, q, rule="rejection"):
     """Assert that accept_trials output follows p; return the p-values for inspection."""
     n_draft = q.shape[0]
     lengths = (out >= 0).sum(axis=1)
     assert lengths.min() >= 1, "every step emits at least one token"
-    overlap = np.minimum(p[:n_draft], q).sum(axis=1)
+    # chance of keeping a draft: sum min(p, q) for the rejection rule, sum p q for sample-and-match
+    overlap = (np.minimum(p[:n_draft], q) if rule == "rejection" else p[:n_draft] * q).sum(axis=1)
     pvalues = []
     for j in range(n_draft + 1):
         reached = out[:, j] >= 0
@@ -97,6 +98,18 @@ def test_emitted_tokens_follow_target(name):
     p, q = CASES[name]
     out = specllama.accept_trials(p, q, N_TRIALS, seed=11)
     _check(out, p, q)
+
+
+@pytest.mark.parametrize("name", ["random", "one_hot_draft", "q_equals_p"])
+def test_sample_and_match_is_exact_but_keeps_fewer(name):
+    """llama.cpp's rule, kept for comparison: output follows p too, but drafts survive with
+    probability sum p q <= sum min(p, q)."""
+    p, q = CASES[name]
+    out = specllama.accept_trials(p, q, N_TRIALS, seed=12, rule="match")
+    _check(out, p, q, rule="match")
+    rejection = specllama.accept_trials(p, q, N_TRIALS, seed=12)
+    if name != "one_hot_draft":  # equal there: q one-hot makes sum p q = sum min(p, q) = p(x)
+        assert (rejection[:, 1] >= 0).mean() > (out[:, 1] >= 0).mean() + 0.01
 
 
 @pytest.mark.parametrize("settings", [

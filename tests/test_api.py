@@ -127,7 +127,7 @@ def test_stream_equals_generate(dec, temperature):
     assert chunks[-1].stats.n_generated == full.stats.n_generated
     assert "".join(c.text for c in chunks) == full.text
     assert [t for c in chunks for t in c.tokens] == full.tokens
-    assert len(chunks) - 1 == full.stats.n_steps  # one chunk per verification step, then the end
+    assert len(chunks) - 1 == chunks[-1].stats.n_steps  # one chunk per verification step, then the end
 
 
 def test_seed_reproducible(dec):

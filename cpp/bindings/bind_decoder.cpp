@@ -23,6 +23,8 @@ py::dict stats_to_dict(const generate_stats & s) {
     d["n_steps"]           = s.n_steps;
     d["n_drafted"]         = s.n_drafted;
     d["n_accepted"]        = s.n_accepted;
+    d["n_lookup_drafted"]  = s.n_lookup_drafted;
+    d["n_lookup_accepted"] = s.n_lookup_accepted;
     d["accepted_hist"]     = s.accepted_hist;
     d["acceptance_rate"]   = s.acceptance_rate();
     d["t_prefill_ms"]      = s.t_prefill_ms;
@@ -99,7 +101,7 @@ void register_decoder(py::module_ & m) {
             [](decoder & d, const std::vector<llama_token> & prompt, int32_t max_tokens, int32_t n_draft,
                float temperature, int32_t top_k, float top_p, float min_p, std::optional<uint64_t> seed,
                const std::vector<std::string> & stop, bool ignore_eos, bool speculative, bool adaptive,
-               std::optional<py::function> on_step) {
+               const std::string & drafter, const std::string & acceptance, std::optional<py::function> on_step) {
                 generate_params p;
                 p.max_tokens           = max_tokens;
                 p.n_draft              = n_draft;
@@ -112,6 +114,23 @@ void register_decoder(py::module_ & m) {
                 p.ignore_eos           = ignore_eos;
                 p.speculative          = speculative;
                 p.adaptive             = adaptive;
+                if (drafter == "model") {
+                    p.drafter = drafter_kind::model;
+                } else if (drafter == "lookup") {
+                    p.drafter = drafter_kind::lookup;
+                } else if (drafter == "model+lookup") {
+                    p.drafter = drafter_kind::model_lookup;
+                } else {
+                    throw std::invalid_argument("drafter must be 'model', 'lookup' or 'model+lookup', got '" +
+                                                drafter + "'");
+                }
+                if (acceptance == "rejection") {
+                    p.rule = accept_rule::rejection;
+                } else if (acceptance == "match") {
+                    p.rule = accept_rule::match;
+                } else {
+                    throw std::invalid_argument("acceptance must be 'rejection' or 'match', got '" + acceptance + "'");
+                }
 
                 step_callback cb = [&on_step](const step_event & ev) -> bool {
                     py::gil_scoped_acquire gil;
@@ -140,7 +159,8 @@ void register_decoder(py::module_ & m) {
             py::arg("prompt"), py::arg("max_tokens") = 256, py::arg("n_draft") = 6, py::arg("temperature") = 0.8f,
             py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = py::none(),
             py::arg("stop") = std::vector<std::string>{}, py::arg("ignore_eos") = false,
-            py::arg("speculative") = true, py::arg("adaptive") = true, py::arg("on_step") = py::none(),
+            py::arg("speculative") = true, py::arg("adaptive") = true, py::arg("drafter") = "model",
+            py::arg("acceptance") = "rejection", py::arg("on_step") = py::none(),
             "Generate after prompt (token ids). on_step(tokens, text, n_drafted, n_accepted) runs after "
             "every verification step; returning True stops. Returns a dict: tokens, text, finish_reason, "
             "context_full, stats.");

@@ -81,7 +81,11 @@ void register_sampling(py::module_ & m) {
 
     m.def(
         "accept_trials",
-        [](const farray & p, const farray & q, int64_t n_trials, uint64_t seed) {
+        [](const farray & p, const farray & q, int64_t n_trials, uint64_t seed, const std::string & rule) {
+            if (rule != "rejection" && rule != "match") {
+                throw std::invalid_argument("rule must be 'rejection' or 'match'");
+            }
+            const bool match = rule == "match";
             std::vector<token_dist> pd = rows_to_dists(p, "p");
             std::vector<token_dist> qd = rows_to_dists(q, "q");
             const int32_t           n  = (int32_t) qd.size();
@@ -103,7 +107,8 @@ void register_sampling(py::module_ & m) {
                     for (int32_t i = 0; i < n; ++i) {
                         draft[i] = sample(qd[i], rng);
                     }
-                    acceptance_result r = accept_sampled(draft.data(), n, qd, pd, n_vocab, rng, scratch);
+                    acceptance_result r = match ? accept_match(draft.data(), n, pd, rng)
+                                                : accept_sampled(draft.data(), n, qd, pd, n_vocab, rng, scratch);
                     int32_t * row = o + t * (n + 1);
                     for (int32_t i = 0; i <= n; ++i) {
                         row[i] = i < r.n_accepted ? draft[i] : (i == r.n_accepted ? r.next : -1);
@@ -112,9 +117,10 @@ void register_sampling(py::module_ & m) {
             }
             return out;
         },
-        py::arg("p"), py::arg("q"), py::arg("n_trials"), py::arg("seed") = 0,
+        py::arg("p"), py::arg("q"), py::arg("n_trials"), py::arg("seed") = 0, py::arg("rule") = "rejection",
         "Run one speculative step n_trials times on fixed per-position target (p) and draft (q) "
-        "distributions: drafts are drawn from q, then the rejection rule runs. Returns int32 "
+        "distributions: drafts are drawn from q, then the rule runs ('rejection', or llama.cpp's "
+        "sample-and-'match'). Returns int32 "
         "[n_trials, n_draft + 1]: the emitted tokens of each trial, padded with -1.");
 }
 
