@@ -55,17 +55,29 @@ double draft_length_model::accept_prob(double conf) const {
 }
 
 bool draft_length_model::keep_going(int32_t n, double p_reach, double expected_tokens, double conf) const {
-    if (draft_w_ == 0.0 || sw_ == 0.0) {
+    // the next confidence is unknown: assume it is like this one's
+    return keep_going_p(n, p_reach, expected_tokens, accept_prob(conf), true);
+}
+
+bool draft_length_model::keep_going_p(int32_t n, double p_reach, double expected_tokens, double p_next,
+                                      bool draft_cost) const {
+    if (sw_ == 0.0 || (draft_cost && draft_w_ == 0.0)) {
         return true;  // no costs measured yet: draft the maximum once
     }
-    // drafting token n+1 costs one more draft decode and one more verified position ...
-    const double cost_step = n * draft_ms_ + verify_ms(n + 1);
-    const double cost_more = draft_ms_ + (verify_ms(n + 2) - verify_ms(n + 1));
-    // ... and adds the chance that it too is accepted (the next confidence is unknown: assume
-    // it is like this one's)
-    const double gain = p_reach * accept_prob(conf);
+    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position ...
+    const double d         = draft_cost ? draft_ms_ : 0.0;
+    const double cost_step = n * d + verify_ms(n + 1);
+    const double cost_more = d + (verify_ms(n + 2) - verify_ms(n + 1));
+    // ... and adds the chance that it too is accepted
+    const double gain = p_reach * p_next;
     // continue while the extra tokens per ms beat the step's current tokens per ms
     return gain * cost_step > expected_tokens * cost_more;
+}
+
+void draft_length_model::observe_lookup(bool accepted) {
+    constexpr double decay = 0.9;  // quoting comes in bursts: follow them quickly
+    acc_lookup_ = decay * acc_lookup_ + (accepted ? 1.0 : 0.0);
+    n_lookup_   = decay * n_lookup_ + 1.0;
 }
 
 }  // namespace specllama

@@ -20,6 +20,14 @@ class draft_length_model {
     // conf = the draft's confidence in its latest token
     bool keep_going(int32_t n, double p_reach, double expected_tokens, double conf) const;
 
+    // the same decision given the next token's acceptance chance directly; draft_cost false for
+    // proposals that cost no draft decode (prompt lookup)
+    bool keep_going_p(int32_t n, double p_reach, double expected_tokens, double p_next, bool draft_cost) const;
+
+    // prompt lookup's proposals: how often the target keeps one (tracks bursts of quoting)
+    void   observe_lookup(bool accepted);
+    double lookup_accept_prob() const { return n_lookup_ > 0.5 ? acc_lookup_ / n_lookup_ : 0.5; }
+
     // estimated chance the target accepts a token the draft gave confidence conf
     double accept_prob(double conf) const;
 
@@ -46,6 +54,7 @@ class draft_length_model {
     std::array<double, k_bins> acc_bin_{};
     std::array<double, k_bins> n_bin_{};
     double acc_all_ = 0, n_all_ = 0;
+    double acc_lookup_ = 0, n_lookup_ = 0;
 };
 
 }  // namespace specllama

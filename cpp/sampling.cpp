@@ -62,15 +62,20 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
         z += std::exp((double) logits[i] - lmax);
     }
 
-    // top-k, sorted; top-p needs only the head, so sort it in growing slices until it holds top_p
-    size_t n_keep   = (params.top_k > 0 && params.top_k < n_vocab) ? (size_t) params.top_k : ids.size();
-    size_t n_sorted = std::min<size_t>(n_keep, 64);
-    for (;;) {
-        std::partial_sort(ids.begin(), ids.begin() + n_sorted, ids.end(), by_logit);
-        if (n_sorted == n_keep) {
-            break;
+    size_t n_keep = (params.top_k > 0 && params.top_k < n_vocab) ? (size_t) params.top_k : ids.size();
+    if (params.top_p >= 1.0f) {
+        // no top-p: no order needed, only the top-k set (linear time)
+        if (n_keep < ids.size()) {
+            std::nth_element(ids.begin(), ids.begin() + n_keep, ids.end(), by_logit);
         }
-        if (params.top_p < 1.0f) {
+    } else {
+        // top-p needs the head in order: sort it in growing slices until it holds top_p
+        size_t n_sorted = std::min<size_t>(n_keep, 64);
+        for (;;) {
+            std::partial_sort(ids.begin(), ids.begin() + n_sorted, ids.end(), by_logit);
+            if (n_sorted == n_keep) {
+                break;
+            }
             double cum = 0.0;
             for (size_t i = 0; i < n_sorted; ++i) {
                 cum += std::exp((double) logits[ids[i]] - lmax) / z;
@@ -78,11 +83,9 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
             if (cum >= params.top_p) {
                 break;
             }
+            n_sorted = std::min(n_keep, n_sorted * 8);
         }
-        n_sorted = params.top_p < 1.0f ? std::min(n_keep, n_sorted * 8) : n_keep;
-    }
-    n_keep = std::min(n_keep, n_sorted);
-    if (params.top_p < 1.0f) {
+        n_keep     = std::min(n_keep, n_sorted);
         double cum = 0.0;
         size_t i   = 0;
         while (i < n_keep) {
@@ -94,22 +97,20 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
         }
         n_keep = i;
     }
-    if (params.min_p > 0.0f) {
-        // p_i >= min_p * p_max  <=>  logit_i >= lmax + log(min_p); the head is sorted
-        const float threshold = logits[ids[0]] + std::log(params.min_p);
-        size_t      i         = 1;
-        while (i < n_keep && logits[ids[i]] >= threshold) {
-            ++i;
-        }
-        n_keep = i;
-    }
     ids.resize(n_keep);
+    if (params.min_p > 0.0f) {
+        // p_i >= min_p * p_max  <=>  logit_i >= lmax + log(min_p); the most likely token always stays
+        const float threshold = lmax + std::log(params.min_p);
+        ids.erase(std::remove_if(ids.begin(), ids.end(), [&](llama_token t) { return logits[t] < threshold; }),
+                  ids.end());
+        n_keep = ids.size();
+    }
 
     // temperature on the survivors, renormalized
     auto &       probs = out.probs;
     probs.resize(n_keep);
     const double inv_t = 1.0 / params.temperature;
-    const float  top   = logits[ids[0]];
+    const float  top   = lmax;
     double       sum   = 0.0;
     for (size_t i = 0; i < n_keep; ++i) {
         const double e = std::exp(((double) logits[ids[i]] - top) * inv_t);

@@ -26,7 +26,7 @@ struct sampling_params {
 // throws std::invalid_argument naming the bad parameter
 void sampling_params_validate(const sampling_params & params);
 
-// a sparse distribution: the tokens that can be drawn, most likely first, probabilities summing to 1
+// a sparse distribution: the tokens that can be drawn (in no set order), probabilities summing to 1
 struct token_dist {
     std::vector<llama_token> ids;
     std::vector<float>       probs;

@@ -142,11 +142,33 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         }
         // prompt lookup: alone, or after the draft model stopped short (not for a drafted end token)
         const int32_t n_model = (int32_t) drafted_.tokens.size();
+        llama_token   probe   = -1;
         if (n > n_model && use_lookup &&
             (n_model == 0 || !llama_vocab_is_eog(vocab, drafted_.tokens.back()))) {
             lookup_seq_.assign(seq.begin(), seq.end());
             lookup_seq_.insert(lookup_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
-            const int32_t n_found = lookup_draft(lookup_seq_, n - n_model, params.lookup, drafted_.tokens);
+            int32_t n_found = lookup_draft(lookup_seq_, n - n_model, params.lookup, drafted_.tokens);
+            if (params.adaptive && n_found > 0) {
+                // keep the lookup tokens that pay, judged like model drafts but costing no draft decode
+                double        p_reach = 1.0, expected = 1.0;
+                for (int32_t i = 0; i < n_model; ++i) {
+                    p_reach *= lengths_.accept_prob(drafted_.conf[i]);
+                    expected += p_reach;
+                }
+                const double p_lookup = lengths_.lookup_accept_prob();
+                int32_t      n_keep   = 0;
+                while (n_keep < n_found &&
+                       lengths_.keep_going_p(n_model + n_keep, p_reach, expected, p_lookup, false)) {
+                    p_reach *= p_lookup;
+                    expected += p_reach;
+                    ++n_keep;
+                }
+                // the first dropped proposal is still judged, for free: if everything before it is
+                // accepted, the target's own next token says whether it would have been kept
+                probe = n_keep < n_found ? drafted_.tokens[n_model + n_keep] : -1;
+                drafted_.tokens.resize(n_model + n_keep);
+                n_found = n_keep;
+            }
             if ((int32_t) drafted_.dists.size() < n_model + n_found) {
                 drafted_.dists.resize(n_model + n_found);
             }
@@ -199,9 +221,14 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
             for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
                 if (drafted_.conf[i] >= 0.0f) {
                     lengths_.observe_acceptance(drafted_.conf[i], i < acc.n_accepted);
+                } else {
+                    lengths_.observe_lookup(i < acc.n_accepted);
                 }
             }
             st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
+        }
+        if (probe >= 0 && acc.n_accepted == n) {
+            lengths_.observe_lookup(acc.next == probe);
         }
         st.n_steps += 1;
         st.n_drafted += n;

@@ -1,0 +1,293 @@
+"""specllama against plain decoding and its peers: one program, one run, one machine.
+
+What it runs, on the same pair (default: the default pair), the same prompts, the same number of
+new tokens (end-of-text ignored so every run emits exactly --n-predict tokens), greedy, with the
+same thread count:
+
+  specllama   plain decoding (the baseline: same engine, speculative=False)
+  specllama   speculative: adaptive draft length (the default), fixed n_draft, prompt lookup
+              alone, and the draft model with lookup filling in
+  llama-cpp-python   Llama.create_completion on the target, and with its prompt-lookup drafter
+  llama.cpp   llama-speculative-simple built from the llama-cpp-python 0.3.36 sdist by
+              benchmarks/build_llama_cpp.sh (skipped with --no-llama-cpp), at several
+              --spec-draft-n-max values
+
+Throughput is end-to-end: new tokens over the time from the prompt to the last token (prompt
+processing included), since that is what every peer reports or can be timed on. specllama's
+decode-only figure is reported beside it. A second part compares, at temperature 1 and a fixed
+draft length, the acceptance of the papers' rejection rule with llama.cpp's sample-and-match.
+
+    python benchmarks/compare.py                  # about 6 minutes on 2 cores
+    python benchmarks/compare.py --quick          # 64 tokens, one prompt of each kind
+
+Writes compare.json and compare.png to --out (default bench-out/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import specllama
+from specllama.bench import PROMPTS
+from specllama.models import default_pair
+
+HERE = Path(__file__).resolve().parent
+
+# prompts that quote their input, where prompt lookup should shine
+QUOTING = {
+    "code-edit": ("Rewrite this function with the variable `total` renamed to `result`, changing nothing else:\n\n"
+                  "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
+                  "    if not values:\n        return 0\n    return total / len(values)\n"),
+    "quote": ("Repeat the following sentence exactly, then say what it means: 'The quick brown fox jumps over "
+              "the lazy dog, and the dog does not mind at all because it is asleep in the warm sun.'"),
+}
+
+
+def chat_text(dec, text):
+    return dec.apply_chat_template([{"role": "user", "content": text}])
+
+
+def run_specllama(dec, prompt_text, n, **kw):
+    dec.reset()
+    out = dec.generate(prompt_text, max_tokens=n, temperature=0, ignore_eos=True, **kw)
+    s = out.stats
+    return {"tokens_per_second": s.n_generated * 1000.0 / s.t_total_ms,
+            "decode_tokens_per_second": s.tokens_per_second,
+            "acceptance_rate": s.acceptance_rate if s.n_drafted else None,
+            "tokens_per_pass": s.mean_accepted_length,
+            "loop_overhead_share": s.t_other_ms / (s.t_total_ms - s.t_prefill_ms),
+            "tokens": out.tokens}
+
+
+def run_llama_cpp_python(llm, prompt_text, n):
+    toks = llm.tokenize(prompt_text.encode(), add_bos=False, special=True)
+    llm.reset()
+    eos = llm.token_eos()
+    t = time.perf_counter()
+    out = llm.create_completion(toks, max_tokens=n, temperature=0.0, top_k=1, logit_bias={eos: -1e9})
+    dt = time.perf_counter() - t
+    n_out = out["usage"]["completion_tokens"]
+    return {"tokens_per_second": n_out / dt, "n_generated": n_out}
+
+
+def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads):
+    cmd = [str(binary), "-m", target, "-md", draft, "-p", prompt_text, "-n", str(n), "--spec-type", "draft-simple",
+           "--spec-draft-n-max", str(n_max), "-t", str(threads), "-td", str(threads), "--temp", "0", "--top-k", "1",
+           "--ignore-eos", "-c", "2048", "-ngl", "0", "-ngld", "0"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-speculative-simple failed ({proc.returncode}): {log[-800:]}")
+    enc = re.search(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds", log)
+    dec = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds", log)
+    acc = re.search(r"accept\s+=\s+([\d.]+)%", log)
+    n_dec, t_dec = int(dec.group(1)), float(dec.group(2))
+    t_enc = float(enc.group(2))
+    return {"tokens_per_second": n_dec / (t_enc + t_dec), "decode_tokens_per_second": n_dec / t_dec,
+            "acceptance_rate": float(acc.group(1)) / 100 if acc else None, "n_generated": n_dec}
+
+
+def median_runs(results):
+    keys = results[0].keys()
+    out = {}
+    for k in keys:
+        vals = [r[k] for r in results if isinstance(r.get(k), (int, float)) and r.get(k) is not None]
+        out[k] = statistics.median(vals) if vals else results[0][k]
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--model", help="target GGUF (default: the default pair)")
+    ap.add_argument("-d", "--draft", help="draft GGUF")
+    ap.add_argument("-n", "--n-predict", type=int, default=256)
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--n-draft", type=int, default=10, help="specllama's n_draft (adaptive: at most)")
+    ap.add_argument("--fixed", default="8", help="specllama fixed n_draft values to run, comma-separated")
+    ap.add_argument("--peer-n-max", default="3,6,8", help="llama-speculative-simple --spec-draft-n-max values")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per configuration and prompt (median kept)")
+    ap.add_argument("--no-llama-cpp", action="store_true", help="skip llama-speculative-simple")
+    ap.add_argument("--quick", action="store_true", help="64 tokens, fewer prompts: a smoke test")
+    ap.add_argument("--out", default="bench-out", help="directory for compare.json and compare.png")
+    args = ap.parse_args()
+
+    target, draft = (args.model, args.draft) if args.model else default_pair()
+    n = 64 if args.quick else args.n_predict
+    prompts = dict(PROMPTS)
+    prompts.update(QUOTING)
+    if args.quick:
+        prompts = {k: prompts[k] for k in ("chat", "code-edit")}
+    fixed = [int(x) for x in args.fixed.split(",") if x]
+    peer_n = [int(x) for x in args.peer_n_max.split(",") if x]
+
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    dec = specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads, n_draft=args.n_draft)
+    texts = {name: chat_text(dec, p) for name, p in prompts.items()}
+    binary = None
+    if not args.no_llama_cpp:
+        print("building llama-speculative-simple (once; several minutes)...", file=sys.stderr, flush=True)
+        bindir = subprocess.run(["bash", str(HERE / "build_llama_cpp.sh")], capture_output=True, text=True,
+                                check=True).stdout.strip().splitlines()[-1]
+        binary = Path(bindir) / "llama-speculative-simple"
+
+    configs = [("specllama plain", "specllama", dict(speculative=False)),
+               (f"specllama adaptive <= {args.n_draft}", "specllama", dict()),
+               *[(f"specllama fixed {k}", "specllama", dict(n_draft=k, adaptive=False)) for k in fixed],
+               ("specllama lookup only", "specllama", dict(drafter="lookup")),
+               (f"specllama model+lookup <= {args.n_draft}", "specllama", dict(drafter="model+lookup")),
+               ("llama-cpp-python", "llcp", None),
+               ("llama-cpp-python prompt lookup", "llcp-lookup", None),
+               *([(f"llama-speculative-simple n_max {k}", "llama.cpp", k) for k in peer_n] if binary else [])]
+
+    llcp = Llama(model_path=target, n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads, verbose=False)
+    llcp_lookup = Llama(model_path=target, n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads,
+                        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
+    # warm-up: page in both models and teach the adaptive model this machine's costs
+    warm = texts[next(iter(texts))]
+    run_specllama(dec, warm, 32)
+    run_specllama(dec, warm, 32, speculative=False)
+    run_llama_cpp_python(llcp, warm, 16)
+
+    results = {label: {} for label, _, _ in configs}
+    started = time.time()
+    for name, text in texts.items():
+        for label, kind, kw in configs:
+            runs = []
+            for _ in range(args.repeats):
+                if kind == "specllama":
+                    runs.append(run_specllama(dec, text, n, **kw))
+                elif kind == "llcp":
+                    runs.append(run_llama_cpp_python(llcp, text, n))
+                elif kind == "llcp-lookup":
+                    runs.append(run_llama_cpp_python(llcp_lookup, text, n))
+                else:
+                    runs.append(run_speculative_simple(binary, target, draft, text, n, kw, args.threads))
+            tokens = runs[0].pop("tokens", None)
+            for r in runs[1:]:
+                r.pop("tokens", None)
+            results[label][name] = median_runs(runs)
+            if tokens is not None:
+                results[label][name]["tokens"] = tokens
+            print(f"{name:<10} {label:<40} {results[label][name]['tokens_per_second']:7.1f} tokens/s",
+                  file=sys.stderr, flush=True)
+
+    plain_tokens = {p: results["specllama plain"][p]["tokens"] for p in texts}
+    summary = []
+    base = results["specllama plain"]
+    for label, kind, _ in configs:
+        rows = results[label]
+        tps = statistics.fmean(rows[p]["tokens_per_second"] for p in texts)
+        speedups = {p: rows[p]["tokens_per_second"] / base[p]["tokens_per_second"] for p in texts}
+        accs = [rows[p].get("acceptance_rate") for p in texts if rows[p].get("acceptance_rate") is not None]
+        entry = {"config": label, "tokens_per_second": tps,
+                 "speedup_over_plain": statistics.fmean(speedups.values()),
+                 "speedup_by_prompt": speedups,
+                 "acceptance_rate": statistics.fmean(accs) if accs else None}
+        if kind == "specllama":
+            entry["identical_to_plain"] = sum(rows[p]["tokens"] == plain_tokens[p] for p in texts)
+            entry["loop_overhead_share"] = statistics.fmean(rows[p]["loop_overhead_share"] for p in texts)
+            entry["decode_tokens_per_second"] = statistics.fmean(rows[p]["decode_tokens_per_second"] for p in texts)
+        summary.append(entry)
+    for rows in results.values():
+        for r in rows.values():
+            r.pop("tokens", None)
+
+    # temperature 1: rejection rule vs sample-and-match, same draft length and seeds
+    t1 = {}
+    for rule in ("rejection", "match"):
+        drafted = accepted = 0
+        tps = []
+        for i, (name, text) in enumerate(texts.items()):
+            dec.reset()
+            s = dec.generate(text, max_tokens=n, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=100 + i,
+                             n_draft=6, adaptive=False, acceptance=rule, ignore_eos=True).stats
+            drafted += s.n_drafted
+            accepted += s.n_accepted
+            tps.append(s.tokens_per_second)
+        t1[rule] = {"acceptance_rate": accepted / drafted, "decode_tokens_per_second": statistics.fmean(tps)}
+
+    spec = next(e for e in summary if e["config"].startswith("specllama adaptive"))
+    peers = {e["config"]: e for e in summary if not e["config"].startswith("specllama")}
+    best_simple = max((e for e in summary if e["config"].startswith("llama-speculative-simple")),
+                      key=lambda e: e["tokens_per_second"], default=None)
+    report = {
+        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "threads": args.threads},
+        "target": target, "draft": draft, "n_predict": n, "prompts": list(texts), "repeats": args.repeats,
+        "summary": summary,
+        "speculative_over_plain": spec["speedup_over_plain"],
+        "speculative_over_best_speculative_simple": (spec["tokens_per_second"] / best_simple["tokens_per_second"]
+                                                     if best_simple else None),
+        "ratio_to_peers": {k: spec["tokens_per_second"] / e["tokens_per_second"] for k, e in peers.items()},
+        "temperature_1": t1,
+        "results": results,
+        "seconds": time.time() - started,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(report, indent=2))
+    _plot(report, out / "compare.png")
+    _print(report)
+    print(f"wrote {out / 'compare.json'} and {out / 'compare.png'}", file=sys.stderr)
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown"
+
+
+def _print(r):
+    print(f"{Path(r['target']).name} + {Path(r['draft']).name}; {r['n_predict']} tokens x {len(r['prompts'])} "
+          f"prompts ({', '.join(r['prompts'])}); {r['machine']['threads']} threads on {r['machine']['cpu']}")
+    print(f"{'configuration':<42}{'tokens/s':>9}{'vs plain':>10}{'acceptance':>12}{'same output':>13}")
+    for e in r["summary"]:
+        acc = f"{e['acceptance_rate']:.1%}" if e["acceptance_rate"] is not None else "-"
+        same = f"{e['identical_to_plain']}/{len(r['prompts'])}" if "identical_to_plain" in e else "-"
+        print(f"{e['config']:<42}{e['tokens_per_second']:>9.1f}{e['speedup_over_plain']:>9.2f}x{acc:>12}{same:>13}")
+    print()
+    print(f"specllama speculative over plain: {r['speculative_over_plain']:.2f}x")
+    for k, v in r["ratio_to_peers"].items():
+        print(f"specllama speculative over {k}: {v:.2f}x")
+    t1 = r["temperature_1"]
+    print(f"temperature 1, n_draft 6: acceptance {t1['rejection']['acceptance_rate']:.1%} with the rejection rule, "
+          f"{t1['match']['acceptance_rate']:.1%} with sample-and-match")
+
+
+def _plot(r, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = r["summary"]
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(entries) + 1.5))
+    labels = [e["config"] for e in entries]
+    vals = [e["tokens_per_second"] for e in entries]
+    colors = ["tab:blue" if lbl.startswith("specllama") else "tab:gray" for lbl in labels]
+    ax.barh(labels, vals, color=colors)
+    for i, e in enumerate(entries):
+        ax.text(vals[i], i, f" {vals[i]:.1f} ({e['speedup_over_plain']:.2f}x)", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens / s, end to end (mean over prompts)")
+    ax.set_xlim(0, max(vals) * 1.25)
+    ax.set_title(f"{Path(r['target']).name} + {Path(r['draft']).name}, {r['n_predict']} tokens, greedy, "
+                 f"{r['machine']['threads']} threads", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
