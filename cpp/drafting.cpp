@@ -1,7 +1,7 @@
 // drafting.cpp: autoregressive drafting with the draft model.
 #include "drafting.h"
 
-#include <cmath>
+#include "softmax.h"
 
 namespace specllama {
 
@@ -15,12 +15,7 @@ namespace {
 
 // softmax probability of the most likely token
 float top_prob(const float * logits, int32_t n_vocab, llama_token top) {
-    const float lmax = logits[top];
-    double      z    = 0.0;
-    for (int32_t i = 0; i < n_vocab; ++i) {
-        z += std::exp((double) (logits[i] - lmax));
-    }
-    return (float) (1.0 / z);
+    return 1.0f / sum_exp(logits, n_vocab, logits[top]);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // sampling.cpp: top-k / top-p / min-p / temperature over a vocabulary of logits.
 #include "sampling.h"
 
+#include "softmax.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -57,10 +59,7 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
 
     // softmax normalizer over the whole vocabulary: top-p and min-p are defined on it
     const float lmax = *std::max_element(logits, logits + n_vocab);
-    double      z    = 0.0;
-    for (int32_t i = 0; i < n_vocab; ++i) {
-        z += std::exp((double) logits[i] - lmax);
-    }
+    const double z    = sum_exp(logits, n_vocab, lmax);
 
     size_t n_keep = (params.top_k > 0 && params.top_k < n_vocab) ? (size_t) params.top_k : ids.size();
     if (params.top_p >= 1.0f) {
