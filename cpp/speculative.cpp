@@ -61,6 +61,64 @@ draft_length_model decoder::cost_model() const {
     return lengths_;
 }
 
+int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, const generate_params & params,
+                                   llama_token & probe) {
+    const int32_t n_model = (int32_t) drafted_.tokens.size();
+    lookup_seq_.assign(seq.begin(), seq.end());
+    lookup_seq_.insert(lookup_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+    int32_t n_found = lookup_draft(lookup_seq_, n_max - n_model, params.lookup, drafted_.tokens);
+    if (params.adaptive && n_found > 0) {
+        // keep the lookup tokens that pay, judged like model drafts but costing no draft decode
+        double p_reach = 1.0, expected = 1.0;
+        for (int32_t i = 0; i < n_model; ++i) {
+            p_reach *= lengths_.accept_prob(drafted_.conf[i]);
+            expected += p_reach;
+        }
+        const double p_lookup = lengths_.lookup_accept_prob();
+        int32_t      n_keep   = 0;
+        while (n_keep < n_found && lengths_.keep_going_p(n_model + n_keep, p_reach, expected, p_lookup, false)) {
+            p_reach *= p_lookup;
+            expected += p_reach;
+            ++n_keep;
+        }
+        // the first dropped proposal is still judged, for free: if everything before it is
+        // accepted, the target's own next token says whether it would have been kept
+        probe = n_keep < n_found ? drafted_.tokens[n_model + n_keep] : -1;
+        drafted_.tokens.resize(n_model + n_keep);
+        n_found = n_keep;
+    }
+    if ((int32_t) drafted_.dists.size() < n_model + n_found) {
+        drafted_.dists.resize(n_model + n_found);
+    }
+    for (int32_t i = n_model; i < n_model + n_found; ++i) {
+        drafted_.conf.push_back(-1.0f);  // no confidence: kept out of the calibration
+        drafted_.dists[i].ids.assign(1, drafted_.tokens[i]);  // a deterministic proposal: q is one-hot
+        drafted_.dists[i].probs.assign(1, 1.0f);
+    }
+    return n_found;
+}
+
+void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
+                           double draft_ms, double verify_ms) {
+    if (n_model > 0) {
+        lengths_.observe_draft_decode(draft_ms / n_model);
+    }
+    if (n > 0) {
+        lengths_.observe_verify(n + 1, verify_ms);
+    }
+    // every draft the target looked at: all accepted ones and the first rejected one
+    for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
+        if (drafted_.conf[i] >= 0.0f) {
+            lengths_.observe_acceptance(drafted_.conf[i], i < acc.n_accepted);
+        } else {
+            lengths_.observe_lookup(i < acc.n_accepted);
+        }
+    }
+    if (probe >= 0 && acc.n_accepted == n) {
+        lengths_.observe_lookup(acc.next == probe);
+    }
+}
+
 generate_result decoder::generate(const std::vector<llama_token> & prompt, const generate_params & params,
                                   const step_callback & on_step, const interrupt_check & check) {
     std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
@@ -145,39 +203,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         llama_token   probe   = -1;
         if (n > n_model && use_lookup &&
             (n_model == 0 || !llama_vocab_is_eog(vocab, drafted_.tokens.back()))) {
-            lookup_seq_.assign(seq.begin(), seq.end());
-            lookup_seq_.insert(lookup_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
-            int32_t n_found = lookup_draft(lookup_seq_, n - n_model, params.lookup, drafted_.tokens);
-            if (params.adaptive && n_found > 0) {
-                // keep the lookup tokens that pay, judged like model drafts but costing no draft decode
-                double        p_reach = 1.0, expected = 1.0;
-                for (int32_t i = 0; i < n_model; ++i) {
-                    p_reach *= lengths_.accept_prob(drafted_.conf[i]);
-                    expected += p_reach;
-                }
-                const double p_lookup = lengths_.lookup_accept_prob();
-                int32_t      n_keep   = 0;
-                while (n_keep < n_found &&
-                       lengths_.keep_going_p(n_model + n_keep, p_reach, expected, p_lookup, false)) {
-                    p_reach *= p_lookup;
-                    expected += p_reach;
-                    ++n_keep;
-                }
-                // the first dropped proposal is still judged, for free: if everything before it is
-                // accepted, the target's own next token says whether it would have been kept
-                probe = n_keep < n_found ? drafted_.tokens[n_model + n_keep] : -1;
-                drafted_.tokens.resize(n_model + n_keep);
-                n_found = n_keep;
-            }
-            if ((int32_t) drafted_.dists.size() < n_model + n_found) {
-                drafted_.dists.resize(n_model + n_found);
-            }
-            for (int32_t i = n_model; i < n_model + n_found; ++i) {
-                drafted_.conf.push_back(-1.0f);  // no confidence: kept out of the calibration
-                drafted_.dists[i].ids.assign(1, drafted_.tokens[i]);  // a deterministic proposal: q is one-hot
-                drafted_.dists[i].probs.assign(1, 1.0f);
-            }
-            st.n_lookup_drafted += n_found;
+            st.n_lookup_drafted += add_lookup_drafts(seq, n, params, probe);
         }
         n = (int32_t) drafted_.tokens.size();
         const double draft_ms = ms_since(t);
@@ -213,23 +239,8 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         tgt_cache_->rollback(n_seq + acc.n_accepted);
         st.t_accept_ms += ms_since(t);
 
-        if (n_model > 0) {
-            lengths_.observe_draft_decode(draft_ms / n_model);
-        }
-        if (n > 0) {
-            lengths_.observe_verify(n + 1, verify_ms);
-            for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
-                if (drafted_.conf[i] >= 0.0f) {
-                    lengths_.observe_acceptance(drafted_.conf[i], i < acc.n_accepted);
-                } else {
-                    lengths_.observe_lookup(i < acc.n_accepted);
-                }
-            }
-            st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
-        }
-        if (probe >= 0 && acc.n_accepted == n) {
-            lengths_.observe_lookup(acc.next == probe);
-        }
+        observe_step(n_model, n, acc, probe, draft_ms, verify_ms);
+        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
         st.n_steps += 1;
         st.n_drafted += n;
         st.n_accepted += acc.n_accepted;

@@ -129,6 +129,14 @@ class decoder {
     draft_length_model cost_model() const;
 
   private:
+    // append prompt-lookup drafts after the model's (up to n_max in all); sets probe to the first
+    // proposal the cost model dropped (-1 if none); returns how many were added
+    int32_t add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, const generate_params & params,
+                              llama_token & probe);
+    // feed one step's costs and outcomes to the adaptive draft length
+    void observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe, double draft_ms,
+                      double verify_ms);
+
     std::shared_ptr<model>    target_;
     std::shared_ptr<model>    draft_;
     std::unique_ptr<kv_cache> tgt_cache_;

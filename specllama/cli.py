@@ -122,6 +122,18 @@ def _open_decoder(mo: dict, need_draft: bool = False):
     return dec, what
 
 
+def _echo_stream(chunks):
+    """Print streamed text to stdout as it lands; return the final chunk (finish_reason, stats)."""
+    final = None
+    for chunk in chunks:
+        if chunk.text:
+            click.echo(chunk.text, nl=False)
+            sys.stdout.flush()
+        if chunk.finish_reason is not None:
+            final = chunk
+    return final
+
+
 def _stats_line(stats) -> str:
     line = (f"{stats.n_generated} tokens in {stats.t_total_ms / 1000:.2f} s, {stats.tokens_per_second:.1f} tokens/s "
             f"after {stats.n_prompt}-token prompt ({stats.t_prefill_ms:.0f} ms)")
@@ -172,14 +184,8 @@ def generate(prompt, mo, so, use_chat, system, stop, as_json, compare):
                                    "context_full": out.context_full, "stats": out.stats.as_dict()}))
             return
         _err(f"specllama: {what}")
-        final = None
         try:
-            for chunk in dec.stream(prompt, **kwargs):
-                if chunk.text:
-                    click.echo(chunk.text, nl=False)
-                    sys.stdout.flush()
-                if chunk.finish_reason is not None:
-                    final = chunk
+            final = _echo_stream(dec.stream(prompt, **kwargs))
         except KeyboardInterrupt:
             click.echo("")
             _err("specllama: interrupted")
@@ -251,14 +257,8 @@ def chat(mo, so, system):
             if text.startswith("/"):
                 _err(f"unknown command {text}; commands: /stats, /reset, /exit")
                 continue
-            final = None
             try:
-                for chunk in session.send(text, **kwargs):
-                    if chunk.text:
-                        click.echo(chunk.text, nl=False)
-                        sys.stdout.flush()
-                    if chunk.finish_reason is not None:
-                        final = chunk
+                final = _echo_stream(session.send(text, **kwargs))
                 click.echo("")
             except KeyboardInterrupt:
                 click.echo("")

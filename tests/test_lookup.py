@@ -9,16 +9,20 @@ import specllama
 QUOTING = "the cat is on the hot word and they were all there. the cat is on the hot word and"
 
 
+@pytest.mark.parametrize("adaptive", [False, True])
 @pytest.mark.parametrize("drafter, draft", [("lookup", False), ("lookup", True), ("model+lookup", True)])
-def test_lookup_keeps_greedy_output(tiny, drafter, draft):
+def test_lookup_keeps_greedy_output(tiny, drafter, draft, adaptive):
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q if draft else None, n_ctx=512) as dec:
         plain = dec.generate(QUOTING, max_tokens=60, temperature=0, speculative=False, ignore_eos=True)
-        out = dec.generate(QUOTING, max_tokens=60, temperature=0, drafter=drafter, ignore_eos=True)
+        out = dec.generate(QUOTING, max_tokens=60, temperature=0, drafter=drafter, adaptive=adaptive,
+                           ignore_eos=True)
     assert out.tokens == plain.tokens
     s = out.stats
-    assert s.n_lookup_drafted > 0 and 0 <= s.n_lookup_accepted <= s.n_lookup_drafted
+    assert 0 <= s.n_lookup_accepted <= s.n_lookup_drafted <= s.n_drafted
     if drafter == "lookup":
         assert s.n_lookup_drafted == s.n_drafted
+        if not adaptive:  # adaptive sizes lookup drafts from measured costs, which may say none pay
+            assert s.n_lookup_drafted > 0
 
 
 def test_lookup_accepts_a_quoted_continuation(tiny):
@@ -27,7 +31,7 @@ def test_lookup_accepts_a_quoted_continuation(tiny):
         plain = dec.generate(QUOTING, max_tokens=80, temperature=0, speculative=False, ignore_eos=True)
         # feed the model's own output twice: the second time, lookup can copy the first
         prompt = dec.tokenize(QUOTING) + plain.tokens[:40] + dec.tokenize(QUOTING, add_special=False)
-        out = dec.generate(prompt, max_tokens=30, temperature=0, drafter="lookup", ignore_eos=True)
+        out = dec.generate(prompt, max_tokens=30, temperature=0, drafter="lookup", adaptive=False, ignore_eos=True)
     assert out.stats.n_lookup_accepted > 0
 
 
@@ -35,7 +39,7 @@ def test_lookup_sampling_is_reproducible(tiny):
     with specllama.SpeculativeDecoder(tiny.target, n_ctx=512) as dec:
         a = dec.generate(QUOTING, max_tokens=40, temperature=0.8, seed=5, drafter="lookup", ignore_eos=True)
         b = dec.generate(QUOTING, max_tokens=40, temperature=0.8, seed=5, drafter="lookup", ignore_eos=True)
-    assert a.tokens == b.tokens
+    assert a.tokens == b.tokens and a.stats.n_lookup_drafted > 0  # seeded: fixed length, lookup always tried
 
 
 def test_bad_drafter_and_rule(tiny):
