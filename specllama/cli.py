@@ -48,6 +48,10 @@ def model_options(fn):
         click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
         click.option("--n-draft", type=click.IntRange(1, 64), default=10, show_default=True,
                      help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
+        click.option("--drafter", type=click.Choice(["model", "lookup", "model+lookup"]), default="model",
+                     show_default=True,
+                     help="Who drafts: the draft model, prompt lookup (copies from earlier text; no draft model), "
+                          "or the model with lookup filling in where it stops short."),
         click.option("--fixed-draft", is_flag=True,
                      help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
         click.option("-c", "--ctx-size", type=click.IntRange(0), default=4096, show_default=True,
@@ -59,7 +63,7 @@ def model_options(fn):
         click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=int, default=0, show_default=True,
                      help="Draft layers to offload to the GPU."),
     ]
-    names = ["model", "draft", "no_draft", "n_draft", "fixed_draft", "ctx_size", "threads", "threads_draft",
+    names = ["model", "draft", "no_draft", "n_draft", "drafter", "fixed_draft", "ctx_size", "threads", "threads_draft",
              "n_gpu_layers", "n_gpu_layers_draft"]
 
     @functools.wraps(fn)
@@ -110,7 +114,7 @@ def _open_decoder(mo: dict, need_draft: bool = False):
     if not model:
         model, default_draft = default_pair()
         draft = draft or default_draft
-    if no_draft:
+    if no_draft or mo["drafter"] == "lookup":
         draft = None
     if need_draft and not draft:
         raise click.UsageError("this command needs a draft model: give -d/--draft")
@@ -118,7 +122,11 @@ def _open_decoder(mo: dict, need_draft: bool = False):
                              n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
                              n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft)
     how = "fixed" if mo["fixed_draft"] else "at most"
-    what = f"{Path(model).name}" + (f" + draft {Path(draft).name}, n_draft {how} {n_draft}" if draft else " (no draft)")
+    if mo["drafter"] == "lookup" and not no_draft:
+        what = f"{Path(model).name} + prompt lookup, n_draft {how} {n_draft}"
+    else:
+        what = f"{Path(model).name}" + (f" + draft {Path(draft).name}{' + lookup' if mo['drafter'] == 'model+lookup' else ''}"
+                                        f", n_draft {how} {n_draft}" if draft else " (no draft)")
     return dec, what
 
 
@@ -177,7 +185,8 @@ def generate(prompt, mo, so, use_chat, system, stop, as_json, compare):
         if use_chat:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
             prompt = dec.apply_chat_template(messages)
-        kwargs = dict(so, stop=list(stop), adaptive=False if mo["fixed_draft"] else None)
+        kwargs = dict(so, stop=list(stop), adaptive=False if mo["fixed_draft"] else None,
+                      drafter=mo["drafter"], speculative=not mo["no_draft"])
         if as_json:
             out = dec.generate(prompt, **kwargs)
             click.echo(json.dumps({"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
@@ -192,7 +201,7 @@ def generate(prompt, mo, so, use_chat, system, stop, as_json, compare):
             sys.exit(130)
         click.echo("")
         _err(f"specllama: finish_reason {final.finish_reason}; {_stats_line(final.stats)}")
-        if compare and dec.has_draft:
+        if compare and kwargs["speculative"] and (dec.has_draft or mo["drafter"] == "lookup"):
             _compare_plain(dec, prompt, kwargs, final)
 
 
@@ -204,7 +213,7 @@ def _compare_plain(dec, prompt, kwargs, final) -> None:
     dec.reset()
     spec_again = dec.generate(prompt, **{**kwargs, "max_tokens": spec_tokens})
     dec.reset()
-    plain = dec.generate(prompt, **{**kwargs, "max_tokens": spec_tokens}, speculative=False)
+    plain = dec.generate(prompt, **{**kwargs, "max_tokens": spec_tokens, "speculative": False})
     s, p = spec_again.stats, plain.stats
     same = "identical" if plain.tokens == spec_again.tokens else "different (see README: numerics at near-ties)"
     if kwargs.get("temperature", 0) > 0:
@@ -229,7 +238,8 @@ def chat(mo, so, system):
     dec, what = _open_decoder(mo)
     with dec:
         session = ChatSession(dec, system=system)
-        kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None)
+        kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
+                      speculative=not mo["no_draft"])
         _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")
         _err("Type /exit or press Ctrl-D to quit, /reset to start over, /stats for speed; Ctrl-C stops a reply.")
         while True:

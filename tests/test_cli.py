@@ -55,6 +55,15 @@ def test_generate_no_draft_and_chat_template(runner, tiny):
     assert json.loads(r.stdout)["stats"]["n_drafted"] == 0
 
 
+def test_generate_with_prompt_lookup_needs_no_draft(runner, tiny):
+    text = "the cat is on the hot word. the cat is on the hot word. the cat is"
+    r = runner.invoke(main, ["generate", text, "-m", tiny.target_q, "--drafter", "lookup", "--fixed-draft", "-n", "20",
+                             "--temp", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)["stats"]
+    assert s["n_lookup_drafted"] == s["n_drafted"] > 0
+
+
 def test_generate_compare(runner, tiny):
     r = runner.invoke(main, ["generate", "the cat is", *_pair(tiny), "-n", "30", "--temp", "0", "--compare"])
     assert r.exit_code == 0, r.output
