@@ -430,6 +430,55 @@ def _default_draft_name(target: str, qtype: str) -> str:
 
 
 @main.command()
+@click.option("--target-ms", type=click.FloatRange(0, min_open=True), default=20.0, show_default=True,
+              help="Target forward-pass latency.")
+@click.option("--draft-ms", type=click.FloatRange(0, min_open=True), default=8.8, show_default=True,
+              help="Drafter forward-pass latency.")
+@click.option("--accept", type=click.FloatRange(0, 1), default=0.93, show_default=True, help="Acceptance rate.")
+@click.option("-n", "--n-predict", type=click.IntRange(1), default=256, show_default=True)
+@click.option("--sp", type=click.IntRange(1), default=7, show_default=True, help="Target servers for DSI.")
+@click.option("--lookahead", type=click.IntRange(1), default=None,
+              help="Drafts per verification task (default: the best for each algorithm).")
+@click.option("--repeats", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--heatmap", is_flag=True, help="Also compute the paper's Figure-2 grid; write PNG and JSON.")
+@click.option("-o", "--out-dir", type=click.Path(file_okay=False), default="specllama-simulate", show_default=True)
+@_library_errors
+def simulate(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, heatmap, out_dir):
+    """Offline latency model of plain decoding, SI and DSI (Timor et al.): forward passes replaced
+    by latencies, acceptance by i.i.d. draws. A model, not a measurement."""
+    import numpy as np
+
+    from . import simulate as sim
+
+    def mean(fn):
+        rng = np.random.default_rng(0)
+        return float(np.mean([fn(rng) for _ in range(repeats)]))
+
+    ks = [lookahead] if lookahead else list(range(1, 33))
+    si_t = {k: mean(lambda r, k=k: sim.si(target_ms, draft_ms, k, n_predict, accept, r)) for k in ks}
+    dsi_t = {k: mean(lambda r, k=k: sim.dsi(target_ms, draft_ms, k, n_predict, accept, sp, r)) for k in ks}
+    k_si, k_dsi = min(si_t, key=si_t.get), min(dsi_t, key=dsi_t.get)
+    plain = sim.non_si(target_ms, n_predict)
+    click.echo(f"simulated (offline model), {n_predict} tokens, target {target_ms} ms, drafter {draft_ms} ms, "
+               f"acceptance {accept}:")
+    click.echo(f"  non-SI  {plain:9.1f} ms")
+    click.echo(f"  SI      {si_t[k_si]:9.1f} ms  lookahead {k_si:>2}  {plain / si_t[k_si]:.2f}x non-SI")
+    click.echo(f"  DSI     {dsi_t[k_dsi]:9.1f} ms  lookahead {k_dsi:>2}, {sp} target servers  "
+               f"{plain / dsi_t[k_dsi]:.2f}x non-SI, {si_t[k_si] / dsi_t[k_dsi]:.2f}x SI")
+    if heatmap:
+        fractions = [round(x, 2) for x in np.linspace(0.02, 1.0, 25)]
+        accepts = [round(x, 2) for x in np.linspace(0.0, 1.0, 21)]
+        with click.progressbar(length=1, label="grid", file=sys.stderr) as bar:
+            pts = sim.grid(fractions, accepts, n=100, sp=sp, repeats=5)
+            bar.update(1)
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "grid.json").write_text(json.dumps([p.__dict__ for p in pts], indent=1))
+        sim.plot_heatmaps(pts, out / "heatmaps.png", title=f"offline simulation, SP = {sp}, 100 tokens")
+        _err(f"specllama: wrote {out / 'grid.json'} and {out / 'heatmaps.png'}")
+
+
+@main.command()
 @click.option("--verify", is_flag=True, help="Re-hash both files (rebuilding one that fails).")
 @_library_errors
 def models(verify):

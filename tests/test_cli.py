@@ -161,3 +161,13 @@ def test_errors_are_one_line(runner, tiny, tmp_path, args, message):
 def test_bad_parameter_is_a_usage_error(runner, tiny, args, option):
     r = runner.invoke(main, [a.format(target=tiny.target) for a in args] + ["-m", tiny.target][: 2 * (args[0] != "draft")])
     assert r.exit_code == 2 and option in r.stderr
+
+
+def test_simulate(runner, tmp_path):
+    r = runner.invoke(main, ["simulate", "--target-ms", "20", "--draft-ms", "5", "--accept", "0.8", "-n", "64",
+                             "--sp", "3", "--repeats", "5"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[1].split()[0] == "non-SI" and lines[2].split()[0] == "SI" and lines[3].split()[0] == "DSI"
+    ms = {line.split()[0]: float(line.split()[1]) for line in lines[1:4]}
+    assert ms["non-SI"] == 64 * 20 and ms["DSI"] <= ms["SI"] <= ms["non-SI"]

@@ -1,0 +1,160 @@
+"""Offline latency model of plain decoding (non-SI), speculative inference (SI) and Distributed
+Speculative Inference (DSI, Timor et al.), as in the paper's offline simulation: forward passes
+are replaced by their latencies, acceptance by i.i.d. draws with a given rate, and threading
+overheads are ignored.
+
+non-SI: N target passes.
+SI:     per iteration, `lookahead` draft passes then one target pass that keeps the accepted
+        prefix plus one token (the paper's si()).
+DSI:    the drafter never waits for verification. Every `lookahead` drafted tokens become a
+        verification task for one of `sp` target servers (queued if all are busy). Tasks finish
+        in order; the first wrong draft is known when the task verifying it (or the one before,
+        whose extra target token covers it) finishes; then every later task and draft is
+        dropped, the target's token is emitted and drafting restarts from it.
+
+Times are in units of one target forward pass unless given otherwise. This is the paper's
+offline model only; DSI is not yet in the native loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+
+def non_si(t_target: float, n: int) -> float:
+    return n * t_target
+
+
+def si(t_target: float, t_draft: float, lookahead: int, n: int, accept: float,
+       rng: np.random.Generator) -> float:
+    """One run of SI; returns its latency."""
+    total, toks = 0.0, 0
+    while toks < n:
+        ok = rng.random(lookahead) < accept
+        n_acc = int(np.argmin(ok)) if not ok.all() else lookahead
+        toks += n_acc + 1
+        total += lookahead * t_draft + t_target
+    return total
+
+
+def si_expected_tokens_per_iteration(accept: float, lookahead: int) -> float:
+    """(1 - a^(k+1)) / (1 - a): the closed form SI's simulation must agree with."""
+    if accept >= 1.0:
+        return lookahead + 1.0
+    return (1.0 - accept ** (lookahead + 1)) / (1.0 - accept)
+
+
+def dsi(t_target: float, t_draft: float, lookahead: int, n: int, accept: float, sp: int,
+        rng: np.random.Generator) -> float:
+    """One run of DSI with `sp` target servers; returns its latency."""
+    if sp < 1 or lookahead < 1:
+        raise ValueError("sp and lookahead must be >= 1")
+    k = lookahead
+    emitted = 0  # tokens verified and emitted
+    t = 0.0  # when drafting (re)starts from the last emitted token
+    while emitted < n:
+        # draft offsets 0, 1, 2, ... from the restart; offset i is right with probability `accept`
+        correct = rng.random(n - emitted + k + 1) < accept
+        wrong = int(np.argmin(correct)) if not correct.all() else len(correct)
+        free = [t] * sp  # when each target server is free (a restart cancels every task)
+        done = t  # results are used in task order
+        end = 0
+        while True:
+            # the task ending at offset `end` verifies drafts [end - k, end) and yields the target's
+            # tokens for offsets end - k .. end. The first task (end 0) verifies nothing: it is the
+            # target computing the next token from the verified text at once, as plain decoding
+            # would, which is why DSI is never slower than non-SI
+            ready = t + end * t_draft
+            s = min(range(sp), key=free.__getitem__)
+            begin = max(ready, free[s])
+            free[s] = begin + t_target
+            done = max(free[s], done)
+            # a wrong draft among this task's offsets (one at end - k was caught by the task
+            # before, through its extra token) is caught now
+            if wrong <= end:
+                emitted += wrong + 1  # the accepted drafts, then the target's own token
+                t = done
+                break
+            if emitted + end + 1 >= n:  # all drafts so far accepted, plus the extra target token
+                return done
+            end += k
+    return t
+
+
+@dataclass
+class GridPoint:
+    draft_fraction: float  # drafter latency / target latency
+    accept: float
+    non_si: float
+    si: float
+    si_lookahead: int
+    dsi: float
+    dsi_lookahead: int
+
+
+def min_lookahead(draft_fraction: float, sp: int) -> int:
+    """Smallest lookahead with sp >= target / (lookahead * drafter): a free server for every task."""
+    return max(1, math.ceil(1.0 / (sp * draft_fraction) - 1e-9))
+
+
+def grid(draft_fractions: Sequence[float], accepts: Sequence[float], n: int = 50, sp: int = 7,
+         lookaheads: Sequence[int] = tuple(range(1, 21)), repeats: int = 5, seed: int = 0) -> List[GridPoint]:
+    """The paper's heatmap grid: SI with its best lookahead; DSI with the best lookahead that keeps
+    `sp` servers enough (the paper's Equation 1), both averaged over `repeats` runs."""
+    out = []
+    for f in draft_fractions:
+        for a in accepts:
+            def mean(fn, k):
+                rng = np.random.default_rng(seed)
+                return float(np.mean([fn(k, rng) for _ in range(repeats)]))
+
+            si_times = {k: mean(lambda k, r: si(1.0, f, k, n, a, r), k) for k in lookaheads}
+            k_si = min(si_times, key=si_times.get)
+            ok = [k for k in lookaheads if k >= min_lookahead(f, sp)] or [max(lookaheads)]
+            dsi_times = {k: mean(lambda k, r: dsi(1.0, f, k, n, a, sp, r), k) for k in ok}
+            k_dsi = min(dsi_times, key=dsi_times.get)
+            out.append(GridPoint(f, a, non_si(1.0, n), si_times[k_si], k_si, dsi_times[k_dsi], k_dsi))
+    return out
+
+
+def proposition1_bound(t_target: float, t_draft: float, accept: float, n: int) -> float:
+    """Upper bound on DSI's expected latency (Timor et al., Proposition 1, lookahead 1)."""
+    return t_draft * accept * (n - 1) + t_target * ((1 - accept) * (n - 1) + 1)
+
+
+def plot_heatmaps(points: List[GridPoint], path, title: Optional[str] = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fs = sorted({p.draft_fraction for p in points})
+    accs = sorted({p.accept for p in points})
+    idx = {(p.draft_fraction, p.accept): p for p in points}
+
+    def field(fn):
+        return np.array([[fn(idx[(f, a)]) for f in fs] for a in accs])
+
+    panels = [("SI vs non-SI", field(lambda p: p.non_si / p.si)),
+              ("DSI vs SI", field(lambda p: p.si / p.dsi)),
+              ("DSI vs non-SI", field(lambda p: p.non_si / p.dsi)),
+              ("DSI vs the better of SI and non-SI", field(lambda p: min(p.si, p.non_si) / p.dsi))]
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.2))
+    for ax, (name, z) in zip(axes, panels):
+        # red: slower, white: equal, green: faster (log scale, centred on 1)
+        lim = max(abs(math.log(float(z.min()))), abs(math.log(float(z.max()))), 0.1)
+        im = ax.imshow(np.log(z), origin="lower", aspect="auto", cmap="RdYlGn", vmin=-lim, vmax=lim,
+                       extent=[fs[0], fs[-1], accs[0], accs[-1]])
+        ax.set_title(f"{name}: log speedup (min {z.min():.2f}x, max {z.max():.1f}x)", fontsize=8)
+        ax.set_xlabel("drafter latency / target latency")
+        ax.set_ylabel("acceptance rate")
+        fig.colorbar(im, ax=ax)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
