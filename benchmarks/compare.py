@@ -207,7 +207,7 @@ def main():
     for rule in ("rejection", "match"):
         drafted = accepted = 0
         tps = []
-        for i, (name, text) in enumerate(texts.items()):
+        for i, text in enumerate(texts.values()):
             dec.reset()
             s = dec.generate(text, max_tokens=n, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=100 + i,
                              n_draft=6, adaptive=False, acceptance=rule, ignore_eos=True).stats

@@ -105,7 +105,7 @@ def sweep_drafts(target: str, types: List[str], out_dir: Path, n_predict: int = 
         alpha = accepted / drafted if drafted else 0.0
         c = draft_ms / target_ms
 
-        def predict(n):
+        def predict(n, alpha=alpha, draft_ms=draft_ms):
             return predicted_speedup_measured(alpha, n, draft_ms, target_ms, verify_ms[n + 1])
 
         best_n = max(range(1, MAX_SWEEP_DRAFT + 1), key=predict)

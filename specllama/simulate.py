@@ -108,14 +108,14 @@ def grid(draft_fractions: Sequence[float], accepts: Sequence[float], n: int = 50
     out = []
     for f in draft_fractions:
         for a in accepts:
-            def mean(fn, k):
+            def mean(fn):  # every configuration sees the same seeds
                 rng = np.random.default_rng(seed)
-                return float(np.mean([fn(k, rng) for _ in range(repeats)]))
+                return float(np.mean([fn(rng) for _ in range(repeats)]))
 
-            si_times = {k: mean(lambda k, r: si(1.0, f, k, n, a, r), k) for k in lookaheads}
+            si_times = {k: mean(lambda r, k=k, f=f, a=a: si(1.0, f, k, n, a, r)) for k in lookaheads}
             k_si = min(si_times, key=si_times.get)
             ok = [k for k in lookaheads if k >= min_lookahead(f, sp)] or [max(lookaheads)]
-            dsi_times = {k: mean(lambda k, r: dsi(1.0, f, k, n, a, sp, r), k) for k in ok}
+            dsi_times = {k: mean(lambda r, k=k, f=f, a=a: dsi(1.0, f, k, n, a, sp, r)) for k in ok}
             k_dsi = min(dsi_times, key=dsi_times.get)
             out.append(GridPoint(f, a, non_si(1.0, n), si_times[k_si], k_si, dsi_times[k_dsi], k_dsi))
     return out

@@ -4,7 +4,6 @@ crashes nothing; streaming equals non-streaming; stats add up; stops; Ctrl-C; th
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
