@@ -15,7 +15,7 @@ namespace {
 
 std::atomic<int> g_log_level{GGML_LOG_LEVEL_NONE};  // errors reach the user in exceptions
 std::mutex       g_log_mutex;
-std::string      g_last_error;  // last error line llama.cpp logged, to explain a failed load
+std::string      g_last_error;  // error lines llama.cpp logged since the last take, to explain a failure
 int              g_last_level = GGML_LOG_LEVEL_NONE;
 
 void log_callback(ggml_log_level level, const char * text, void * /*user_data*/) {
@@ -23,10 +23,7 @@ void log_callback(ggml_log_level level, const char * text, void * /*user_data*/)
     if (level != GGML_LOG_LEVEL_CONT) {
         g_last_level = level;
     }
-    if (g_last_level >= GGML_LOG_LEVEL_ERROR) {
-        if (level != GGML_LOG_LEVEL_CONT) {
-            g_last_error.clear();
-        }
+    if (g_last_level >= GGML_LOG_LEVEL_ERROR && g_last_error.size() < 4096) {
         g_last_error += text;
     }
     if (g_last_level >= g_log_level.load() && g_log_level.load() != GGML_LOG_LEVEL_NONE) {
@@ -34,14 +31,35 @@ void log_callback(ggml_log_level level, const char * text, void * /*user_data*/)
     }
 }
 
+// the error lines logged since the last call, joined with "; ", without llama.cpp's generic
+// "failed to load model" lines when a more specific one is there
 std::string take_last_error() {
-    std::lock_guard<std::mutex> lock(g_log_mutex);
-    std::string err = std::move(g_last_error);
-    g_last_error.clear();
-    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) {
-        err.pop_back();
+    std::string all;
+    {
+        std::lock_guard<std::mutex> lock(g_log_mutex);
+        all.swap(g_last_error);
     }
-    return err;
+    std::vector<std::string> lines, generic;
+    size_t                   start = 0;
+    while (start < all.size()) {
+        size_t      end  = all.find('\n', start);
+        std::string line = all.substr(start, end == std::string::npos ? std::string::npos : end - start);
+        start            = end == std::string::npos ? all.size() : end + 1;
+        while (!line.empty() && line.back() == ' ') {
+            line.pop_back();
+        }
+        if (!line.empty()) {
+            (line.find("failed to load model") != std::string::npos ? generic : lines).push_back(line);
+        }
+    }
+    if (lines.empty()) {
+        lines = generic;
+    }
+    std::string out;
+    for (const auto & l : lines) {
+        out += (out.empty() ? "" : "; ") + l;
+    }
+    return out;
 }
 
 // check the path before llama.cpp sees it, so a wrong path or a non-GGUF file gets a clear message

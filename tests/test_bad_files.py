@@ -1,0 +1,77 @@
+"""Broken model files: each loads as a clear Python exception, never a crash, a hang or a huge
+allocation. The corpus is made from a valid tiny model: truncations at many offsets, wrong magic
+and version, absurd counts, sizes and types in the header, and a valid file with no tokenizer."""
+
+from __future__ import annotations
+
+import struct
+import time
+
+import gguf
+import pytest
+
+import specllama
+from tiny_models import random_weights, vocab, write_model
+
+
+def _corpus(base: bytes, notok: bytes) -> dict:
+    cases = {f"truncated at {i}/40": base[: len(base) * i // 40] for i in range(1, 40)}
+    cases.update({f"truncated at byte {n}": base[:n] for n in (4, 8, 16, 24, 30, 40, 100, 1000)})
+    cases["wrong magic"] = b"GGUX" + base[4:]
+    cases["version 999"] = base[:4] + struct.pack("<I", 999) + base[8:]
+    cases["2^62 tensors"] = base[:8] + struct.pack("<Q", 2**62) + base[16:]
+    cases["2^62 key-value pairs"] = base[:16] + struct.pack("<Q", 2**62) + base[24:]
+    cases["one tensor more than stored"] = base[:8] + struct.pack("<Q", struct.unpack("<Q", base[8:16])[0] + 1) + base[16:]
+    i = base.find(b"token_embd.weight") + len("token_embd.weight")  # then n_dims u32, dims u64[], type u32
+    cases["1000 dimensions"] = base[:i] + struct.pack("<I", 1000) + base[i + 4:]
+    cases["a 2^40-long dimension"] = base[:i + 4] + struct.pack("<Q", 2**40) + base[i + 12:]
+    cases["tensor type 99"] = base[:i + 20] + struct.pack("<I", 99) + base[i + 24:]
+    j = base.find(b"tokenizer.ggml.tokens") + len("tokenizer.ggml.tokens")  # then type u32, item type u32, n u64
+    cases["2^60 tokens"] = base[:j + 8] + struct.pack("<Q", 2**60) + base[j + 16:]
+    cases["no tokenizer"] = notok
+    return cases
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    base = write_model(d / "base.gguf", vocab(), random_weights(len(vocab()), seed=1)).read_bytes()
+    w = gguf.GGUFWriter(str(d / "notok.gguf"), "llama")
+    for setter, value in ((w.add_context_length, 256), (w.add_embedding_length, 64), (w.add_block_count, 2),
+                          (w.add_feed_forward_length, 128), (w.add_head_count, 4), (w.add_head_count_kv, 4),
+                          (w.add_layer_norm_rms_eps, 1e-5)):
+        setter(value)
+    for name, a in random_weights(len(vocab()), seed=1).items():
+        w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    paths = {}
+    for k, (name, blob) in enumerate(_corpus(base, (d / "notok.gguf").read_bytes()).items()):
+        p = d / f"case{k}.gguf"
+        p.write_bytes(blob)
+        paths[name] = p
+    return paths
+
+
+def test_every_broken_file_is_a_clear_error(corpus):
+    for name, path in corpus.items():
+        t = time.perf_counter()
+        with pytest.raises(ValueError) as exc:
+            specllama.Model(str(path))
+        assert time.perf_counter() - t < 10, f"{name}: took too long"
+        msg = str(exc.value)
+        assert str(path) in msg and ("GGUF" in msg or "load" in msg), f"{name}: {msg}"
+
+
+@pytest.mark.parametrize("name, reason", [
+    ("version 999", "version 999"),
+    ("2^62 tensors", "number of tensors"),
+    ("tensor type 99", "invalid ggml type 99"),
+    ("no tokenizer", "tokenizer.ggml.model"),
+    ("truncated at 20/40", "not within the file bounds"),
+])
+def test_messages_say_what_is_wrong(corpus, name, reason):
+    with pytest.raises(ValueError, match=reason):
+        specllama.Model(str(corpus[name]))
