@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import specllama
-from specllama.bench import PROMPTS
+from specllama.bench import PROMPTS, machine_info
 from specllama.models import default_pair
 
 HERE = Path(__file__).resolve().parent
@@ -221,7 +221,7 @@ def main():
     best_simple = max((e for e in summary if e["config"].startswith("llama-speculative-simple")),
                       key=lambda e: e["tokens_per_second"], default=None)
     report = {
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "threads": args.threads},
+        "machine": {**machine_info(), "threads": args.threads},
         "target": target, "draft": draft, "n_predict": n, "prompts": list(texts), "repeats": args.repeats,
         "summary": summary,
         "speculative_over_plain": spec["speedup_over_plain"],
@@ -238,14 +238,6 @@ def main():
     _plot(report, out / "compare.png")
     _print(report)
     print(f"wrote {out / 'compare.json'} and {out / 'compare.png'}", file=sys.stderr)
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown"
 
 
 def _print(r):

@@ -6,8 +6,8 @@
 namespace specllama {
 
 void draft_length_model::observe_draft_decode(double ms) {
-    draft_ms_ = draft_w_ == 0.0 ? ms : k_decay * draft_ms_ + (1.0 - k_decay) * ms;
-    draft_w_  = 1.0;
+    draft_ms_     = has_draft_ms_ ? k_decay * draft_ms_ + (1.0 - k_decay) * ms : ms;
+    has_draft_ms_ = true;
 }
 
 void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
@@ -61,7 +61,7 @@ bool draft_length_model::keep_going(int32_t n, double p_reach, double expected_t
 
 bool draft_length_model::keep_going_p(int32_t n, double p_reach, double expected_tokens, double p_next,
                                       bool draft_cost) const {
-    if (sw_ == 0.0 || (draft_cost && draft_w_ == 0.0)) {
+    if (sw_ == 0.0 || (draft_cost && !has_draft_ms_)) {
         return true;  // no costs measured yet: draft the maximum once
     }
     // drafting token n+1 costs a draft decode (none for lookup) and one more verified position ...

@@ -46,7 +46,7 @@ class draft_length_model {
     // exponentially weighted estimates; decay keeps them current as the machine's load changes
     static constexpr double k_decay = 0.97;
     double draft_ms_  = 0.0;
-    double draft_w_   = 0.0;
+    bool   has_draft_ms_ = false;
     // weighted least squares of verify ms on batch size
     double sw_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;
     // calibration curve: acceptance of reached drafts by the draft's confidence, in bins

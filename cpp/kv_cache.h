@@ -21,6 +21,9 @@ struct context_params {
 class kv_cache {
   public:
     kv_cache(std::shared_ptr<model> mdl, const context_params & params);
+    ~kv_cache();
+    kv_cache(const kv_cache &)             = delete;
+    kv_cache & operator=(const kv_cache &) = delete;
 
     // tokens whose keys and values the cache holds, in position order
     const std::vector<llama_token> & tokens() const { return tokens_; }
@@ -57,11 +60,6 @@ class kv_cache {
     int32_t                  n_ctx_   = 0;
     int32_t                  n_batch_ = 0;
     int32_t                  n_outputs_ = 0;  // outputs of the last decode
-
-  public:
-    ~kv_cache();
-    kv_cache(const kv_cache &)             = delete;
-    kv_cache & operator=(const kv_cache &) = delete;
 };
 
 }  // namespace specllama

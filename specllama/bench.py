@@ -151,7 +151,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     adaptive = next((e for e in sweep if e["mode"] == "adaptive"), None)
     best = adaptive or best_fixed
     return {
-        "machine": _machine(),
+        "machine": machine_info(),
         "target": dec.model_path,
         "draft": dec.draft_path,
         "max_tokens": max_tokens,
@@ -177,7 +177,8 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     }
 
 
-def _machine() -> dict:
+def machine_info() -> dict:
+    """CPU model, core count and OS, for reports."""
     import os
     import platform
 
