@@ -15,6 +15,45 @@ acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, cons
     return r;
 }
 
+bool accept_one_sampled(llama_token x, const token_dist & q, const token_dist & p, int32_t n_vocab, rng_t & rng,
+                        acceptance_scratch & scratch, llama_token & correction) {
+    const float px = p.prob_of(x);
+    const float qx = q.prob_of(x);
+    // keep x with probability min(1, p(x)/q(x)): u < p/q, written without the division
+    if (uniform01(rng) * qx < px) {
+        return true;
+    }
+    // rejected: draw from the residual max(0, p - q), renormalized
+    auto & qd = scratch.q_dense;
+    qd.assign(n_vocab, 0.0f);
+    for (size_t j = 0; j < q.ids.size(); ++j) {
+        qd[q.ids[j]] = q.probs[j];
+    }
+    auto & res = scratch.residual;
+    res.ids.clear();
+    res.probs.clear();
+    double mass = 0.0;
+    for (size_t j = 0; j < p.ids.size(); ++j) {
+        const float d = p.probs[j] - qd[p.ids[j]];
+        if (d > 0.0f) {
+            res.ids.push_back(p.ids[j]);
+            res.probs.push_back(d);
+            mass += d;
+        }
+    }
+    if (mass <= 0.0) {
+        // p <= q everywhere only when p == q up to rounding, where a rejection has
+        // probability ~0: fall back to p itself
+        correction = sample(p, rng);
+        return false;
+    }
+    for (auto & v : res.probs) {
+        v = (float) (v / mass);
+    }
+    correction = sample(res, rng);
+    return false;
+}
+
 acceptance_result accept_sampled(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & q,
                                  const std::vector<token_dist> & p, int32_t n_vocab, rng_t & rng,
                                  acceptance_scratch & scratch) {
@@ -23,43 +62,10 @@ acceptance_result accept_sampled(const llama_token * draft, int32_t n_draft, con
     }
     acceptance_result r;
     for (int32_t i = 0; i < n_draft; ++i) {
-        const llama_token x  = draft[i];
-        const float       px = p[i].prob_of(x);
-        const float       qx = q[i].prob_of(x);
-        // keep x with probability min(1, p(x)/q(x)): u < p/q, written without the division
-        if (uniform01(rng) * qx < px) {
-            ++r.n_accepted;
-            continue;
-        }
-        // rejected: draw from the residual max(0, p - q), renormalized
-        auto & qd = scratch.q_dense;
-        qd.assign(n_vocab, 0.0f);
-        for (size_t j = 0; j < q[i].ids.size(); ++j) {
-            qd[q[i].ids[j]] = q[i].probs[j];
-        }
-        auto & res = scratch.residual;
-        res.ids.clear();
-        res.probs.clear();
-        double mass = 0.0;
-        for (size_t j = 0; j < p[i].ids.size(); ++j) {
-            const float d = p[i].probs[j] - qd[p[i].ids[j]];
-            if (d > 0.0f) {
-                res.ids.push_back(p[i].ids[j]);
-                res.probs.push_back(d);
-                mass += d;
-            }
-        }
-        if (mass <= 0.0) {
-            // p <= q everywhere only when p == q up to rounding, where a rejection has
-            // probability ~0: fall back to p itself
-            r.next = sample(p[i], rng);
+        if (!accept_one_sampled(draft[i], q[i], p[i], n_vocab, rng, scratch, r.next)) {
             return r;
         }
-        for (auto & v : res.probs) {
-            v = (float) (v / mass);
-        }
-        r.next = sample(res, rng);
-        return r;
+        ++r.n_accepted;
     }
     r.next = sample(p[n_draft], rng);
     return r;

@@ -31,6 +31,12 @@ acceptance_result accept_sampled(const llama_token * draft, int32_t n_draft, con
                                  const std::vector<token_dist> & p, int32_t n_vocab, rng_t & rng,
                                  acceptance_scratch & scratch);
 
+// one position of the rule above: keep x (drawn from q) with probability min(1, p(x)/q(x)) and
+// return true, or return false with a draw from norm(max(0, p - q)) in correction. DSI applies it
+// position by position as verification results arrive.
+bool accept_one_sampled(llama_token x, const token_dist & q, const token_dist & p, int32_t n_vocab, rng_t & rng,
+                        acceptance_scratch & scratch, llama_token & correction);
+
 // sample-and-match (llama.cpp's server and speculative-simple): the target samples each position
 // from p_i on its own and a draft is kept only if it equals that sample. Also lossless, but it
 // keeps a draft with probability sum p*q instead of sum min(p, q). For comparison.

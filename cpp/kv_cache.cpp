@@ -60,17 +60,30 @@ void kv_cache::set_n_threads(int32_t n_threads) {
     llama_set_n_threads(ctx_.get(), n, n);
 }
 
-void kv_cache::decode(const llama_token * toks, int32_t n, bool all_logits, float * out,
-                      const std::function<void()> & between_chunks) {
+void kv_cache::set_abort_flag(const std::atomic<bool> * flag) {
+    if (flag == nullptr) {
+        llama_set_abort_callback(ctx_.get(), nullptr, nullptr);
+        return;
+    }
+    llama_set_abort_callback(
+        ctx_.get(), [](void * data) { return static_cast<const std::atomic<bool> *>(data)->load(); },
+        const_cast<std::atomic<bool> *>(flag));
+}
+
+void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out, float * out,
+                              const std::function<void()> & between_chunks) {
     if (n <= 0) {
         return;
+    }
+    if (n_out < 1 || n_out > n) {
+        throw std::invalid_argument("n_out must be in [1, " + std::to_string(n) + "], got " + std::to_string(n_out));
     }
     if (n_past() + n > n_ctx_) {
         throw std::invalid_argument("context full: " + std::to_string(n_past()) + " tokens cached + " +
                                     std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx_));
     }
-    if (all_logits && out == nullptr && n > n_batch_) {
-        throw std::invalid_argument("cannot keep logits for " + std::to_string(n) +
+    if (out == nullptr && n_out > n_batch_) {
+        throw std::invalid_argument("cannot keep logits for " + std::to_string(n_out) +
                                     " positions in one batch of n_batch " + std::to_string(n_batch_));
     }
     for (int32_t i = 0; i < n; ++i) {
@@ -79,12 +92,15 @@ void kv_cache::decode(const llama_token * toks, int32_t n, bool all_logits, floa
                                         std::to_string(mdl_->n_vocab));
         }
     }
-    const int32_t n_vocab = mdl_->n_vocab;
-    for (int32_t start = 0; start < n; start += n_batch_) {
+    const int32_t n_vocab     = mdl_->n_vocab;
+    const int32_t first_out   = n - n_out;
+    // several outputs read back through logits(): make the last chunk full so that it holds them all
+    const int32_t first_chunk = (out == nullptr && n_out > 1) ? (n - 1) % n_batch_ + 1 : std::min(n, n_batch_);
+    for (int32_t start = 0; start < n;) {
         if (start > 0 && between_chunks) {
             between_chunks();
         }
-        const int32_t n_chunk = std::min(n_batch_, n - start);
+        const int32_t n_chunk = start == 0 ? first_chunk : std::min(n_batch_, n - start);
         const bool    last    = start + n_chunk == n;
         batch_.n_tokens       = n_chunk;
         for (int32_t i = 0; i < n_chunk; ++i) {
@@ -92,7 +108,7 @@ void kv_cache::decode(const llama_token * toks, int32_t n, bool all_logits, floa
             batch_.pos[i]       = n_past() + i;
             batch_.n_seq_id[i]  = 1;
             batch_.seq_id[i][0] = 0;
-            batch_.logits[i]    = all_logits || (last && i == n_chunk - 1);
+            batch_.logits[i]    = start + i >= first_out;
         }
         const int32_t ret = llama_decode(ctx_.get(), batch_);
         if (ret != 0) {
@@ -105,7 +121,7 @@ void kv_cache::decode(const llama_token * toks, int32_t n, bool all_logits, floa
                                              " tokens at position " + std::to_string(n_past()) +
                                              "; use a larger n_ctx");
                 case 2:
-                    throw std::runtime_error("llama_decode was aborted");
+                    throw decode_aborted("llama_decode was aborted");
                 case -1:
                     throw std::invalid_argument("llama_decode rejected the batch (invalid tokens or positions)");
                 default:
@@ -114,16 +130,19 @@ void kv_cache::decode(const llama_token * toks, int32_t n, bool all_logits, floa
             }
         }
         tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
-        n_outputs_ = all_logits ? n_chunk : 1;
+        const int32_t chunk_first_out = std::max(first_out, start) - start;  // batch index of its first output
+        const int32_t chunk_n_out     = std::max(0, n_chunk - chunk_first_out);
         if (out != nullptr) {
-            if (all_logits) {
-                for (int32_t i = 0; i < n_chunk; ++i) {
-                    std::copy_n(llama_get_logits_ith(ctx_.get(), i), n_vocab, out + (size_t) (start + i) * n_vocab);
-                }
-            } else if (last) {
-                std::copy_n(llama_get_logits_ith(ctx_.get(), -1), n_vocab, out);
+            for (int32_t i = chunk_first_out; i < n_chunk; ++i) {
+                std::copy_n(llama_get_logits_ith(ctx_.get(), i), n_vocab,
+                            out + (size_t) (start + i - first_out) * n_vocab);
             }
         }
+        if (last) {
+            n_outputs_ = chunk_n_out;
+            out_base_  = chunk_first_out;
+        }
+        start += n_chunk;
     }
 }
 
@@ -132,7 +151,7 @@ const float * kv_cache::logits(int32_t i) const {
         throw std::out_of_range("logits index " + std::to_string(i) + " outside the " +
                                 std::to_string(n_outputs_) + " outputs of the last decode");
     }
-    const float * l = llama_get_logits_ith(ctx_.get(), n_outputs_ == 1 ? -1 : i);
+    const float * l = llama_get_logits_ith(ctx_.get(), out_base_ + i);
     if (l == nullptr) {
         throw std::runtime_error("llama.cpp returned no logits for output " + std::to_string(i));
     }

@@ -4,8 +4,10 @@
 // Not here: what to decode (drafting.h, speculative.h).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "model.h"
@@ -16,6 +18,11 @@ struct context_params {
     int32_t n_ctx     = 4096;  // positions the KV cache holds (0 = the model's training context)
     int32_t n_batch   = 512;   // tokens per llama_decode call; verification batches must fit in one
     int32_t n_threads = 0;     // CPU threads, 0 = all hardware threads
+};
+
+// llama_decode stopped because the abort flag was set (see kv_cache::set_abort_flag)
+struct decode_aborted : std::runtime_error {
+    using std::runtime_error::runtime_error;
 };
 
 class kv_cache {
@@ -38,7 +45,15 @@ class kv_cache {
     // between_chunks runs between llama_decode calls and may throw to stop (Ctrl-C).
     // On an error tokens() still says exactly what the cache holds.
     void decode(const llama_token * toks, int32_t n, bool all_logits, float * out = nullptr,
-                const std::function<void()> & between_chunks = nullptr);
+                const std::function<void()> & between_chunks = nullptr) {
+        decode_outputs(toks, n, all_logits ? n : 1, out, between_chunks);
+    }
+
+    // append toks, with logits for the last n_out of them (1 <= n_out <= n). Without out, the
+    // outputs must fit in one batch (n_out <= n_batch): the chunks are cut so that the last one
+    // holds them all, and logits(i) reads them.
+    void decode_outputs(const llama_token * toks, int32_t n, int32_t n_out, float * out = nullptr,
+                        const std::function<void()> & between_chunks = nullptr);
 
     // logits of output i of the last decode (i counts the positions that asked for logits)
     const float * logits(int32_t i) const;
@@ -50,6 +65,9 @@ class kv_cache {
     int32_t keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max);
 
     void set_n_threads(int32_t n_threads);
+    // while *flag is true, llama_decode stops early and decode throws decode_aborted (the cache
+    // keeps exactly what it held before the call). nullptr: never abort.
+    void set_abort_flag(const std::atomic<bool> * flag);
     llama_context * get() const { return ctx_.get(); }
 
   private:
@@ -60,6 +78,7 @@ class kv_cache {
     int32_t                  n_ctx_   = 0;
     int32_t                  n_batch_ = 0;
     int32_t                  n_outputs_ = 0;  // outputs of the last decode
+    int32_t                  out_base_  = 0;  // batch index of the first of them in the last chunk
 };
 
 }  // namespace specllama

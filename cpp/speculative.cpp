@@ -27,7 +27,7 @@ void generate_params_validate(const generate_params & p) {
     sampling_params_validate(p.sampling);
 }
 
-decoder::decoder(const decoder_params & params) {
+decoder::decoder(const decoder_params & params) : ctx_params_(params.ctx), n_threads_draft_(params.n_threads_draft) {
     target_    = model_load(params.target);
     tgt_cache_ = std::make_unique<kv_cache>(target_, params.ctx);
     if (params.draft) {
@@ -54,11 +54,33 @@ void decoder::reset() {
     if (dft_cache_) {
         dft_cache_->rollback(0);
     }
+    for (auto & c : dsi_servers_) {
+        c->rollback(0);
+    }
 }
 
 draft_length_model decoder::cost_model() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return lengths_;
+}
+
+void decoder::validate_prompt(const std::vector<llama_token> & prompt) const {
+    const int32_t n_ctx    = tgt_cache_->n_ctx();
+    const int32_t n_prompt = (int32_t) prompt.size();
+    if (n_prompt == 0) {
+        throw std::invalid_argument("the prompt is empty");
+    }
+    if (n_prompt >= n_ctx) {
+        throw std::invalid_argument("the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
+                                    std::to_string(n_ctx) + " (room is needed for at least one more); "
+                                    "shorten the prompt or raise n_ctx");
+    }
+    for (llama_token t : prompt) {
+        if (t < 0 || t >= target_->n_vocab) {
+            throw std::invalid_argument("prompt token id " + std::to_string(t) + " outside the vocabulary of " +
+                                        std::to_string(target_->n_vocab));
+        }
+    }
 }
 
 int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, const generate_params & params,
@@ -127,24 +149,11 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         throw std::runtime_error("this decoder is already generating (one generation at a time per decoder)");
     }
     generate_params_validate(params);
+    validate_prompt(prompt);
     const int32_t n_ctx    = tgt_cache_->n_ctx();
     const int32_t n_prompt = (int32_t) prompt.size();
-    if (n_prompt == 0) {
-        throw std::invalid_argument("the prompt is empty");
-    }
-    if (n_prompt >= n_ctx) {
-        throw std::invalid_argument("the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
-                                    std::to_string(n_ctx) + " (room is needed for at least one more); "
-                                    "shorten the prompt or raise n_ctx");
-    }
     if (params.n_draft + 1 > tgt_cache_->n_batch()) {
         throw std::invalid_argument("n_draft + 1 must fit in n_batch " + std::to_string(tgt_cache_->n_batch()));
-    }
-    for (llama_token t : prompt) {
-        if (t < 0 || t >= target_->n_vocab) {
-            throw std::invalid_argument("prompt token id " + std::to_string(t) + " outside the vocabulary of " +
-                                        std::to_string(target_->n_vocab));
-        }
     }
     const sampling_params & sp        = params.sampling;
     const bool use_model  = params.speculative && params.drafter != drafter_kind::lookup;

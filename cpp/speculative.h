@@ -16,6 +16,7 @@
 #include "acceptance.h"
 #include "draft_length.h"
 #include "drafting.h"
+#include "dsi.h"
 #include "kv_cache.h"
 #include "lookup.h"
 #include "text.h"
@@ -83,12 +84,27 @@ struct generate_stats {
     }
 };
 
+// Distributed Speculative Inference (dsi.h) on this decoder's models
+struct dsi_options {
+    int32_t sp               = 1;     // target servers (contexts on the shared target model)
+    int32_t lookahead        = 4;     // drafted tokens per verification task
+    int32_t n_threads_draft  = 0;     // drafter threads; 0: split the decoder's thread budget
+    int32_t n_threads_server = 0;     // threads per server; 0: split the decoder's thread budget
+    bool    overlap          = true;  // false: SI on the same code path (each verification waited for)
+};
+
+struct dsi_report {
+    dsi_stats stats;
+    int32_t   sp = 0, lookahead = 0, n_threads_draft = 0, n_threads_server = 0;
+};
+
 struct generate_result {
     std::vector<llama_token> tokens;
     std::string              text;
     std::string              finish_reason;  // "stop" (end token or stop string), "length", "cancelled"
     bool                     context_full = false;  // "length" because the context had no room left
     generate_stats           stats;
+    std::optional<dsi_report> dsi;                  // set by generate_dsi
 };
 
 // what one verification step added
@@ -114,6 +130,14 @@ class decoder {
     generate_result generate(const std::vector<llama_token> & prompt, const generate_params & params,
                              const step_callback & on_step = nullptr, const interrupt_check & check = nullptr);
 
+    // the same, by Distributed Speculative Inference: the drafter never waits for verification.
+    // Uses params' max_tokens, sampling, seed, stop and ignore_eos (the draft model drafts; lookup,
+    // adaptive length and the match rule are not available here). Server 0 is this decoder's own
+    // target context; the others are made on first use and kept.
+    generate_result generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
+                                 const dsi_options & options, const step_callback & on_step = nullptr,
+                                 const interrupt_check & check = nullptr);
+
     const model & target() const { return *target_; }
     const model * draft() const { return draft_.get(); }
     std::shared_ptr<model> target_shared() const { return target_; }
@@ -129,6 +153,9 @@ class decoder {
     draft_length_model cost_model() const;
 
   private:
+    // throws unless prompt can be generated after (non-empty, fits the context, valid ids)
+    void validate_prompt(const std::vector<llama_token> & prompt) const;
+
     // append prompt-lookup drafts after the model's (up to n_max in all); sets probe to the first
     // proposal the cost model dropped (-1 if none); returns how many were added
     int32_t add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, const generate_params & params,
@@ -143,6 +170,9 @@ class decoder {
     std::unique_ptr<kv_cache> dft_cache_;
     std::unique_ptr<model_drafter> drafter_;
     mutable std::mutex        mutex_;  // one generation at a time per decoder
+    context_params            ctx_params_;
+    int32_t                   n_threads_draft_ = 0;
+    std::vector<std::unique_ptr<kv_cache>> dsi_servers_;  // DSI's target servers beyond the first
 
     draft_length_model        lengths_;  // costs and calibration, kept across generations
 

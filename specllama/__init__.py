@@ -11,7 +11,7 @@ _preload()
 
 from ._core import Context, Model, accept_trials, log_set_level, quantize, quantize_types  # noqa: E402
 from ._core import sampling_distribution, supports_gpu_offload, vocab_check_compatible  # noqa: E402
-from .decoder import Completion, Stats, StepChunk, SpeculativeDecoder  # noqa: E402
+from .decoder import Completion, DSIStats, Stats, StepChunk, SpeculativeDecoder  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -22,6 +22,7 @@ log_set_level(_LEVELS.get(__import__("os").environ.get("SPECLLAMA_LOG", "none").
 __all__ = [
     "Completion",
     "Context",
+    "DSIStats",
     "Model",
     "SpeculativeDecoder",
     "Stats",

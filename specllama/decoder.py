@@ -57,6 +57,31 @@ class Stats:
 
 
 @dataclass(frozen=True)
+class DSIStats:
+    """What the DSI orchestrator did (mode="dsi"): tasks, drafts, and where time went. Server
+    times are summed over servers, so they can exceed the wall time."""
+
+    sp: int  # target servers
+    lookahead: int  # drafted tokens per verification task
+    n_threads_draft: int
+    n_threads_server: int  # per server
+    overlap: bool  # False: SI on the same code path
+    n_tasks: int  # verification tasks sent to servers
+    n_tasks_cancelled: int  # of which were cancelled or built on a rejected draft
+    n_drafted: int  # tokens the drafter proposed, cancelled ones included
+    n_checked: int  # drafts the target judged
+    n_accepted: int  # of which were kept
+    n_target_only: int  # tokens emitted from the target with no draft beside them
+    t_total_ms: float
+    t_draft_ms: float  # the drafter computing
+    t_draft_idle_ms: float  # the drafter waiting for verification
+    t_verify_ms: float  # servers computing
+    t_verify_wasted_ms: float  # of which on cancelled tasks
+    t_verify_hidden_ms: float  # used verification time the drafter did not wait for
+    verify_hidden_share: float  # t_verify_hidden_ms over the used verification time
+
+
+@dataclass(frozen=True)
 class Completion:
     """The result of generate()."""
 
@@ -65,6 +90,7 @@ class Completion:
     finish_reason: str  # "stop" (end token or stop string), "length" (max_tokens or context full), "cancelled"
     context_full: bool  # True when "length" came from the context having no room left
     stats: Stats
+    dsi: Optional[DSIStats] = None  # mode="dsi" only
 
 
 @dataclass(frozen=True)
@@ -79,6 +105,7 @@ class StepChunk:
     finish_reason: Optional[str] = None
     context_full: bool = False
     stats: Optional[Stats] = field(default=None, repr=False)
+    dsi: Optional[DSIStats] = field(default=None, repr=False)
 
 
 def _completion(raw: dict) -> Completion:
@@ -88,6 +115,7 @@ def _completion(raw: dict) -> Completion:
         finish_reason=raw["finish_reason"],
         context_full=raw["context_full"],
         stats=Stats(**raw["stats"]),
+        dsi=DSIStats(**raw["dsi"]) if "dsi" in raw else None,
     )
 
 
@@ -230,6 +258,11 @@ class SpeculativeDecoder:
         drafter: str = "model",
         acceptance: str = "rejection",
         ignore_eos: bool = False,
+        mode: str = "si",
+        sp: int = 1,
+        lookahead: int = 4,
+        threads_draft: int = 0,
+        threads_server: int = 0,
         on_step: Optional[Callable[[List[int], str, int, int], Optional[bool]]] = None,
     ) -> Completion:
         """Generate a completion of prompt (text or token ids).
@@ -245,15 +278,26 @@ class SpeculativeDecoder:
         (the draft model), "lookup" (prompt lookup: drafts copied from earlier in the context; no
         draft model needed) or "model+lookup" (lookup fills in where the draft model stops
         short). acceptance: "rejection" (the papers' rule, the default) or "match" (llama.cpp's
-        sample-and-match; for comparison: also exact, but keeps fewer drafts at temperature > 0). on_step(tokens, text, n_drafted, n_accepted) runs after
-        each verification step; returning True stops early (finish_reason "cancelled").
-        Ctrl-C raises KeyboardInterrupt within one step; the decoder stays usable.
+        sample-and-match; for comparison: also exact, but keeps fewer drafts at temperature > 0).
+
+        mode="dsi": Distributed Speculative Inference (Timor et al.): the draft model drafts in a
+        thread of its own without waiting for verification; every `lookahead` drafted tokens go
+        to one of `sp` target servers (contexts on the shared target model); a rejection cancels
+        what was built on it. Lossless as speculative decoding is (greedy: the target's own
+        output; sampling: the rejection rule, position by position). threads_draft and
+        threads_server (per server) split the decoder's n_threads when 0. n_draft, adaptive,
+        drafter and acceptance do not apply. completion.dsi says what it did.
+
+        on_step(tokens, text, n_drafted, n_accepted) runs after each verification step;
+        returning True stops early (finish_reason "cancelled"). Ctrl-C raises KeyboardInterrupt
+        within one step; the decoder stays usable.
         """
         tokens = self._prompt_tokens(prompt)
         kwargs = self._native_kwargs(max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft,
-                                     speculative, adaptive, drafter, acceptance, ignore_eos)
+                                     speculative, adaptive, drafter, acceptance, ignore_eos,
+                                     mode, sp, lookahead, threads_draft, threads_server)
         with self._lock:
-            raw = self._native().generate(tokens, on_step=_wrap_on_step(on_step), **kwargs)
+            raw = _call(self._native(), tokens, _wrap_on_step(on_step), kwargs)
         return _completion(raw)
 
     def stream(
@@ -273,13 +317,19 @@ class SpeculativeDecoder:
         drafter: str = "model",
         acceptance: str = "rejection",
         ignore_eos: bool = False,
+        mode: str = "si",
+        sp: int = 1,
+        lookahead: int = 4,
+        threads_draft: int = 0,
+        threads_server: int = 0,
     ) -> Iterator[StepChunk]:
         """Like generate(), yielding each verification step's text as it lands; the last chunk
         carries finish_reason and stats. Closing the iterator (or Ctrl-C) stops the generation
         within one step."""
         tokens = self._prompt_tokens(prompt)
         kwargs = self._native_kwargs(max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft,
-                                     speculative, adaptive, drafter, acceptance, ignore_eos)
+                                     speculative, adaptive, drafter, acceptance, ignore_eos,
+                                     mode, sp, lookahead, threads_draft, threads_server)
         native = self._native()
         return self._stream(native, tokens, kwargs)
 
@@ -295,7 +345,7 @@ class SpeculativeDecoder:
         def worker():
             try:
                 with self._lock:
-                    chunks.put(_completion(native.generate(tokens, on_step=on_step, **kwargs)))
+                    chunks.put(_completion(_call(native, tokens, on_step, kwargs)))
             except BaseException as exc:  # re-raised in the consumer
                 chunks.put(exc)
             finally:
@@ -312,7 +362,7 @@ class SpeculativeDecoder:
                     raise item
                 if isinstance(item, Completion):
                     yield StepChunk("", [], finish_reason=item.finish_reason, context_full=item.context_full,
-                                    stats=item.stats)
+                                    stats=item.stats, dsi=item.dsi)
                 else:
                     yield item
         finally:
@@ -320,8 +370,11 @@ class SpeculativeDecoder:
             thread.join()
 
     def _native_kwargs(self, max_tokens, temperature, top_k, top_p, min_p, seed, stop, n_draft, speculative,
-                       adaptive, drafter, acceptance, ignore_eos) -> dict:
+                       adaptive, drafter, acceptance, ignore_eos, mode="si", sp=1, lookahead=4, threads_draft=0,
+                       threads_server=0) -> dict:
         n_draft = self.n_draft if n_draft is None else n_draft
+        if mode not in ("si", "dsi"):
+            raise ValueError(f"mode must be 'si' or 'dsi', got {mode!r}")
         _check_int("max_tokens", max_tokens, 1, None)
         _check_int("n_draft", n_draft, 1, _core.MAX_DRAFT)
         _check_int("top_k", top_k, 0, None)
@@ -334,7 +387,7 @@ class SpeculativeDecoder:
         stop = [s for s in (stop or []) if s]
         if not all(isinstance(s, str) for s in stop):
             raise TypeError("stop must be a string or a sequence of strings")
-        return dict(
+        kw = dict(
             max_tokens=max_tokens,
             n_draft=n_draft,
             temperature=float(temperature),
@@ -349,6 +402,30 @@ class SpeculativeDecoder:
             acceptance=acceptance,
             adaptive=bool(adaptive) if adaptive is not None else (temperature == 0 or seed is None),
         )
+        if mode == "si":
+            return kw
+        if not speculative:
+            raise ValueError("mode='dsi' is speculative; use mode='si' with speculative=False to decode plainly")
+        if not self.has_draft:
+            raise ValueError("mode='dsi' needs a draft model")
+        if drafter != "model" or acceptance != "rejection":
+            raise ValueError("mode='dsi' drafts with the draft model and verifies with the rejection rule only")
+        _check_int("sp", sp, 1, 64)
+        _check_int("lookahead", lookahead, 1, _core.MAX_DRAFT)
+        _check_int("threads_draft", threads_draft, 0, None)
+        _check_int("threads_server", threads_server, 0, None)
+        for key in ("n_draft", "speculative", "drafter", "acceptance", "adaptive"):
+            del kw[key]
+        kw.update(mode="dsi", sp=sp, lookahead=lookahead, n_threads_draft=threads_draft,
+                  n_threads_server=threads_server)
+        return kw
+
+
+def _call(native: _core.Decoder, tokens: List[int], on_step, kwargs: dict) -> dict:
+    kwargs = dict(kwargs)
+    if kwargs.pop("mode", "si") == "dsi":
+        return native.generate_dsi(tokens, on_step=on_step, **kwargs)
+    return native.generate(tokens, on_step=on_step, **kwargs)
 
 
 def _wrap_on_step(on_step):

@@ -12,8 +12,12 @@ DSI:    the drafter never waits for verification. Every `lookahead` drafted toke
         whose extra target token covers it) finishes; then every later task and draft is
         dropped, the target's token is emitted and drafting restarts from it.
 
-Times are in units of one target forward pass unless given otherwise. This is the paper's
-offline model only; DSI is not yet in the native loop.
+Times are in units of one target forward pass unless given otherwise.
+
+`online()` runs the native orchestrator (the code path `--mode dsi` uses on real models) against
+simulated servers: each forward pass is a real wait, drafts are right where a pattern says, and
+the wall time is measured. Given the same pattern (`right[j]`: the drafter proposes the target's
+token at generated index j), the offline functions and the online run see the same acceptances.
 """
 
 from __future__ import annotations
@@ -29,13 +33,24 @@ def non_si(t_target: float, n: int) -> float:
     return n * t_target
 
 
+def pattern(n: int, accept: float, rng: np.random.Generator, pad: int = 256) -> np.ndarray:
+    """right[j]: whether the drafter proposes the target's token at generated index j (i.i.d.)."""
+    return rng.random(n + pad) < accept
+
+
+def _leading_true(right: np.ndarray, start: int, length: int) -> int:
+    seg = right[start:start + length]
+    return int(np.argmin(seg)) if not seg.all() else len(seg)
+
+
 def si(t_target: float, t_draft: float, lookahead: int, n: int, accept: float,
-       rng: np.random.Generator) -> float:
-    """One run of SI; returns its latency."""
+       rng: np.random.Generator, right: Optional[np.ndarray] = None) -> float:
+    """One run of SI; returns its latency. right: an acceptance pattern (else drawn from rng)."""
+    if right is None:
+        right = pattern(n, accept, rng, pad=lookahead + 1)
     total, toks = 0.0, 0
     while toks < n:
-        ok = rng.random(lookahead) < accept
-        n_acc = int(np.argmin(ok)) if not ok.all() else lookahead
+        n_acc = min(_leading_true(right, toks, lookahead), lookahead)
         toks += n_acc + 1
         total += lookahead * t_draft + t_target
     return total
@@ -49,17 +64,18 @@ def si_expected_tokens_per_iteration(accept: float, lookahead: int) -> float:
 
 
 def dsi(t_target: float, t_draft: float, lookahead: int, n: int, accept: float, sp: int,
-        rng: np.random.Generator) -> float:
-    """One run of DSI with `sp` target servers; returns its latency."""
+        rng: np.random.Generator, right: Optional[np.ndarray] = None) -> float:
+    """One run of DSI with `sp` target servers; returns its latency. right: as in si()."""
     if sp < 1 or lookahead < 1:
         raise ValueError("sp and lookahead must be >= 1")
     k = lookahead
+    if right is None:
+        right = pattern(n, accept, rng, pad=k + 1)
     emitted = 0  # tokens verified and emitted
     t = 0.0  # when drafting (re)starts from the last emitted token
     while emitted < n:
-        # draft offsets 0, 1, 2, ... from the restart; offset i is right with probability `accept`
-        correct = rng.random(n - emitted + k + 1) < accept
-        wrong = int(np.argmin(correct)) if not correct.all() else len(correct)
+        # draft offsets 0, 1, 2, ... from the restart; offset i is right where the pattern says
+        wrong = _leading_true(right, emitted, n - emitted + k + 1)
         free = [t] * sp  # when each target server is free (a restart cancels every task)
         done = t  # results are used in task order
         end = 0
@@ -83,6 +99,22 @@ def dsi(t_target: float, t_draft: float, lookahead: int, n: int, accept: float, 
                 return done
             end += k
     return t
+
+
+def online(mode: str, t_target_ms: float, t_draft_ms: float, right: Sequence[bool], n: int,
+           lookahead: int = 4, sp: int = 1) -> dict:
+    """Run the native orchestrator against simulated servers: mode 'non-si', 'si' or 'dsi'.
+    Returns its stats with t_total_ms (measured wall time) and 'correct' (output == target's)."""
+    from . import _core
+
+    if mode not in ("non-si", "si", "dsi"):
+        raise ValueError(f"mode must be 'non-si', 'si' or 'dsi', got {mode!r}")
+    if n < 1 or len(right) < n:
+        raise ValueError("need n >= 1 and a pattern of at least n entries")
+    overlap = mode == "dsi"
+    k = 0 if mode == "non-si" else lookahead
+    return _core.simulate_dsi(float(t_target_ms), float(t_draft_ms), [bool(x) for x in right[:n]],
+                              lookahead=k, sp=sp if overlap else 1, overlap=overlap)
 
 
 @dataclass

@@ -13,8 +13,6 @@ using namespace specllama;
 
 namespace specllama_py {
 
-namespace {
-
 py::dict stats_to_dict(const generate_stats & s) {
     py::dict d;
     d["n_prompt"]          = s.n_prompt;
@@ -36,7 +34,29 @@ py::dict stats_to_dict(const generate_stats & s) {
     return d;
 }
 
-}  // namespace
+py::dict result_to_dict(const generate_result & res) {
+    py::dict out;
+    out["tokens"]        = res.tokens;
+    out["text"]          = to_str(res.text);
+    out["finish_reason"] = res.finish_reason;
+    out["context_full"]  = res.context_full;
+    out["stats"]         = stats_to_dict(res.stats);
+    return out;
+}
+
+step_callback make_step_callback(const std::optional<py::function> & on_step) {
+    return [on_step](const step_event & ev) -> bool {
+        py::gil_scoped_acquire gil;
+        if (PyErr_CheckSignals() != 0) {
+            throw py::error_already_set();
+        }
+        if (!on_step) {
+            return false;
+        }
+        py::object r = (*on_step)(ev.tokens, to_str(ev.text), ev.n_drafted, ev.n_accepted);
+        return r.cast<bool>();
+    };
+}
 
 void register_decoder(py::module_ & m) {
     m.attr("MAX_DRAFT") = k_max_draft;
@@ -132,29 +152,13 @@ void register_decoder(py::module_ & m) {
                     throw std::invalid_argument("acceptance must be 'rejection' or 'match', got '" + acceptance + "'");
                 }
 
-                step_callback cb = [&on_step](const step_event & ev) -> bool {
-                    py::gil_scoped_acquire gil;
-                    if (PyErr_CheckSignals() != 0) {
-                        throw py::error_already_set();
-                    }
-                    if (!on_step) {
-                        return false;
-                    }
-                    py::object r = (*on_step)(ev.tokens, to_str(ev.text), ev.n_drafted, ev.n_accepted);
-                    return r.cast<bool>();
-                };
+                step_callback   cb = make_step_callback(on_step);
                 generate_result res;
                 {
                     py::gil_scoped_release nogil;
                     res = d.generate(prompt, p, cb, check_signals);
                 }
-                py::dict out;
-                out["tokens"]        = res.tokens;
-                out["text"]          = to_str(res.text);
-                out["finish_reason"] = res.finish_reason;
-                out["context_full"]  = res.context_full;
-                out["stats"]         = stats_to_dict(res.stats);
-                return out;
+                return result_to_dict(res);
             },
             py::arg("prompt"), py::arg("max_tokens") = 256, py::arg("n_draft") = 6, py::arg("temperature") = 0.8f,
             py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = py::none(),

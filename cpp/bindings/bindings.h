@@ -3,13 +3,23 @@
 
 #include <pybind11/pybind11.h>
 
+#include <optional>
 #include <string>
+
+#include "speculative.h"
 
 namespace specllama_py {
 
 void register_model(pybind11::module_ & m);
 void register_sampling(pybind11::module_ & m);
 void register_decoder(pybind11::module_ & m);
+void register_dsi(pybind11::module_ & m);  // after register_decoder: adds Decoder.generate_dsi
+
+// shared by the generate bindings
+pybind11::dict        stats_to_dict(const specllama::generate_stats & s);
+pybind11::dict        result_to_dict(const specllama::generate_result & r);
+// on_step(tokens, text, n_drafted, n_accepted) -> bool, with a Ctrl-C check before each call
+specllama::step_callback make_step_callback(const std::optional<pybind11::function> & on_step);
 
 // bytes from llama.cpp to str; invalid UTF-8 (a character cut by max_tokens) becomes U+FFFD
 inline pybind11::str to_str(const std::string & s) {

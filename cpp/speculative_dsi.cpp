@@ -1,0 +1,191 @@
+// speculative_dsi.cpp: decoder::generate_dsi, DSI (dsi.h) on the decoder's own models: the draft
+// context drafts, the decoder's target context is server 0 and further servers are contexts on
+// the same target model. Text, stop strings and results are handled as in generate().
+#include <thread>
+
+#include "dsi_backends.h"
+#include "speculative.h"
+
+namespace specllama {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+int32_t hardware_threads() {
+    unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 4 : (int32_t) n;
+}
+
+// sets a context's threads for the duration of a run and puts the old count back
+class threads_scope {
+  public:
+    threads_scope(kv_cache & cache, int32_t during, int32_t after) : cache_(cache), after_(after) {
+        cache_.set_n_threads(during);
+    }
+    ~threads_scope() { cache_.set_n_threads(after_); }
+    threads_scope(const threads_scope &)             = delete;
+    threads_scope & operator=(const threads_scope &) = delete;
+
+  private:
+    kv_cache & cache_;
+    int32_t    after_;
+};
+
+}  // namespace
+
+generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
+                                      const dsi_options & options, const step_callback & on_step,
+                                      const interrupt_check & check) {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+        throw std::runtime_error("this decoder is already generating (one generation at a time per decoder)");
+    }
+    generate_params_validate(params);
+    validate_prompt(prompt);
+    if (drafter_ == nullptr) {
+        throw std::invalid_argument("DSI needs a draft model");
+    }
+    if (options.sp < 1 || options.sp > 64) {
+        throw std::invalid_argument("sp (target servers) must be in [1, 64], got " + std::to_string(options.sp));
+    }
+    if (options.lookahead < 1 || options.lookahead + 1 > tgt_cache_->n_batch()) {
+        throw std::invalid_argument("lookahead must be in [1, n_batch - 1 = " +
+                                    std::to_string(tgt_cache_->n_batch() - 1) + "], got " +
+                                    std::to_string(options.lookahead));
+    }
+    if (options.n_threads_draft < 0 || options.n_threads_server < 0) {
+        throw std::invalid_argument("DSI thread counts must be >= 0 (0 = from the thread budget)");
+    }
+    if (params.drafter != drafter_kind::model || params.rule != accept_rule::rejection) {
+        throw std::invalid_argument("DSI drafts with the draft model and verifies with the rejection rule only");
+    }
+
+    // the thread budget: the decoder's thread count, split between the drafter and the servers
+    const int32_t budget   = ctx_params_.n_threads > 0 ? ctx_params_.n_threads : hardware_threads();
+    const int32_t t_draft  = options.n_threads_draft > 0 ? options.n_threads_draft
+                                                         : std::max(1, budget / (options.sp + 1));
+    const int32_t t_server = options.n_threads_server > 0 ? options.n_threads_server
+                                                          : std::max(1, (budget - t_draft) / options.sp);
+
+    context_params sctx = ctx_params_;
+    sctx.n_ctx          = tgt_cache_->n_ctx();
+    sctx.n_threads      = t_server;
+    while ((int32_t) dsi_servers_.size() < options.sp - 1) {
+        dsi_servers_.push_back(std::make_unique<kv_cache>(target_, sctx));
+    }
+    std::vector<kv_cache *> caches{tgt_cache_.get()};
+    for (int32_t s = 0; s + 1 < options.sp; ++s) {
+        caches.push_back(dsi_servers_[s].get());
+    }
+    const int32_t                 t_draft_after = n_threads_draft_ > 0 ? n_threads_draft_ : ctx_params_.n_threads;
+    std::vector<std::unique_ptr<threads_scope>> thread_scopes;
+    thread_scopes.push_back(std::make_unique<threads_scope>(*dft_cache_, t_draft, t_draft_after));
+    for (kv_cache * c : caches) {
+        thread_scopes.push_back(std::make_unique<threads_scope>(*c, t_server, c == tgt_cache_.get()
+                                                                                  ? ctx_params_.n_threads
+                                                                                  : t_server));
+    }
+
+    const int32_t       n_ctx    = tgt_cache_->n_ctx();
+    const int32_t       n_prompt = (int32_t) prompt.size();
+    const llama_vocab * vocab    = target_->vocab;
+    generate_result     res;
+    generate_stats &    st = res.stats;
+    st.n_prompt            = n_prompt;
+    const auto t_start     = clock_type::now();
+
+    // prefill every server and the drafter, so that tasks carry only new tokens
+    st.n_prompt_cached = tgt_cache_->keep_common_prefix(prompt, n_prompt - 1);
+    for (kv_cache * c : caches) {
+        const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
+        c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
+    }
+    drafter_->catch_up(prompt, check);
+    st.t_prefill_ms = ms_since(t_start);
+
+    model_dsi_drafter                              drafter(*dft_cache_);
+    std::vector<std::unique_ptr<model_dsi_server>> servers;
+    std::vector<dsi_server *>                      server_ptrs;
+    for (kv_cache * c : caches) {
+        servers.push_back(std::make_unique<model_dsi_server>(*c));
+        server_ptrs.push_back(servers.back().get());
+    }
+
+    text_stream stream(params.stop);
+    std::string finish;
+    step_event  ev;
+    size_t      n_reported = 0;  // tokens already passed to on_step
+    auto        report     = [&](bool final) {
+        ev.tokens.assign(res.tokens.begin() + (long) n_reported, res.tokens.end());
+        n_reported    = res.tokens.size();
+        ev.text       = final ? stream.take_all() : stream.take_ready();
+        ev.n_drafted  = 0;
+        ev.n_accepted = 0;
+        return on_step && on_step(ev);
+    };
+
+    dsi_callbacks cb;
+    cb.emit = [&](llama_token tok) {
+        if (!params.ignore_eos && llama_vocab_is_eog(vocab, tok)) {
+            finish = "stop";
+            return false;
+        }
+        res.tokens.push_back(tok);
+        st.n_generated += 1;
+        if (stream.push(token_to_piece(*target_, tok))) {
+            finish = "stop";
+        } else if (st.n_generated >= params.max_tokens) {
+            finish = "length";
+        }
+        return finish.empty();
+    };
+    cb.poll     = check;
+    cb.on_round = [&](int32_t) {
+        if (report(false)) {
+            finish = "cancelled";
+            return true;
+        }
+        return false;
+    };
+    if (!params.ignore_eos) {
+        cb.is_end = [vocab](llama_token t) { return llama_vocab_is_eog(vocab, t); };
+    }
+
+    dsi_params dp;
+    dp.lookahead         = options.lookahead;
+    dp.overlap           = options.overlap;
+    const int32_t  last  = std::min(n_prompt + params.max_tokens - 1, n_ctx);
+    const uint64_t seed  = params.seed ? *params.seed
+                                       : ((uint64_t) std::random_device{}() << 32 | std::random_device{}());
+    dsi_report rep;
+    rep.stats            = run_dsi(drafter, server_ptrs, prompt, last, params.sampling, seed, dp, cb, target_->n_vocab);
+    rep.sp               = options.sp;
+    rep.lookahead        = options.lookahead;
+    rep.n_threads_draft  = t_draft;
+    rep.n_threads_server = t_server;
+
+    if (finish.empty()) {
+        finish           = "length";
+        res.context_full = n_prompt + st.n_generated > n_ctx;
+    }
+    if (finish != "cancelled") {
+        report(true);
+    }
+    res.finish_reason = finish;
+    res.text          = stream.text();
+    st.n_steps        = rep.stats.n_tasks - rep.stats.n_tasks_cancelled;
+    st.n_drafted      = rep.stats.n_checked;
+    st.n_accepted     = rep.stats.n_accepted;
+    st.t_draft_ms     = rep.stats.t_draft_ms;
+    st.t_verify_ms    = rep.stats.t_verify_ms;
+    st.t_total_ms     = ms_since(t_start);
+    res.dsi           = rep;
+    return res;
+}
+
+}  // namespace specllama
