@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .decoder import SpeculativeDecoder, Stats
 
@@ -52,18 +52,27 @@ def predicted_speedup_measured(alpha: float, n_draft: int, t_draft: float, t_tar
 @dataclass
 class Run:
     prompt: str
-    mode: str  # "plain", "fixed" or "adaptive"
-    n_draft: int  # drafted tokens per step: exactly (fixed) or at most (adaptive)
+    mode: str  # "plain", "fixed", "adaptive" or "dsi"
+    n_draft: int  # drafted tokens per step: exactly (fixed) or at most (adaptive); DSI: the lookahead
     stats: Stats
     tokens: List[int]
+    sp: int = 0  # DSI: target servers
+    dsi: Optional[dict] = None
 
     def as_dict(self) -> dict:
-        return {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "stats": self.stats.as_dict()}
+        d = {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "stats": self.stats.as_dict()}
+        if self.mode == "dsi":
+            d.update(sp=self.sp, dsi=self.dsi)
+        return d
 
 
 def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: str, n_draft: int,
-                   max_tokens: int, temperature: float, seed: int) -> Run:
+                   max_tokens: int, temperature: float, seed: int, sp: int = 0) -> Run:
     dec.reset()
+    if mode == "dsi":
+        out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, ignore_eos=True,
+                           mode="dsi", sp=sp, lookahead=n_draft)
+        return Run(name, mode, n_draft, out.stats, out.tokens, sp, out.dsi.__dict__)
     out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
                        speculative=mode != "plain", adaptive=mode == "adaptive", ignore_eos=True)
     return Run(name, mode, n_draft if mode != "plain" else 0, out.stats, out.tokens)
@@ -77,9 +86,11 @@ def _throughput(stats: Sequence[Stats]) -> float:
 
 def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
               seed: int = 0, prompts: Optional[Dict[str, str]] = None, adaptive_max: Optional[int] = None,
-              progress: Optional[Callable[[int], None]] = None) -> dict:
-    """Measure plain decoding once per prompt, speculative decoding with each fixed n_draft, and
-    (given adaptive_max) adaptive drafting of at most adaptive_max tokens.
+              progress: Optional[Callable[[int], None]] = None,
+              dsi: Sequence[Tuple[int, int]] = ()) -> dict:
+    """Measure plain decoding once per prompt, speculative decoding with each fixed n_draft,
+    (given adaptive_max) adaptive drafting of at most adaptive_max tokens, and DSI with each
+    (sp, lookahead) in dsi.
 
     Returns the report dict (see `specllama bench --json`); its top-level speedup is the
     adaptive configuration's when there is one, else the best fixed n_draft's."""
@@ -89,16 +100,17 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     tokenized = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
                  for name, text in prompts.items()}
     # warm-up: first-touch page faults of the mapped weights would count against the first run
-    configs = [("fixed", n) for n in n_drafts] + ([("adaptive", adaptive_max)] if adaptive_max else [])
+    configs = ([("fixed", n, 0) for n in n_drafts] + ([("adaptive", adaptive_max, 0)] if adaptive_max else [])
+               + [("dsi", k, sp) for sp, k in dsi])
     first = next(iter(tokenized.values()))
-    for mode, n in [("plain", 1)] + configs:  # also teaches the adaptive model this machine's costs
-        _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed)
+    for mode, n, sp in [("plain", 1, 0)] + configs:  # also teaches the adaptive model this machine's costs
+        _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed, sp)
 
     runs: List[Run] = []
     started = time.time()
     for name, toks in tokenized.items():
-        for mode, n in [("plain", 1)] + configs:
-            runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed))
+        for mode, n, sp in [("plain", 1, 0)] + configs:
+            runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed, sp))
             if progress:
                 progress(1)
 
@@ -106,8 +118,9 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     plain_tps = _throughput(plain)
     t_target = sum(s.t_verify_ms for s in plain) / sum(s.n_steps for s in plain)
     sweep = []
-    for mode, n in configs:
-        spec = [r.stats for r in runs if r.mode == mode and r.n_draft == n]
+    for mode, n, sp in configs:
+        mine = [r for r in runs if r.mode == mode and r.n_draft == n and r.sp == sp]
+        spec = [r.stats for r in mine]
         n_drafted = sum(s.n_drafted for s in spec)
         alpha = sum(s.n_accepted for s in spec) / n_drafted if n_drafted else 0.0
         t_draft = sum(s.t_draft_ms for s in spec) / n_drafted if n_drafted else 0.0
@@ -117,7 +130,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         n_identical = 0
         for name in tokenized:
             plain_run = next(r for r in runs if r.prompt == name and r.mode == "plain")
-            spec_run = next(r for r in runs if r.prompt == name and r.mode == mode and r.n_draft == n)
+            spec_run = next(r for r in mine if r.prompt == name)
             p, s = plain_run.stats, spec_run.stats
             n_identical += plain_run.tokens == spec_run.tokens
             per_prompt[name] = {"identical_to_plain": plain_run.tokens == spec_run.tokens,
@@ -128,10 +141,10 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
                                 "mean_accepted_length": s.mean_accepted_length}
         total_ms = sum(s.t_total_ms - s.t_prefill_ms for s in spec)
         loop_ms = sum(s.t_other_ms for s in spec)
-        sweep.append({
+        entry = {
             "mode": mode,
             "n_draft": n,
-            "label": f"{n}" if mode == "fixed" else f"adaptive <= {n}",
+            "label": {"fixed": f"{n}", "adaptive": f"adaptive <= {n}", "dsi": f"DSI sp {sp} lookahead {n}"}[mode],
             "speculative_tokens_per_second": tps,
             "speedup": tps / plain_tps if plain_tps else 0.0,
             "acceptance_rate": alpha,
@@ -145,11 +158,24 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
             # at temperature 0: prompts whose speculative output equals the plain output token for token
             "outputs_identical": n_identical,
             "per_prompt": per_prompt,
-        })
+        }
+        if mode == "dsi":
+            # Leviathan's formula describes SI; DSI reports how much verification it hid instead
+            entry.update(sp=sp, predicted_speedup=None, predicted_speedup_measured_verify=None,
+                         loop_overhead_share=None)
+            used = sum(r.dsi["t_verify_ms"] - r.dsi["t_verify_wasted_ms"] for r in mine)
+            hidden = sum(r.dsi["t_verify_hidden_ms"] for r in mine)
+            entry["verify_hidden_share"] = hidden / used if used else 0.0
+            entry["tasks_cancelled_share"] = (sum(r.dsi["n_tasks_cancelled"] for r in mine)
+                                              / max(1, sum(r.dsi["n_tasks"] for r in mine)))
+            entry["threads"] = {"draft": mine[0].dsi["n_threads_draft"], "per_server": mine[0].dsi["n_threads_server"]}
+        sweep.append(entry)
     fixed = [e for e in sweep if e["mode"] == "fixed"]
     best_fixed = max(fixed, key=lambda e: e["speedup"]) if fixed else None
     adaptive = next((e for e in sweep if e["mode"] == "adaptive"), None)
-    best = adaptive or best_fixed
+    dsi_entries = [e for e in sweep if e["mode"] == "dsi"]
+    best_dsi = max(dsi_entries, key=lambda e: e["speedup"]) if dsi_entries else None
+    best = adaptive or best_fixed or best_dsi
     return {
         "machine": machine_info(),
         "target": dec.model_path,
@@ -165,6 +191,8 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "best_n_draft": best_fixed["n_draft"] if best_fixed else None,
         "best_fixed_speedup": best_fixed["speedup"] if best_fixed else None,
         "adaptive_speedup": adaptive["speedup"] if adaptive else None,
+        "dsi_speedup": best_dsi["speedup"] if best_dsi else None,
+        "dsi_best": best_dsi["label"] if best_dsi else None,
         "speculative_tokens_per_second": best["speculative_tokens_per_second"],
         "speedup": best["speedup"],
         "acceptance_rate": best["acceptance_rate"],
@@ -217,6 +245,9 @@ def plot_report(report: dict, path: Path) -> None:
     ax1.plot(ns, [e["predicted_speedup"] for e in sweep], "^:", label="predicted (Leviathan, c)")
     if adaptive:
         ax1.axhline(adaptive["speedup"], color="tab:red", ls="-.", label=f"measured, {adaptive['label']}")
+    for e in report["sweep"]:
+        if e["mode"] == "dsi":
+            ax1.axhline(e["speedup"], color="tab:purple", ls=":", lw=1, label=f"measured, {e['label']}")
     ax1.axhline(1.0, color="grey", lw=0.8)
     ax1.set_xlabel("n_draft (tokens drafted per step)")
     ax1.set_ylabel("speedup over plain decoding")

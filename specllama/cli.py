@@ -101,6 +101,41 @@ def sampling_options(fn):
     return gather
 
 
+def dsi_options(fn):
+    """--mode si|dsi and DSI's settings, gathered into `do` (generate keyword arguments)."""
+    opts = [
+        click.option("--mode", type=click.Choice(["si", "dsi"]), default="si", show_default=True,
+                     help="si: speculative decoding; dsi: Distributed Speculative Inference (drafting never "
+                          "waits for verification; several target servers)."),
+        click.option("--sp", type=click.IntRange(1, 64), default=1, show_default=True,
+                     help="DSI: target servers (contexts on the shared target model)."),
+        click.option("--lookahead", type=click.IntRange(1, 64), default=4, show_default=True,
+                     help="DSI: drafted tokens per verification task."),
+        click.option("--threads-server", type=click.IntRange(0), default=0,
+                     help="DSI: CPU threads per target server (0 = split --threads with the drafter)."),
+    ]
+
+    @functools.wraps(fn)
+    def gather(*args, **kwargs):
+        mode, sp, lookahead, ts = (kwargs.pop(k) for k in ("mode", "sp", "lookahead", "threads_server"))
+        kwargs["do"] = {} if mode == "si" else dict(mode="dsi", sp=sp, lookahead=lookahead, threads_server=ts)
+        return fn(*args, **kwargs)
+
+    for opt in reversed(opts):
+        gather = opt(gather)
+    return gather
+
+
+def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
+    """generate()/stream() keyword arguments from the shared option groups."""
+    if do:
+        if mo["no_draft"] or mo["drafter"] != "model":
+            raise click.UsageError("--mode dsi drafts with the draft model: drop --no-draft/--drafter")
+        return dict(so, **do, threads_draft=mo["threads_draft"], **extra)
+    return dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
+                speculative=not mo["no_draft"], **extra)
+
+
 def _open_decoder(mo: dict, need_draft: bool = False):
     from .decoder import SpeculativeDecoder
     from .models import default_pair
@@ -141,6 +176,13 @@ def _echo_stream(chunks):
     return final
 
 
+def _dsi_line(d) -> str:
+    return (f"DSI: {d.n_tasks} verification tasks ({d.n_tasks_cancelled} cancelled) on {d.sp} server(s) x "
+            f"{d.n_threads_server} thread(s), drafter {d.n_threads_draft} thread(s); {d.n_drafted} drafted, "
+            f"{d.n_accepted}/{d.n_checked} judged drafts kept, {d.n_target_only} tokens from the target alone; "
+            f"{d.verify_hidden_share:.0%} of verification time hidden behind drafting")
+
+
 def _stats_line(stats) -> str:
     line = (f"{stats.n_generated} tokens in {stats.t_total_ms / 1000:.2f} s, {stats.tokens_per_second:.1f} tokens/s "
             f"after {stats.n_prompt}-token prompt ({stats.t_prefill_ms:.0f} ms)")
@@ -170,8 +212,9 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @click.option("--compare", is_flag=True,
               help="Afterwards, generate the same tokens with plain decoding and report the speedup.")
+@dsi_options
 @_library_errors
-def generate(prompt, mo, so, use_chat, system, stop, as_json, compare):
+def generate(prompt, mo, so, do, use_chat, system, stop, as_json, compare):
     """Generate one completion of PROMPT (or of standard input), streamed to stdout."""
     if prompt is None:
         if sys.stdin is None or (sys.stdin.isatty() if hasattr(sys.stdin, "isatty") else False):
@@ -184,13 +227,17 @@ def generate(prompt, mo, so, use_chat, system, stop, as_json, compare):
         if use_chat:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
             prompt = dec.apply_chat_template(messages)
-        kwargs = dict(so, stop=list(stop), adaptive=False if mo["fixed_draft"] else None,
-                      drafter=mo["drafter"], speculative=not mo["no_draft"])
+        kwargs = _generate_kwargs(mo, so, do, stop=list(stop))
         if as_json:
             out = dec.generate(prompt, **kwargs)
-            click.echo(json.dumps({"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
-                                   "context_full": out.context_full, "stats": out.stats.as_dict()}))
+            obj = {"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
+                   "context_full": out.context_full, "stats": out.stats.as_dict()}
+            if out.dsi is not None:
+                obj["dsi"] = out.dsi.__dict__
+            click.echo(json.dumps(obj))
             return
+        if do:
+            what += f"; DSI with {do['sp']} target server(s), lookahead {do['lookahead']}"
         _err(f"specllama: {what}")
         try:
             final = _echo_stream(dec.stream(prompt, **kwargs))
@@ -200,7 +247,9 @@ def generate(prompt, mo, so, use_chat, system, stop, as_json, compare):
             sys.exit(130)
         click.echo("")
         _err(f"specllama: finish_reason {final.finish_reason}; {_stats_line(final.stats)}")
-        if compare and kwargs["speculative"] and (dec.has_draft or mo["drafter"] == "lookup"):
+        if final.dsi is not None:
+            _err(f"specllama: {_dsi_line(final.dsi)}")
+        if compare and kwargs.get("speculative", True) and (dec.has_draft or mo["drafter"] == "lookup"):
             _compare_plain(dec, prompt, kwargs, final)
 
 
@@ -212,7 +261,9 @@ def _compare_plain(dec, prompt, kwargs, final) -> None:
     dec.reset()
     spec_again = dec.generate(prompt, **{**kwargs, "max_tokens": spec_tokens})
     dec.reset()
-    plain = dec.generate(prompt, **{**kwargs, "max_tokens": spec_tokens, "speculative": False})
+    plain_kwargs = {k: v for k, v in kwargs.items() if k not in ("mode", "sp", "lookahead", "threads_server",
+                                                                 "threads_draft")}
+    plain = dec.generate(prompt, **{**plain_kwargs, "max_tokens": spec_tokens, "speculative": False})
     s, p = spec_again.stats, plain.stats
     same = "identical" if plain.tokens == spec_again.tokens else "different (see README: numerics at near-ties)"
     if kwargs.get("temperature", 0) > 0:
@@ -225,8 +276,9 @@ def _compare_plain(dec, prompt, kwargs, final) -> None:
 @model_options
 @sampling_options
 @click.option("--system", default=None, help="System message.")
+@dsi_options
 @_library_errors
-def chat(mo, so, system):
+def chat(mo, so, do, system):
     """Chat with the model, using its own chat template; replies stream as they are verified.
 
     The conversation stays in the KV cache across turns. Commands: /stats, /reset, /exit
@@ -237,8 +289,9 @@ def chat(mo, so, system):
     dec, what = _open_decoder(mo)
     with dec:
         session = ChatSession(dec, system=system)
-        kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
-                      speculative=not mo["no_draft"])
+        kwargs = _generate_kwargs(mo, so, do)
+        if do:
+            what += f"; DSI with {do['sp']} target server(s), lookahead {do['lookahead']}"
         _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")
         _err("Type /exit or press Ctrl-D to quit, /reset to start over, /stats for speed; Ctrl-C stops a reply.")
         while True:
@@ -319,8 +372,14 @@ def _parse_range(text: str):
 @click.option("-o", "--out-dir", type=click.Path(file_okay=False), default="specllama-bench", show_default=True,
               help="Where report.json and speedup.png go.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object on stdout.")
+@click.option("--mode", type=click.Choice(["si", "dsi"]), default="si", show_default=True,
+              help="dsi: also measure Distributed Speculative Inference with each --sp and --lookahead.")
+@click.option("--sp", "sp_range", default="1", show_default=True, metavar="RANGE",
+              help="DSI target servers to measure (e.g. 1 or 1,2).")
+@click.option("--lookahead", "lookahead_range", default="4", show_default=True, metavar="RANGE",
+              help="DSI lookaheads to measure (e.g. 4 or 2,4,8).")
 @_library_errors
-def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json):
+def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode, sp_range, lookahead_range):
     """Plain vs speculative decoding on the same engine and prompts: speed, acceptance, and the
     speedup Leviathan et al.'s formula predicts from them."""
     from .bench import PROMPTS, run_bench, write_report
@@ -341,10 +400,14 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json):
         _err(f"specllama bench: {what}; {len(prompts)} prompts x {n_predict} tokens, T={temp}, "
              f"fixed n_draft {', '.join(map(str, n_drafts)) or '-'}"
              + (f", adaptive <= {adaptive_max}" if adaptive_max else ""))
-        total = len(prompts) * (1 + len(n_drafts) + (1 if adaptive_max else 0))
+        dsi = ([(sp, k) for sp in _parse_range(sp_range) for k in _parse_range(lookahead_range)]
+               if mode == "dsi" else [])
+        if dsi:
+            _err(f"specllama bench: DSI with (target servers, lookahead) {', '.join(map(str, dsi))}")
+        total = len(prompts) * (1 + len(n_drafts) + (1 if adaptive_max else 0) + len(dsi))
         with click.progressbar(length=total, label="measuring", file=sys.stderr) as bar:
             report = run_bench(dec, n_drafts, max_tokens=n_predict, temperature=temp, seed=seed, prompts=prompts,
-                               adaptive_max=adaptive_max, progress=bar.update)
+                               adaptive_max=adaptive_max, progress=bar.update, dsi=dsi)
     paths = write_report(report, Path(out_dir))
     if as_json:
         click.echo(json.dumps(report))
@@ -359,19 +422,32 @@ def _bench_table(r: dict) -> str:
              "",
              "n_draft         tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead  same output"]
     for e in r["sweep"]:
+        if e["mode"] == "dsi":
+            continue
         lines.append(f"{e['label']:>14}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
                      f"{e['acceptance_rate']:>10.1%}  {e['mean_accepted_length']:>11.2f}  "
                      f"{e['predicted_speedup']:>8.2f}x  {e['predicted_speedup_measured_verify']:>15.2f}x  "
                      f"{e['loop_overhead_share']:>12.2%}  {e['outputs_identical']:>5}/{len(e['per_prompt'])}")
+    dsi = [e for e in r["sweep"] if e["mode"] == "dsi"]
+    if dsi:
+        lines += ["", "DSI (sp, lookahead)      tokens/s  speedup  acceptance  threads (drafter, per server)  "
+                      "verification hidden  tasks cancelled  same output"]
+        for e in dsi:
+            lines.append(f"{e['label']:>24}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
+                         f"{e['acceptance_rate']:>10.1%}  {e['threads']['draft']:>14}, {e['threads']['per_server']:<14}  "
+                         f"{e['verify_hidden_share']:>19.0%}  {e['tasks_cancelled_share']:>15.0%}  "
+                         f"{e['outputs_identical']:>5}/{len(e['per_prompt'])}")
     best = next(e for e in r["sweep"] if e["mode"] == r["mode"] and e["n_draft"] == r["n_draft"])
-    lines += ["", f"per prompt, n_draft {best['label']}:"]
+    lines += ["", f"per prompt, {best['label']}:"]
     for name, p in best["per_prompt"].items():
         lines.append(f"  {name:<8} plain {p['plain_tokens_per_second']:6.1f}  speculative "
                      f"{p['speculative_tokens_per_second']:6.1f} tokens/s  {p['speedup']:.2f}x  "
                      f"acceptance {p['acceptance_rate']:.1%}")
-    lines += ["", f"n_draft {best['label']}: {r['speedup']:.2f}x plain decoding"]
+    lines += ["", f"{best['label']}: {r['speedup']:.2f}x plain decoding"]
     if r["best_n_draft"] is not None:
         lines.append(f"best fixed n_draft: {r['best_n_draft']}, {r['best_fixed_speedup']:.2f}x")
+    if r.get("dsi_best"):
+        lines.append(f"best DSI: {r['dsi_best']}, {r['dsi_speedup']:.2f}x")
     return "\n".join(lines)
 
 
@@ -391,7 +467,7 @@ def _bench_table(r: dict) -> str:
 @_library_errors
 def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_json):
     """Make a quantized draft of TARGET with llama.cpp's quantizer (or find the best with --sweep)."""
-    from .quantize import make_draft, sweep_drafts
+    from .draft_sweep import make_draft, sweep_drafts
 
     qtype = qtype.lower()
     if not sweep:
@@ -440,11 +516,15 @@ def _default_draft_name(target: str, qtype: str) -> str:
               help="Drafts per verification task (default: the best for each algorithm).")
 @click.option("--repeats", type=click.IntRange(1), default=50, show_default=True)
 @click.option("--heatmap", is_flag=True, help="Also compute the paper's Figure-2 grid; write PNG and JSON.")
+@click.option("--online", is_flag=True,
+              help="Also run the native orchestrator (the code --mode dsi runs) against simulated servers "
+                   "that wait the given latencies, on one acceptance pattern, and time it.")
 @click.option("-o", "--out-dir", type=click.Path(file_okay=False), default="specllama-simulate", show_default=True)
 @_library_errors
-def simulate(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, heatmap, out_dir):
-    """Offline latency model of plain decoding, SI and DSI (Timor et al.): forward passes replaced
-    by latencies, acceptance by i.i.d. draws. A model, not a measurement."""
+def simulate(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, heatmap, online, out_dir):
+    """Latency of plain decoding, SI and DSI (Timor et al.) with forward passes replaced by
+    latencies and acceptance by i.i.d. draws: the paper's offline model and, with --online, the
+    real orchestrator against simulated servers. A simulation, not a measurement on models."""
     import numpy as np
 
     from . import simulate as sim
@@ -464,6 +544,24 @@ def simulate(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, hea
     click.echo(f"  SI      {si_t[k_si]:9.1f} ms  lookahead {k_si:>2}  {plain / si_t[k_si]:.2f}x non-SI")
     click.echo(f"  DSI     {dsi_t[k_dsi]:9.1f} ms  lookahead {k_dsi:>2}, {sp} target servers  "
                f"{plain / dsi_t[k_dsi]:.2f}x non-SI, {si_t[k_si] / dsi_t[k_dsi]:.2f}x SI")
+    if online:
+        right = sim.pattern(n_predict, accept, np.random.default_rng(0))
+        rows = [("non-SI", "non-si", 1, sim.non_si(target_ms, n_predict)),
+                ("SI", "si", k_si, sim.si(target_ms, draft_ms, k_si, n_predict, accept, None, right)),
+                ("DSI", "dsi", k_dsi, sim.dsi(target_ms, draft_ms, k_dsi, n_predict, accept, sp, None, right))]
+        click.echo(f"online (native orchestrator, simulated servers), one acceptance pattern "
+                   f"({float(np.mean(right[:n_predict])):.2f} right):")
+        wall = {}
+        for label, mode, k, offline in rows:
+            r = sim.online(mode, target_ms, draft_ms, right, n_predict, lookahead=k, sp=sp)
+            if not r["correct"]:
+                raise click.ClickException(f"online {label} emitted a wrong token (a bug: please report it)")
+            wall[label] = r["t_total_ms"]
+            extra = (f"  {r['n_tasks_cancelled']}/{r['n_tasks']} tasks cancelled, "
+                     f"{r['verify_hidden_share']:.0%} of verification hidden" if mode == "dsi" else "")
+            click.echo(f"  {label:<7} {r['t_total_ms']:9.1f} ms  (offline model on the same pattern "
+                       f"{offline:.1f} ms){extra}")
+        click.echo(f"  DSI {wall['non-SI'] / wall['DSI']:.2f}x non-SI, {wall['SI'] / wall['DSI']:.2f}x SI (measured)")
     if heatmap:
         fractions = [round(x, 2) for x in np.linspace(0.02, 1.0, 25)]
         accepts = [round(x, 2) for x in np.linspace(0.0, 1.0, 21)]

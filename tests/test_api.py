@@ -293,3 +293,16 @@ def test_one_libllama_per_process(tmp_path):
         out = subprocess.run([sys.executable, "-c", code.format(first=first, second=second)],
                              capture_output=True, text=True, cwd=tmp_path, env=env)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_submodules_do_not_shadow_exports():
+    """Importing every submodule leaves the package's exported names intact (a submodule named
+    like an export, e.g. specllama.quantize, would replace the function with the module)."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(specllama.__path__):
+        if info.name != "__main__":  # that one runs the CLI
+            importlib.import_module(f"specllama.{info.name}")
+    for name in specllama.__all__:
+        assert not isinstance(getattr(specllama, name), type(specllama)), name

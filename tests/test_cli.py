@@ -171,3 +171,51 @@ def test_simulate(runner, tmp_path):
     assert lines[1].split()[0] == "non-SI" and lines[2].split()[0] == "SI" and lines[3].split()[0] == "DSI"
     ms = {line.split()[0]: float(line.split()[1]) for line in lines[1:4]}
     assert ms["non-SI"] == 64 * 20 and ms["DSI"] <= ms["SI"] <= ms["non-SI"]
+
+
+def test_generate_dsi_mode(runner, tiny):
+    plain = runner.invoke(main, ["generate", "the cat is", *_pair(tiny), "-n", "24", "--temp", "0", "--no-draft"])
+    r = runner.invoke(main, ["generate", "the cat is", *_pair(tiny), "-n", "24", "--temp", "0", "--mode", "dsi",
+                             "--sp", "2", "--lookahead", "3", "--compare"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout == plain.stdout
+    assert "DSI with 2 target server(s), lookahead 3" in r.stderr and "verification tasks" in r.stderr
+    assert "output identical" in r.stderr
+    j = runner.invoke(main, ["generate", "the cat is", *_pair(tiny), "-n", "8", "--temp", "0", "--mode", "dsi",
+                             "--json"])
+    assert j.exit_code == 0, j.output
+    d = json.loads(j.stdout)["dsi"]
+    assert d["sp"] == 1 and d["lookahead"] == 4 and d["n_checked"] + d["n_target_only"] == 8
+    bad = runner.invoke(main, ["generate", "hi", *_pair(tiny), "--mode", "dsi", "--drafter", "lookup"])
+    assert bad.exit_code == 2 and "--mode dsi drafts with the draft model" in bad.stderr
+
+
+def test_chat_dsi_mode(runner, tiny):
+    r = runner.invoke(main, ["chat", *_pair(tiny), "-n", "8", "--temp", "0", "--mode", "dsi", "--sp", "2"],
+                      input="hello there\n/exit\n")
+    assert r.exit_code == 0, r.output
+    assert "DSI with 2 target server(s)" in r.stderr and r.stdout.strip()
+
+
+def test_bench_dsi(runner, tiny, tmp_path):
+    r = runner.invoke(main, ["bench", *_pair(tiny), "-n", "8", "--prompts", "code", "--mode", "dsi", "--sp", "1,2",
+                             "--lookahead", "2", "-o", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    dsi = [e for e in rep["sweep"] if e["mode"] == "dsi"]
+    assert [(e["sp"], e["n_draft"]) for e in dsi] == [(1, 2), (2, 2)]
+    assert all(e["outputs_identical"] == 1 and 0 <= e["verify_hidden_share"] <= 1 for e in dsi)
+    assert rep["dsi_speedup"] == max(e["speedup"] for e in dsi)
+    table = runner.invoke(main, ["bench", *_pair(tiny), "-n", "8", "--prompts", "code", "--mode", "dsi",
+                                 "-o", str(tmp_path)])
+    assert table.exit_code == 0 and "DSI sp 1 lookahead 4" in table.stdout and "best DSI" in table.stdout
+
+
+def test_simulate_online(runner):
+    r = runner.invoke(main, ["simulate", "--target-ms", "10", "--draft-ms", "2", "--accept", "0.8", "-n", "30",
+                             "--sp", "3", "--repeats", "3", "--online"])
+    assert r.exit_code == 0, r.output
+    online = {line.split()[0]: float(line.split()[1]) for line in r.stdout.splitlines()
+              if line.startswith("  ") and "offline model on the same pattern" in line}
+    assert set(online) == {"non-SI", "SI", "DSI"}
+    assert online["non-SI"] >= 30 * 10 and online["DSI"] < online["non-SI"]

@@ -56,6 +56,21 @@ def random_weights(n_vocab: int, seed: int, n_embd: int = 64, n_layer: int = 2, 
     return t
 
 
+def deepened(weights: Dict[str, np.ndarray], n_extra: int, seed: int, std: float) -> Dict[str, np.ndarray]:
+    """The same model with n_extra more layers whose output projections are small (std): it
+    costs more per token and mostly agrees with the original, which can then be its cheap draft."""
+    rng = np.random.default_rng(seed)
+    out = dict(weights)
+    n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
+    for i in range(n_layer, n_layer + n_extra):
+        for name, a in weights.items():
+            if name.startswith("blk.0."):
+                scale = std if name.endswith(("attn_output.weight", "ffn_down.weight")) else 0.08
+                new = a.copy() if a.ndim == 1 else (rng.standard_normal(a.shape) * scale).astype(np.float32)
+                out[name.replace("blk.0.", f"blk.{i}.", 1)] = new
+    return out
+
+
 def perturbed(weights: Dict[str, np.ndarray], seed: int, noise: float) -> Dict[str, np.ndarray]:
     """The same weights plus relative Gaussian noise: a stand-in for a worse draft."""
     rng = np.random.default_rng(seed)

@@ -1,0 +1,254 @@
+"""Distributed Speculative Inference (mode="dsi"): lossless, cancellable, and never slower than
+SI or non-SI on the simulated servers the orchestrator's own code path runs against.
+
+Exactness is tested as for speculative decoding (see test_greedy_equivalence.py for the numerics
+caveat): on the batch-invariant Q4_1 tiny pair DSI's greedy output must be IDENTICAL to plain
+decoding, whatever the number of servers, the lookahead and the timing (which decides how the
+verification batches are cut); on the default pair (F32 target) it must be identical or first
+differ where the target's top-2 gap is within twice the measured batch-kernel difference. At
+temperature > 0 the emitted tokens must follow the target's distribution (chi-square, as in
+test_sampling_end_to_end.py).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import specllama
+from specllama import simulate
+from test_greedy_equivalence import CHAT_PROMPTS, PROMPTS, _logits_one_by_one
+from test_sampling_end_to_end import SETTINGS, _dist_after, _pvalue
+from tiny_models import deepened, random_weights, vocab, write_model
+
+
+@pytest.fixture(scope="module")
+def slow(tiny, tmp_path_factory):
+    """A pair where drafting is cheap next to verification, as DSI assumes: the target is the
+    tiny target with 30 more layers whose outputs are small (about 10x the cost, and it mostly
+    agrees with the tiny target, which is its draft). Q4_1, so batch invariant (tested below).
+    far: an unrelated draft that is nearly always wrong."""
+    d = tmp_path_factory.mktemp("slow")
+    toks = vocab()
+    f32 = write_model(d / "deep.gguf", toks, deepened(random_weights(len(toks), seed=1), 30, seed=5, std=0.01))
+    target = str(d / "deep_q4_1.gguf")
+    specllama.quantize(str(f32), target, "q4_1")
+    far = str(d / "far_q4_1.gguf")
+    specllama.quantize(tiny.far_draft, far, "q4_1")
+    return SimpleNamespace(target=target, draft=tiny.target_q, far=far)
+
+
+def test_slow_pair_is_batch_invariant(slow):
+    model = specllama.Model(slow.target)
+    tokens = model.tokenize("the cat is on the hot word and they were all there")
+    batched = specllama.Context(model, n_ctx=512).decode(tokens, all_logits=True)
+    np.testing.assert_array_equal(batched, _logits_one_by_one(model, tokens))
+
+
+@pytest.mark.parametrize("sp,lookahead", [(1, 1), (1, 4), (2, 2), (3, 8)])
+def test_dsi_greedy_identical_on_batch_invariant_pair(slow, sp, lookahead):
+    n_checked = 0
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=512) as dec:
+        for prompt in PROMPTS:
+            plain = dec.generate(prompt, max_tokens=48, temperature=0, speculative=False, ignore_eos=True)
+            dsi = dec.generate(prompt, max_tokens=48, temperature=0, ignore_eos=True, mode="dsi", sp=sp,
+                               lookahead=lookahead)
+            assert dsi.tokens == plain.tokens, f"prompt {prompt!r}"
+            assert dsi.text == plain.text
+            d = dsi.dsi
+            assert (d.sp, d.lookahead) == (sp, lookahead)
+            assert d.n_accepted <= d.n_checked
+            # every token came from a judged draft or from the target alone
+            assert d.n_checked + d.n_target_only == len(dsi.tokens)
+            n_checked += d.n_checked
+    # the drafter is quicker than the target here: most tokens come from judged drafts
+    assert n_checked > len(PROMPTS) * 48 // 2
+
+def test_dsi_with_a_bad_draft_cancels_and_stays_exact(slow):
+    """A draft that is mostly wrong: rejections cancel tasks and drafts; output still exact."""
+    with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
+        n_cancelled = 0
+        for prompt in PROMPTS:
+            plain = dec.generate(prompt, max_tokens=40, temperature=0, speculative=False, ignore_eos=True)
+            dsi = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, mode="dsi", sp=3,
+                               lookahead=2)
+            assert dsi.tokens == plain.tokens
+            assert dsi.dsi.n_accepted < dsi.dsi.n_checked
+            n_cancelled += dsi.dsi.n_tasks_cancelled
+        assert n_cancelled > 0
+
+
+def test_dsi_then_plain_generation_still_exact(slow):
+    """DSI leaves the decoder's caches holding drafts; later generations must not see them."""
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=512) as dec:
+        ref = dec.generate(PROMPTS[1], max_tokens=32, temperature=0, speculative=False, ignore_eos=True).tokens
+        dec.generate(PROMPTS[1], max_tokens=32, temperature=0, mode="dsi", sp=2, lookahead=3, ignore_eos=True)
+        assert dec.generate(PROMPTS[1], max_tokens=32, temperature=0, ignore_eos=True).tokens == ref
+        assert dec.generate(PROMPTS[1], max_tokens=32, temperature=0, speculative=False,
+                            ignore_eos=True).tokens == ref
+
+
+@pytest.mark.slow
+def test_dsi_sampling_follows_target(slow):
+    target = specllama.Model(slow.target)
+    draft = specllama.Model(slow.far)
+    prompt = target.tokenize("the cat is on the")
+    p1 = _dist_after(target, prompt)
+    q1 = _dist_after(draft, prompt)
+    p2 = np.zeros_like(p1)
+    for x in np.flatnonzero(p1):
+        p2 += p1[x] * _dist_after(target, prompt + [int(x)])
+    n = 2000
+    firsts, seconds, n_checked, n_rejected = [], [], 0, 0
+    with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=128) as dec:
+        for seed in range(n):
+            r = dec.generate(prompt, max_tokens=2, seed=seed, ignore_eos=True, mode="dsi", sp=2, lookahead=1,
+                             **SETTINGS)
+            assert len(r.tokens) == 2
+            firsts.append(r.tokens[0])
+            seconds.append(r.tokens[1])
+            n_checked += r.dsi.n_checked
+            n_rejected += r.dsi.n_checked - r.dsi.n_accepted
+    assert n_rejected > n // 4, "the rejection rule must be exercised for this test to mean anything"
+    firsts, seconds = np.array(firsts), np.array(seconds)
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
+    with pytest.raises(AssertionError):
+        assert _pvalue(firsts, np.where(q1 > 0, q1, 0)) > 1e-4
+
+
+def test_dsi_stops_streams_and_cancels(slow):
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=256) as dec:
+        plain = dec.generate(PROMPTS[0], max_tokens=60, temperature=0, speculative=False, ignore_eos=True)
+        # streaming gives the same tokens, in pieces, with stats at the end
+        chunks = list(dec.stream(PROMPTS[0], max_tokens=60, temperature=0, ignore_eos=True, mode="dsi", sp=2))
+        assert [t for c in chunks for t in c.tokens] == plain.tokens
+        assert "".join(c.text for c in chunks) == plain.text
+        assert chunks[-1].finish_reason == "length" and chunks[-1].dsi is not None
+        # a stop string inside the text
+        stop = re.findall(r" [a-z]{3,}", plain.text[8:])[-1]  # the tiny vocabulary also has raw bytes
+        r = dec.generate(PROMPTS[0], max_tokens=60, temperature=0, ignore_eos=True, mode="dsi", stop=stop)
+        assert r.finish_reason == "stop" and r.text == plain.text[:plain.text.index(stop)]
+        # on_step returning True
+        seen = []
+        r = dec.generate(PROMPTS[0], max_tokens=60, temperature=0, ignore_eos=True, mode="dsi",
+                         on_step=lambda toks, *_: seen.extend(toks) or True)
+        assert r.finish_reason == "cancelled" and r.tokens == seen == plain.tokens[:len(seen)]
+        # closing a stream early
+        it = dec.stream(PROMPTS[0], max_tokens=60, temperature=0, ignore_eos=True, mode="dsi")
+        next(it)
+        it.close()
+        # the context filling up
+        long_prompt = dec.tokenize(" ".join(["the cat is on the hot word"] * 24))[:200]
+        r = dec.generate(long_prompt, max_tokens=500, temperature=0, ignore_eos=True, mode="dsi", sp=2)
+        assert r.finish_reason == "length" and r.context_full
+        assert len(long_prompt) + len(r.tokens) == dec.n_ctx + 1
+        # and the decoder is still exact
+        assert dec.generate(PROMPTS[0], max_tokens=60, temperature=0, ignore_eos=True, mode="dsi").tokens == \
+            plain.tokens
+
+
+def test_dsi_ctrl_c_leaves_decoder_usable(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=4096) as dec:
+        ref = dec.generate(PROMPTS[2], max_tokens=20, temperature=0, ignore_eos=True, speculative=False).tokens
+        timer = threading.Timer(0.3, lambda: signal.pthread_kill(threading.main_thread().ident, signal.SIGINT))
+        t0 = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            dec.generate(PROMPTS[2], max_tokens=3900, temperature=0, ignore_eos=True, mode="dsi", sp=2)
+        assert time.monotonic() - t0 < 5
+        timer.join()
+        assert dec.generate(PROMPTS[2], max_tokens=20, temperature=0, ignore_eos=True, mode="dsi").tokens == ref
+
+
+def test_dsi_bad_arguments(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256) as dec:
+        for kw, msg in [(dict(sp=0), "sp must be"), (dict(sp=65), "sp must be"), (dict(lookahead=0), "lookahead"),
+                        (dict(threads_draft=-1), "threads_draft"), (dict(drafter="lookup"), "draft model"),
+                        (dict(acceptance="match"), "rejection rule"), (dict(speculative=False), "speculative")]:
+            with pytest.raises(ValueError, match=msg):
+                dec.generate("the cat", max_tokens=4, mode="dsi", **kw)
+        with pytest.raises(ValueError, match="mode must be"):
+            dec.generate("the cat", max_tokens=4, mode="parallel")
+        with pytest.raises(TypeError):
+            dec.generate("the cat", max_tokens=4, mode="dsi", sp=1.5)
+        with pytest.raises(ValueError, match="lookahead must be in"):
+            dec._native().generate_dsi([1, 2], max_tokens=4, lookahead=600)
+    with specllama.SpeculativeDecoder(tiny.target, n_ctx=256) as dec:
+        with pytest.raises(ValueError, match="needs a draft model"):
+            dec.generate("the cat", max_tokens=4, mode="dsi")
+
+
+@pytest.mark.default_pair
+@pytest.mark.slow
+def test_dsi_greedy_equivalent_on_default_pair(default_decoder):
+    dec = default_decoder
+    model = dec.target_model
+    n_tokens = 48
+    for question in CHAT_PROMPTS:
+        prompt = dec.tokenize(dec.apply_chat_template([{"role": "user", "content": question}]))
+        plain = dec.generate(prompt, max_tokens=n_tokens, temperature=0, speculative=False).tokens
+        text = prompt + plain
+        seq = _logits_one_by_one(model, text, n_ctx=1024)[len(prompt) - 1:]
+        batched = specllama.Context(model, n_ctx=1024).decode(text, all_logits=True)[len(prompt) - 1:]
+        delta = float(np.abs(seq - batched).max())
+        top2 = np.sort(seq, axis=1)[:, -2:]
+        gaps = top2[:, 1] - top2[:, 0]
+        for sp, lookahead in [(1, 4), (2, 3)]:
+            r = dec.generate(prompt, max_tokens=n_tokens, temperature=0, mode="dsi", sp=sp, lookahead=lookahead)
+            assert r.dsi.n_checked > len(r.tokens) // 2, "the draft (cheaper than the target) must be verified"
+            out = r.tokens
+            if out == plain:
+                continue
+            i = next((k for k, (a, b) in enumerate(zip(out, plain)) if a != b), min(len(out), len(plain)))
+            assert i < len(gaps) and gaps[i] <= 2 * delta, (
+                f"{question!r} sp={sp}: output differs at token {i}, top-2 gap "
+                f"{gaps[i] if i < len(gaps) else float('nan'):.4f} > 2 * batch delta {delta:.4f}")
+
+
+# --- the orchestrator against simulated servers ---------------------------------------------------
+
+POINTS = [  # drafter latency / target latency, acceptance, sp, lookahead
+    (0.1, 0.9, 4, 3), (0.3, 0.5, 2, 2), (0.6, 0.8, 2, 1), (0.9, 0.2, 2, 1), (0.2, 0.0, 3, 2),
+]
+
+
+@pytest.mark.parametrize("f,accept,sp,k", POINTS)
+def test_online_dsi_never_slower_and_matches_offline_model(f, accept, sp, k):
+    """The real orchestrator with simulated forward passes (target 20 ms): the output is the
+    target's, DSI is not slower than SI with the same lookahead or than non-SI, and every mode's
+    wall time agrees with the offline model on the same acceptance pattern. The margins cover
+    thread wake-ups and sleep overshoot (a few percent, measured: see simulate --online)."""
+    t_target, n = 20.0, 40
+    right = simulate.pattern(n, accept, np.random.default_rng(7))
+    online = {m: simulate.online(m, t_target, f * t_target, right, n, lookahead=k, sp=sp)
+              for m in ("non-si", "si", "dsi")}
+    assert all(r["correct"] and r["n_tokens"] == n for r in online.values())
+    offline = {"non-si": simulate.non_si(t_target, n),
+               "si": simulate.si(t_target, f * t_target, k, n, accept, None, right),
+               "dsi": simulate.dsi(t_target, f * t_target, k, n, accept, sp, None, right)}
+    wall = {m: r["t_total_ms"] for m, r in online.items()}
+    for m in wall:
+        # online DSI may beat the offline model: it emits the target's token when the drafter is late
+        assert wall[m] <= offline[m] * 1.10 + 10, (m, wall, offline)
+        if m != "dsi":
+            assert wall[m] >= offline[m] * 0.97, (m, wall, offline)
+    assert wall["dsi"] <= min(wall["si"], wall["non-si"]) * 1.05 + 5, wall
+
+
+def test_online_modes_validate():
+    right = [True] * 5
+    with pytest.raises(ValueError, match="mode must be"):
+        simulate.online("fast", 10, 1, right, 5)
+    with pytest.raises(ValueError, match="pattern"):
+        simulate.online("dsi", 10, 1, right, 6)
+    with pytest.raises(ValueError, match="lookahead"):
+        simulate.online("dsi", 10, 1, right, 5, lookahead=0)
+    with pytest.raises(ValueError, match="sp"):
+        simulate.online("dsi", 10, 1, right, 5, sp=0)
