@@ -1,11 +1,19 @@
 // model.cpp: GGUF loading, vocabulary checks, chat templates, tokenization and quantization.
 #include "model.h"
 
+#include "gguf.h"
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <optional>
 #include <mutex>
+#include <string_view>
+#include <unordered_map>
 #include <sys/stat.h>
 #include <utility>
 
@@ -62,6 +70,97 @@ std::string take_last_error() {
     return out;
 }
 
+// an integer key of any integer type, if present
+std::optional<int64_t> gguf_int(const gguf_context * ctx, const std::string & name) {
+    const int64_t k = gguf_find_key(ctx, name.c_str());
+    if (k < 0) {
+        return std::nullopt;
+    }
+    switch (gguf_get_kv_type(ctx, k)) {
+        case GGUF_TYPE_UINT8: return gguf_get_val_u8(ctx, k);
+        case GGUF_TYPE_INT8: return gguf_get_val_i8(ctx, k);
+        case GGUF_TYPE_UINT16: return gguf_get_val_u16(ctx, k);
+        case GGUF_TYPE_INT16: return gguf_get_val_i16(ctx, k);
+        case GGUF_TYPE_UINT32: return gguf_get_val_u32(ctx, k);
+        case GGUF_TYPE_INT32: return gguf_get_val_i32(ctx, k);
+        case GGUF_TYPE_UINT64: return (int64_t) std::min<uint64_t>(gguf_get_val_u64(ctx, k), INT64_MAX);
+        case GGUF_TYPE_INT64: return gguf_get_val_i64(ctx, k);
+        default: return std::nullopt;  // another type: llama.cpp reports the mismatch itself
+    }
+}
+
+// What llama.cpp asserts (aborting the process) instead of reporting, checked first with ggml's
+// own GGUF parser, which fails cleanly. Found by scripts/fuzz_gguf.py; each check names the
+// assertion it stands in for.
+void check_gguf_metadata(const std::string & path) {
+    gguf_init_params gp{};
+    gp.no_alloc = true;
+    gp.ctx      = nullptr;
+    std::unique_ptr<gguf_context, decltype(&gguf_free)> ctx(gguf_init_from_file(path.c_str(), gp), gguf_free);
+    if (!ctx) {
+        return;  // llama.cpp's loader runs the same parser and reports the failure itself
+    }
+    auto bad = [&](const std::string & what) {
+        throw std::invalid_argument("broken model metadata: " + what + ": " + path);
+    };
+    const int64_t arch_key = gguf_find_key(ctx.get(), "general.architecture");
+    if (arch_key >= 0 && gguf_get_kv_type(ctx.get(), arch_key) == GGUF_TYPE_STRING) {
+        const std::string arch = gguf_get_val_str(ctx.get(), arch_key);
+        auto          get      = [&](const char * k) { return gguf_int(ctx.get(), arch + "." + k); };
+        // llama-model.cpp load_hparams
+        const auto n_layer = get("block_count");
+        if (n_layer && (*n_layer <= 0 || *n_layer > 512)) {
+            bad(arch + ".block_count " + std::to_string(*n_layer) + " outside [1, 512]");
+        }
+        const auto n_nextn = get("nextn_predict_layers");
+        if (n_nextn && n_layer && (*n_nextn < 0 || *n_nextn > *n_layer)) {
+            bad(arch + ".nextn_predict_layers " + std::to_string(*n_nextn) + " exceeds block_count");
+        }
+        const int64_t n_expert      = get("expert_count").value_or(0);
+        const auto    n_expert_used = get("expert_used_count");
+        if (n_expert < 0 || n_expert > 1024) {
+            bad(arch + ".expert_count " + std::to_string(n_expert) + " outside [0, 1024]");
+        }
+        if (n_expert_used && (*n_expert_used < 0 || *n_expert_used > n_expert || (n_expert > 0 && *n_expert_used == 0))) {
+            bad(arch + ".expert_used_count " + std::to_string(*n_expert_used) + " does not fit expert_count " +
+                std::to_string(n_expert));
+        }
+        // ggml-cpu ops.cpp (norm, rms_norm): GGML_ASSERT(eps >= 0.0f)
+        for (const char * k : {"attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"}) {
+            const int64_t id = gguf_find_key(ctx.get(), (arch + "." + k).c_str());
+            if (id >= 0 && gguf_get_kv_type(ctx.get(), id) == GGUF_TYPE_FLOAT32) {
+                const float eps = gguf_get_val_f32(ctx.get(), id);
+                if (!(eps >= 0.0f) || !std::isfinite(eps)) {
+                    bad(arch + "." + k + " " + std::to_string(eps) + " is not a finite number >= 0");
+                }
+            }
+        }
+        const int64_t rs = gguf_find_key(ctx.get(), (arch + ".rope.scaling.type").c_str());
+        if (rs >= 0 && gguf_get_kv_type(ctx.get(), rs) == GGUF_TYPE_STRING) {
+            const std::string t = gguf_get_val_str(ctx.get(), rs);
+            if (t != "none" && t != "linear" && t != "yarn" && t != "longrope") {
+                bad(arch + ".rope.scaling.type '" + t + "' is not none, linear, yarn or longrope");
+            }
+        }
+    }
+    const int64_t key = gguf_find_key(ctx.get(), "tokenizer.ggml.tokens");
+    if (key >= 0 && gguf_get_kv_type(ctx.get(), key) == GGUF_TYPE_ARRAY &&
+        gguf_get_arr_type(ctx.get(), key) == GGUF_TYPE_STRING) {
+        // llama-vocab.cpp: GGML_ASSERT(id_to_token.size() == token_to_id.size())
+        const size_t                                 n = gguf_get_arr_n(ctx.get(), key);
+        std::unordered_map<std::string_view, size_t> seen;
+        seen.reserve(n);
+        for (size_t i = 0; i < n; ++i) {
+            const char * text = gguf_get_arr_str(ctx.get(), key, i);
+            auto [it, fresh]  = seen.emplace(std::string_view(text ? text : ""), i);
+            if (!fresh) {
+                throw std::invalid_argument("broken vocabulary: tokens " + std::to_string(it->second) + " and " +
+                                            std::to_string(i) + " have the same text: " + path);
+            }
+        }
+    }
+}
+
 // check the path before llama.cpp sees it, so a wrong path or a non-GGUF file gets a clear message
 void check_gguf_file(const std::string & path) {
     struct stat st{};
@@ -79,6 +178,7 @@ void check_gguf_file(const std::string & path) {
     if (std::memcmp(magic, "GGUF", 4) != 0) {
         throw std::invalid_argument("not a GGUF file (no GGUF magic at its start): " + path);
     }
+    check_gguf_metadata(path);
 }
 
 }  // namespace

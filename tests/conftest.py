@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import specllama
-from tiny_models import perturbed, random_weights, vocab, write_model
+from tiny_models import deepened, perturbed, random_weights, vocab, write_model
 
 
 @pytest.fixture(scope="session")
@@ -36,6 +36,23 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     specllama.quantize(ns.draft, ns.draft_q, "q4_1")
     ns.n_vocab = len(toks)
     return ns
+
+
+@pytest.fixture(scope="session")
+def slow(tiny, tmp_path_factory):
+    """A pair where drafting is cheap next to verification, as DSI assumes: the target is the
+    tiny target with 30 more layers whose outputs are small (about 10x the cost, and it mostly
+    agrees with the tiny target, which is its draft). Q4_1, so batch invariant (tested in
+    test_dsi.py).
+    far: an unrelated draft that is nearly always wrong."""
+    d = tmp_path_factory.mktemp("slow")
+    toks = vocab()
+    f32 = write_model(d / "deep.gguf", toks, deepened(random_weights(len(toks), seed=1), 30, seed=5, std=0.01))
+    target = str(d / "deep_q4_1.gguf")
+    specllama.quantize(str(f32), target, "q4_1")
+    far = str(d / "far_q4_1.gguf")
+    specllama.quantize(tiny.far_draft, far, "q4_1")
+    return SimpleNamespace(target=target, draft=tiny.target_q, far=far)
 
 
 @pytest.fixture(scope="session")

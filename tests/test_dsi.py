@@ -16,7 +16,6 @@ import re
 import signal
 import threading
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -25,23 +24,6 @@ import specllama
 from specllama import simulate
 from test_greedy_equivalence import CHAT_PROMPTS, PROMPTS, _logits_one_by_one
 from test_sampling_end_to_end import SETTINGS, _dist_after, _pvalue
-from tiny_models import deepened, random_weights, vocab, write_model
-
-
-@pytest.fixture(scope="module")
-def slow(tiny, tmp_path_factory):
-    """A pair where drafting is cheap next to verification, as DSI assumes: the target is the
-    tiny target with 30 more layers whose outputs are small (about 10x the cost, and it mostly
-    agrees with the tiny target, which is its draft). Q4_1, so batch invariant (tested below).
-    far: an unrelated draft that is nearly always wrong."""
-    d = tmp_path_factory.mktemp("slow")
-    toks = vocab()
-    f32 = write_model(d / "deep.gguf", toks, deepened(random_weights(len(toks), seed=1), 30, seed=5, std=0.01))
-    target = str(d / "deep_q4_1.gguf")
-    specllama.quantize(str(f32), target, "q4_1")
-    far = str(d / "far_q4_1.gguf")
-    specllama.quantize(tiny.far_draft, far, "q4_1")
-    return SimpleNamespace(target=target, draft=tiny.target_q, far=far)
 
 
 def test_slow_pair_is_batch_invariant(slow):

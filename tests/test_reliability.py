@@ -1,0 +1,185 @@
+"""Reliability: several decoders in several threads, Ctrl-C in each phase of a generation (in the
+API and in `specllama chat`), conversations that fill the context, and a bounded fuzzing run of
+the loading path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import specllama
+from specllama.chat import ChatSession, ContextFull
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ["the cat is", "she was out with", "what some of the", "they were all there and"]
+
+
+def test_several_decoders_in_several_threads_match_running_alone(tiny, slow):
+    """Four decoders (plain, speculative greedy, seeded sampling, DSI) generating at once in four
+    threads, twice over, give exactly what each gives alone."""
+    jobs = [
+        (tiny.target_q, tiny.draft_q, dict(temperature=0, speculative=False)),
+        (tiny.target_q, tiny.draft_q, dict(temperature=0, n_draft=4)),
+        (tiny.target, tiny.draft, dict(temperature=0.9, seed=5, adaptive=False)),
+        (slow.target, slow.draft, dict(temperature=0, mode="dsi", sp=2, lookahead=3)),
+    ]
+    decs = [specllama.SpeculativeDecoder(t, d, n_ctx=512) for t, d, _ in jobs]
+    try:
+        def run(i):
+            dec, kw = decs[i], jobs[i][2]
+            return [dec.generate(p, max_tokens=40, ignore_eos=True, **kw).tokens for p in PROMPTS]
+
+        alone = [run(i) for i in range(len(jobs))]
+        together = [None] * len(jobs) * 2
+        errors = []
+
+        def worker(k):
+            try:
+                together[k] = run(k % len(jobs))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        # two threads per decoder: each decoder also serializes its own callers
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(together))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        for k, out in enumerate(together):
+            assert out == alone[k % len(jobs)], f"decoder {k % len(jobs)}"
+    finally:
+        for d in decs:
+            d.close()
+
+
+def _interrupt_after(seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+@pytest.mark.parametrize("phase", ["drafting", "verification"])
+def test_ctrl_c_during_a_phase_leaves_decoder_usable(tiny, slow, phase):
+    """Ctrl-C while the draft model (resp. the target) is computing: a pair is chosen where that
+    phase takes most of the time (checked on a reference run), and the signal lands at a random
+    moment in a long generation. It must raise KeyboardInterrupt within a second or so, and the
+    next generation must equal a fresh decoder's."""
+    if phase == "drafting":  # an expensive draft in front of a cheap target
+        target, draft, kw = tiny.target_q, slow.target, dict(n_draft=8, adaptive=False)
+    else:  # a cheap draft in front of an expensive target, one draft per step
+        target, draft, kw = slow.target, slow.far, dict(n_draft=1, adaptive=False)
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=4096) as dec:
+        ref = dec.generate(PROMPTS[0], max_tokens=64, temperature=0, ignore_eos=True, **kw)
+        s = ref.stats
+        share = (s.t_draft_ms if phase == "drafting" else s.t_verify_ms) / (s.t_total_ms - s.t_prefill_ms)
+        assert share > 0.6, f"{phase} is only {share:.0%} of the time: the test would not target it"
+        for delay in (0.2, 0.45, 0.7):
+            timer = _interrupt_after(delay)
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                dec.generate(PROMPTS[1], max_tokens=4000, temperature=0, ignore_eos=True, **kw)
+            assert time.monotonic() - t0 < delay + 2
+            timer.join()
+            assert dec.generate(PROMPTS[0], max_tokens=64, temperature=0, ignore_eos=True, **kw).tokens == ref.tokens
+
+
+def test_chat_session_that_fills_the_context(slow):
+    """A reply that fills the context ends with finish_reason 'length' and context_full; the next
+    turn raises ContextFull (the CLI then offers to start over); after reset it works again."""
+    gen = dict(max_tokens=1000, temperature=0, ignore_eos=True)
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=256) as dec:
+        session = ChatSession(dec)
+        chunks = list(session.send("the cat is on the hot word", **gen))
+        final = chunks[-1]
+        assert final.finish_reason == "length" and final.context_full
+        assert len(session.tokens) >= dec.n_ctx  # the whole context went to the conversation
+        with pytest.raises(ContextFull):
+            list(session.send("and then", **gen))
+        session.reset()
+        again = "".join(c.text for c in session.send("and then", max_tokens=8, temperature=0))
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=256) as fresh:
+        assert again == "".join(c.text for c in ChatSession(fresh).send("and then", max_tokens=8, temperature=0))
+
+
+def test_cli_chat_reply_that_fills_the_context(slow):
+    """The same in `specllama chat`: it says the reply filled the context, offers to start over,
+    and the next turn after 'y' is a fresh conversation's."""
+    args = ["-m", slow.target, "-d", slow.draft, "-c", "256", "-n", "1000", "--temp", "0"]
+    first = " ".join(["the cat is on the hot word"] * 7)
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=256) as dec:
+        # precondition: this first turn's reply runs into the end of the context
+        assert list(ChatSession(dec).send(first, max_tokens=1000, temperature=0))[-1].context_full
+        fresh_reply = "".join(c.text for c in ChatSession(dec).send("hi", max_tokens=1000, temperature=0))
+    r = subprocess.run([sys.executable, "-m", "specllama", "chat", *args], input=f"{first}\ny\nhi\n/exit\n".encode(),
+                       capture_output=True, timeout=120, cwd=ROOT)
+    out, err = r.stdout.decode(), r.stderr.decode()  # bytes: the tiny models' text holds bare \r
+    assert r.returncode == 0, err
+    assert "filled the context" in err and "conversation cleared" in err
+    assert out.endswith(fresh_reply + "\n")
+
+
+def _chat_process(args):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # bytes, not text: the tiny models' text holds bare \r, which text mode would translate
+    return subprocess.Popen([sys.executable, "-m", "specllama", "chat", *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+
+
+def _talk(p, lines: str) -> None:
+    p.stdin.write(lines.encode())
+    p.stdin.flush()
+
+
+def test_cli_chat_ctrl_c_mid_reply(slow):
+    """Ctrl-C while a reply streams stops that reply only: the chat goes on, and after /reset the
+    next reply is a fresh conversation's."""
+    args = ["-m", slow.target, "-d", slow.draft, "-c", "1024", "-n", "400", "--temp", "0"]
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=1024) as dec:
+        fresh_reply = "".join(c.text for c in ChatSession(dec).send("hi", max_tokens=400, temperature=0))
+    p = _chat_process(args)
+    _talk(p, "the cat is on the hot word\n")
+    p.stdout.read(1)  # the reply has started streaming (400 tokens take this pair about a second)
+    p.send_signal(signal.SIGINT)
+    _talk(p, "/reset\nhi\n/exit\n")
+    out, err = (x.decode() for x in p.communicate(timeout=120))
+    assert p.returncode == 0, err
+    assert "(reply stopped)" in err and "conversation cleared" in err
+    assert out.endswith(fresh_reply + "\n")
+
+
+@pytest.mark.default_pair
+@pytest.mark.slow
+def test_cli_chat_ctrl_c_during_prefill(default_pair):
+    """Ctrl-C while a long message is being processed (the default pair takes seconds over it)."""
+    target, draft = default_pair
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=4096) as dec:
+        fresh_reply = "".join(c.text for c in ChatSession(dec).send("Hello", max_tokens=24, temperature=0))
+    p = _chat_process(["-n", "24", "--temp", "0"])
+    _talk(p, "Summarize this: " + "the quick brown fox jumps over the lazy dog. " * 250 + "\n")
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    _talk(p, "/reset\nHello\n/exit\n")
+    out, err = (x.decode() for x in p.communicate(timeout=300))
+    assert p.returncode == 0, err
+    assert "(reply stopped)" in err
+    assert out.endswith(fresh_reply + "\n")
+
+
+def test_fuzz_loading_path_bounded():
+    """scripts/fuzz_gguf.py for a bounded time: mutated GGUF files load or raise, never crash or
+    hang (a crash kills the subprocess; its output names the mutant to replay)."""
+    seconds = float(os.environ.get("SPECLLAMA_FUZZ_SECONDS", "20"))
+    env = dict(os.environ, PYTHONPATH=str(Path(specllama.__file__).parent.parent))  # the specllama under test
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_gguf.py"), "--seconds", str(seconds),
+                        "--seed", str(int(time.time()) % 1000)], capture_output=True, text=True,
+                       timeout=seconds + 120, cwd=ROOT, env=env)
+    assert r.returncode == 0, f"fuzzing failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    assert "no crash or hang" in r.stdout
