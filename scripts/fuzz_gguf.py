@@ -11,7 +11,8 @@ reported as hangs.
     python scripts/fuzz_gguf.py --seconds 3600 -s 7    # longer, by hand
     python scripts/fuzz_gguf.py --replay 7:1234 --keep bad.gguf   # write and load one mutant
 
-Exit status 0: no crash, no hang. Prints how many mutants loaded, failed cleanly, and how.
+Exit status 0: no crash, no hang, and every error a clear one (a UnicodeDecodeError about the
+message itself counts as unclear). Prints how many mutants loaded, failed cleanly, and how.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(b)
 
 
+UNCLEAR = "UNCLEAR"  # an exception that does not say what is wrong with the file
+
+
+def _kind(exc: BaseException) -> str:
+    # a UnicodeDecodeError is a ValueError, but its message is about the error text, not the file
+    return f"{UNCLEAR} {type(exc).__name__}: {exc}" if isinstance(exc, UnicodeError) else type(exc).__name__
+
+
 def load(path: str, target: str) -> str:
     """Load path as a model, then as a draft for target; return what happened."""
     try:
@@ -72,12 +81,12 @@ def load(path: str, target: str) -> str:
         m.tokenize("the cat")
         del m
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        return f"clean error: {type(exc).__name__}"
+        return f"clean error: {_kind(exc)}"
     try:
         with specllama.SpeculativeDecoder(target, path, n_ctx=256) as dec:
             dec.generate("the cat", max_tokens=2, temperature=0)
     except (ValueError, RuntimeError) as exc:
-        return f"loaded; as a draft: {type(exc).__name__}"
+        return f"loaded; as a draft: {_kind(exc)}"
     return "loaded and generated"
 
 
@@ -119,11 +128,13 @@ def main() -> int:
             print(f"\nfuzz: HANG: --replay {args.seed}:{it} took {time.monotonic() - t:.1f} s")
             return 1
         it += 1
-    print(f"\nfuzz: {it} mutants in {time.monotonic() - start:.0f} s, no crash or hang (seed {args.seed})")
+    unclear = sum(n for what, n in outcomes.items() if UNCLEAR in what)
+    print(f"\nfuzz: {it} mutants in {time.monotonic() - start:.0f} s, no crash or hang (seed {args.seed})"
+          + (f"; {unclear} unclear error messages" if unclear else ""))
     for what, n in outcomes.most_common():
-        print(f"  {n:6d}  {what}")
+        print(f"  {n:6d}  {what[:200]}")
     os.remove(mutant)
-    return 0
+    return 1 if unclear else 0
 
 
 if __name__ == "__main__":

@@ -67,11 +67,13 @@ class Run:
 
 
 def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: str, n_draft: int,
-                   max_tokens: int, temperature: float, seed: int, sp: int = 0) -> Run:
+                   max_tokens: int, temperature: float, seed: int, sp: int = 0,
+                   dsi_threads: Tuple[int, int] = (0, 0)) -> Run:
     dec.reset()
     if mode == "dsi":
         out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, ignore_eos=True,
-                           mode="dsi", sp=sp, lookahead=n_draft)
+                           mode="dsi", sp=sp, lookahead=n_draft, threads_draft=dsi_threads[0],
+                           threads_server=dsi_threads[1])
         return Run(name, mode, n_draft, out.stats, out.tokens, sp, out.dsi.__dict__)
     out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
                        speculative=mode != "plain", adaptive=mode == "adaptive", ignore_eos=True)
@@ -87,10 +89,10 @@ def _throughput(stats: Sequence[Stats]) -> float:
 def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
               seed: int = 0, prompts: Optional[Dict[str, str]] = None, adaptive_max: Optional[int] = None,
               progress: Optional[Callable[[int], None]] = None,
-              dsi: Sequence[Tuple[int, int]] = ()) -> dict:
+              dsi: Sequence[Tuple[int, int]] = (), dsi_threads: Tuple[int, int] = (0, 0)) -> dict:
     """Measure plain decoding once per prompt, speculative decoding with each fixed n_draft,
     (given adaptive_max) adaptive drafting of at most adaptive_max tokens, and DSI with each
-    (sp, lookahead) in dsi.
+    (sp, lookahead) in dsi (dsi_threads: drafter and per-server threads, 0 = split the budget).
 
     Returns the report dict (see `specllama bench --json`); its top-level speedup is the
     adaptive configuration's when there is one, else the best fixed n_draft's."""
@@ -104,13 +106,13 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
                + [("dsi", k, sp) for sp, k in dsi])
     first = next(iter(tokenized.values()))
     for mode, n, sp in [("plain", 1, 0)] + configs:  # also teaches the adaptive model this machine's costs
-        _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed, sp)
+        _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed, sp, dsi_threads)
 
     runs: List[Run] = []
     started = time.time()
     for name, toks in tokenized.items():
         for mode, n, sp in [("plain", 1, 0)] + configs:
-            runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed, sp))
+            runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed, sp, dsi_threads))
             if progress:
                 progress(1)
 

@@ -378,8 +378,12 @@ def _parse_range(text: str):
               help="DSI target servers to measure (e.g. 1 or 1,2).")
 @click.option("--lookahead", "lookahead_range", default="4", show_default=True, metavar="RANGE",
               help="DSI lookaheads to measure (e.g. 4 or 2,4,8).")
+@click.option("--threads-server", type=click.IntRange(0), default=0,
+              help="DSI: CPU threads per target server (0 = split --threads with the drafter; "
+                   "--threads-draft sets the drafter's).")
 @_library_errors
-def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode, sp_range, lookahead_range):
+def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode, sp_range, lookahead_range,
+          threads_server):
     """Plain vs speculative decoding on the same engine and prompts: speed, acceptance, and the
     speedup Leviathan et al.'s formula predicts from them."""
     from .bench import PROMPTS, run_bench, write_report
@@ -407,7 +411,8 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
         total = len(prompts) * (1 + len(n_drafts) + (1 if adaptive_max else 0) + len(dsi))
         with click.progressbar(length=total, label="measuring", file=sys.stderr) as bar:
             report = run_bench(dec, n_drafts, max_tokens=n_predict, temperature=temp, seed=seed, prompts=prompts,
-                               adaptive_max=adaptive_max, progress=bar.update, dsi=dsi)
+                               adaptive_max=adaptive_max, progress=bar.update, dsi=dsi,
+                               dsi_threads=(mo["threads_draft"], threads_server))
     paths = write_report(report, Path(out_dir))
     if as_json:
         click.echo(json.dumps(report))
