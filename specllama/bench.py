@@ -89,10 +89,12 @@ def _throughput(stats: Sequence[Stats]) -> float:
 def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
               seed: int = 0, prompts: Optional[Dict[str, str]] = None, adaptive_max: Optional[int] = None,
               progress: Optional[Callable[[int], None]] = None,
-              dsi: Sequence[Tuple[int, int]] = (), dsi_threads: Tuple[int, int] = (0, 0)) -> dict:
+              dsi: Sequence[Tuple[int, int]] = (), dsi_threads: Tuple[int, int] = (0, 0), repeats: int = 1) -> dict:
     """Measure plain decoding once per prompt, speculative decoding with each fixed n_draft,
     (given adaptive_max) adaptive drafting of at most adaptive_max tokens, and DSI with each
     (sp, lookahead) in dsi (dsi_threads: drafter and per-server threads, 0 = split the budget).
+    With repeats > 1 every run is repeated (interleaved) and the median-speed run of each prompt
+    and configuration is the one reported.
 
     Returns the report dict (see `specllama bench --json`); its top-level speedup is the
     adaptive configuration's when there is one, else the best fixed n_draft's."""
@@ -108,13 +110,22 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     for mode, n, sp in [("plain", 1, 0)] + configs:  # also teaches the adaptive model this machine's costs
         _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed, sp, dsi_threads)
 
-    runs: List[Run] = []
+    all_runs: List[Run] = []
     started = time.time()
-    for name, toks in tokenized.items():
+    for _ in range(repeats):  # interleaved, so that a slow spell of the machine hits every configuration
+        for name, toks in tokenized.items():
+            for mode, n, sp in [("plain", 1, 0)] + configs:
+                all_runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed, sp,
+                                               dsi_threads))
+                if progress:
+                    progress(1)
+    # per prompt and configuration, the run with the median speed
+    runs: List[Run] = []
+    for name in tokenized:
         for mode, n, sp in [("plain", 1, 0)] + configs:
-            runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed, sp, dsi_threads))
-            if progress:
-                progress(1)
+            same = sorted((r for r in all_runs if (r.prompt, r.mode, r.sp) == (name, mode, sp)
+                           and (r.n_draft == n or mode == "plain")), key=lambda r: r.stats.tokens_per_second)
+            runs.append(same[(len(same) - 1) // 2])
 
     plain = [r.stats for r in runs if r.mode == "plain"]
     plain_tps = _throughput(plain)
@@ -175,6 +186,16 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     fixed = [e for e in sweep if e["mode"] == "fixed"]
     best_fixed = max(fixed, key=lambda e: e["speedup"]) if fixed else None
     adaptive = next((e for e in sweep if e["mode"] == "adaptive"), None)
+    # adaptive against the best fixed n_draft of each prompt (what a user tuning by hand would pick)
+    adaptive_vs_best = None
+    if adaptive and fixed:
+        adaptive_vs_best = {}
+        for name in tokenized:
+            best_f = max(fixed, key=lambda e: e["per_prompt"][name]["speculative_tokens_per_second"])
+            adaptive_vs_best[name] = {
+                "best_fixed_n_draft": best_f["n_draft"],
+                "ratio": (adaptive["per_prompt"][name]["speculative_tokens_per_second"]
+                          / best_f["per_prompt"][name]["speculative_tokens_per_second"])}
     dsi_entries = [e for e in sweep if e["mode"] == "dsi"]
     best_dsi = max(dsi_entries, key=lambda e: e["speedup"]) if dsi_entries else None
     best = adaptive or best_fixed or best_dsi
@@ -193,6 +214,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "best_n_draft": best_fixed["n_draft"] if best_fixed else None,
         "best_fixed_speedup": best_fixed["speedup"] if best_fixed else None,
         "adaptive_speedup": adaptive["speedup"] if adaptive else None,
+        "adaptive_vs_best_fixed_by_prompt": adaptive_vs_best,
         "dsi_speedup": best_dsi["speedup"] if best_dsi else None,
         "dsi_best": best_dsi["label"] if best_dsi else None,
         "speculative_tokens_per_second": best["speculative_tokens_per_second"],
@@ -202,7 +224,9 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "predicted_speedup": best["predicted_speedup"],
         "predicted_speedup_measured_verify": best["predicted_speedup_measured_verify"],
         "sweep": sweep,
-        "runs": [r.as_dict() for r in runs],
+        "repeats": repeats,
+        "runs": [r.as_dict() for r in runs],  # the median runs
+        "all_runs": [r.as_dict() for r in all_runs] if repeats > 1 else None,
         "seconds": time.time() - started,
     }
 

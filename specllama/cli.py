@@ -381,9 +381,11 @@ def _parse_range(text: str):
 @click.option("--threads-server", type=click.IntRange(0), default=0,
               help="DSI: CPU threads per target server (0 = split --threads with the drafter; "
                    "--threads-draft sets the drafter's).")
+@click.option("--repeats", type=click.IntRange(1), default=1, show_default=True,
+              help="Run everything this many times, interleaved; report each prompt's median run.")
 @_library_errors
 def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode, sp_range, lookahead_range,
-          threads_server):
+          threads_server, repeats):
     """Plain vs speculative decoding on the same engine and prompts: speed, acceptance, and the
     speedup Leviathan et al.'s formula predicts from them."""
     from .bench import PROMPTS, run_bench, write_report
@@ -408,11 +410,11 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
                if mode == "dsi" else [])
         if dsi:
             _err(f"specllama bench: DSI with (target servers, lookahead) {', '.join(map(str, dsi))}")
-        total = len(prompts) * (1 + len(n_drafts) + (1 if adaptive_max else 0) + len(dsi))
+        total = repeats * len(prompts) * (1 + len(n_drafts) + (1 if adaptive_max else 0) + len(dsi))
         with click.progressbar(length=total, label="measuring", file=sys.stderr) as bar:
             report = run_bench(dec, n_drafts, max_tokens=n_predict, temperature=temp, seed=seed, prompts=prompts,
                                adaptive_max=adaptive_max, progress=bar.update, dsi=dsi,
-                               dsi_threads=(mo["threads_draft"], threads_server))
+                               dsi_threads=(mo["threads_draft"], threads_server), repeats=repeats)
     paths = write_report(report, Path(out_dir))
     if as_json:
         click.echo(json.dumps(report))
@@ -451,6 +453,10 @@ def _bench_table(r: dict) -> str:
     lines += ["", f"{best['label']}: {r['speedup']:.2f}x plain decoding"]
     if r["best_n_draft"] is not None:
         lines.append(f"best fixed n_draft: {r['best_n_draft']}, {r['best_fixed_speedup']:.2f}x")
+    if r.get("adaptive_vs_best_fixed_by_prompt"):
+        lines.append("adaptive vs each prompt's best fixed n_draft: " + ", ".join(
+            f"{name} {v['ratio']:.2f} (n_draft {v['best_fixed_n_draft']})"
+            for name, v in r["adaptive_vs_best_fixed_by_prompt"].items()))
     if r.get("dsi_best"):
         lines.append(f"best DSI: {r['dsi_best']}, {r['dsi_speedup']:.2f}x")
     return "\n".join(lines)
