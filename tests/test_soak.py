@@ -1,5 +1,5 @@
-"""Many generations on one decoder: resident memory stays flat; interrupts during prefill leave the
-decoder usable."""
+"""Many generations on one decoder (plain and streamed, sampled and greedy, cancelled, reset, chat
+turns, DSI): resident memory stays flat; interrupts during prefill leave the decoder usable."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import threading
 import pytest
 
 import specllama
+from specllama.chat import ChatSession, ContextFull
 
 
 def _rss_mb() -> float:
@@ -21,9 +22,27 @@ def _rss_mb() -> float:
 def test_memory_flat_over_hundreds_of_generations(tiny):
     prompts = ["the cat is", "she was out with", "what some of the", "they were all there and"]
     with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=512) as dec:
+        chat = ChatSession(dec)
+
         def round_(i):
             p = prompts[i % len(prompts)]
-            kind = i % 5
+            kind = i % 7
+            if kind == 5:  # a chat turn; every third one starts over
+                if i % 3 == 0:
+                    chat.reset()
+                try:
+                    for _ in chat.send(p, max_tokens=12, temperature=0):
+                        pass
+                except ContextFull:
+                    chat.reset()
+                return
+            if kind == 6:  # DSI, sometimes cancelled after its first step
+                stream = dec.stream(p, max_tokens=24, temperature=0, ignore_eos=True, mode="dsi", sp=2, lookahead=3)
+                for k, _ in enumerate(stream):
+                    if k == 0 and i % 2:
+                        stream.close()
+                        break
+                return
             if kind == 0:
                 dec.generate(p, max_tokens=24, temperature=0.8, seed=i, ignore_eos=True)
             elif kind == 1:
