@@ -5,12 +5,24 @@
 
 namespace specllama {
 
+// a decode the OS preempted can take many times its cost; on a shared machine such outliers would
+// swing the estimates and with them the draft length, so one observation counts for at most
+// k_outlier times the current estimate (a lasting slowdown is still followed, step by step)
+constexpr double k_outlier = 2.0;
+
 void draft_length_model::observe_draft_decode(double ms) {
+    if (has_draft_ms_) {
+        ms = std::min(ms, k_outlier * draft_ms_);
+    }
     draft_ms_     = has_draft_ms_ ? k_decay * draft_ms_ + (1.0 - k_decay) * ms : ms;
     has_draft_ms_ = true;
 }
 
 void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
+    const double predicted = verify_ms(n_tokens);
+    if (predicted > 0.0) {
+        ms = std::min(ms, k_outlier * predicted);
+    }
     const double k = n_tokens;
     sw_  = k_decay * sw_ + 1.0;
     sk_  = k_decay * sk_ + k;

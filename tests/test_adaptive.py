@@ -29,11 +29,16 @@ def test_adaptive_drafts_less_for_a_worse_draft(default_pair, tmp_path_factory):
         _, fixed_good = _tokens_per_step(good, prompt, n_draft=4, adaptive=False)
         _, fixed_bad = _tokens_per_step(bad, prompt, n_draft=4, adaptive=False)
         assert fixed_good.acceptance_rate > fixed_bad.acceptance_rate + 0.1  # the premise
-        per_good, s_good = _tokens_per_step(good, prompt, n_draft=12)
-        per_bad, s_bad = _tokens_per_step(bad, prompt, n_draft=12)
+        # the costs it decides on are measured, so a busy spell of the machine during one run
+        # moves that run's lengths: three interleaved runs each, medians compared
+        per_good, per_bad = [], []
+        for _ in range(3):
+            per, s_good = _tokens_per_step(good, prompt, n_draft=12)
+            per_good.append(per)
+            per_bad.append(_tokens_per_step(bad, prompt, n_draft=12)[0])
+            assert len(s_good.accepted_hist) == 13  # never beyond n_draft
     # (the Q4_0 draft is also cheaper, so drafting on pays for it too: the margin is not 2x)
-    assert per_good > per_bad + 1
-    assert len(s_good.accepted_hist) == 13  # never beyond n_draft
+    assert sorted(per_good)[1] > sorted(per_bad)[1] + 1, (per_good, per_bad)
 
 
 def test_fixed_mode_always_drafts_n(tiny):

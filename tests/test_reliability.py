@@ -109,7 +109,7 @@ def test_chat_session_that_fills_the_context(slow):
         assert again == "".join(c.text for c in ChatSession(fresh).send("and then", max_tokens=8, temperature=0))
 
 
-def test_cli_chat_reply_that_fills_the_context(slow):
+def test_cli_chat_reply_that_fills_the_context(slow, tmp_path):
     """The same in `specllama chat`: it says the reply filled the context, offers to start over,
     and the next turn after 'y' is a fresh conversation's."""
     args = ["-m", slow.target, "-d", slow.draft, "-c", "256", "-n", "1000", "--temp", "0"]
@@ -119,18 +119,23 @@ def test_cli_chat_reply_that_fills_the_context(slow):
         assert list(ChatSession(dec).send(first, max_tokens=1000, temperature=0))[-1].context_full
         fresh_reply = "".join(c.text for c in ChatSession(dec).send("hi", max_tokens=1000, temperature=0))
     r = subprocess.run([sys.executable, "-m", "specllama", "chat", *args], input=f"{first}\ny\nhi\n/exit\n".encode(),
-                       capture_output=True, timeout=120, cwd=ROOT)
+                       capture_output=True, timeout=120, cwd=tmp_path, env=_env())
     out, err = r.stdout.decode(), r.stderr.decode()  # bytes: the tiny models' text holds bare \r
     assert r.returncode == 0, err
     assert "filled the context" in err and "conversation cleared" in err
     assert out.endswith(fresh_reply + "\n")
 
 
-def _chat_process(args):
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def _env():
+    # the specllama under test (installed, or the source tree with its built extension), from a
+    # directory that holds no other copy of it
+    return dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=str(Path(specllama.__file__).parent.parent))
+
+
+def _chat_process(args, tmp_path):
     # bytes, not text: the tiny models' text holds bare \r, which text mode would translate
     return subprocess.Popen([sys.executable, "-m", "specllama", "chat", *args], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=ROOT)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), cwd=tmp_path)
 
 
 def _talk(p, lines: str) -> None:
@@ -138,18 +143,19 @@ def _talk(p, lines: str) -> None:
     p.stdin.flush()
 
 
-def test_cli_chat_ctrl_c_mid_reply(slow):
+def test_cli_chat_ctrl_c_mid_reply(slow, tmp_path):
     """Ctrl-C while a reply streams stops that reply only: the chat goes on, and after /reset the
     next reply is a fresh conversation's."""
     args = ["-m", slow.target, "-d", slow.draft, "-c", "1024", "-n", "400", "--temp", "0"]
     with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=1024) as dec:
         fresh_reply = "".join(c.text for c in ChatSession(dec).send("hi", max_tokens=400, temperature=0))
-    p = _chat_process(args)
-    _talk(p, "the cat is on the hot word\n")
-    p.stdout.read(1)  # the reply has started streaming (400 tokens take this pair about a second)
-    p.send_signal(signal.SIGINT)
-    _talk(p, "/reset\nhi\n/exit\n")
-    out, err = (x.decode() for x in p.communicate(timeout=120))
+    with _chat_process(args, tmp_path) as p:
+        _talk(p, "the cat is on the hot word\n")
+        first = p.stdout.read(1)  # the reply has started streaming (400 tokens take this pair about a second)
+        p.send_signal(signal.SIGINT)
+        _talk(p, "/reset\nhi\n/exit\n")
+        out_b, err_b = p.communicate(timeout=120)
+    out, err = (first + out_b).decode(), err_b.decode()
     assert p.returncode == 0, err
     assert "(reply stopped)" in err and "conversation cleared" in err
     assert out.endswith(fresh_reply + "\n")
@@ -157,29 +163,28 @@ def test_cli_chat_ctrl_c_mid_reply(slow):
 
 @pytest.mark.default_pair
 @pytest.mark.slow
-def test_cli_chat_ctrl_c_during_prefill(default_pair):
+def test_cli_chat_ctrl_c_during_prefill(default_pair, tmp_path):
     """Ctrl-C while a long message is being processed (the default pair takes seconds over it)."""
     target, draft = default_pair
     with specllama.SpeculativeDecoder(target, draft, n_ctx=4096) as dec:
         fresh_reply = "".join(c.text for c in ChatSession(dec).send("Hello", max_tokens=24, temperature=0))
-    p = _chat_process(["-n", "24", "--temp", "0"])
-    _talk(p, "Summarize this: " + "the quick brown fox jumps over the lazy dog. " * 250 + "\n")
-    time.sleep(1.0)
-    p.send_signal(signal.SIGINT)
-    _talk(p, "/reset\nHello\n/exit\n")
-    out, err = (x.decode() for x in p.communicate(timeout=300))
+    with _chat_process(["-n", "24", "--temp", "0"], tmp_path) as p:
+        _talk(p, "Summarize this: " + "the quick brown fox jumps over the lazy dog. " * 250 + "\n")
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        _talk(p, "/reset\nHello\n/exit\n")
+        out, err = (x.decode() for x in p.communicate(timeout=300))
     assert p.returncode == 0, err
     assert "(reply stopped)" in err
     assert out.endswith(fresh_reply + "\n")
 
 
-def test_fuzz_loading_path_bounded():
+def test_fuzz_loading_path_bounded(tmp_path):
     """scripts/fuzz_gguf.py for a bounded time: mutated GGUF files load or raise, never crash or
     hang (a crash kills the subprocess; its output names the mutant to replay)."""
     seconds = float(os.environ.get("SPECLLAMA_FUZZ_SECONDS", "20"))
-    env = dict(os.environ, PYTHONPATH=str(Path(specllama.__file__).parent.parent))  # the specllama under test
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_gguf.py"), "--seconds", str(seconds),
                         "--seed", str(int(time.time()) % 1000)], capture_output=True, text=True,
-                       timeout=seconds + 120, cwd=ROOT, env=env)
+                       timeout=seconds + 120, cwd=tmp_path, env=_env())
     assert r.returncode == 0, f"fuzzing failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
     assert "no crash or hang" in r.stdout

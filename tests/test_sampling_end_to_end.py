@@ -37,16 +37,21 @@ def _pvalue(samples, p):
     return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
-@pytest.mark.slow
-def test_speculative_sampling_follows_target(tiny):
-    target = specllama.Model(tiny.target)
-    draft = specllama.Model(tiny.far_draft)
-    prompt = target.tokenize("the cat is on the")
+def two_token_distributions(target_path, draft_path, text):
+    """The prompt's tokens, the target's p1 after it, the target's marginal of the second token
+    sum_x p1(x) p2(. | prompt x), and the draft's q1."""
+    target = specllama.Model(target_path)
+    prompt = target.tokenize(text)
     p1 = _dist_after(target, prompt)
-    q1 = _dist_after(draft, prompt)
     p2 = np.zeros_like(p1)
     for x in np.flatnonzero(p1):
         p2 += p1[x] * _dist_after(target, prompt + [int(x)])
+    return prompt, p1, p2, _dist_after(specllama.Model(draft_path), prompt)
+
+
+@pytest.mark.slow
+def test_speculative_sampling_follows_target(tiny):
+    prompt, p1, p2, q1 = two_token_distributions(tiny.target, tiny.far_draft, "the cat is on the")
 
     firsts, seconds, n_rejected = [], [], 0
     with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=128) as dec:

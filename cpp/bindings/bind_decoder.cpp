@@ -34,6 +34,20 @@ py::dict stats_to_dict(const generate_stats & s) {
     return d;
 }
 
+generate_params common_params(int32_t max_tokens, float temperature, int32_t top_k, float top_p, float min_p,
+                              std::optional<uint64_t> seed, const std::vector<std::string> & stop, bool ignore_eos) {
+    generate_params p;
+    p.max_tokens           = max_tokens;
+    p.sampling.temperature = temperature;
+    p.sampling.top_k       = top_k;
+    p.sampling.top_p       = top_p;
+    p.sampling.min_p       = min_p;
+    p.seed                 = seed;
+    p.stop                 = stop;
+    p.ignore_eos           = ignore_eos;
+    return p;
+}
+
 py::dict result_to_dict(const generate_result & res) {
     py::dict out;
     out["tokens"]        = res.tokens;
@@ -122,16 +136,8 @@ void register_decoder(py::module_ & m) {
                float temperature, int32_t top_k, float top_p, float min_p, std::optional<uint64_t> seed,
                const std::vector<std::string> & stop, bool ignore_eos, bool speculative, bool adaptive,
                const std::string & drafter, const std::string & acceptance, std::optional<py::function> on_step) {
-                generate_params p;
-                p.max_tokens           = max_tokens;
+                generate_params p = common_params(max_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos);
                 p.n_draft              = n_draft;
-                p.sampling.temperature = temperature;
-                p.sampling.top_k       = top_k;
-                p.sampling.top_p       = top_p;
-                p.sampling.min_p       = min_p;
-                p.seed                 = seed;
-                p.stop                 = stop;
-                p.ignore_eos           = ignore_eos;
                 p.speculative          = speculative;
                 p.adaptive             = adaptive;
                 if (drafter == "model") {

@@ -44,15 +44,8 @@ void register_dsi(py::module_ & m) {
            float top_p, float min_p, std::optional<uint64_t> seed, const std::vector<std::string> & stop,
            bool ignore_eos, int32_t sp, int32_t lookahead, int32_t n_threads_draft, int32_t n_threads_server,
            bool overlap, std::optional<py::function> on_step) {
-            generate_params p;
-            p.max_tokens           = max_tokens;
-            p.sampling.temperature = temperature;
-            p.sampling.top_k       = top_k;
-            p.sampling.top_p       = top_p;
-            p.sampling.min_p       = min_p;
-            p.seed                 = seed;
-            p.stop                 = stop;
-            p.ignore_eos           = ignore_eos;
+            const generate_params p = common_params(max_tokens, temperature, top_k, top_p, min_p, seed, stop,
+                                                    ignore_eos);
             dsi_options o;
             o.sp               = sp;
             o.lookahead        = lookahead;
