@@ -286,7 +286,9 @@ class SpeculativeDecoder:
         what was built on it. Lossless as speculative decoding is (greedy: the target's own
         output; sampling: the rejection rule, position by position). threads_draft and
         threads_server (per server) split the decoder's n_threads when 0. n_draft, adaptive,
-        drafter and acceptance do not apply. completion.dsi says what it did.
+        drafter and acceptance do not apply. completion.dsi says what it did. With a seed at
+        temperature > 0, DSI is not reproducible run to run: whether a position had a draft
+        beside it depends on timing (the output distribution is the target's either way).
 
         on_step(tokens, text, n_drafted, n_accepted) runs after each verification step;
         returning True stops early (finish_reason "cancelled"). Ctrl-C raises KeyboardInterrupt
