@@ -12,6 +12,7 @@ test_sampling_end_to_end.py).
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import threading
@@ -180,13 +181,15 @@ POINTS = [  # drafter latency / target latency, acceptance, sp, lookahead
 ]
 
 
+@pytest.mark.skipif(bool(os.environ.get("SPECLLAMA_SANITIZED")),
+                    reason="wall-clock comparisons mean nothing under sanitizer instrumentation")
 @pytest.mark.parametrize("f,accept,sp,k", POINTS)
 def test_online_dsi_never_slower_and_matches_offline_model(f, accept, sp, k):
-    """The real orchestrator with simulated forward passes (target 20 ms): the output is the
+    """The real orchestrator with simulated forward passes (target 50 ms): the output is the
     target's, DSI is not slower than SI with the same lookahead or than non-SI, and every mode's
     wall time agrees with the offline model on the same acceptance pattern. The margins cover
     thread wake-ups and sleep overshoot (a few percent, measured: see simulate --online)."""
-    t_target, n = 20.0, 40
+    t_target, n = 50.0, 30  # long enough that thread hand-offs (~0.5 ms a task here) stay small
     right = simulate.pattern(n, accept, np.random.default_rng(7))
     online = {m: simulate.online(m, t_target, f * t_target, right, n, lookahead=k, sp=sp)
               for m in ("non-si", "si", "dsi")}

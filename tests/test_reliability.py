@@ -143,6 +143,15 @@ def _talk(p, lines: str) -> None:
     p.stdin.flush()
 
 
+def _wait_for_prompt(p) -> None:
+    """Read stderr until the chat's first '>>> ' prompt: the models are loaded."""
+    seen = b""
+    while b">>> " not in seen:
+        byte = p.stderr.read(1)
+        assert byte, "the chat exited before its prompt: " + seen.decode(errors="replace")
+        seen += byte
+
+
 def test_cli_chat_ctrl_c_mid_reply(slow, tmp_path):
     """Ctrl-C while a reply streams stops that reply only: the chat goes on, and after /reset the
     next reply is a fresh conversation's."""
@@ -169,6 +178,7 @@ def test_cli_chat_ctrl_c_during_prefill(default_pair, tmp_path):
     with specllama.SpeculativeDecoder(target, draft, n_ctx=4096) as dec:
         fresh_reply = "".join(c.text for c in ChatSession(dec).send("Hello", max_tokens=24, temperature=0))
     with _chat_process(["-n", "24", "--temp", "0"], tmp_path) as p:
+        _wait_for_prompt(p)  # a signal before the models are loaded would just end the program
         _talk(p, "Summarize this: " + "the quick brown fox jumps over the lazy dog. " * 250 + "\n")
         time.sleep(1.0)
         p.send_signal(signal.SIGINT)
