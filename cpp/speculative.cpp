@@ -83,6 +83,22 @@ void decoder::validate_prompt(const std::vector<llama_token> & prompt) const {
     }
 }
 
+bool decoder::append_token(llama_token tok, const generate_params & params, text_stream & stream,
+                           generate_result & res, std::string & finish) const {
+    if (!params.ignore_eos && llama_vocab_is_eog(target_->vocab, tok)) {
+        finish = "stop";
+        return false;
+    }
+    res.tokens.push_back(tok);
+    res.stats.n_generated += 1;
+    if (stream.push(token_to_piece(*target_, tok))) {
+        finish = "stop";
+    } else if (res.stats.n_generated >= params.max_tokens) {
+        finish = "length";
+    }
+    return true;
+}
+
 int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, const generate_params & params,
                                    llama_token & probe) {
     const int32_t n_model = (int32_t) drafted_.tokens.size();
@@ -260,19 +276,11 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         ev.n_accepted = acc.n_accepted;
         for (int32_t i = 0; i <= acc.n_accepted && finish.empty(); ++i) {
             const llama_token tok = i < acc.n_accepted ? drafted_.tokens[i] : acc.next;
-            if (!params.ignore_eos && llama_vocab_is_eog(vocab, tok)) {
-                finish = "stop";
+            if (!append_token(tok, params, stream, res, finish)) {
                 break;
             }
             seq.push_back(tok);
-            res.tokens.push_back(tok);
             ev.tokens.push_back(tok);
-            st.n_generated += 1;
-            if (stream.push(token_to_piece(*target_, tok))) {
-                finish = "stop";
-            } else if (st.n_generated >= params.max_tokens) {
-                finish = "length";
-            }
         }
         if (finish.empty() && (int32_t) seq.size() > n_ctx) {
             finish           = "length";

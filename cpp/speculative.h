@@ -155,6 +155,10 @@ class decoder {
   private:
     // throws unless prompt can be generated after (non-empty, fits the context, valid ids)
     void validate_prompt(const std::vector<llama_token> & prompt) const;
+    // append an emitted token to res unless it ends generation; sets finish to "stop" (end token or
+    // stop string) or "length" (max_tokens). Returns whether tok was appended.
+    bool append_token(llama_token tok, const generate_params & params, text_stream & stream, generate_result & res,
+                      std::string & finish) const;
 
     // append prompt-lookup drafts after the model's (up to n_max in all); sets probe to the first
     // proposal the cost model dropped (-1 if none); returns how many were added

@@ -100,9 +100,11 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     const auto t_start     = clock_type::now();
 
     // prefill every server and the drafter, so that tasks carry only new tokens
-    st.n_prompt_cached = tgt_cache_->keep_common_prefix(prompt, n_prompt - 1);
     for (kv_cache * c : caches) {
         const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
+        if (c == tgt_cache_.get()) {
+            st.n_prompt_cached = n_keep;
+        }
         c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
     }
     drafter_->catch_up(prompt, check);
@@ -131,17 +133,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
 
     dsi_callbacks cb;
     cb.emit = [&](llama_token tok) {
-        if (!params.ignore_eos && llama_vocab_is_eog(vocab, tok)) {
-            finish = "stop";
-            return false;
-        }
-        res.tokens.push_back(tok);
-        st.n_generated += 1;
-        if (stream.push(token_to_piece(*target_, tok))) {
-            finish = "stop";
-        } else if (st.n_generated >= params.max_tokens) {
-            finish = "length";
-        }
+        append_token(tok, params, stream, res, finish);
         return finish.empty();
     };
     cb.poll     = check;
