@@ -18,6 +18,14 @@ void draft_length_model::observe_draft_decode(double ms) {
     has_draft_ms_ = true;
 }
 
+void draft_length_model::observe_catch_up(double ms) {
+    if (has_catch_up_) {
+        ms = std::min(ms, k_outlier * std::max(catch_up_ms_, draft_ms_));
+    }
+    catch_up_ms_  = has_catch_up_ ? k_decay * catch_up_ms_ + (1.0 - k_decay) * ms : ms;
+    has_catch_up_ = true;
+}
+
 void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
     const double predicted = verify_ms(n_tokens);
     if (predicted > 0.0) {
@@ -76,9 +84,10 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double expected
     if (sw_ == 0.0 || (draft_cost && !has_draft_ms_)) {
         return true;  // no costs measured yet: draft the maximum once
     }
-    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position ...
+    // the step so far costs the draft's catch-up, its decodes and the verification batch; drafting
+    // token n+1 costs a draft decode (none for lookup) and one more verified position ...
     const double d         = draft_cost ? draft_ms_ : 0.0;
-    const double cost_step = n * d + verify_ms(n + 1);
+    const double cost_step = catch_up_ms_ + n * d + verify_ms(n + 1);
     const double cost_more = d + (verify_ms(n + 2) - verify_ms(n + 1));
     // ... and adds the chance that it too is accepted
     const double gain = p_reach * p_next;

@@ -1,7 +1,7 @@
 // draft_length.h: adaptive draft length. Drafting one more token costs a draft decode plus a
 // larger verification batch; it pays only if the chance that the target keeps it is high enough.
-// The model keeps running estimates of those costs (a draft decode; a verification batch of k
-// tokens as a + b k, fitted online) and of how well the draft's own confidence predicts
+// The model keeps running estimates of those costs (a draft decode; the draft's catch-up decode,
+// paid once per step; a verification batch of k tokens as a + b k, fitted online) and of how well the draft's own confidence predicts
 // acceptance, and drafting continues while the next token raises the expected tokens per
 // millisecond of the step (Leviathan et al. sec. 3.5, decided per token instead of per run).
 // The draft's confidence (its probability of its own token) is mapped to an acceptance chance
@@ -31,13 +31,15 @@ class draft_length_model {
     // estimated chance the target accepts a token the draft gave confidence conf
     double accept_prob(double conf) const;
 
-    // observations from a finished step
+    // observations from a finished step: a one-token draft decode, the step's catch-up decode
     void observe_draft_decode(double ms);
+    void observe_catch_up(double ms);
     void observe_verify(int32_t n_tokens, double ms);
     // a draft with confidence conf was verified (it was reached: all before it were accepted)
     void observe_acceptance(double conf, bool accepted);
 
     double draft_ms() const { return draft_ms_; }
+    double catch_up_ms() const { return catch_up_ms_; }
     // acceptance rate of all reached drafts (the prior of each confidence bin)
     double acceptance() const { return n_all_ > 0.0 ? acc_all_ / n_all_ : 0.8; }
     double verify_ms(int32_t n_tokens) const;
@@ -47,6 +49,8 @@ class draft_length_model {
     static constexpr double k_decay = 0.97;
     double draft_ms_  = 0.0;
     bool   has_draft_ms_ = false;
+    double catch_up_ms_  = 0.0;
+    bool   has_catch_up_ = false;
     // weighted least squares of verify ms on batch size
     double sw_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;
     // calibration curve: acceptance of reached drafts by the draft's confidence, in bins

@@ -1,7 +1,8 @@
 // drafting.cpp: autoregressive drafting with the draft model.
 #include "drafting.h"
 
-#include "softmax.h"
+#include <chrono>
+#include <cmath>
 
 namespace specllama {
 
@@ -13,9 +14,24 @@ void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::fu
 
 namespace {
 
-// softmax probability of the most likely token
-float top_prob(const float * logits, int32_t n_vocab, llama_token top) {
-    return 1.0f / sum_exp(logits, n_vocab, logits[top]);
+// the most likely token, and how sure: 1 - p2/p1 = 1 - exp(l2 - l1) for the two largest logits
+// (0 at an exact tie, 1 when the runner-up is out of sight); one pass, no softmax
+llama_token top_with_margin(const float * logits, int32_t n_vocab, float & conf) {
+    int32_t best = 0;
+    float   l1   = logits[0];
+    float   l2   = -INFINITY;
+    for (int32_t i = 1; i < n_vocab; ++i) {
+        const float l = logits[i];
+        if (l > l1) {
+            l2   = l1;
+            l1   = l;
+            best = i;
+        } else if (l > l2) {
+            l2 = l;
+        }
+    }
+    conf = 1.0f - std::exp(l2 - l1);
+    return (llama_token) best;
 }
 
 }  // namespace
@@ -25,10 +41,13 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
                           const std::function<void()> & between_chunks) {
     out.tokens.clear();
     out.conf.clear();
+    out.catch_up_ms = 0.0;
     if (n_draft <= 0 || seq.empty()) {
         return;
     }
+    const auto t0 = std::chrono::steady_clock::now();
     catch_up(seq, between_chunks);
+    out.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int32_t     n_vocab = cache_.n_vocab();
     const llama_vocab * vocab = cache_.mdl().vocab;
@@ -40,8 +59,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         llama_token   tok;
         float         conf;
         if (params.greedy()) {
-            tok  = argmax(logits, n_vocab);
-            conf = top_prob(logits, n_vocab, tok);
+            tok = top_with_margin(logits, n_vocab, conf);
         } else {
             sampling_distribution(logits, n_vocab, params, out.dists[i]);
             tok  = sample(out.dists[i], rng);

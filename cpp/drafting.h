@@ -13,7 +13,11 @@ namespace specllama {
 struct draft_result {
     std::vector<llama_token> tokens;  // proposed tokens, at most n_draft
     std::vector<token_dist>  dists;   // dists[i] is the q tokens[i] was drawn from (sampling only)
-    std::vector<float>       conf;    // the draft's probability of tokens[i]
+    // the draft's confidence in tokens[i]: greedy, 1 - p2/p1 (how far its top token is from a tie
+    // with the runner-up; a quantized copy of the target disagrees with it almost only near ties);
+    // sampling, the probability it gave the token it drew
+    std::vector<float>       conf;
+    double                   catch_up_ms = 0.0;  // of the drafting time, the catch-up decode
 };
 
 // asked after each drafted token: draft another? (n drafted so far, confidence in the latest)

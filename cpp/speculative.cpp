@@ -138,8 +138,13 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
 
 void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
                            double draft_ms, double verify_ms) {
+    // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
+    // once per step whatever the draft length; the other n_model - 1 decodes are one token each
     if (n_model > 0) {
-        lengths_.observe_draft_decode(draft_ms / n_model);
+        lengths_.observe_catch_up(drafted_.catch_up_ms);
+    }
+    if (n_model > 1) {
+        lengths_.observe_draft_decode((draft_ms - drafted_.catch_up_ms) / (n_model - 1));
     }
     if (n > 0) {
         lengths_.observe_verify(n + 1, verify_ms);
@@ -211,6 +216,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         auto t = clock_type::now();
         drafted_.tokens.clear();
         drafted_.conf.clear();
+        drafted_.catch_up_ms = 0.0;
         if (n > 0 && use_model && drafter_) {
             double p_reach = 1.0, expected = 1.0;
             draft_continue keep = nullptr;

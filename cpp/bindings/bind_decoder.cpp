@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
+#include "draft_length.h"
 #include "speculative.h"
 
 namespace py = pybind11;
@@ -75,6 +76,24 @@ step_callback make_step_callback(const std::optional<py::function> & on_step) {
 void register_decoder(py::module_ & m) {
     m.attr("MAX_DRAFT") = k_max_draft;
 
+    // the adaptive draft length's rule on its own, so that recorded traces can be replayed through
+    // the exact policy the loop uses (benchmarks/replay_draft_length.py)
+    py::class_<draft_length_model>(m, "DraftLengthModel",
+                                   "The adaptive draft length's cost and acceptance estimates and its "
+                                   "keep-drafting rule (what the decoding loop consults per drafted token).")
+        .def(py::init<>())
+        .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"),
+             py::arg("expected_tokens"), py::arg("conf"))
+        .def("accept_prob", &draft_length_model::accept_prob, py::arg("conf"))
+        .def("observe_draft_decode", &draft_length_model::observe_draft_decode, py::arg("ms"))
+        .def("observe_catch_up", &draft_length_model::observe_catch_up, py::arg("ms"))
+        .def("observe_verify", &draft_length_model::observe_verify, py::arg("n_tokens"), py::arg("ms"))
+        .def("observe_acceptance", &draft_length_model::observe_acceptance, py::arg("conf"), py::arg("accepted"))
+        .def("verify_ms", &draft_length_model::verify_ms, py::arg("n_tokens"))
+        .def_property_readonly("draft_ms", &draft_length_model::draft_ms)
+        .def_property_readonly("catch_up_ms", &draft_length_model::catch_up_ms)
+        .def_property_readonly("acceptance", &draft_length_model::acceptance);
+
     py::class_<decoder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
         .def(py::init([](const std::string & target, std::optional<std::string> draft, int32_t n_ctx,
                          int32_t n_batch, int32_t n_threads, int32_t n_threads_draft, int32_t n_gpu_layers,
@@ -111,6 +130,7 @@ void register_decoder(py::module_ & m) {
                  draft_length_model m = d.cost_model();
                  py::dict out;
                  out["draft_ms"]    = m.draft_ms();
+                 out["catch_up_ms"] = m.catch_up_ms();
                  out["acceptance"] = m.acceptance();
                  std::vector<double> curve;
                  for (int i = 0; i < 10; ++i) {
@@ -124,7 +144,8 @@ void register_decoder(py::module_ & m) {
                  out["verify_ms"] = v;  // verify_ms[k - 1]: a batch of k tokens
                  return out;
              },
-             "The adaptive draft length's estimates: ms per draft token, ms per verification batch, "
+             "The adaptive draft length's estimates: ms per draft token, ms per catch-up, ms per "
+             "verification batch, "
              "and the chance of acceptance by draft confidence.")
         .def("reset", [](decoder & d) {
             py::gil_scoped_release nogil;

@@ -1,0 +1,249 @@
+"""Draft-length policies compared without the machine's noise: record once, replay exactly.
+
+On this shared machine the same configuration's tokens/s wanders by up to 15% between runs, more
+than the differences between draft-length policies that `specllama bench` is asked to resolve
+(adaptive within 3% of each prompt's best fixed n_draft). At temperature 0 a speculative run is
+determined by two things:
+
+- the trace: for each position of the target's greedy output, whether the draft's greedy token,
+  given the correct text before it, is the same token, and how confident the draft was (1 - p2/p1
+  for its two most likely tokens, as the drafter computes it); a step drafting from position i is
+  accepted up to its first mismatch, so every policy's steps follow from the trace;
+- the costs: a draft decode of one token and of two (the catch-up after a fully accepted step
+  feeds the last draft and the target's bonus token), and a target batch of 1..n_max+1 tokens.
+
+This program records the trace of each bench prompt (one plain greedy run of the target, one
+teacher-forced pass of the draft) and measures the costs (median of interleaved repetitions),
+then replays each fixed n_draft and the adaptive rule over the same trace with the same costs. The
+adaptive rule is the loop's own (`_core.DraftLengthModel`), fed what the loop feeds it: per-step
+draft time over drafts, verification time, and the acceptance of each judged draft. A replay has
+no noise: two policies are compared on identical work and identical prices.
+
+What it leaves out: the loop's own overhead (under 0.05% in `specllama bench`), and after a
+rejected draft the real drafter continues from its own wrong token, whose confidences differ from
+the teacher-forced ones used here (they only change how many doomed drafts are made).
+
+    PYTHONPATH=. python benchmarks/replay_draft_length.py [-n 256] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Sequence
+
+import numpy as np
+
+from specllama import _core
+from specllama.bench import PROMPTS
+from specllama.decoder import SpeculativeDecoder
+from specllama.models import default_pair
+
+
+@dataclass
+class Trace:
+    match: List[bool]  # match[j]: the draft's greedy token for output position j is the target's
+    conf: List[float]  # the draft's confidence there, as the drafter computes it: 1 - p2/p1
+
+
+@dataclass
+class Costs:
+    draft1_ms: float  # one-token draft decode
+    draft2_ms: float  # two-token draft decode (catch-up after a fully accepted step)
+    verify_ms: List[float]  # verify_ms[k]: a target batch of k tokens (index 0 unused)
+
+    @property
+    def plain_ms(self) -> float:
+        return self.verify_ms[1]
+
+
+def record_trace(target: str, draft: str, prompt: List[int], n_predict: int, n_threads: int) -> Trace:
+    with SpeculativeDecoder(target, n_ctx=len(prompt) + n_predict + 8, n_threads=n_threads) as dec:
+        out = dec.generate(prompt, max_tokens=n_predict, temperature=0, speculative=False, ignore_eos=True)
+    y = out.tokens
+    ctx = _core.Context(_core.Model(draft), n_ctx=len(prompt) + n_predict + 8, n_threads=n_threads)
+    # logits at the last prompt position predict y[0], at the position of y[j-1] predict y[j]
+    logits = ctx.decode(list(prompt) + list(y[:-1]), all_logits=True)[len(prompt) - 1:]
+    top = logits.argmax(axis=1)
+    two = np.sort(logits, axis=1)[:, -2:]
+    conf = 1.0 - np.exp(two[:, 0] - two[:, 1])  # the drafter's greedy confidence: 1 - p2/p1
+    return Trace(match=[bool(t == tok) for t, tok in zip(top, y)], conf=[float(c) for c in conf])
+
+
+def measure_costs(target: str, draft: str, n_max: int, n_threads: int, repeats: int) -> Costs:
+    filler = list(range(1000, 1300))  # a context of 300 positions, about where generation runs
+    tgt = _core.Context(_core.Model(target), n_ctx=1024, n_threads=n_threads)
+    dft = _core.Context(_core.Model(draft), n_ctx=1024, n_threads=n_threads)
+    tgt.decode(filler, all_logits=False)
+    dft.decode(filler, all_logits=False)
+    n0 = len(filler)
+    samples: Dict[str, List[float]] = {}
+
+    def timed(key: str, ctx, toks: Sequence[int], all_logits: bool) -> None:
+        t = time.perf_counter()
+        ctx.decode(list(toks), all_logits=all_logits)
+        samples.setdefault(key, []).append((time.perf_counter() - t) * 1000.0)
+        ctx.rollback(n0)
+
+    for _ in range(repeats):  # interleaved, so that a slow spell of the machine hits every size
+        timed("d1", dft, [2000], False)
+        timed("d2", dft, [2000, 2001], False)
+        for k in range(1, n_max + 2):
+            timed(f"v{k}", tgt, range(2000, 2000 + k), True)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    return Costs(med["d1"], med["d2"], [0.0] + [med[f"v{k}"] for k in range(1, n_max + 2)])
+
+
+@dataclass
+class Replay:
+    ms: float = 0.0
+    tokens: int = 0
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+
+def replay(trace: Trace, costs: Costs, n_max: int, model=None, r: Replay = None) -> Replay:
+    """One generation over trace: fixed n_max drafts per step, or adaptive (at most n_max) when a
+    DraftLengthModel is given (it keeps learning, as the decoder's does across generations)."""
+    r = r or Replay()
+    n_out = len(trace.match)
+    i = 0
+    prev_full = None  # the first step's catch-up is part of prefill
+    while i < n_out:
+        n_cap = min(n_max, n_out - i - 1)  # the target's own token ends the last step
+        n = n_cap
+        if model is not None and n_cap > 0:
+            p_reach, expected = 1.0, 1.0
+            for j in range(n_cap):
+                n = j + 1
+                if n == n_cap:
+                    break
+                c = trace.conf[i + j]
+                p_reach *= model.accept_prob(c)
+                expected += p_reach
+                if not model.keep_going(n, p_reach, expected, c):
+                    break
+        acc = 0
+        while acc < n and trace.match[i + acc]:
+            acc += 1
+        catch_up = 0.0 if prev_full is None else (costs.draft2_ms if prev_full else costs.draft1_ms)
+        draft_ms = (catch_up + (n - 1) * costs.draft1_ms) if n > 0 else 0.0
+        verify_ms = costs.verify_ms[n + 1]
+        if model is not None and n > 0:  # what the loop tells it (decoder::observe_step)
+            model.observe_catch_up(catch_up)
+            if n > 1:
+                model.observe_draft_decode(costs.draft1_ms)
+            model.observe_verify(n + 1, verify_ms)
+            for k in range(min(acc + 1, n)):
+                model.observe_acceptance(trace.conf[i + k], k < acc)
+        r.ms += draft_ms + verify_ms
+        r.steps += 1
+        r.drafted += n
+        r.accepted += acc
+        r.tokens += acc + 1
+        i += acc + 1
+        prev_full = n > 0 and acc == n
+    return r
+
+
+# more prompts, not used anywhere else: held out from every choice made on the bench prompts
+HELD_OUT: Dict[str, str] = {
+    "story": "Tell me a short story about a lighthouse keeper.",
+    "explain": "Explain how a refrigerator works to a ten-year-old.",
+    "email": "Write an email asking my landlord to fix the heating.",
+    "sql": "Write an SQL query that finds the five customers with the most orders.",
+    "facts": "What is the capital of Australia, and why was it chosen?",
+    "recipe": "Give me a simple recipe for pancakes.",
+    "poem": "Write a poem about autumn rain.",
+    "edit": ("Rewrite this function to use a list comprehension: def squares(xs):\n    out = []\n"
+             "    for x in xs:\n        out.append(x * x)\n    return out"),
+}
+
+BENCH_SWEEP = (4, 6, 8, 10)  # the fixed lengths `specllama bench --sweep-n-draft 4,6,8,10` measures
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", "--n-predict", type=int, default=256)
+    ap.add_argument("--n-max", type=int, default=12, help="fixed n_draft 1..N are replayed")
+    ap.add_argument("--n-draft", type=int, default=10, help="the adaptive rule's maximum (specllama's default)")
+    ap.add_argument("--held-out", action="store_true", help=f"also the {len(HELD_OUT)} held-out prompts")
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--cost-repeats", type=int, default=15)
+    ap.add_argument("--cost-rounds", type=int, default=3,
+                    help="independent cost measurements; each is replayed, to show how much the verdict moves")
+    ap.add_argument("--json", help="write the traces, costs and results here")
+    args = ap.parse_args()
+    n_max = max(args.n_max, args.n_draft, max(BENCH_SWEEP))
+
+    target, draft = default_pair()
+    texts = dict(PROMPTS, **(HELD_OUT if args.held_out else {}))
+    with SpeculativeDecoder(target, n_ctx=512) as dec:
+        prompts = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
+                   for name, text in texts.items()}
+    print(f"recording traces: {len(prompts)} prompts x {args.n_predict} tokens", file=sys.stderr)
+    traces = {name: record_trace(target, draft, p, args.n_predict, args.threads) for name, p in prompts.items()}
+    rounds = []
+    for k in range(args.cost_rounds):
+        print(f"measuring costs, round {k + 1} of {args.cost_rounds}", file=sys.stderr)
+        costs = measure_costs(target, draft, n_max, args.threads, args.cost_repeats)
+        res = {"costs": costs.__dict__, "prompts": {}, "set": {}}
+        model = _core.DraftLengthModel()
+        # warm-up as `specllama bench` does: 16 tokens of the first prompt teach it the costs
+        first = next(iter(traces.values()))
+        replay(Trace(first.match[:16], first.conf[:16]), costs, args.n_draft, model)
+        totals: Dict[str, Replay] = {}
+        for name, tr in traces.items():
+            runs = {f"fixed_{n}": replay(tr, costs, n) for n in range(1, n_max + 1)}
+            runs["adaptive"] = replay(tr, costs, args.n_draft, model)
+            row = {label: costs.plain_ms * r.tokens / r.ms for label, r in runs.items()}
+            row["acceptance_teacher_forced"] = sum(tr.match) / len(tr.match)
+            row["adaptive_tokens_per_pass"] = runs["adaptive"].tokens / runs["adaptive"].steps
+            best_sweep = max(BENCH_SWEEP, key=lambda n: row[f"fixed_{n}"])
+            best_any = max(range(1, n_max + 1), key=lambda n: row[f"fixed_{n}"])
+            row["best_fixed_of_sweep"] = best_sweep
+            row["best_fixed_of_all"] = best_any
+            row["adaptive_vs_best_of_sweep"] = row["adaptive"] / row[f"fixed_{best_sweep}"]
+            row["adaptive_vs_best_of_all"] = row["adaptive"] / row[f"fixed_{best_any}"]
+            res["prompts"][name] = row
+            for label, r in runs.items():
+                t = totals.setdefault(label, Replay())
+                t.ms += r.ms
+                t.tokens += r.tokens
+        res["set"] = {label: costs.plain_ms * t.tokens / t.ms for label, t in totals.items()}
+        rounds.append(res)
+
+        c = costs
+        print(f"\ncosts, round {k + 1}: draft decode {c.draft1_ms:.2f} ms (2 tokens {c.draft2_ms:.2f}); target "
+              + ", ".join(f"{n} tokens {c.verify_ms[n]:.1f}" for n in (1, 2, 5, 9, 11) if n < len(c.verify_ms))
+              + " ms")
+        print(f"{'prompt':>8s} {'accept':>7s} " + " ".join(f"{'fixed ' + str(n):>8s}" for n in BENCH_SWEEP)
+              + f" {'best 1-' + str(n_max):>11s} {'adaptive':>9s} {'vs best of sweep':>17s} {'vs best 1-' + str(n_max):>12s}")
+        for name, row in res["prompts"].items():
+            bn = row["best_fixed_of_all"]
+            print(f"{name:>8s} {row['acceptance_teacher_forced']:7.3f} "
+                  + " ".join(f"{row[f'fixed_{n}']:7.3f}x" for n in BENCH_SWEEP)
+                  + f" {row[f'fixed_{bn}']:6.3f}x ({bn:2d})"
+                  + f" {row['adaptive']:8.3f}x {row['adaptive_vs_best_of_sweep']:17.3f}"
+                  + f" {row['adaptive_vs_best_of_all']:12.3f}")
+        st = res["set"]
+        best_set = max(BENCH_SWEEP, key=lambda n: st[f"fixed_{n}"])
+        print(f"{'set':>8s} {'':7s} " + " ".join(f"{st[f'fixed_{n}']:7.3f}x" for n in BENCH_SWEEP)
+              + f" {'':11s} {st['adaptive']:8.3f}x   (best single fixed on the set: {best_set},"
+              f" {st[f'fixed_{best_set}']:.3f}x)")
+    if args.json:
+        out = {"n_predict": args.n_predict, "n_draft": args.n_draft,
+               "traces": {k: v.__dict__ for k, v in traces.items()}, "rounds": rounds}
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
