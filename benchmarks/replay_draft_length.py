@@ -17,7 +17,9 @@ teacher-forced pass of the draft) and measures the costs (median of interleaved 
 then replays each fixed n_draft and the adaptive rule over the same trace with the same costs. The
 adaptive rule is the loop's own (`_core.DraftLengthModel`), fed what the loop feeds it: per-step
 draft time over drafts, verification time, and the acceptance of each judged draft. A replay has
-no noise: two policies are compared on identical work and identical prices.
+no noise: two policies are compared on identical work and identical prices. A clairvoyant rule
+that drafts exactly the tokens the target will accept bounds what any draft-length rule can reach
+with this draft on this machine.
 
 What it leaves out: the loop's own overhead (under 0.05% in `specllama bench`), and after a
 rejected draft the real drafter continues from its own wrong token, whose confidences differ from
@@ -167,6 +169,28 @@ HELD_OUT: Dict[str, str] = {
 BENCH_SWEEP = (4, 6, 8, 10)  # the fixed lengths `specllama bench --sweep-n-draft 4,6,8,10` measures
 
 
+def replay_clairvoyant(trace: Trace, costs: Costs, n_max: int) -> Replay:
+    """The bound for any draft-length rule with this draft: each step drafts exactly the tokens the
+    target will accept (at most n_max), as if it knew where the draft goes wrong."""
+    r = Replay()
+    n_out = len(trace.match)
+    i = 0
+    prev_full = None
+    while i < n_out:
+        n = 0
+        while n < n_max and i + n < n_out - 1 and trace.match[i + n]:
+            n += 1
+        catch_up = 0.0 if prev_full is None else (costs.draft2_ms if prev_full else costs.draft1_ms)
+        r.ms += ((catch_up + (n - 1) * costs.draft1_ms) if n > 0 else 0.0) + costs.verify_ms[n + 1]
+        r.steps += 1
+        r.drafted += n
+        r.accepted += n
+        r.tokens += n + 1
+        i += n + 1
+        prev_full = n > 0
+    return r
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", "--n-predict", type=int, default=256)
@@ -201,6 +225,7 @@ def main() -> int:
         for name, tr in traces.items():
             runs = {f"fixed_{n}": replay(tr, costs, n) for n in range(1, n_max + 1)}
             runs["adaptive"] = replay(tr, costs, args.n_draft, model)
+            runs["clairvoyant"] = replay_clairvoyant(tr, costs, args.n_draft)
             row = {label: costs.plain_ms * r.tokens / r.ms for label, r in runs.items()}
             row["acceptance_teacher_forced"] = sum(tr.match) / len(tr.match)
             row["adaptive_tokens_per_pass"] = runs["adaptive"].tokens / runs["adaptive"].steps
@@ -223,19 +248,21 @@ def main() -> int:
               + ", ".join(f"{n} tokens {c.verify_ms[n]:.1f}" for n in (1, 2, 5, 9, 11) if n < len(c.verify_ms))
               + " ms")
         print(f"{'prompt':>8s} {'accept':>7s} " + " ".join(f"{'fixed ' + str(n):>8s}" for n in BENCH_SWEEP)
-              + f" {'best 1-' + str(n_max):>11s} {'adaptive':>9s} {'vs best of sweep':>17s} {'vs best 1-' + str(n_max):>12s}")
+              + f" {'best 1-' + str(n_max):>11s} {'adaptive':>9s} {'vs best of sweep':>17s} {'vs best 1-' + str(n_max):>12s}"
+              + f" {'clairvoyant':>12s}")
         for name, row in res["prompts"].items():
             bn = row["best_fixed_of_all"]
             print(f"{name:>8s} {row['acceptance_teacher_forced']:7.3f} "
                   + " ".join(f"{row[f'fixed_{n}']:7.3f}x" for n in BENCH_SWEEP)
                   + f" {row[f'fixed_{bn}']:6.3f}x ({bn:2d})"
                   + f" {row['adaptive']:8.3f}x {row['adaptive_vs_best_of_sweep']:17.3f}"
-                  + f" {row['adaptive_vs_best_of_all']:12.3f}")
+                  + f" {row['adaptive_vs_best_of_all']:12.3f} {row['clairvoyant']:11.3f}x")
         st = res["set"]
         best_set = max(BENCH_SWEEP, key=lambda n: st[f"fixed_{n}"])
         print(f"{'set':>8s} {'':7s} " + " ".join(f"{st[f'fixed_{n}']:7.3f}x" for n in BENCH_SWEEP)
-              + f" {'':11s} {st['adaptive']:8.3f}x   (best single fixed on the set: {best_set},"
-              f" {st[f'fixed_{best_set}']:.3f}x)")
+              + f" {'':11s} {st['adaptive']:8.3f}x {'':30s} {st['clairvoyant']:11.3f}x")
+        print(f"adaptive on the set: {st['adaptive']:.3f}x; the best single fixed n_draft on the set: {best_set}, "
+              f"{st[f'fixed_{best_set}']:.3f}x; clairvoyant (at most {args.n_draft}): {st['clairvoyant']:.3f}x")
     if args.json:
         out = {"n_predict": args.n_predict, "n_draft": args.n_draft,
                "traces": {k: v.__dict__ for k, v in traces.items()}, "rounds": rounds}
