@@ -36,7 +36,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -50,6 +50,7 @@ from specllama.models import default_pair
 class Trace:
     match: List[bool]  # match[j]: the draft's greedy token for output position j is the target's
     conf: List[float]  # the draft's confidence there, as the drafter computes it: 1 - p2/p1
+    top_prob: Optional[List[float]] = None  # p1, the draft's probability of its own token (for comparison)
 
 
 @dataclass
@@ -73,7 +74,20 @@ def record_trace(target: str, draft: str, prompt: List[int], n_predict: int, n_t
     top = logits.argmax(axis=1)
     two = np.sort(logits, axis=1)[:, -2:]
     conf = 1.0 - np.exp(two[:, 0] - two[:, 1])  # the drafter's greedy confidence: 1 - p2/p1
-    return Trace(match=[bool(t == tok) for t, tok in zip(top, y)], conf=[float(c) for c in conf])
+    p1 = 1.0 / np.exp(logits - two[:, 1:]).sum(axis=1)
+    return Trace(match=[bool(t == tok) for t, tok in zip(top, y)], conf=[float(c) for c in conf],
+                 top_prob=[float(p) for p in p1])
+
+
+def by_tenths(match: Sequence[bool], score: Sequence[float]) -> List[tuple]:
+    """Positions sorted by score and cut into tenths: (lowest score, positions, acceptance,
+    disagreements) for each, lowest first."""
+    order = np.argsort(np.asarray(score), kind="stable")
+    out = []
+    for part in np.array_split(order, 10):
+        m = np.asarray(match)[part]
+        out.append((float(np.asarray(score)[part].min()), len(part), float(m.mean()), int((~m).sum())))
+    return out
 
 
 def measure_costs(target: str, draft: str, n_max: int, n_threads: int, repeats: int) -> Costs:
@@ -212,6 +226,15 @@ def main() -> int:
                    for name, text in texts.items()}
     print(f"recording traces: {len(prompts)} prompts x {args.n_predict} tokens", file=sys.stderr)
     traces = {name: record_trace(target, draft, p, args.n_predict, args.threads) for name, p in prompts.items()}
+    # how well each confidence measure tells the draft's mistakes apart
+    match = [m for tr in traces.values() for m in tr.match]
+    calibration = {}
+    for label, key in (("1 - p2/p1 (the drafter's)", "conf"), ("p1", "top_prob")):
+        score = [c for tr in traces.values() for c in getattr(tr, key)]
+        calibration[key] = by_tenths(match, score)
+        print(f"acceptance by tenth of positions ranked by {label}, lowest first "
+              f"({len(match)} positions, {match.count(False)} disagreements):")
+        print("  " + "  ".join(f"{acc:.3f} ({bad})" for _, _, acc, bad in calibration[key]))
     rounds = []
     for k in range(args.cost_rounds):
         print(f"measuring costs, round {k + 1} of {args.cost_rounds}", file=sys.stderr)
@@ -264,7 +287,7 @@ def main() -> int:
         print(f"adaptive on the set: {st['adaptive']:.3f}x; the best single fixed n_draft on the set: {best_set}, "
               f"{st[f'fixed_{best_set}']:.3f}x; clairvoyant (at most {args.n_draft}): {st['clairvoyant']:.3f}x")
     if args.json:
-        out = {"n_predict": args.n_predict, "n_draft": args.n_draft,
+        out = {"n_predict": args.n_predict, "n_draft": args.n_draft, "calibration_by_tenths": calibration,
                "traces": {k: v.__dict__ for k, v in traces.items()}, "rounds": rounds}
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -1,10 +1,11 @@
 // draft_length.h: adaptive draft length. Drafting one more token costs a draft decode plus a
 // larger verification batch; it pays only if the chance that the target keeps it is high enough.
 // The model keeps running estimates of those costs (a draft decode; the draft's catch-up decode,
-// paid once per step; a verification batch of k tokens as a + b k, fitted online) and of how well the draft's own confidence predicts
-// acceptance, and drafting continues while the next token raises the expected tokens per
-// millisecond of the step (Leviathan et al. sec. 3.5, decided per token instead of per run).
-// The draft's confidence (its probability of its own token) is mapped to an acceptance chance
+// paid once per step; a verification batch of k tokens as a + b k, fitted online) and of how well
+// the draft's own confidence predicts acceptance, and drafting continues while the next token
+// raises the expected tokens per millisecond of the step (Leviathan et al. sec. 3.5, decided per
+// token instead of per run). The draft's confidence (drafting.h: greedy, 1 - p2/p1 of its top two
+// tokens; sampling, its probability of the token it drew) is mapped to an acceptance chance
 // through a calibration curve learned from this pair's own verifications.
 // Not here: drafting itself (drafting.h).
 #pragma once
