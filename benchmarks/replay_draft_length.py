@@ -72,7 +72,7 @@ def record_trace(target: str, draft: str, prompt: List[int], n_predict: int, n_t
     # logits at the last prompt position predict y[0], at the position of y[j-1] predict y[j]
     logits = ctx.decode(list(prompt) + list(y[:-1]), all_logits=True)[len(prompt) - 1:]
     top = logits.argmax(axis=1)
-    two = np.sort(logits, axis=1)[:, -2:]
+    two = np.partition(logits, -2, axis=1)[:, -2:]  # the two largest logits, smaller first
     conf = 1.0 - np.exp(two[:, 0] - two[:, 1])  # the drafter's greedy confidence: 1 - p2/p1
     p1 = 1.0 / np.exp(logits - two[:, 1:]).sum(axis=1)
     return Trace(match=[bool(t == tok) for t, tok in zip(top, y)], conf=[float(c) for c in conf],
@@ -119,34 +119,46 @@ class Replay:
     ms: float = 0.0
     tokens: int = 0
     steps: int = 0
-    drafted: int = 0
-    accepted: int = 0
 
 
-def replay(trace: Trace, costs: Costs, n_max: int, model=None, r: Replay = None) -> Replay:
-    """One generation over trace: fixed n_max drafts per step, or adaptive (at most n_max) when a
-    DraftLengthModel is given (it keeps learning, as the decoder's does across generations)."""
-    r = r or Replay()
+def _adaptive_length(trace: Trace, i: int, n_cap: int, model) -> int:
+    """How many tokens the loop's rule drafts from position i (drafting.cpp: after each drafted
+    token it asks whether to draft another; the last one allowed is never asked about)."""
+    p_reach, expected = 1.0, 1.0
+    for n in range(1, n_cap):
+        c = trace.conf[i + n - 1]
+        p_reach *= model.accept_prob(c)
+        expected += p_reach
+        if not model.keep_going(n, p_reach, expected, c):
+            return n
+    return n_cap
+
+
+def _run_of_matches(trace: Trace, i: int, n_cap: int) -> int:
+    n = 0
+    while n < n_cap and trace.match[i + n]:
+        n += 1
+    return n
+
+
+def replay(trace: Trace, costs: Costs, n_max: int, model=None, clairvoyant: bool = False) -> Replay:
+    """One generation over trace, drafting at most n_max tokens per step: exactly n_max (fixed);
+    as the loop's rule decides when a DraftLengthModel is given (it keeps learning, as the decoder's
+    does across generations); or, clairvoyant, exactly the tokens the target will accept, as if the
+    rule knew where the draft goes wrong (the bound for any draft-length rule with this draft)."""
+    r = Replay()
     n_out = len(trace.match)
     i = 0
     prev_full = None  # the first step's catch-up is part of prefill
     while i < n_out:
         n_cap = min(n_max, n_out - i - 1)  # the target's own token ends the last step
-        n = n_cap
-        if model is not None and n_cap > 0:
-            p_reach, expected = 1.0, 1.0
-            for j in range(n_cap):
-                n = j + 1
-                if n == n_cap:
-                    break
-                c = trace.conf[i + j]
-                p_reach *= model.accept_prob(c)
-                expected += p_reach
-                if not model.keep_going(n, p_reach, expected, c):
-                    break
-        acc = 0
-        while acc < n and trace.match[i + acc]:
-            acc += 1
+        if clairvoyant:
+            n = _run_of_matches(trace, i, n_cap)
+        elif model is not None and n_cap > 0:
+            n = _adaptive_length(trace, i, n_cap, model)
+        else:
+            n = n_cap
+        acc = _run_of_matches(trace, i, n)
         catch_up = 0.0 if prev_full is None else (costs.draft2_ms if prev_full else costs.draft1_ms)
         draft_ms = (catch_up + (n - 1) * costs.draft1_ms) if n > 0 else 0.0
         verify_ms = costs.verify_ms[n + 1]
@@ -159,8 +171,6 @@ def replay(trace: Trace, costs: Costs, n_max: int, model=None, r: Replay = None)
                 model.observe_acceptance(trace.conf[i + k], k < acc)
         r.ms += draft_ms + verify_ms
         r.steps += 1
-        r.drafted += n
-        r.accepted += acc
         r.tokens += acc + 1
         i += acc + 1
         prev_full = n > 0 and acc == n
@@ -181,28 +191,6 @@ HELD_OUT: Dict[str, str] = {
 }
 
 BENCH_SWEEP = (4, 6, 8, 10)  # the fixed lengths `specllama bench --sweep-n-draft 4,6,8,10` measures
-
-
-def replay_clairvoyant(trace: Trace, costs: Costs, n_max: int) -> Replay:
-    """The bound for any draft-length rule with this draft: each step drafts exactly the tokens the
-    target will accept (at most n_max), as if it knew where the draft goes wrong."""
-    r = Replay()
-    n_out = len(trace.match)
-    i = 0
-    prev_full = None
-    while i < n_out:
-        n = 0
-        while n < n_max and i + n < n_out - 1 and trace.match[i + n]:
-            n += 1
-        catch_up = 0.0 if prev_full is None else (costs.draft2_ms if prev_full else costs.draft1_ms)
-        r.ms += ((catch_up + (n - 1) * costs.draft1_ms) if n > 0 else 0.0) + costs.verify_ms[n + 1]
-        r.steps += 1
-        r.drafted += n
-        r.accepted += n
-        r.tokens += n + 1
-        i += n + 1
-        prev_full = n > 0
-    return r
 
 
 def main() -> int:
@@ -248,7 +236,7 @@ def main() -> int:
         for name, tr in traces.items():
             runs = {f"fixed_{n}": replay(tr, costs, n) for n in range(1, n_max + 1)}
             runs["adaptive"] = replay(tr, costs, args.n_draft, model)
-            runs["clairvoyant"] = replay_clairvoyant(tr, costs, args.n_draft)
+            runs["clairvoyant"] = replay(tr, costs, args.n_draft, clairvoyant=True)
             row = {label: costs.plain_ms * r.tokens / r.ms for label, r in runs.items()}
             row["acceptance_teacher_forced"] = sum(tr.match) / len(tr.match)
             row["adaptive_tokens_per_pass"] = runs["adaptive"].tokens / runs["adaptive"].steps
