@@ -89,6 +89,31 @@ std::optional<int64_t> gguf_int(const gguf_context * ctx, const std::string & na
     }
 }
 
+// an integer key, or each element of an integer array key (llama.cpp allows per-layer values)
+std::vector<int64_t> gguf_ints(const gguf_context * ctx, const std::string & name) {
+    const int64_t k = gguf_find_key(ctx, name.c_str());
+    if (k < 0) {
+        return {};
+    }
+    if (gguf_get_kv_type(ctx, k) != GGUF_TYPE_ARRAY) {
+        const auto v = gguf_int(ctx, name);
+        return v ? std::vector<int64_t>{*v} : std::vector<int64_t>{};
+    }
+    std::vector<int64_t> out;
+    const size_t         n    = gguf_get_arr_n(ctx, k);
+    const auto           type = gguf_get_arr_type(ctx, k);
+    if (type != GGUF_TYPE_INT32 && type != GGUF_TYPE_UINT32) {
+        return out;  // llama.cpp reads only these for per-layer values and reports other types itself
+    }
+    const auto * data = static_cast<const uint8_t *>(gguf_get_arr_data(ctx, k));
+    for (size_t i = 0; i < n; ++i) {
+        int32_t v;
+        std::memcpy(&v, data + 4 * i, 4);
+        out.push_back(type == GGUF_TYPE_INT32 ? (int64_t) v : (int64_t) (uint32_t) v);
+    }
+    return out;
+}
+
 // What llama.cpp asserts (aborting the process) instead of reporting, checked first with ggml's
 // own GGUF parser, which fails cleanly. Found by scripts/fuzz_gguf.py; each check names the
 // assertion it stands in for.
@@ -124,6 +149,30 @@ void check_gguf_metadata(const std::string & path) {
         if (n_expert_used && (*n_expert_used < 0 || *n_expert_used > n_expert || (n_expert > 0 && *n_expert_used == 0))) {
             bad(arch + ".expert_used_count " + std::to_string(*n_expert_used) + " does not fit expert_count " +
                 std::to_string(n_expert));
+        }
+        // llama-graph.cpp build_qkv: ggml_reshape_3d(Kcur, n_embd_head_k, n_head_kv, n_tokens) asserts
+        // GGML_ASSERT(ggml_nelements(a) == ne0*ne1*ne2) when llama.cpp's 32-bit product of head size and
+        // head count wrapped around (the K/V tensor shapes were checked against the wrapped value)
+        const auto n_embd = get("embedding_length");
+        const auto heads  = gguf_ints(ctx.get(), arch + ".attention.head_count");
+        auto       all    = heads;
+        for (int64_t h : gguf_ints(ctx.get(), arch + ".attention.head_count_kv")) {
+            all.push_back(h);
+        }
+        for (int64_t h : all) {
+            if (h < 0 || (n_embd && h > *n_embd)) {
+                bad(arch + ".attention head count " + std::to_string(h) + " outside [0, embedding_length]");
+            }
+        }
+        const int64_t head_default = n_embd && !heads.empty() && heads[0] > 0 ? *n_embd / heads[0] : 0;
+        for (const char * k : {"attention.key_length", "attention.value_length"}) {
+            const int64_t head = get(k).value_or(head_default);
+            for (int64_t h : all) {
+                if (head < 0 || (h > 0 && head > (int64_t) UINT32_MAX / h)) {
+                    bad(arch + "." + k + " " + std::to_string(head) + " times head count " + std::to_string(h) +
+                        " overflows 32 bits");
+                }
+            }
         }
         // ggml-cpu ops.cpp (norm, rms_norm): GGML_ASSERT(eps >= 0.0f)
         for (const char * k : {"attention.layer_norm_rms_epsilon", "attention.layer_norm_epsilon"}) {

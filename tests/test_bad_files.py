@@ -75,3 +75,47 @@ def test_every_broken_file_is_a_clear_error(corpus):
 def test_messages_say_what_is_wrong(corpus, name, reason):
     with pytest.raises(ValueError, match=reason):
         specllama.Model(str(corpus[name]))
+
+
+def _set_u32(blob: bytes, key: str, value: int) -> bytes:
+    """The file with the 32-bit value of metadata key `key` replaced (key text, u32 type, value)."""
+    i = blob.find(key.encode() + struct.pack("<I", gguf.GGUFValueType.UINT32)) + len(key) + 4
+    assert i > len(key) + 4, key
+    return blob[:i] + struct.pack("<I", value) + blob[i + 4:]
+
+
+def _set_f32(blob: bytes, key: str, value: float) -> bytes:
+    i = blob.find(key.encode() + struct.pack("<I", gguf.GGUFValueType.FLOAT32)) + len(key) + 4
+    assert i > len(key) + 4, key
+    return blob[:i] + struct.pack("<f", value) + blob[i + 4:]
+
+
+# Metadata on which llama.cpp aborts the process (GGML_ASSERT) instead of failing the load, each
+# found by scripts/fuzz_gguf.py; cpp/model.cpp:check_gguf_metadata turns them into errors.
+METADATA_ABORTS = {
+    # 16 x (2^31 + 4) wraps to 64 in llama.cpp's 32-bit arithmetic: the K/V tensor shapes pass the
+    # loader's check and the first graph aborts in ggml_reshape_3d (when a context is made)
+    "head_count_kv 2^31 + 4": (lambda b: _set_u32(b, "llama.attention.head_count_kv", 2**31 + 4), "head count"),
+    "block_count 0": (lambda b: _set_u32(b, "llama.block_count", 0), "block_count"),
+    "block_count 100000": (lambda b: _set_u32(b, "llama.block_count", 100000), "block_count"),
+    "negative norm epsilon": (lambda b: _set_f32(b, "llama.attention.layer_norm_rms_epsilon", -1.0), "epsilon"),
+}
+
+
+@pytest.mark.parametrize("name", list(METADATA_ABORTS))
+def test_metadata_llama_cpp_would_abort_on_is_a_clear_error(tmp_path, tiny, name):
+    mutate, reason = METADATA_ABORTS[name]
+    base = write_model(tmp_path / "base.gguf", vocab(), random_weights(len(vocab()), seed=1)).read_bytes()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(mutate(base))
+    with pytest.raises(ValueError, match=f"broken model metadata: .*{reason}"):
+        specllama.Model(str(bad))
+    with pytest.raises(ValueError, match=reason):
+        specllama.SpeculativeDecoder(tiny.target, str(bad), n_ctx=128)
+
+
+def test_duplicate_token_texts_are_a_clear_error(tmp_path):
+    toks = vocab(rename={300: vocab()[299]})
+    path = write_model(tmp_path / "dup.gguf", toks, random_weights(len(toks), seed=1))
+    with pytest.raises(ValueError, match="tokens 299 and 300 have the same text"):
+        specllama.Model(str(path))

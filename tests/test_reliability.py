@@ -5,6 +5,7 @@ the loading path."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -196,5 +197,9 @@ def test_fuzz_loading_path_bounded(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_gguf.py"), "--seconds", str(seconds),
                         "--seed", str(int(time.time()) % 1000)], capture_output=True, text=True,
                        timeout=seconds + 120, cwd=tmp_path, env=_env())
-    assert r.returncode == 0, f"fuzzing failed (exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
+    # the mutant being loaded when it died; llama.cpp's abort handler prints a long backtrace after it
+    last = re.findall(r"fuzz: seed \d+ iteration \d+", r.stdout)
+    assert r.returncode == 0, (f"fuzzing failed (exit {r.returncode}) at {last[-1] if last else '?'} "
+                               f"(replay: scripts/fuzz_gguf.py --replay SEED:ITERATION):\n"
+                               f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     assert "no crash or hang" in r.stdout
