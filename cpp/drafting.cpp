@@ -12,6 +12,12 @@ void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::fu
     cache_.decode(seq.data() + n_common, (int32_t) seq.size() - n_common, false, nullptr, between_chunks);
 }
 
+void model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks) {
+    const int32_t n_keep   = (int32_t) seq.size() - 1;
+    const int32_t n_common = cache_.keep_common_prefix(seq, n_keep);
+    cache_.decode(seq.data() + n_common, n_keep - n_common, false, nullptr, between_chunks);
+}
+
 namespace {
 
 // the most likely token, and how sure: 1 - p2/p1 = 1 - exp(l2 - l1) for the two largest logits

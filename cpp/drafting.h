@@ -33,6 +33,10 @@ class model_drafter {
                draft_result & out, const draft_continue & keep_going = nullptr,
                const std::function<void()> & between_chunks = nullptr);
 
+    // before the first draft() on seq: cache all of seq but its last token, which that draft()
+    // decodes (its catch-up always decodes the last token, whose logits are q_1)
+    void prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr);
+
     // decode whatever part of seq the cache lacks (after a fully accepted step: the last draft, which
     // it never decoded, and the target's bonus token), so that its last logits follow seq
     void catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr);

@@ -192,13 +192,13 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     st.accepted_hist.assign(params.n_draft + 1, 0);
     const auto t_start = clock_type::now();
 
-    // prefill: the target caches all but the last prompt token, which opens the first
-    // verification batch; the draft caches all of it, since it drafts from the last logits
+    // prefill: both models cache all but the last prompt token, which opens the target's first
+    // verification batch and the draft's first catch-up (it drafts from that token's logits)
     std::vector<llama_token> seq = prompt;
     st.n_prompt_cached = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
     tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
     if (use_model && drafter_) {
-        drafter_->catch_up(seq, check);
+        drafter_->prefill(seq, check);
     }
     st.t_prefill_ms = ms_since(t_start);
 

@@ -107,7 +107,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
         }
         c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
     }
-    drafter_->catch_up(prompt, check);
+    drafter_->prefill(prompt, check);
     st.t_prefill_ms = ms_since(t_start);
 
     model_dsi_drafter                              drafter(*dft_cache_);
