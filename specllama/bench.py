@@ -68,7 +68,7 @@ class Run:
 
 def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: str, n_draft: int,
                    max_tokens: int, temperature: float, seed: int, sp: int = 0,
-                   dsi_threads: Tuple[int, int] = (0, 0)) -> Run:
+                   dsi_threads: Tuple[int, int] = (0, 0), drafter: str = "auto") -> Run:
     dec.reset()
     if mode == "dsi":
         out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, ignore_eos=True,
@@ -76,7 +76,7 @@ def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: 
                            threads_server=dsi_threads[1])
         return Run(name, mode, n_draft, out.stats, out.tokens, sp, out.dsi.__dict__)
     out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
-                       speculative=mode != "plain", adaptive=mode == "adaptive", ignore_eos=True)
+                       speculative=mode != "plain", adaptive=mode == "adaptive", drafter=drafter, ignore_eos=True)
     return Run(name, mode, n_draft if mode != "plain" else 0, out.stats, out.tokens)
 
 
@@ -89,17 +89,18 @@ def _throughput(stats: Sequence[Stats]) -> float:
 def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int = 128, temperature: float = 0.0,
               seed: int = 0, prompts: Optional[Dict[str, str]] = None, adaptive_max: Optional[int] = None,
               progress: Optional[Callable[[int], None]] = None,
-              dsi: Sequence[Tuple[int, int]] = (), dsi_threads: Tuple[int, int] = (0, 0), repeats: int = 1) -> dict:
+              dsi: Sequence[Tuple[int, int]] = (), dsi_threads: Tuple[int, int] = (0, 0), repeats: int = 1,
+              drafter: str = "auto") -> dict:
     """Measure plain decoding once per prompt, speculative decoding with each fixed n_draft,
     (given adaptive_max) adaptive drafting of at most adaptive_max tokens, and DSI with each
     (sp, lookahead) in dsi (dsi_threads: drafter and per-server threads, 0 = split the budget).
     With repeats > 1 every run is repeated (interleaved) and the median-speed run of each prompt
-    and configuration is the one reported.
+    and configuration is the one reported. drafter: as in generate() (DSI drafts with the model).
 
     Returns the report dict (see `specllama bench --json`); its top-level speedup is the
     adaptive configuration's when there is one, else the best fixed n_draft's."""
-    if not dec.has_draft:
-        raise ValueError("bench compares plain and speculative decoding: it needs a draft model")
+    if not dec.has_draft and drafter != "lookup":
+        raise ValueError("bench compares plain and speculative decoding: it needs a draft model (or drafter='lookup')")
     prompts = prompts or PROMPTS
     tokenized = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
                  for name, text in prompts.items()}
@@ -108,7 +109,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
                + [("dsi", k, sp) for sp, k in dsi])
     first = next(iter(tokenized.values()))
     for mode, n, sp in [("plain", 1, 0)] + configs:  # also teaches the adaptive model this machine's costs
-        _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed, sp, dsi_threads)
+        _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed, sp, dsi_threads, drafter)
 
     all_runs: List[Run] = []
     started = time.time()
@@ -116,7 +117,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         for name, toks in tokenized.items():
             for mode, n, sp in [("plain", 1, 0)] + configs:
                 all_runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed, sp,
-                                               dsi_threads))
+                                               dsi_threads, drafter))
                 if progress:
                     progress(1)
     # per prompt and configuration, the run with the median speed
@@ -203,6 +204,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "machine": machine_info(),
         "target": dec.model_path,
         "draft": dec.draft_path,
+        "drafter": drafter,
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": seed,
@@ -298,7 +300,9 @@ def plot_report(report: dict, path: Path) -> None:
     ax2.set_ylabel("tokens / s (after prefill)")
     ax2.set_title("Per prompt")
     ax2.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"{Path(report['target']).name} + draft {Path(report['draft']).name}, "
+    drafter = (f"draft {Path(report['draft']).name}" if report["draft"] else "") + (
+        " + lookup" if report.get("drafter") in ("auto", "model+lookup") or not report["draft"] else "")
+    fig.suptitle(f"{Path(report['target']).name} + {drafter.strip(' +')}, "
                  f"{report['max_tokens']} tokens, T={report['temperature']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -47,10 +47,11 @@ def model_options(fn):
         click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
         click.option("--n-draft", type=click.IntRange(1, 64), default=10, show_default=True,
                      help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
-        click.option("--drafter", type=click.Choice(["model", "lookup", "model+lookup"]), default="model",
+        click.option("--drafter", type=click.Choice(["auto", "model", "lookup", "model+lookup"]), default="auto",
                      show_default=True,
                      help="Who drafts: the draft model, prompt lookup (copies from earlier text; no draft model), "
-                          "or the model with lookup filling in where it stops short."),
+                          "or the model with lookup filling in where it stops short. auto: model+lookup with a "
+                          "draft model (the model alone with --mode dsi)."),
         click.option("--fixed-draft", is_flag=True,
                      help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
         click.option("-c", "--ctx-size", type=click.IntRange(0), default=4096, show_default=True,
@@ -129,7 +130,7 @@ def dsi_options(fn):
 def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
     """generate()/stream() keyword arguments from the shared option groups."""
     if do:
-        if mo["no_draft"] or mo["drafter"] != "model":
+        if mo["no_draft"] or mo["drafter"] not in ("auto", "model"):
             raise click.UsageError("--mode dsi drafts with the draft model: drop --no-draft/--drafter")
         return dict(so, **do, threads_draft=mo["threads_draft"], **extra)
     return dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
@@ -159,7 +160,7 @@ def _open_decoder(mo: dict, need_draft: bool = False):
     if mo["drafter"] == "lookup" and not no_draft:
         what = f"{Path(model).name} + prompt lookup, n_draft {how} {n_draft}"
     else:
-        what = f"{Path(model).name}" + (f" + draft {Path(draft).name}{' + lookup' if mo['drafter'] == 'model+lookup' else ''}"
+        what = f"{Path(model).name}" + (f" + draft {Path(draft).name}{' + lookup' if mo['drafter'] in ('auto', 'model+lookup') else ''}"
                                         f", n_draft {how} {n_draft}" if draft else " (no draft)")
     return dec, what
 
@@ -398,7 +399,11 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
         if unknown:
             raise click.BadParameter(f"unknown prompt(s) {', '.join(unknown)}; choose from {', '.join(PROMPTS)}")
         prompts = {n: PROMPTS[n] for n in names}
-    dec, what = _open_decoder(mo, need_draft=True)
+    if mo["no_draft"]:
+        raise click.UsageError("bench compares plain decoding with speculative decoding; drop --no-draft")
+    if mode == "dsi" and mo["drafter"] not in ("auto", "model"):
+        raise click.UsageError("--mode dsi drafts with the draft model: drop --drafter")
+    dec, what = _open_decoder(mo, need_draft=mo["drafter"] != "lookup")
     with dec:
         adaptive_max = None if mo["fixed_draft"] else mo["n_draft"]
         if sweep is None and adaptive_max:
@@ -414,7 +419,8 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
         with click.progressbar(length=total, label="measuring", file=sys.stderr) as bar:
             report = run_bench(dec, n_drafts, max_tokens=n_predict, temperature=temp, seed=seed, prompts=prompts,
                                adaptive_max=adaptive_max, progress=bar.update, dsi=dsi,
-                               dsi_threads=(mo["threads_draft"], threads_server), repeats=repeats)
+                               dsi_threads=(mo["threads_draft"], threads_server), repeats=repeats,
+                               drafter=mo["drafter"])
     paths = write_report(report, Path(out_dir))
     if as_json:
         click.echo(json.dumps(report))

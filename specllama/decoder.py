@@ -16,6 +16,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Union
 from . import _core
 
 Prompt = Union[str, Sequence[int]]
+DRAFTERS = ("auto", "model", "lookup", "model+lookup")  # generate(drafter=...)
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,7 @@ class SpeculativeDecoder:
         n_draft: Optional[int] = None,
         speculative: bool = True,
         adaptive: Optional[bool] = None,
-        drafter: str = "model",
+        drafter: str = "auto",
         acceptance: str = "rejection",
         ignore_eos: bool = False,
         mode: str = "si",
@@ -276,8 +277,9 @@ class SpeculativeDecoder:
         given: adaptive lengths follow measured timings, which would make seeded sampling
         irreproducible (the output distribution is the target's either way). drafter: "model"
         (the draft model), "lookup" (prompt lookup: drafts copied from earlier in the context; no
-        draft model needed) or "model+lookup" (lookup fills in where the draft model stops
-        short). acceptance: "rejection" (the papers' rule, the default) or "match" (llama.cpp's
+        draft model needed), "model+lookup" (lookup fills in where the draft model stops short)
+        or "auto" (the default: model+lookup when the decoder has a draft model, plain decoding
+        when it has none; the draft model alone in DSI mode). acceptance: "rejection" (the papers' rule, the default) or "match" (llama.cpp's
         sample-and-match; for comparison: also exact, but keeps fewer drafts at temperature > 0).
 
         mode="dsi": Distributed Speculative Inference (Timor et al.): the draft model drafts in a
@@ -316,7 +318,7 @@ class SpeculativeDecoder:
         n_draft: Optional[int] = None,
         speculative: bool = True,
         adaptive: Optional[bool] = None,
-        drafter: str = "model",
+        drafter: str = "auto",
         acceptance: str = "rejection",
         ignore_eos: bool = False,
         mode: str = "si",
@@ -382,6 +384,10 @@ class SpeculativeDecoder:
         _check_int("top_k", top_k, 0, None)
         if seed is not None:
             _check_int("seed", seed, 0, 2**64 - 1)
+        if drafter not in DRAFTERS:
+            raise ValueError(f"drafter must be one of {', '.join(map(repr, DRAFTERS))}, got {drafter!r}")
+        if drafter == "auto":
+            drafter = "model" if mode == "dsi" or not self.has_draft else "model+lookup"
         if drafter == "model+lookup" and not self.has_draft:
             raise ValueError("the model+lookup drafter needs a draft model; use drafter='lookup' alone")
         if isinstance(stop, str):

@@ -112,6 +112,19 @@ def test_bench_writes_json_and_png(runner, tiny, tmp_path):
     assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("drafter", ["model", "lookup"])
+def test_bench_measures_the_drafter_asked_for(runner, tiny, tmp_path, drafter):
+    r = runner.invoke(main, ["bench", *_pair(tiny), "-n", "40", "--prompts", "code", "--drafter", drafter,
+                             "--fixed-draft", "--n-draft", "3", "-o", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["drafter"] == drafter
+    assert rep["draft"] is None if drafter == "lookup" else rep["draft"] == tiny.draft_q
+    [s] = [run["stats"] for run in rep["runs"] if run["mode"] == "fixed"]
+    assert s["n_drafted"] > 0
+    assert s["n_lookup_drafted"] == (s["n_drafted"] if drafter == "lookup" else 0)
+
+
 def test_bench_needs_a_draft(runner, tiny):
     r = runner.invoke(main, ["bench", "-m", tiny.target, "--no-draft"])
     assert r.exit_code == 2 and "drop --no-draft" in r.stderr

@@ -42,6 +42,23 @@ def test_lookup_sampling_is_reproducible(tiny):
     assert a.tokens == b.tokens and a.stats.n_lookup_drafted > 0  # seeded: fixed length, lookup always tried
 
 
+def test_default_drafter_is_model_then_lookup_with_a_draft_and_plain_without(tiny, slow):
+    """drafter="auto" (the default): with a draft model, lookup fills in where the model stops
+    short. Checked on a pair whose draft costs about 10x its target (the slow fixture's deep model
+    drafting for the tiny one): adaptive drafting stops the model after one token every step, so
+    lookup has room; drafter="model" leaves it empty. Without a draft model, auto decodes plainly."""
+    with specllama.SpeculativeDecoder(tiny.target_q, slow.target, n_ctx=512) as dec:
+        plain = dec.generate(QUOTING, max_tokens=60, temperature=0, speculative=False, ignore_eos=True)
+        auto = dec.generate(QUOTING, max_tokens=60, temperature=0, ignore_eos=True)
+        model = dec.generate(QUOTING, max_tokens=60, temperature=0, drafter="model", ignore_eos=True)
+    assert auto.tokens == plain.tokens == model.tokens
+    assert auto.stats.n_lookup_drafted > 0 and auto.stats.n_drafted > auto.stats.n_lookup_drafted
+    assert model.stats.n_lookup_drafted == 0 and model.stats.n_drafted > 0
+    with specllama.SpeculativeDecoder(tiny.target_q, n_ctx=512) as dec:
+        alone = dec.generate(QUOTING, max_tokens=20, temperature=0, ignore_eos=True)
+    assert alone.stats.n_drafted == 0 and alone.stats.n_steps == 20
+
+
 def test_bad_drafter_and_rule(tiny):
     with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256) as dec:
         with pytest.raises(ValueError, match="drafter must be"):
