@@ -156,18 +156,20 @@ def _wait_for_prompt(p) -> None:
 def test_cli_chat_ctrl_c_mid_reply(slow, tmp_path):
     """Ctrl-C while a reply streams stops that reply only: the chat goes on, and after /reset the
     next reply is a fresh conversation's."""
-    args = ["-m", slow.target, "-d", slow.draft, "-c", "1024", "-n", "400", "--temp", "0"]
-    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=1024) as dec:
-        fresh_reply = "".join(c.text for c in ChatSession(dec).send("hi", max_tokens=400, temperature=0))
+    args = ["-m", slow.target, "-d", slow.draft, "-c", "2048", "-n", "1000", "--temp", "0"]
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=2048) as dec:
+        fresh_reply = "".join(c.text for c in ChatSession(dec).send("hi", max_tokens=1000, temperature=0))
     with _chat_process(args, tmp_path) as p:
         _talk(p, "the cat is on the hot word\n")
-        first = p.stdout.read(1)  # the reply has started streaming (400 tokens take this pair about a second)
+        # the reply has started streaming; 1000 tokens take this pair about 3 s, time enough for the
+        # signal to land mid-reply even when this process waits for a core
+        first = p.stdout.read(1)
         p.send_signal(signal.SIGINT)
         _talk(p, "/reset\nhi\n/exit\n")
         out_b, err_b = p.communicate(timeout=120)
     out, err = (first + out_b).decode(), err_b.decode()
     assert p.returncode == 0, err
-    assert "(reply stopped)" in err and "conversation cleared" in err
+    assert "(reply stopped)" in err and "conversation cleared" in err, err
     assert out.endswith(fresh_reply + "\n")
 
 
