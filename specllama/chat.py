@@ -27,6 +27,8 @@ class SessionStats:
     n_drafted: int = 0
     n_accepted: int = 0
     n_steps: int = 0
+    n_lookup_drafted: int = 0  # of the drafted tokens, proposed by prompt lookup
+    n_lookup_accepted: int = 0
     decode_ms: float = 0.0  # time after prefill
     prefill_ms: float = 0.0
     n_prompt_new: int = 0  # prompt tokens actually processed (not found in the cache)
@@ -37,6 +39,8 @@ class SessionStats:
         self.n_drafted += s.n_drafted
         self.n_accepted += s.n_accepted
         self.n_steps += s.n_steps
+        self.n_lookup_drafted += s.n_lookup_drafted
+        self.n_lookup_accepted += s.n_lookup_accepted
         self.decode_ms += s.t_total_ms - s.t_prefill_ms
         self.prefill_ms += s.t_prefill_ms
         self.n_prompt_new += s.n_prompt - s.n_prompt_cached
@@ -47,8 +51,10 @@ class SessionStats:
         rate = self.n_accepted / self.n_drafted if self.n_drafted else 0.0
         tps = self.n_generated * 1000.0 / self.decode_ms if self.decode_ms else 0.0
         per_step = self.n_generated / self.n_steps if self.n_steps else 0.0
+        lookup = (f" (prompt lookup: {self.n_lookup_accepted}/{self.n_lookup_drafted})"
+                  if self.n_lookup_drafted else "")
         return (f"{self.turns} replies, {self.n_generated} tokens at {tps:.1f} tokens/s; "
-                f"acceptance {rate:.1%} ({self.n_accepted}/{self.n_drafted} drafted), "
+                f"acceptance {rate:.1%} ({self.n_accepted}/{self.n_drafted} drafted){lookup}, "
                 f"{per_step:.2f} tokens per target pass; {self.n_prompt_new} prompt tokens processed")
 
 

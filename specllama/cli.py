@@ -188,8 +188,10 @@ def _stats_line(stats) -> str:
     line = (f"{stats.n_generated} tokens in {stats.t_total_ms / 1000:.2f} s, {stats.tokens_per_second:.1f} tokens/s "
             f"after {stats.n_prompt}-token prompt ({stats.t_prefill_ms:.0f} ms)")
     if stats.n_drafted:
-        line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted}), "
-                 f"{stats.mean_accepted_length:.2f} tokens per target pass")
+        line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted})"
+                 + (f" (prompt lookup: {stats.n_lookup_accepted}/{stats.n_lookup_drafted})"
+                    if stats.n_lookup_drafted else "")
+                 + f", {stats.mean_accepted_length:.2f} tokens per target pass")
     return line
 
 

@@ -4,6 +4,7 @@ stderr the diagnostics; errors are one line and a non-zero exit."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -232,3 +233,11 @@ def test_simulate_online(runner):
               if line.startswith("  ") and "offline model on the same pattern" in line}
     assert set(online) == {"non-SI", "SI", "DSI"}
     assert online["non-SI"] >= 30 * 10 and online["DSI"] < online["non-SI"]
+
+
+def test_stats_line_counts_prompt_lookup(runner, tiny):
+    quoting = "the cat is on the hot word and they were all there. the cat is on the hot word and"
+    r = runner.invoke(main, ["generate", quoting, "-m", tiny.target_q, "-c", "512", "--drafter", "lookup",
+                             "--fixed-draft", "-n", "60", "--temp", "0"])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"acceptance [\d.]+% \(\d+/(\d+)\) \(prompt lookup: \d+/\1\)", r.stderr), r.stderr
