@@ -114,6 +114,15 @@ def test_metadata_llama_cpp_would_abort_on_is_a_clear_error(tmp_path, tiny, name
         specllama.SpeculativeDecoder(tiny.target, str(bad), n_ctx=128)
 
 
+def test_head_size_times_head_count_over_32_bits_is_a_clear_error(tmp_path):
+    """The same wrap-around through an explicit head size: 4 x (2^30 + 16) is 64 modulo 2^32."""
+    path = write_model(tmp_path / "wide.gguf", vocab(), random_weights(len(vocab()), seed=1),
+                       extra_u32={"llama.attention.key_length": 2**30 + 16})
+    with pytest.raises(ValueError, match="broken model metadata: llama.attention.key_length 1073741840 times "
+                                         "head count 4 overflows 32 bits"):
+        specllama.Model(str(path))
+
+
 def test_duplicate_token_texts_are_a_clear_error(tmp_path):
     toks = vocab(rename={300: vocab()[299]})
     path = write_model(tmp_path / "dup.gguf", toks, random_weights(len(toks), seed=1))

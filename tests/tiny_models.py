@@ -84,7 +84,8 @@ def perturbed(weights: Dict[str, np.ndarray], seed: int, noise: float) -> Dict[s
 
 
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
-                n_ctx_train: int = 2048) -> Path:
+                n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None) -> Path:
+    """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests)."""
     n_vocab, n_embd = weights["token_embd.weight"].shape
     n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
     n_ff = weights["blk.0.ffn_up.weight"].shape[0]
@@ -123,6 +124,8 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
     writer.add_chat_template(CHATML)
+    for key, value in (extra_u32 or {}).items():
+        writer.add_uint32(key, value)
 
     for name, a in weights.items():
         writer.add_tensor(name, a)
