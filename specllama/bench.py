@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .decoder import SpeculativeDecoder, Stats
+from .decoder import SpeculativeDecoder, Stats, resolve_drafter
 
 # varied on purpose: acceptance depends on the kind of text
 PROMPTS: Dict[str, str] = {
@@ -204,7 +204,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "machine": machine_info(),
         "target": dec.model_path,
         "draft": dec.draft_path,
-        "drafter": drafter,
+        "drafter": resolve_drafter(drafter, dec.has_draft),  # what "auto" ran
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": seed,
@@ -300,9 +300,9 @@ def plot_report(report: dict, path: Path) -> None:
     ax2.set_ylabel("tokens / s (after prefill)")
     ax2.set_title("Per prompt")
     ax2.legend(fontsize=8, loc="lower right")
-    drafter = (f"draft {Path(report['draft']).name}" if report["draft"] else "") + (
-        " + lookup" if report.get("drafter") in ("auto", "model+lookup") or not report["draft"] else "")
-    fig.suptitle(f"{Path(report['target']).name} + {drafter.strip(' +')}, "
+    drafters = ([f"draft {Path(report['draft']).name}"] if report["draft"] else []) + (
+        ["lookup"] if "lookup" in report.get("drafter", "model") else [])
+    fig.suptitle(f"{Path(report['target']).name} + {' + '.join(drafters)}, "
                  f"{report['max_tokens']} tokens, T={report['temperature']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from ._core import quantize_types
+from .decoder import resolve_drafter
 
 _QUANT_TYPES = quantize_types()
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -127,11 +128,15 @@ def dsi_options(fn):
     return gather
 
 
+def _check_dsi_drafter(mo: dict) -> None:
+    if mo["no_draft"] or resolve_drafter(mo["drafter"], True, "dsi") != "model":
+        raise click.UsageError("--mode dsi drafts with the draft model: drop --no-draft/--drafter")
+
+
 def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
     """generate()/stream() keyword arguments from the shared option groups."""
     if do:
-        if mo["no_draft"] or mo["drafter"] not in ("auto", "model"):
-            raise click.UsageError("--mode dsi drafts with the draft model: drop --no-draft/--drafter")
+        _check_dsi_drafter(mo)
         return dict(so, **do, threads_draft=mo["threads_draft"], **extra)
     return dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
                 speculative=not mo["no_draft"], **extra)
@@ -160,7 +165,7 @@ def _open_decoder(mo: dict, need_draft: bool = False):
     if mo["drafter"] == "lookup" and not no_draft:
         what = f"{Path(model).name} + prompt lookup, n_draft {how} {n_draft}"
     else:
-        what = f"{Path(model).name}" + (f" + draft {Path(draft).name}{' + lookup' if mo['drafter'] in ('auto', 'model+lookup') else ''}"
+        what = f"{Path(model).name}" + (f" + draft {Path(draft).name}{' + lookup' if resolve_drafter(mo['drafter'], True) == 'model+lookup' else ''}"
                                         f", n_draft {how} {n_draft}" if draft else " (no draft)")
     return dec, what
 
@@ -403,8 +408,8 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
         prompts = {n: PROMPTS[n] for n in names}
     if mo["no_draft"]:
         raise click.UsageError("bench compares plain decoding with speculative decoding; drop --no-draft")
-    if mode == "dsi" and mo["drafter"] not in ("auto", "model"):
-        raise click.UsageError("--mode dsi drafts with the draft model: drop --drafter")
+    if mode == "dsi":
+        _check_dsi_drafter(mo)
     dec, what = _open_decoder(mo, need_draft=mo["drafter"] != "lookup")
     with dec:
         adaptive_max = None if mo["fixed_draft"] else mo["n_draft"]

@@ -19,6 +19,16 @@ Prompt = Union[str, Sequence[int]]
 DRAFTERS = ("auto", "model", "lookup", "model+lookup")  # generate(drafter=...)
 
 
+def resolve_drafter(drafter: str, has_draft: bool, mode: str = "si") -> str:
+    """The drafter generate(drafter=...) runs: "auto" is model+lookup with a draft model, the model
+    alone in DSI, and "model" (that is, plain decoding) without a draft model."""
+    if drafter not in DRAFTERS:
+        raise ValueError(f"drafter must be one of {', '.join(map(repr, DRAFTERS))}, got {drafter!r}")
+    if drafter == "auto":
+        return "model" if mode == "dsi" or not has_draft else "model+lookup"
+    return drafter
+
+
 @dataclass(frozen=True)
 class Stats:
     """What one generation did, and where its time went."""
@@ -384,10 +394,7 @@ class SpeculativeDecoder:
         _check_int("top_k", top_k, 0, None)
         if seed is not None:
             _check_int("seed", seed, 0, 2**64 - 1)
-        if drafter not in DRAFTERS:
-            raise ValueError(f"drafter must be one of {', '.join(map(repr, DRAFTERS))}, got {drafter!r}")
-        if drafter == "auto":
-            drafter = "model" if mode == "dsi" or not self.has_draft else "model+lookup"
+        drafter = resolve_drafter(drafter, self.has_draft, mode)
         if drafter == "model+lookup" and not self.has_draft:
             raise ValueError("the model+lookup drafter needs a draft model; use drafter='lookup' alone")
         if isinstance(stop, str):

@@ -109,6 +109,7 @@ def test_bench_writes_json_and_png(runner, tiny, tmp_path):
         assert isinstance(rep[key], float)
     assert [(e["mode"], e["n_draft"]) for e in rep["sweep"]] == [("fixed", 1), ("fixed", 2), ("adaptive", 10)]
     assert rep["speedup"] == rep["adaptive_speedup"] and rep["best_n_draft"] in (1, 2)
+    assert rep["drafter"] == "model+lookup"  # what the default, auto, runs with a draft model
     assert json.loads((out / "report.json").read_text())["speedup"] == rep["speedup"]
     assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
