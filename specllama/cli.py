@@ -290,9 +290,11 @@ def chat(mo, so, do, system):
     """Chat with the model, using its own chat template; replies stream as they are verified.
 
     The conversation stays in the KV cache across turns. Commands: /stats, /reset, /exit
-    (or end of input). Ctrl-C stops the current reply.
+    (or end of input). Ctrl-C stops the current reply (at the prompt, it discards what was typed).
+    A line ending in a backslash continues on the next; text between lines of triple quotes
+    (\"\"\") is one message, for pasting.
     """
-    from .chat import ChatSession, ContextFull
+    from .chat import ChatSession
 
     dec, what = _open_decoder(mo)
     with dec:
@@ -301,55 +303,117 @@ def chat(mo, so, do, system):
         if do:
             what += f"; DSI with {do['sp']} target server(s), lookahead {do['lookahead']}"
         _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")
-        _err("Type /exit or press Ctrl-D to quit, /reset to start over, /stats for speed; Ctrl-C stops a reply.")
+        _err("Type /exit or press Ctrl-D to quit, /reset to start over, /stats for speed; Ctrl-C stops a reply; "
+             '""" starts and ends a message of several lines.')
+        reader = _ChatInput()
         while True:
+            reading = True
             try:
-                click.echo(">>> ", nl=False, err=True)
-                line = sys.stdin.readline()
-            except KeyboardInterrupt:
-                _err("")
-                break
-            if not line:  # end of input
-                _err("")
-                break
-            text = line.strip()
-            if not text:
-                continue
-            if text in ("/exit", "/quit"):
-                break
-            if text == "/reset":
+                message = reader.read()
+                reading = False
+                if message is None:  # end of input
+                    _err("")
+                    break
+                if not _chat_turn(session, message.strip(), kwargs, dec.n_ctx):
+                    break
+            except KeyboardInterrupt:  # at the prompt, or between a reply and the next prompt
+                _err("\n(input discarded; /exit or Ctrl-D quits)" if reading else "")
+
+
+def _chat_turn(session, text: str, kwargs: dict, n_ctx: int) -> bool:
+    """One message of the chat: a command or a reply. False: the user asked to quit."""
+    from .chat import ContextFull
+
+    if not text:
+        return True
+    if text in ("/exit", "/quit"):
+        return False
+    if text == "/reset":
+        session.reset()
+        _err("(conversation cleared)")
+    elif text == "/stats":
+        _err(session.stats.summary())
+    elif text.startswith("/") and "\n" not in text:
+        _err(f"unknown command {text}; commands: /stats, /reset, /exit")
+    else:
+        try:
+            final = _echo_stream(session.send(text, **kwargs))
+            click.echo("")
+        except KeyboardInterrupt:
+            click.echo("")
+            _err("(reply stopped)")
+            return True
+        except ContextFull as exc:
+            _err(f"The context is full: {exc}. Starting over (/reset) frees it.")
+            final = None
+            if _confirm_start_over():
                 session.reset()
                 _err("(conversation cleared)")
-                continue
-            if text == "/stats":
-                _err(session.stats.summary())
-                continue
-            if text.startswith("/"):
-                _err(f"unknown command {text}; commands: /stats, /reset, /exit")
-                continue
+        if final is not None and final.context_full:
+            _err(f"(the reply filled the context of {n_ctx} tokens)")
+            if _confirm_start_over():
+                session.reset()
+                _err("(conversation cleared)")
+    return True
+
+
+class _ChatInput:
+    """Reads the chat's messages. A line is a message; a line ending in a backslash continues on
+    the next; a message that starts with triple quotes runs to a line that ends with them (for
+    pasted text). With a terminal on stdin and stdout, lines are read through readline (editing,
+    history within the session) and the prompt goes with the input; otherwise the prompt goes to
+    stderr, so stdout holds only replies."""
+
+    def __init__(self) -> None:
+        self.interactive = sys.stdin.isatty() and sys.stdout.isatty()
+        if self.interactive:
             try:
-                final = _echo_stream(session.send(text, **kwargs))
-                click.echo("")
-            except KeyboardInterrupt:
-                click.echo("")
-                _err("(reply stopped)")
-                continue
-            except ContextFull as exc:
-                _err(f"The context is full: {exc}. Starting over (/reset) frees it.")
-                if _confirm_start_over():
-                    session.reset()
-                    _err("(conversation cleared)")
-                continue
-            if final is not None and final.context_full:
-                _err(f"(the reply filled the context of {dec.n_ctx} tokens)")
-                if _confirm_start_over():
-                    session.reset()
-                    _err("(conversation cleared)")
+                import readline  # noqa: F401  (input() edits lines through it once imported)
+            except ImportError:  # Python built without it: plain input()
+                pass
+
+    def _line(self, prompt: str):
+        if self.interactive:
+            try:
+                return input(prompt)
+            except EOFError:
+                return None
+        click.echo(prompt, nl=False, err=True)
+        line = sys.stdin.readline()
+        return line.rstrip("\r\n") if line else None
+
+    def read(self):
+        """The next message, or None at end of input."""
+        line = self._line(">>> ")
+        if line is None:
+            return None
+        if line.lstrip().startswith('"""'):
+            lines, line = [], line.lstrip()[3:]
+            while not line.rstrip().endswith('"""'):
+                lines.append(line)
+                line = self._line("... ")
+                if line is None:  # end of input ends the block
+                    return "\n".join(lines)
+            lines.append(line.rstrip()[:-3])
+            return "\n".join(lines)
+        lines = []
+        while line.endswith("\\"):
+            lines.append(line[:-1])
+            line = self._line("... ")
+            if line is None:
+                line = ""
+                break
+        lines.append(line)
+        return "\n".join(lines)
 
 
 def _confirm_start_over() -> bool:
     click.echo("Start over? [y/N] ", nl=False, err=True)
-    answer = sys.stdin.readline()
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        answer = ""
+        _err("")
     return answer.strip().lower() in ("y", "yes")
 
 

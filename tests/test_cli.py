@@ -3,15 +3,23 @@ stderr the diagnostics; errors are one line and a non-zero exit."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import pty
 import re
+import select
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import specllama
 from specllama.chat import ChatSession
-from specllama.cli import main
+from specllama.cli import _ChatInput, main
 
 
 @pytest.fixture()
@@ -84,6 +92,78 @@ def test_chat_transcript(runner, tiny):
     assert r.stdout == replies[0] + "\n" + replies[1] + "\n"
     assert "/exit" in r.stderr  # it says how to leave
     assert "1 replies" in r.stderr  # /stats after the first turn
+
+
+@pytest.mark.parametrize("typed, message", [
+    ("one line\n", "one line"),
+    ("two \\\nlines\n", "two \nlines"),  # a trailing backslash continues the message
+    ('"""\nfirst\n  second\n"""\n', "\nfirst\n  second\n"),  # a block, pasted
+    ('"""inline"""\n', "inline"),
+    ('"""\nunterminated\n', "\nunterminated\nnext"),  # runs to the end of input
+    ("", None),
+])
+def test_chat_input_reads_messages_of_several_lines(monkeypatch, typed, message):
+    monkeypatch.setattr("sys.stdin", io.StringIO(typed + "next\n"))
+    reader = _ChatInput()
+    assert not reader.interactive
+    assert reader.read() == (message if typed else "next")
+
+
+def test_chat_multiline_message_is_one_turn(runner, tiny):
+    """A block and a continued line are one message each: the replies are those to the joined
+    text, and /stats counts two turns."""
+    gen = dict(max_tokens=12, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=None)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
+        session = ChatSession(dec)
+        replies = ["".join(c.text for c in session.send(q, **gen)) for q in ("the cat\n/is on", "the \nhot word")]
+    r = runner.invoke(main, ["chat", *_pair(tiny), "-n", "12", "--temp", "0"],
+                      input='"""\nthe cat\n/is on\n"""\nthe \\\nhot word\n/stats\n/exit\n')
+    assert r.exit_code == 0, r.output
+    assert r.stdout == replies[0] + "\n" + replies[1] + "\n"
+    assert "2 replies" in r.stderr and "unknown command" not in r.stderr
+
+
+def test_chat_on_a_terminal_edits_lines(tiny, tmp_path):
+    """On a terminal the chat reads through readline: arrow keys move the cursor instead of
+    landing in the message (typed: "/stts", left twice, "a" -> "/stats"), and Ctrl-C discards a
+    half-typed line."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, TERM="xterm", PYTHONPATH=str(Path(specllama.__file__).parent.parent))
+    p = subprocess.Popen([sys.executable, "-m", "specllama", "chat", *_pair(tiny), "-n", "4", "--temp", "0"],
+                         stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    os.close(slave)
+    screen = b""
+
+    def read_until(marker: bytes, start: int = 0) -> None:
+        nonlocal screen
+        while marker not in screen[start:]:
+            ready, _, _ = select.select([master], [], [], 60)
+            assert ready, f"no {marker!r} on the terminal: {screen!r}"
+            screen += os.read(master, 4096)
+
+    try:
+        read_until(b">>> ")  # the prompt goes to the terminal with the input
+        start = len(screen)
+        os.write(master, b"/stts\x1b[D\x1b[Da\r")
+        read_until(b">>> ", start)  # the next prompt: the line was taken
+        start = len(screen)
+        os.write(master, b"/res")  # half typed, then Ctrl-C: discarded
+        read_until(b"/res", start)
+        start = len(screen)
+        p.send_signal(signal.SIGINT)
+        read_until(b">>> ", start)
+        os.write(master, b"/stats\r")
+        start = len(screen)
+        read_until(b">>> ", start)
+        os.write(master, b"/exit\r")
+        err = p.communicate(timeout=60)[1].decode()
+        assert p.returncode == 0, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+        os.close(master)
+    assert err.count("no replies yet") == 2 and "input discarded" in err and "unknown command" not in err, err
 
 
 def test_chat_end_of_input_and_reset(runner, tiny):

@@ -144,10 +144,10 @@ def _talk(p, lines: str) -> None:
     p.stdin.flush()
 
 
-def _wait_for_prompt(p) -> None:
-    """Read stderr until the chat's first '>>> ' prompt: the models are loaded."""
+def _wait_for_prompt(p, prompt: bytes = b">>> ") -> None:
+    """Read stderr until the chat's next prompt (the first: the models are loaded)."""
     seen = b""
-    while b">>> " not in seen:
+    while prompt not in seen:
         byte = p.stderr.read(1)
         assert byte, "the chat exited before its prompt: " + seen.decode(errors="replace")
         seen += byte
@@ -171,6 +171,20 @@ def test_cli_chat_ctrl_c_mid_reply(slow, tmp_path):
     assert p.returncode == 0, err
     assert "(reply stopped)" in err and "conversation cleared" in err, err
     assert out.endswith(fresh_reply + "\n")
+
+
+def test_cli_chat_ctrl_c_at_the_prompt(tiny, tmp_path):
+    """Ctrl-C while a message is being typed discards it and asks again; the chat goes on."""
+    with _chat_process(["-m", tiny.target_q, "-d", tiny.draft_q, "-n", "4", "--temp", "0"], tmp_path) as p:
+        _wait_for_prompt(p)
+        _talk(p, '"""\nhalf a message\n')
+        _wait_for_prompt(p, b"... ")
+        _wait_for_prompt(p, b"... ")  # both lines read: it waits for the rest
+        p.send_signal(signal.SIGINT)
+        _talk(p, "/stats\n/exit\n")
+        err = p.communicate(timeout=60)[1].decode()
+    assert p.returncode == 0, err
+    assert "(input discarded" in err and "no replies yet" in err, err
 
 
 @pytest.mark.default_pair
