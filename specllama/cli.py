@@ -361,16 +361,20 @@ class _ChatInput:
     """Reads the chat's messages. A line is a message; a line ending in a backslash continues on
     the next; a message that starts with triple quotes runs to a line that ends with them (for
     pasted text). With a terminal on stdin and stdout, lines are read through readline (editing,
-    history within the session) and the prompt goes with the input; otherwise the prompt goes to
-    stderr, so stdout holds only replies."""
+    history within the session, and a paste of several lines is one message where the terminal
+    brackets pastes) and the prompt goes with the input; otherwise the prompt goes to stderr, so
+    stdout holds only replies."""
 
     def __init__(self) -> None:
         self.interactive = sys.stdin.isatty() and sys.stdout.isatty()
         if self.interactive:
             try:
-                import readline  # noqa: F401  (input() edits lines through it once imported)
+                import readline  # input() edits lines through it once imported
             except ImportError:  # Python built without it: plain input()
-                pass
+                return
+            if "GNU readline" in (readline.__doc__ or ""):
+                # a paste of several lines arrives as one message (Python turns this off for its REPL)
+                readline.parse_and_bind("set enable-bracketed-paste on")
 
     def _line(self, prompt: str):
         if self.interactive:

@@ -125,8 +125,8 @@ def test_chat_multiline_message_is_one_turn(runner, tiny):
 
 def test_chat_on_a_terminal_edits_lines(tiny, tmp_path):
     """On a terminal the chat reads through readline: arrow keys move the cursor instead of
-    landing in the message (typed: "/stts", left twice, "a" -> "/stats"), and Ctrl-C discards a
-    half-typed line."""
+    landing in the message (typed: "/stts", left twice, "a" -> "/stats"), Ctrl-C discards a
+    half-typed line, and a paste of several lines (bracketed by the terminal) is one message."""
     master, slave = pty.openpty()
     env = dict(os.environ, TERM="xterm", PYTHONPATH=str(Path(specllama.__file__).parent.parent))
     p = subprocess.Popen([sys.executable, "-m", "specllama", "chat", *_pair(tiny), "-n", "4", "--temp", "0"],
@@ -143,6 +143,7 @@ def test_chat_on_a_terminal_edits_lines(tiny, tmp_path):
 
     try:
         read_until(b">>> ")  # the prompt goes to the terminal with the input
+        assert b"\x1b[?2004h" in screen  # it asks the terminal to bracket pastes
         start = len(screen)
         os.write(master, b"/stts\x1b[D\x1b[Da\r")
         read_until(b">>> ", start)  # the next prompt: the line was taken
@@ -151,6 +152,12 @@ def test_chat_on_a_terminal_edits_lines(tiny, tmp_path):
         read_until(b"/res", start)
         start = len(screen)
         p.send_signal(signal.SIGINT)
+        read_until(b">>> ", start)
+        os.write(master, b"/stats\r")
+        start = len(screen)
+        read_until(b">>> ", start)
+        start = len(screen)
+        os.write(master, b"\x1b[200~the cat\nis on\x1b[201~\r")  # a paste of two lines, so bracketed
         read_until(b">>> ", start)
         os.write(master, b"/stats\r")
         start = len(screen)
@@ -164,6 +171,7 @@ def test_chat_on_a_terminal_edits_lines(tiny, tmp_path):
             p.communicate()
         os.close(master)
     assert err.count("no replies yet") == 2 and "input discarded" in err and "unknown command" not in err, err
+    assert "1 replies" in err, err  # the paste was one message
 
 
 def test_chat_end_of_input_and_reset(runner, tiny):
