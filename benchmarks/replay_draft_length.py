@@ -25,7 +25,11 @@ What it leaves out: the loop's own overhead (under 0.05% in `specllama bench`), 
 rejected draft the real drafter continues from its own wrong token, whose confidences differ from
 the teacher-forced ones used here (they only change how many doomed drafts are made).
 
-    PYTHONPATH=. python benchmarks/replay_draft_length.py [-n 256] [--json out.json]
+    PYTHONPATH=. python benchmarks/replay_draft_length.py [-n 256] [--held-out] [--json out.json]
+    PYTHONPATH=. python benchmarks/replay_draft_length.py --replay benchmarks/results/replay_draft_length.json
+
+The second replays a recorded run's traces and prices through the rule as it is now (seconds, no
+models): how a change of the rule would have done on that run's work at that run's prices.
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ def _adaptive_length(trace: Trace, i: int, n_cap: int, model) -> int:
         c = trace.conf[i + n - 1]
         p_reach *= model.accept_prob(c)
         expected += p_reach
-        if not model.keep_going(n, p_reach, expected, c):
+        if not model.keep_going(n, p_reach, expected):
             return n
     return n_cap
 
@@ -169,6 +173,8 @@ def replay(trace: Trace, costs: Costs, n_max: int, model=None, clairvoyant: bool
             model.observe_verify(n + 1, verify_ms)
             for k in range(min(acc + 1, n)):
                 model.observe_acceptance(trace.conf[i + k], k < acc)
+        if model is not None:
+            model.observe_step(acc + 1, draft_ms + verify_ms)
         r.ms += draft_ms + verify_ms
         r.steps += 1
         r.tokens += acc + 1
@@ -193,6 +199,61 @@ HELD_OUT: Dict[str, str] = {
 BENCH_SWEEP = (4, 6, 8, 10)  # the fixed lengths `specllama bench --sweep-n-draft 4,6,8,10` measures
 
 
+def replay_round(traces: Dict[str, Trace], costs: Costs, n_draft: int, n_max: int) -> dict:
+    """Every fixed n_draft 1..n_max, the adaptive rule (at most n_draft) and the clairvoyant rule
+    over each trace at one set of prices: speedups over plain decoding per prompt and on the set.
+    The adaptive rule's model is shared across the prompts, in order, as a decoder's is across
+    generations; like `specllama bench`, it first learns the costs on 16 tokens of the first."""
+    res = {"costs": costs.__dict__, "prompts": {}, "set": {}}
+    model = _core.DraftLengthModel()
+    first = next(iter(traces.values()))
+    replay(Trace(first.match[:16], first.conf[:16]), costs, n_draft, model)
+    totals: Dict[str, Replay] = {}
+    for name, tr in traces.items():
+        runs = {f"fixed_{n}": replay(tr, costs, n) for n in range(1, n_max + 1)}
+        runs["adaptive"] = replay(tr, costs, n_draft, model)
+        runs["clairvoyant"] = replay(tr, costs, n_draft, clairvoyant=True)
+        row = {label: costs.plain_ms * r.tokens / r.ms for label, r in runs.items()}
+        row["acceptance_teacher_forced"] = sum(tr.match) / len(tr.match)
+        row["adaptive_tokens_per_pass"] = runs["adaptive"].tokens / runs["adaptive"].steps
+        best_sweep = max(BENCH_SWEEP, key=lambda n: row[f"fixed_{n}"])
+        best_any = max(range(1, n_max + 1), key=lambda n: row[f"fixed_{n}"])
+        row["best_fixed_of_sweep"] = best_sweep
+        row["best_fixed_of_all"] = best_any
+        row["adaptive_vs_best_of_sweep"] = row["adaptive"] / row[f"fixed_{best_sweep}"]
+        row["adaptive_vs_best_of_all"] = row["adaptive"] / row[f"fixed_{best_any}"]
+        res["prompts"][name] = row
+        for label, r in runs.items():
+            t = totals.setdefault(label, Replay())
+            t.ms += r.ms
+            t.tokens += r.tokens
+    res["set"] = {label: costs.plain_ms * t.tokens / t.ms for label, t in totals.items()}
+    return res
+
+
+def print_round(k: int, costs: Costs, res: dict, n_max: int, n_draft: int) -> None:
+    c = costs
+    print(f"\ncosts, round {k + 1}: draft decode {c.draft1_ms:.2f} ms (2 tokens {c.draft2_ms:.2f}); target "
+          + ", ".join(f"{n} tokens {c.verify_ms[n]:.1f}" for n in (1, 2, 5, 9, 11) if n < len(c.verify_ms))
+          + " ms")
+    print(f"{'prompt':>8s} {'accept':>7s} " + " ".join(f"{'fixed ' + str(n):>8s}" for n in BENCH_SWEEP)
+          + f" {'best 1-' + str(n_max):>11s} {'adaptive':>9s} {'vs best of sweep':>17s} {'vs best 1-' + str(n_max):>12s}"
+          + f" {'clairvoyant':>12s}")
+    for name, row in res["prompts"].items():
+        bn = row["best_fixed_of_all"]
+        print(f"{name:>8s} {row['acceptance_teacher_forced']:7.3f} "
+              + " ".join(f"{row[f'fixed_{n}']:7.3f}x" for n in BENCH_SWEEP)
+              + f" {row[f'fixed_{bn}']:6.3f}x ({bn:2d})"
+              + f" {row['adaptive']:8.3f}x {row['adaptive_vs_best_of_sweep']:17.3f}"
+              + f" {row['adaptive_vs_best_of_all']:12.3f} {row['clairvoyant']:11.3f}x")
+    st = res["set"]
+    best_set = max(BENCH_SWEEP, key=lambda n: st[f"fixed_{n}"])
+    print(f"{'set':>8s} {'':7s} " + " ".join(f"{st[f'fixed_{n}']:7.3f}x" for n in BENCH_SWEEP)
+          + f" {'':11s} {st['adaptive']:8.3f}x {'':30s} {st['clairvoyant']:11.3f}x")
+    print(f"adaptive on the set: {st['adaptive']:.3f}x; the best single fixed n_draft on the set: {best_set}, "
+          f"{st[f'fixed_{best_set}']:.3f}x; clairvoyant (at most {n_draft}): {st['clairvoyant']:.3f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", "--n-predict", type=int, default=256)
@@ -204,76 +265,47 @@ def main() -> int:
     ap.add_argument("--cost-rounds", type=int, default=3,
                     help="independent cost measurements; each is replayed, to show how much the verdict moves")
     ap.add_argument("--json", help="write the traces, costs and results here")
+    ap.add_argument("--replay", metavar="JSON",
+                    help="replay the traces and prices recorded in an earlier --json file (no measuring)")
     args = ap.parse_args()
     n_max = max(args.n_max, args.n_draft, max(BENCH_SWEEP))
 
-    target, draft = default_pair()
-    texts = dict(PROMPTS, **(HELD_OUT if args.held_out else {}))
-    with SpeculativeDecoder(target, n_ctx=512) as dec:
-        prompts = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
-                   for name, text in texts.items()}
-    print(f"recording traces: {len(prompts)} prompts x {args.n_predict} tokens", file=sys.stderr)
-    traces = {name: record_trace(target, draft, p, args.n_predict, args.threads) for name, p in prompts.items()}
+    if args.replay:  # the traces and prices of an earlier run, through this code's rule
+        with open(args.replay) as f:
+            rec = json.load(f)
+        traces = {name: Trace(t["match"], t["conf"], t.get("top_prob")) for name, t in rec["traces"].items()}
+        recorded = [Costs(**r["costs"]) for r in rec["rounds"]]
+        n_max = min(n_max, min(len(c.verify_ms) for c in recorded) - 2)
+    else:
+        target, draft = default_pair()
+        texts = dict(PROMPTS, **(HELD_OUT if args.held_out else {}))
+        with SpeculativeDecoder(target, n_ctx=512) as dec:
+            prompts = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
+                       for name, text in texts.items()}
+        print(f"recording traces: {len(prompts)} prompts x {args.n_predict} tokens", file=sys.stderr)
+        traces = {name: record_trace(target, draft, p, args.n_predict, args.threads) for name, p in prompts.items()}
     # how well each confidence measure tells the draft's mistakes apart
     match = [m for tr in traces.values() for m in tr.match]
     calibration = {}
     for label, key in (("1 - p2/p1 (the drafter's)", "conf"), ("p1", "top_prob")):
+        if getattr(next(iter(traces.values())), key) is None:
+            continue
         score = [c for tr in traces.values() for c in getattr(tr, key)]
         calibration[key] = by_tenths(match, score)
         print(f"acceptance by tenth of positions ranked by {label}, lowest first "
               f"({len(match)} positions, {match.count(False)} disagreements):")
         print("  " + "  ".join(f"{acc:.3f} ({bad})" for _, _, acc, bad in calibration[key]))
     rounds = []
-    for k in range(args.cost_rounds):
-        print(f"measuring costs, round {k + 1} of {args.cost_rounds}", file=sys.stderr)
-        costs = measure_costs(target, draft, n_max, args.threads, args.cost_repeats)
-        res = {"costs": costs.__dict__, "prompts": {}, "set": {}}
-        model = _core.DraftLengthModel()
-        # warm-up as `specllama bench` does: 16 tokens of the first prompt teach it the costs
-        first = next(iter(traces.values()))
-        replay(Trace(first.match[:16], first.conf[:16]), costs, args.n_draft, model)
-        totals: Dict[str, Replay] = {}
-        for name, tr in traces.items():
-            runs = {f"fixed_{n}": replay(tr, costs, n) for n in range(1, n_max + 1)}
-            runs["adaptive"] = replay(tr, costs, args.n_draft, model)
-            runs["clairvoyant"] = replay(tr, costs, args.n_draft, clairvoyant=True)
-            row = {label: costs.plain_ms * r.tokens / r.ms for label, r in runs.items()}
-            row["acceptance_teacher_forced"] = sum(tr.match) / len(tr.match)
-            row["adaptive_tokens_per_pass"] = runs["adaptive"].tokens / runs["adaptive"].steps
-            best_sweep = max(BENCH_SWEEP, key=lambda n: row[f"fixed_{n}"])
-            best_any = max(range(1, n_max + 1), key=lambda n: row[f"fixed_{n}"])
-            row["best_fixed_of_sweep"] = best_sweep
-            row["best_fixed_of_all"] = best_any
-            row["adaptive_vs_best_of_sweep"] = row["adaptive"] / row[f"fixed_{best_sweep}"]
-            row["adaptive_vs_best_of_all"] = row["adaptive"] / row[f"fixed_{best_any}"]
-            res["prompts"][name] = row
-            for label, r in runs.items():
-                t = totals.setdefault(label, Replay())
-                t.ms += r.ms
-                t.tokens += r.tokens
-        res["set"] = {label: costs.plain_ms * t.tokens / t.ms for label, t in totals.items()}
+    n_rounds = len(recorded) if args.replay else args.cost_rounds
+    for k in range(n_rounds):
+        if args.replay:
+            costs = recorded[k]
+        else:
+            print(f"measuring costs, round {k + 1} of {n_rounds}", file=sys.stderr)
+            costs = measure_costs(target, draft, n_max, args.threads, args.cost_repeats)
+        res = replay_round(traces, costs, args.n_draft, n_max)
         rounds.append(res)
-
-        c = costs
-        print(f"\ncosts, round {k + 1}: draft decode {c.draft1_ms:.2f} ms (2 tokens {c.draft2_ms:.2f}); target "
-              + ", ".join(f"{n} tokens {c.verify_ms[n]:.1f}" for n in (1, 2, 5, 9, 11) if n < len(c.verify_ms))
-              + " ms")
-        print(f"{'prompt':>8s} {'accept':>7s} " + " ".join(f"{'fixed ' + str(n):>8s}" for n in BENCH_SWEEP)
-              + f" {'best 1-' + str(n_max):>11s} {'adaptive':>9s} {'vs best of sweep':>17s} {'vs best 1-' + str(n_max):>12s}"
-              + f" {'clairvoyant':>12s}")
-        for name, row in res["prompts"].items():
-            bn = row["best_fixed_of_all"]
-            print(f"{name:>8s} {row['acceptance_teacher_forced']:7.3f} "
-                  + " ".join(f"{row[f'fixed_{n}']:7.3f}x" for n in BENCH_SWEEP)
-                  + f" {row[f'fixed_{bn}']:6.3f}x ({bn:2d})"
-                  + f" {row['adaptive']:8.3f}x {row['adaptive_vs_best_of_sweep']:17.3f}"
-                  + f" {row['adaptive_vs_best_of_all']:12.3f} {row['clairvoyant']:11.3f}x")
-        st = res["set"]
-        best_set = max(BENCH_SWEEP, key=lambda n: st[f"fixed_{n}"])
-        print(f"{'set':>8s} {'':7s} " + " ".join(f"{st[f'fixed_{n}']:7.3f}x" for n in BENCH_SWEEP)
-              + f" {'':11s} {st['adaptive']:8.3f}x {'':30s} {st['clairvoyant']:11.3f}x")
-        print(f"adaptive on the set: {st['adaptive']:.3f}x; the best single fixed n_draft on the set: {best_set}, "
-              f"{st[f'fixed_{best_set}']:.3f}x; clairvoyant (at most {args.n_draft}): {st['clairvoyant']:.3f}x")
+        print_round(k, costs, res, n_max, args.n_draft)
     if args.json:
         out = {"n_predict": args.n_predict, "n_draft": args.n_draft, "calibration_by_tenths": calibration,
                "traces": {k: v.__dict__ for k, v in traces.items()}, "rounds": rounds}

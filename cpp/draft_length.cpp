@@ -74,9 +74,14 @@ double draft_length_model::accept_prob(double conf) const {
     return (acc_bin_[b] + prior_weight * acceptance()) / (n_bin_[b] + prior_weight);
 }
 
-bool draft_length_model::keep_going(int32_t n, double p_reach, double expected_tokens, double conf) const {
-    // the next confidence is unknown: assume it is like this one's
-    return keep_going_p(n, p_reach, expected_tokens, accept_prob(conf), true);
+void draft_length_model::observe_step(int32_t tokens, double ms) {
+    step_tokens_ = k_decay * step_tokens_ + tokens;
+    step_ms_     = k_decay * step_ms_ + ms;
+}
+
+bool draft_length_model::keep_going(int32_t n, double p_reach, double expected_tokens) const {
+    // the next token's confidence is not known before it is drafted: price it at the overall rate
+    return keep_going_p(n, p_reach, expected_tokens, acceptance(), true);
 }
 
 bool draft_length_model::keep_going_p(int32_t n, double p_reach, double expected_tokens, double p_next,
@@ -84,14 +89,18 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double expected
     if (sw_ == 0.0 || (draft_cost && !has_draft_ms_)) {
         return true;  // no costs measured yet: draft the maximum once
     }
-    // the step so far costs the draft's catch-up, its decodes and the verification batch; drafting
-    // token n+1 costs a draft decode (none for lookup) and one more verified position ...
+    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position ...
     const double d         = draft_cost ? draft_ms_ : 0.0;
-    const double cost_step = catch_up_ms_ + n * d + verify_ms(n + 1);
     const double cost_more = d + (verify_ms(n + 2) - verify_ms(n + 1));
     // ... and adds the chance that it too is accepted
     const double gain = p_reach * p_next;
-    // continue while the extra tokens per ms beat the step's current tokens per ms
+    if (step_ms_ > 0.0) {
+        // continue while the extra tokens per ms beat the loop's long-run tokens per ms
+        return gain > rate() * cost_more;
+    }
+    // before the first step is observed, compare with the step's own tokens per ms so far: its
+    // catch-up, its draft decodes and its verification batch
+    const double cost_step = catch_up_ms_ + n * d + verify_ms(n + 1);
     return gain * cost_step > expected_tokens * cost_more;
 }
 

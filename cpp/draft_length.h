@@ -1,12 +1,18 @@
 // draft_length.h: adaptive draft length. Drafting one more token costs a draft decode plus a
 // larger verification batch; it pays only if the chance that the target keeps it is high enough.
 // The model keeps running estimates of those costs (a draft decode; the draft's catch-up decode,
-// paid once per step; a verification batch of k tokens as a + b k, fitted online) and of how well
-// the draft's own confidence predicts acceptance, and drafting continues while the next token
-// raises the expected tokens per millisecond of the step (Leviathan et al. sec. 3.5, decided per
-// token instead of per run). The draft's confidence (drafting.h: greedy, 1 - p2/p1 of its top two
-// tokens; sampling, its probability of the token it drew) is mapped to an acceptance chance
-// through a calibration curve learned from this pair's own verifications.
+// paid once per step; a verification batch of k tokens as a + b k, fitted online), of how well
+// the draft's own confidence predicts acceptance, and of the loop's long-run rate (tokens per
+// millisecond over recent steps). Drafting continues while the next token's expected yield per
+// millisecond beats that long-run rate: a step is a renewal cycle, and the long-run rate is
+// maximized by extending a step while its marginal tokens per ms exceed the rate itself
+// (Dinkelbach's rule for ratio objectives; Leviathan et al. sec. 3.5 choose one length per run).
+// The draft's confidence (drafting.h: greedy, 1 - p2/p1 of its top two tokens; sampling, its
+// probability of the token it drew) is mapped to an acceptance chance through a calibration
+// curve learned from this pair's own verifications; it prices the tokens already drafted. The
+// next token, not yet drafted, is priced at the overall acceptance rate: on 12 prompts x 256
+// tokens of the default pair, the token after one of the draft's near-ties (acceptance 0.79) is
+// accepted as often as any (0.97 against 0.98).
 // Not here: drafting itself (drafting.h).
 #pragma once
 
@@ -18,8 +24,8 @@ namespace specllama {
 class draft_length_model {
   public:
     // keep drafting? n drafted so far; p_reach = estimated chance that all n are accepted;
-    // conf = the draft's confidence in its latest token
-    bool keep_going(int32_t n, double p_reach, double expected_tokens, double conf) const;
+    // expected_tokens = the step's expected yield so far (used until a step has been observed)
+    bool keep_going(int32_t n, double p_reach, double expected_tokens) const;
 
     // the same decision given the next token's acceptance chance directly; draft_cost false for
     // proposals that cost no draft decode (prompt lookup)
@@ -38,12 +44,17 @@ class draft_length_model {
     void observe_verify(int32_t n_tokens, double ms);
     // a draft with confidence conf was verified (it was reached: all before it were accepted)
     void observe_acceptance(double conf, bool accepted);
+    // a finished step: tokens it produced (accepted + the target's own), ms it took (drafting
+    // and verification)
+    void observe_step(int32_t tokens, double ms);
 
     double draft_ms() const { return draft_ms_; }
     double catch_up_ms() const { return catch_up_ms_; }
     // acceptance rate of all reached drafts (the prior of each confidence bin)
     double acceptance() const { return n_all_ > 0.0 ? acc_all_ / n_all_ : 0.8; }
     double verify_ms(int32_t n_tokens) const;
+    // long-run tokens per ms over recent steps (0 before any)
+    double rate() const { return step_ms_ > 0.0 ? step_tokens_ / step_ms_ : 0.0; }
 
   private:
     // exponentially weighted estimates; decay keeps them current as the machine's load changes
@@ -60,6 +71,7 @@ class draft_length_model {
     std::array<double, k_bins> n_bin_{};
     double acc_all_ = 0, n_all_ = 0;
     double acc_lookup_ = 0, n_lookup_ = 0;
+    double step_tokens_ = 0, step_ms_ = 0;
 };
 
 }  // namespace specllama

@@ -160,6 +160,7 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     if (probe >= 0 && acc.n_accepted == n) {
         lengths_.observe_lookup(acc.next == probe);
     }
+    lengths_.observe_step(acc.n_accepted + 1, draft_ms + verify_ms);
 }
 
 generate_result decoder::generate(const std::vector<llama_token> & prompt, const generate_params & params,
@@ -224,7 +225,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
                 keep = [&](int32_t n_done, float conf) {
                     p_reach *= lengths_.accept_prob(conf);
                     expected += p_reach;
-                    return lengths_.keep_going(n_done, p_reach, expected, conf);
+                    return lengths_.keep_going(n_done, p_reach, expected);
                 };
             }
             drafter_->draft(seq, n, sp, rng, drafted_, keep, check);

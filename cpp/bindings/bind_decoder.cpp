@@ -83,7 +83,9 @@ void register_decoder(py::module_ & m) {
                                    "keep-drafting rule (what the decoding loop consults per drafted token).")
         .def(py::init<>())
         .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"),
-             py::arg("expected_tokens"), py::arg("conf"))
+             py::arg("expected_tokens"))
+        .def("observe_step", &draft_length_model::observe_step, py::arg("tokens"), py::arg("ms"))
+        .def_property_readonly("rate", &draft_length_model::rate)
         .def("accept_prob", &draft_length_model::accept_prob, py::arg("conf"))
         .def("observe_draft_decode", &draft_length_model::observe_draft_decode, py::arg("ms"))
         .def("observe_catch_up", &draft_length_model::observe_catch_up, py::arg("ms"))
@@ -132,6 +134,7 @@ void register_decoder(py::module_ & m) {
                  out["draft_ms"]    = m.draft_ms();
                  out["catch_up_ms"] = m.catch_up_ms();
                  out["acceptance"] = m.acceptance();
+                 out["tokens_per_ms"] = m.rate();
                  std::vector<double> curve;
                  for (int i = 0; i < 10; ++i) {
                      curve.push_back(m.accept_prob((i + 0.5) / 10));
@@ -145,8 +148,8 @@ void register_decoder(py::module_ & m) {
                  return out;
              },
              "The adaptive draft length's estimates: ms per draft token, ms per catch-up, ms per "
-             "verification batch, "
-             "and the chance of acceptance by draft confidence.")
+             "verification batch, the long-run tokens per ms, and the chance of acceptance by draft "
+             "confidence.")
         .def("reset", [](decoder & d) {
             py::gil_scoped_release nogil;
             d.reset();
