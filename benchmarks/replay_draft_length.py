@@ -128,12 +128,10 @@ class Replay:
 def _adaptive_length(trace: Trace, i: int, n_cap: int, model) -> int:
     """How many tokens the loop's rule drafts from position i (drafting.cpp: after each drafted
     token it asks whether to draft another; the last one allowed is never asked about)."""
-    p_reach, expected = 1.0, 1.0
+    p_reach = 1.0
     for n in range(1, n_cap):
-        c = trace.conf[i + n - 1]
-        p_reach *= model.accept_prob(c)
-        expected += p_reach
-        if not model.keep_going(n, p_reach, expected):
+        p_reach *= model.accept_prob(trace.conf[i + n - 1])
+        if not model.keep_going(n, p_reach):
             return n
     return n_cap
 

@@ -79,29 +79,19 @@ void draft_length_model::observe_step(int32_t tokens, double ms) {
     step_ms_     = k_decay * step_ms_ + ms;
 }
 
-bool draft_length_model::keep_going(int32_t n, double p_reach, double expected_tokens) const {
+bool draft_length_model::keep_going(int32_t n, double p_reach) const {
     // the next token's confidence is not known before it is drafted: price it at the overall rate
-    return keep_going_p(n, p_reach, expected_tokens, acceptance(), true);
+    return keep_going_p(n, p_reach, acceptance(), true);
 }
 
-bool draft_length_model::keep_going_p(int32_t n, double p_reach, double expected_tokens, double p_next,
-                                      bool draft_cost) const {
-    if (sw_ == 0.0 || (draft_cost && !has_draft_ms_)) {
-        return true;  // no costs measured yet: draft the maximum once
+bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost) const {
+    if (sw_ == 0.0 || step_ms_ == 0.0 || (draft_cost && !has_draft_ms_)) {
+        return true;  // no costs or steps measured yet: draft the maximum once
     }
-    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position ...
-    const double d         = draft_cost ? draft_ms_ : 0.0;
-    const double cost_more = d + (verify_ms(n + 2) - verify_ms(n + 1));
-    // ... and adds the chance that it too is accepted
-    const double gain = p_reach * p_next;
-    if (step_ms_ > 0.0) {
-        // continue while the extra tokens per ms beat the loop's long-run tokens per ms
-        return gain > rate() * cost_more;
-    }
-    // before the first step is observed, compare with the step's own tokens per ms so far: its
-    // catch-up, its draft decodes and its verification batch
-    const double cost_step = catch_up_ms_ + n * d + verify_ms(n + 1);
-    return gain * cost_step > expected_tokens * cost_more;
+    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position,
+    // and adds the chance that it too is accepted; worth it while that beats the long-run rate
+    const double cost_more = (draft_cost ? draft_ms_ : 0.0) + (verify_ms(n + 2) - verify_ms(n + 1));
+    return p_reach * p_next > rate() * cost_more;
 }
 
 void draft_length_model::observe_lookup(bool accepted) {

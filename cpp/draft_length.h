@@ -23,13 +23,12 @@ namespace specllama {
 
 class draft_length_model {
   public:
-    // keep drafting? n drafted so far; p_reach = estimated chance that all n are accepted;
-    // expected_tokens = the step's expected yield so far (used until a step has been observed)
-    bool keep_going(int32_t n, double p_reach, double expected_tokens) const;
+    // keep drafting? n drafted so far; p_reach = estimated chance that all n are accepted
+    bool keep_going(int32_t n, double p_reach) const;
 
     // the same decision given the next token's acceptance chance directly; draft_cost false for
     // proposals that cost no draft decode (prompt lookup)
-    bool keep_going_p(int32_t n, double p_reach, double expected_tokens, double p_next, bool draft_cost) const;
+    bool keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost) const;
 
     // prompt lookup's proposals: how often the target keeps one (tracks bursts of quoting)
     void   observe_lookup(bool accepted);

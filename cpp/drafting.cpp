@@ -6,16 +6,19 @@
 
 namespace specllama {
 
-void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks) {
-    // keep what the cache shares with seq, but decode at least the last token: its logits are q_1
+void model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
+                         const std::function<void()> & between_chunks) {
+    // keep what the cache shares with seq (never its last token, whose logits are q_1), decode up to n_end
     const int32_t n_common = cache_.keep_common_prefix(seq, (int32_t) seq.size() - 1);
-    cache_.decode(seq.data() + n_common, (int32_t) seq.size() - n_common, false, nullptr, between_chunks);
+    cache_.decode(seq.data() + n_common, n_end - n_common, false, nullptr, between_chunks);
+}
+
+void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks) {
+    sync(seq, (int32_t) seq.size(), between_chunks);
 }
 
 void model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks) {
-    const int32_t n_keep   = (int32_t) seq.size() - 1;
-    const int32_t n_common = cache_.keep_common_prefix(seq, n_keep);
-    cache_.decode(seq.data() + n_common, n_keep - n_common, false, nullptr, between_chunks);
+    sync(seq, (int32_t) seq.size() - 1, between_chunks);
 }
 
 namespace {

@@ -44,6 +44,9 @@ class model_drafter {
     kv_cache & cache() { return cache_; }
 
   private:
+    // keep the cache's common prefix with seq and decode seq[..n_end)
+    void sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks);
+
     kv_cache & cache_;
 };
 

@@ -70,12 +70,8 @@ std::string take_last_error() {
     return out;
 }
 
-// an integer key of any integer type, if present
-std::optional<int64_t> gguf_int(const gguf_context * ctx, const std::string & name) {
-    const int64_t k = gguf_find_key(ctx, name.c_str());
-    if (k < 0) {
-        return std::nullopt;
-    }
+// the integer value of key k (any integer type)
+std::optional<int64_t> gguf_int_at(const gguf_context * ctx, int64_t k) {
     switch (gguf_get_kv_type(ctx, k)) {
         case GGUF_TYPE_UINT8: return gguf_get_val_u8(ctx, k);
         case GGUF_TYPE_INT8: return gguf_get_val_i8(ctx, k);
@@ -89,6 +85,12 @@ std::optional<int64_t> gguf_int(const gguf_context * ctx, const std::string & na
     }
 }
 
+// an integer key of any integer type, if present
+std::optional<int64_t> gguf_int(const gguf_context * ctx, const std::string & name) {
+    const int64_t k = gguf_find_key(ctx, name.c_str());
+    return k < 0 ? std::nullopt : gguf_int_at(ctx, k);
+}
+
 // an integer key, or each element of an integer array key (llama.cpp allows per-layer values)
 std::vector<int64_t> gguf_ints(const gguf_context * ctx, const std::string & name) {
     const int64_t k = gguf_find_key(ctx, name.c_str());
@@ -96,7 +98,7 @@ std::vector<int64_t> gguf_ints(const gguf_context * ctx, const std::string & nam
         return {};
     }
     if (gguf_get_kv_type(ctx, k) != GGUF_TYPE_ARRAY) {
-        const auto v = gguf_int(ctx, name);
+        const auto v = gguf_int_at(ctx, k);
         return v ? std::vector<int64_t>{*v} : std::vector<int64_t>{};
     }
     std::vector<int64_t> out;

@@ -107,16 +107,14 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
     int32_t n_found = lookup_draft(lookup_seq_, n_max - n_model, params.lookup, drafted_.tokens);
     if (params.adaptive && n_found > 0) {
         // keep the lookup tokens that pay, judged like model drafts but costing no draft decode
-        double p_reach = 1.0, expected = 1.0;
+        double p_reach = 1.0;
         for (int32_t i = 0; i < n_model; ++i) {
             p_reach *= lengths_.accept_prob(drafted_.conf[i]);
-            expected += p_reach;
         }
         const double p_lookup = lengths_.lookup_accept_prob();
         int32_t      n_keep   = 0;
-        while (n_keep < n_found && lengths_.keep_going_p(n_model + n_keep, p_reach, expected, p_lookup, false)) {
+        while (n_keep < n_found && lengths_.keep_going_p(n_model + n_keep, p_reach, p_lookup, false)) {
             p_reach *= p_lookup;
-            expected += p_reach;
             ++n_keep;
         }
         // the first dropped proposal is still judged, for free: if everything before it is
@@ -219,13 +217,12 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         drafted_.conf.clear();
         drafted_.catch_up_ms = 0.0;
         if (n > 0 && use_model && drafter_) {
-            double p_reach = 1.0, expected = 1.0;
+            double p_reach = 1.0;
             draft_continue keep = nullptr;
             if (params.adaptive) {
                 keep = [&](int32_t n_done, float conf) {
                     p_reach *= lengths_.accept_prob(conf);
-                    expected += p_reach;
-                    return lengths_.keep_going(n_done, p_reach, expected);
+                    return lengths_.keep_going(n_done, p_reach);
                 };
             }
             drafter_->draft(seq, n, sp, rng, drafted_, keep, check);

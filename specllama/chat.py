@@ -20,6 +20,14 @@ class ContextFull(Exception):
     """The next turn does not fit in the context."""
 
 
+def lookup_note(stats) -> str:
+    """The "(prompt lookup: kept/proposed)" note of a stats line (Stats or SessionStats); empty
+    when lookup proposed nothing."""
+    if not stats.n_lookup_drafted:
+        return ""
+    return f" (prompt lookup: {stats.n_lookup_accepted}/{stats.n_lookup_drafted})"
+
+
 @dataclass
 class SessionStats:
     turns: int = 0
@@ -51,10 +59,8 @@ class SessionStats:
         rate = self.n_accepted / self.n_drafted if self.n_drafted else 0.0
         tps = self.n_generated * 1000.0 / self.decode_ms if self.decode_ms else 0.0
         per_step = self.n_generated / self.n_steps if self.n_steps else 0.0
-        lookup = (f" (prompt lookup: {self.n_lookup_accepted}/{self.n_lookup_drafted})"
-                  if self.n_lookup_drafted else "")
         return (f"{self.turns} replies, {self.n_generated} tokens at {tps:.1f} tokens/s; "
-                f"acceptance {rate:.1%} ({self.n_accepted}/{self.n_drafted} drafted){lookup}, "
+                f"acceptance {rate:.1%} ({self.n_accepted}/{self.n_drafted} drafted){lookup_note(self)}, "
                 f"{per_step:.2f} tokens per target pass; {self.n_prompt_new} prompt tokens processed")
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import click
 
 from ._core import quantize_types
-from .decoder import resolve_drafter
+from .chat import ChatSession, ContextFull, lookup_note
+from .decoder import SpeculativeDecoder, resolve_drafter
 
 _QUANT_TYPES = quantize_types()
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -143,7 +144,6 @@ def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
 
 
 def _open_decoder(mo: dict, need_draft: bool = False):
-    from .decoder import SpeculativeDecoder
     from .models import default_pair
 
     model, draft, no_draft, n_draft = mo["model"], mo["draft"], mo["no_draft"], mo["n_draft"]
@@ -194,8 +194,7 @@ def _stats_line(stats) -> str:
             f"after {stats.n_prompt}-token prompt ({stats.t_prefill_ms:.0f} ms)")
     if stats.n_drafted:
         line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted})"
-                 + (f" (prompt lookup: {stats.n_lookup_accepted}/{stats.n_lookup_drafted})"
-                    if stats.n_lookup_drafted else "")
+                 + lookup_note(stats)
                  + f", {stats.mean_accepted_length:.2f} tokens per target pass")
     return line
 
@@ -294,8 +293,6 @@ def chat(mo, so, do, system):
     A line ending in a backslash continues on the next; text between lines of triple quotes
     (\"\"\") is one message, for pasting.
     """
-    from .chat import ChatSession
-
     dec, what = _open_decoder(mo)
     with dec:
         session = ChatSession(dec, system=system)
@@ -322,15 +319,12 @@ def chat(mo, so, do, system):
 
 def _chat_turn(session, text: str, kwargs: dict, n_ctx: int) -> bool:
     """One message of the chat: a command or a reply. False: the user asked to quit."""
-    from .chat import ContextFull
-
     if not text:
         return True
     if text in ("/exit", "/quit"):
         return False
     if text == "/reset":
-        session.reset()
-        _err("(conversation cleared)")
+        _start_over(session)
     elif text == "/stats":
         _err(session.stats.summary())
     elif text.startswith("/") and "\n" not in text:
@@ -345,15 +339,11 @@ def _chat_turn(session, text: str, kwargs: dict, n_ctx: int) -> bool:
             return True
         except ContextFull as exc:
             _err(f"The context is full: {exc}. Starting over (/reset) frees it.")
-            final = None
-            if _confirm_start_over():
-                session.reset()
-                _err("(conversation cleared)")
+            _offer_start_over(session)
+            return True
         if final is not None and final.context_full:
             _err(f"(the reply filled the context of {n_ctx} tokens)")
-            if _confirm_start_over():
-                session.reset()
-                _err("(conversation cleared)")
+            _offer_start_over(session)
     return True
 
 
@@ -411,14 +401,20 @@ class _ChatInput:
         return "\n".join(lines)
 
 
-def _confirm_start_over() -> bool:
+def _start_over(session) -> None:
+    session.reset()
+    _err("(conversation cleared)")
+
+
+def _offer_start_over(session) -> None:
     click.echo("Start over? [y/N] ", nl=False, err=True)
     try:
         answer = sys.stdin.readline()
     except KeyboardInterrupt:
         answer = ""
         _err("")
-    return answer.strip().lower() in ("y", "yes")
+    if answer.strip().lower() in ("y", "yes"):
+        _start_over(session)
 
 
 def _parse_range(text: str):

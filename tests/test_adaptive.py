@@ -4,6 +4,7 @@ and short when it is usually wrong, and learns the pair's costs and calibration.
 from __future__ import annotations
 
 import importlib.util
+import json
 import random
 import sys
 from pathlib import Path
@@ -146,15 +147,15 @@ def test_rule_extends_a_step_while_it_beats_the_long_run_rate():
     assert fast.rate == pytest.approx(0.08) and slow.rate == pytest.approx(0.02)
     # thresholds: 0.08 * 14 = 1.12 (more than any chance: stop), 0.02 * 14 = 0.28
     for p_reach in (0.3, 0.5, 0.9):
-        assert not fast.keep_going(1, p_reach, 1 + p_reach)
-        assert slow.keep_going(1, p_reach, 1 + p_reach)
-    assert not slow.keep_going(1, 0.25, 1.25)
+        assert not fast.keep_going(1, p_reach)
+        assert slow.keep_going(1, p_reach)
+    assert not slow.keep_going(1, 0.25)
     # 4 drafted, chance 0.5 that all are kept, about 3 tokens expected: the step so far costs
     # 10 + 4 x 10 + 36 = 86 ms, and 0.5 / 14 beats its own 3 / 86 tokens per ms, but not a
     # long-run rate of 0.04 (0.5 < 0.04 x 14 = 0.56): stop
     mid = _model_with_costs(4, 100.0)
-    assert not mid.keep_going(4, 0.5, 3.0)
-    assert mid.keep_going(4, 0.6, 3.0)
+    assert not mid.keep_going(4, 0.5)
+    assert mid.keep_going(4, 0.6)
 
 
 def test_adaptive_rule_on_recorded_traces_is_within_3_percent_of_the_best_fixed_length():
@@ -164,8 +165,6 @@ def test_adaptive_rule_on_recorded_traces_is_within_3_percent_of_the_best_fixed_
     that prompt's best fixed n_draft of 1-12 chosen in hindsight, and ahead of the best single
     fixed n_draft on the set. The previous rule (threshold: the step's own rate; next token priced
     at the confidence of the last) fell to 0.951 on one prompt of this record."""
-    import json
-
     mod = _replay_module()
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "replay_draft_length.json"
     rec = json.loads(path.read_text())

@@ -82,8 +82,7 @@ void register_decoder(py::module_ & m) {
                                    "The adaptive draft length's cost and acceptance estimates and its "
                                    "keep-drafting rule (what the decoding loop consults per drafted token).")
         .def(py::init<>())
-        .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"),
-             py::arg("expected_tokens"))
+        .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"))
         .def("observe_step", &draft_length_model::observe_step, py::arg("tokens"), py::arg("ms"))
         .def_property_readonly("rate", &draft_length_model::rate)
         .def("accept_prob", &draft_length_model::accept_prob, py::arg("conf"))
