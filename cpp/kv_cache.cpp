@@ -144,6 +144,9 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
         }
         start += n_chunk;
     }
+    // on a GPU llama_decode only queues the work: wait for it, so that the caller's timing (the
+    // adaptive draft length prices each decode) counts the decode, not the next logits read
+    llama_synchronize(ctx_.get());
 }
 
 const float * kv_cache::logits(int32_t i) const {
