@@ -68,11 +68,11 @@ class Costs:
         return self.verify_ms[1]
 
 
-def record_trace(target: str, draft: str, prompt: List[int], n_predict: int, n_threads: int) -> Trace:
-    with SpeculativeDecoder(target, n_ctx=len(prompt) + n_predict + 8, n_threads=n_threads) as dec:
+def record_trace(target: str, draft: str, prompt: List[int], n_predict: int, n_threads: int, ngl: int = 0) -> Trace:
+    with SpeculativeDecoder(target, n_ctx=len(prompt) + n_predict + 8, n_threads=n_threads, n_gpu_layers=ngl) as dec:
         out = dec.generate(prompt, max_tokens=n_predict, temperature=0, speculative=False, ignore_eos=True)
     y = out.tokens
-    ctx = _core.Context(_core.Model(draft), n_ctx=len(prompt) + n_predict + 8, n_threads=n_threads)
+    ctx = _core.Context(_core.Model(draft, ngl), n_ctx=len(prompt) + n_predict + 8, n_threads=n_threads)
     # logits at the last prompt position predict y[0], at the position of y[j-1] predict y[j]
     logits = ctx.decode(list(prompt) + list(y[:-1]), all_logits=True)[len(prompt) - 1:]
     top = logits.argmax(axis=1)
@@ -94,10 +94,10 @@ def by_tenths(match: Sequence[bool], score: Sequence[float]) -> List[tuple]:
     return out
 
 
-def measure_costs(target: str, draft: str, n_max: int, n_threads: int, repeats: int) -> Costs:
+def measure_costs(target: str, draft: str, n_max: int, n_threads: int, repeats: int, ngl: int = 0) -> Costs:
     filler = list(range(1000, 1300))  # a context of 300 positions, about where generation runs
-    tgt = _core.Context(_core.Model(target), n_ctx=1024, n_threads=n_threads)
-    dft = _core.Context(_core.Model(draft), n_ctx=1024, n_threads=n_threads)
+    tgt = _core.Context(_core.Model(target, ngl), n_ctx=1024, n_threads=n_threads)
+    dft = _core.Context(_core.Model(draft, ngl), n_ctx=1024, n_threads=n_threads)
     tgt.decode(filler, all_logits=False)
     dft.decode(filler, all_logits=False)
     n0 = len(filler)
@@ -151,33 +151,46 @@ def replay(trace: Trace, costs: Costs, n_max: int, model=None, clairvoyant: bool
     r = Replay()
     n_out = len(trace.match)
     i = 0
-    prev_full = None  # the first step's catch-up is part of prefill
+    behind = 0  # tokens the draft's next catch-up decodes (the first step's is part of prefill)
+    prev_n = -1  # tokens drafted in the step before (-1: it was prefill)
     while i < n_out:
         n_cap = min(n_max, n_out - i - 1)  # the target's own token ends the last step
         if clairvoyant:
             n = _run_of_matches(trace, i, n_cap)
         elif model is not None and n_cap > 0:
-            n = _adaptive_length(trace, i, n_cap, model)
+            # the loop prices plain steps first, then asks whether drafting pays at all
+            # (speculative.cpp), then per drafted token
+            if model.knows_plain_step and model.draft_this_step():
+                n = _adaptive_length(trace, i, n_cap, model)
+            else:
+                n = 0
         else:
             n = n_cap
         acc = _run_of_matches(trace, i, n)
-        catch_up = 0.0 if prev_full is None else (costs.draft2_ms if prev_full else costs.draft1_ms)
+        # a catch-up of 3 or more tokens (after plain steps) is priced as 2: no recorded price has them
+        catch_up = 0.0 if behind == 0 else (costs.draft1_ms if behind == 1 else costs.draft2_ms)
         draft_ms = (catch_up + (n - 1) * costs.draft1_ms) if n > 0 else 0.0
         verify_ms = costs.verify_ms[n + 1]
-        if model is not None and n > 0:  # what the loop tells it (decoder::observe_step)
-            model.observe_catch_up(catch_up)
+        if model is not None:  # what the loop tells it (decoder::observe_step)
+            if n > 0:
+                model.observe_catch_up(catch_up)
             if n > 1:
                 model.observe_draft_decode(costs.draft1_ms)
-            model.observe_verify(n + 1, verify_ms)
+            if n > 0 or prev_n == 0:  # one-token verifications: only steady ones
+                model.observe_verify(n + 1, verify_ms)
+            elif prev_n > 0 and model.knows_plain_step:  # (recorded prices know no such extra cost)
+                model.observe_leave(verify_ms - model.verify_ms(1))
             for k in range(min(acc + 1, n)):
                 model.observe_acceptance(trace.conf[i + k], k < acc)
-        if model is not None:
-            model.observe_step(acc + 1, draft_ms + verify_ms)
+            model.observe_step(acc + 1, draft_ms + verify_ms, n > 0)
         r.ms += draft_ms + verify_ms
         r.steps += 1
         r.tokens += acc + 1
         i += acc + 1
-        prev_full = n > 0 and acc == n
+        # a fully accepted step leaves the draft two tokens behind (its last draft and the target's
+        # token), a rejection one; a step without the model adds the target's token to what it lacks
+        behind = (2 if acc == n else 1) if n > 0 else behind + 1
+        prev_n = n
     return r
 
 
@@ -259,6 +272,8 @@ def main() -> int:
     ap.add_argument("--n-draft", type=int, default=10, help="the adaptive rule's maximum (specllama's default)")
     ap.add_argument("--held-out", action="store_true", help=f"also the {len(HELD_OUT)} held-out prompts")
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0,
+                    help="layers of both models on the GPU (-1 = all; a GPU build of llama-cpp-python)")
     ap.add_argument("--cost-repeats", type=int, default=15)
     ap.add_argument("--cost-rounds", type=int, default=3,
                     help="independent cost measurements; each is replayed, to show how much the verdict moves")
@@ -281,7 +296,8 @@ def main() -> int:
             prompts = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
                        for name, text in texts.items()}
         print(f"recording traces: {len(prompts)} prompts x {args.n_predict} tokens", file=sys.stderr)
-        traces = {name: record_trace(target, draft, p, args.n_predict, args.threads) for name, p in prompts.items()}
+        traces = {name: record_trace(target, draft, p, args.n_predict, args.threads,
+                                         args.n_gpu_layers) for name, p in prompts.items()}
     # how well each confidence measure tells the draft's mistakes apart
     match = [m for tr in traces.values() for m in tr.match]
     calibration = {}
@@ -300,7 +316,7 @@ def main() -> int:
             costs = recorded[k]
         else:
             print(f"measuring costs, round {k + 1} of {n_rounds}", file=sys.stderr)
-            costs = measure_costs(target, draft, n_max, args.threads, args.cost_repeats)
+            costs = measure_costs(target, draft, n_max, args.threads, args.cost_repeats, args.n_gpu_layers)
         res = replay_round(traces, costs, args.n_draft, n_max)
         rounds.append(res)
         print_round(k, costs, res, n_max, args.n_draft)

@@ -31,6 +31,15 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
     if (predicted > 0.0) {
         ms = std::min(ms, k_outlier * predicted);
     }
+    if (n_tokens == 1) {
+        // a one-token decode has its own estimate: a GPU replays it as one CUDA graph and runs a
+        // batch of several tokens as separate kernel launches (H100, default pair: 1.15 ms against
+        // 3-4 ms for 2-11 tokens), which no line through the batches would show
+        // the first estimate is the cheaper of the first two (a GPU may still be recording its graph)
+        v1_ms_ = n_v1_ == 0 ? ms : n_v1_ == 1 ? std::min(v1_ms_, ms) : k_decay * v1_ms_ + (1.0 - k_decay) * ms;
+        n_v1_ += 1;
+        return;
+    }
     const double k = n_tokens;
     sw_  = k_decay * sw_ + 1.0;
     sk_  = k_decay * sk_ + k;
@@ -40,15 +49,21 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
 }
 
 double draft_length_model::verify_ms(int32_t n_tokens) const {
+    if (n_tokens <= 1 && n_v1_ > 0) {
+        return v1_ms_;
+    }
     if (sw_ == 0.0) {
-        return 0.0;
+        return n_v1_ > 0 ? v1_ms_ : 0.0;
     }
     const double mean_k = sk_ / sw_;
     const double mean_y = sy_ / sw_;
     const double var_k  = skk_ / sw_ - mean_k * mean_k;
-    // slope from the data once batch sizes vary; a batch never costs less than a smaller one
-    double b = var_k > 0.25 ? (sky_ / sw_ - mean_k * mean_y) / var_k : 0.0;
-    b        = std::max(b, 0.0);
+    // slope from the data once batch sizes vary; while they do not, the line from a plain step to
+    // them (no slope while there is neither); a batch never costs less than a smaller one
+    double b = var_k > 0.25                  ? (sky_ / sw_ - mean_k * mean_y) / var_k
+               : n_v1_ > 0 && mean_k > 1.5 ? (mean_y - v1_ms_) / (mean_k - 1.0)
+                                             : 0.0;
+    b = std::max(b, 0.0);
     return std::max(mean_y + b * (n_tokens - mean_k), 0.0);
 }
 
@@ -74,9 +89,17 @@ double draft_length_model::accept_prob(double conf) const {
     return (acc_bin_[b] + prior_weight * acceptance()) / (n_bin_[b] + prior_weight);
 }
 
-void draft_length_model::observe_step(int32_t tokens, double ms) {
+void draft_length_model::observe_step(int32_t tokens, double ms, bool model_drafted) {
     step_tokens_ = k_decay * step_tokens_ + tokens;
     step_ms_     = k_decay * step_ms_ + ms;
+    if (model_drafted) {
+        // a probe is the only fresh news while paused: it counts for half the estimate
+        const double d  = probing_ ? k_probe_decay : k_decay;
+        drafted_tokens_ = d * drafted_tokens_ + tokens;
+        drafted_ms_     = d * drafted_ms_ + ms;
+        drafted_steps_ += 1;
+    }
+    probing_ = false;
 }
 
 bool draft_length_model::keep_going(int32_t n, double p_reach) const {
@@ -88,10 +111,42 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
     if (sw_ == 0.0 || step_ms_ == 0.0 || (draft_cost && !has_draft_ms_)) {
         return true;  // no costs or steps measured yet: draft the maximum once
     }
-    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position,
+    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position
+    // (the first one also turns a plain step into a batch, and the next plain step pays for that),
     // and adds the chance that it too is accepted; worth it while that beats the long-run rate
-    const double cost_more = (draft_cost ? draft_ms_ : 0.0) + (verify_ms(n + 2) - verify_ms(n + 1));
+    const double cost_more =
+        (draft_cost ? draft_ms_ : 0.0) + (verify_ms(n + 2) - verify_ms(n + 1)) + (n == 0 ? leave_ms() : 0.0);
     return p_reach * p_next > rate() * cost_more;
+}
+
+bool draft_length_model::draft_pays() const {
+    if (drafted_steps_ < k_min_evidence || !knows_plain_step()) {
+        return true;  // too little measured yet to stop drafting
+    }
+    // the tokens per ms the model's steps made (their draft decodes, adaptive stops and rejections
+    // as they happened) against a plain step's one token per steady one-token verification
+    // (with a margin, so that near a tie the loop keeps drafting rather than pausing on noise)
+    return drafted_tokens_ * v1_ms_ > k_pause_margin * drafted_ms_;
+}
+
+bool draft_length_model::draft_this_step() {
+    probing_ = false;
+    if (draft_pays()) {
+        skipped_   = 0;
+        probe_gap_ = k_first_probe_gap;
+        return true;
+    }
+    if (++skipped_ >= probe_gap_) {
+        probe_gap_ = std::min(2 * probe_gap_, k_max_probe_gap);
+        skipped_   = 0;
+        probing_   = true;
+        return true;
+    }
+    return false;
+}
+
+void draft_length_model::observe_leave(double excess_ms) {
+    leave_ms_ = k_decay * leave_ms_ + (1.0 - k_decay) * excess_ms;
 }
 
 void draft_length_model::observe_lookup(bool accepted) {

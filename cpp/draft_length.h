@@ -26,6 +26,20 @@ class draft_length_model {
     // keep drafting? n drafted so far; p_reach = estimated chance that all n are accepted
     bool keep_going(int32_t n, double p_reach) const;
 
+    // draft with the model at all this step? Yes while the steps it drafted in made more tokens
+    // per ms than plain steps do (one per steady one-token verification); else the step is a plain
+    // one (or prompt lookup's alone). That happens where a draft decode costs about as much as a
+    // target decode: a small pair offloaded to a GPU (H100, default pair: plain 1.15 ms per token,
+    // drafting steps 0.35 tokens per ms). Measured rates, not Leviathan's formula: the formula's
+    // independent acceptance misses what stopping at the draft's near-ties gains. Even while
+    // paused the model drafts now and then, at gaps that double from k_first_probe_gap to
+    // k_max_probe_gap steps, so that changed prices or acceptance are seen.
+    bool draft_this_step();
+    // whether drafting pays at the current estimates (no state change)
+    bool draft_pays() const;
+    // steps without the model since drafting last paid or was probed (0 while it pays)
+    int32_t skipped_steps() const { return skipped_; }
+
     // the same decision given the next token's acceptance chance directly; draft_cost false for
     // proposals that cost no draft decode (prompt lookup)
     bool keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost) const;
@@ -40,12 +54,23 @@ class draft_length_model {
     // observations from a finished step: a one-token draft decode, the step's catch-up decode
     void observe_draft_decode(double ms);
     void observe_catch_up(double ms);
+    // a verification of n_tokens; one token only for a steady plain step (one that follows a plain
+    // step: on a GPU the first one-token decode after batches re-records its CUDA graph and costs
+    // 2-4x a steady one, and that is not what a paused loop pays)
     void observe_verify(int32_t n_tokens, double ms);
+    // a plain step right after a verified batch cost excess_ms more than a steady one (on a GPU:
+    // it records its CUDA graph again, 1.5-3 ms for the default pair on an H100; on a CPU: nothing)
+    void observe_leave(double excess_ms);
+    // what leaving plain steps for one batch costs beyond the batch itself (at least 0)
+    double leave_ms() const { return leave_ms_ > 0.0 ? leave_ms_ : 0.0; }
+    // whether steady plain steps have been priced (two): until then the loop steps plainly (the
+    // first three steps of a decoder's life)
+    bool knows_plain_step() const { return n_v1_ >= 2; }
     // a draft with confidence conf was verified (it was reached: all before it were accepted)
     void observe_acceptance(double conf, bool accepted);
     // a finished step: tokens it produced (accepted + the target's own), ms it took (drafting
-    // and verification)
-    void observe_step(int32_t tokens, double ms);
+    // and verification), whether the draft model drafted in it
+    void observe_step(int32_t tokens, double ms, bool model_drafted);
 
     double draft_ms() const { return draft_ms_; }
     double catch_up_ms() const { return catch_up_ms_; }
@@ -62,7 +87,12 @@ class draft_length_model {
     bool   has_draft_ms_ = false;
     double catch_up_ms_  = 0.0;
     bool   has_catch_up_ = false;
-    // weighted least squares of verify ms on batch size
+    // a steady one-token verification (plain step), and a weighted least squares of verify ms on
+    // batch size for two tokens and more
+    double  leave_ms_ = 0.0;
+    double  v1_ms_ = 0.0;
+    int32_t n_v1_  = 0;
+    // weighted least squares of verify ms on batch size (2 tokens and more)
     double sw_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;
     // calibration curve: acceptance of reached drafts by the draft's confidence, in bins
     static constexpr int k_bins = 10;
@@ -71,6 +101,17 @@ class draft_length_model {
     double acc_all_ = 0, n_all_ = 0;
     double acc_lookup_ = 0, n_lookup_ = 0;
     double step_tokens_ = 0, step_ms_ = 0;
+    double  drafted_tokens_ = 0, drafted_ms_ = 0;  // the same over the model's steps
+    int64_t drafted_steps_  = 0;
+    // plain steps taken since drafting stopped paying, and the gap before the next probe
+    static constexpr int32_t k_first_probe_gap = 4;
+    static constexpr int32_t k_max_probe_gap   = 128;
+    static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
+    static constexpr double  k_pause_margin    = 0.95;  // pause below 95% of the plain rate
+    static constexpr double  k_probe_decay     = 0.5;   // a probe's weight in the drafting steps' rate
+    bool    probing_   = false;
+    int32_t skipped_   = 0;
+    int32_t probe_gap_ = k_first_probe_gap;
 };
 
 }  // namespace specllama

@@ -135,7 +135,7 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
 }
 
 void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
-                           double draft_ms, double verify_ms) {
+                           double draft_ms, double verify_ms, int32_t prev_n) {
     // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
     // once per step whatever the draft length; the other n_model - 1 decodes are one token each
     if (n_model > 0) {
@@ -144,8 +144,12 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     if (n_model > 1) {
         lengths_.observe_draft_decode((draft_ms - drafted_.catch_up_ms) / (n_model - 1));
     }
-    if (n > 0) {
+    // a one-token verification is priced only when steady (after another); right after a batch,
+    // what it costs beyond that is the price of having left plain steps
+    if (n > 0 || prev_n == 0) {
         lengths_.observe_verify(n + 1, verify_ms);
+    } else if (prev_n > 0 && lengths_.knows_plain_step()) {
+        lengths_.observe_leave(verify_ms - lengths_.verify_ms(1));
     }
     // every draft the target looked at: all accepted ones and the first rejected one
     for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
@@ -158,7 +162,7 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     if (probe >= 0 && acc.n_accepted == n) {
         lengths_.observe_lookup(acc.next == probe);
     }
-    lengths_.observe_step(acc.n_accepted + 1, draft_ms + verify_ms);
+    lengths_.observe_step(acc.n_accepted + 1, draft_ms + verify_ms, n_model > 0);
 }
 
 generate_result decoder::generate(const std::vector<llama_token> & prompt, const generate_params & params,
@@ -205,18 +209,22 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     std::string              finish;
     step_event               ev;
     std::vector<llama_token> batch;
+    int32_t                  prev_n = -1;  // tokens drafted in the step before (-1: it was prefill)
     while (finish.empty()) {
         const int32_t n_seq = (int32_t) seq.size();
         // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
         const int32_t room      = n_ctx - n_seq;
         const int32_t remaining = params.max_tokens - st.n_generated;
         int32_t       n         = use_draft ? std::min({params.n_draft, room, remaining - 1}) : 0;
+        if (params.adaptive && !lengths_.knows_plain_step()) {
+            n = 0;  // the rule compares drafting with plain steps: price those first
+        }
 
         auto t = clock_type::now();
         drafted_.tokens.clear();
         drafted_.conf.clear();
         drafted_.catch_up_ms = 0.0;
-        if (n > 0 && use_model && drafter_) {
+        if (n > 0 && use_model && drafter_ && (!params.adaptive || lengths_.draft_this_step())) {
             double p_reach = 1.0;
             draft_continue keep = nullptr;
             if (params.adaptive) {
@@ -268,7 +276,8 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         tgt_cache_->rollback(n_seq + acc.n_accepted);
         st.t_accept_ms += ms_since(t);
 
-        observe_step(n_model, n, acc, probe, draft_ms, verify_ms);
+        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n);
+        prev_n = n;
         st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
         st.n_steps += 1;
         st.n_drafted += n;

@@ -165,8 +165,9 @@ class decoder {
     int32_t add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, const generate_params & params,
                               llama_token & probe);
     // feed one step's costs and outcomes to the adaptive draft length
+    // (prev_n: tokens drafted in the step before, -1 for the first step after prefill)
     void observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe, double draft_ms,
-                      double verify_ms);
+                      double verify_ms, int32_t prev_n);
 
     std::shared_ptr<model>    target_;
     std::shared_ptr<model>    draft_;

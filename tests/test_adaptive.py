@@ -158,6 +158,94 @@ def test_rule_extends_a_step_while_it_beats_the_long_run_rate():
     assert mid.keep_going(4, 0.6)
 
 
+def _model_with_rates(plain_ms: float, step_tokens: float, step_ms: float, n_steps: int = 50):
+    """A rule that priced steady plain steps at plain_ms and whose drafting steps made step_tokens
+    tokens in step_ms each."""
+    m = _core.DraftLengthModel()
+    m.observe_verify(1, plain_ms)
+    m.observe_verify(1, plain_ms)
+    for _ in range(n_steps):
+        m.observe_step(step_tokens, step_ms, True)
+    return m
+
+
+def test_drafting_pauses_where_it_makes_fewer_tokens_per_ms_than_plain_steps():
+    """Rates measured on an H100 with the default pair fully offloaded (both models bound by kernel
+    launches): plain steps 1.15 ms per token, drafting steps 0.35 tokens per ms (3 tokens in
+    8.6 ms): the loop steps plainly. On this machine's CPU (plain 23 ms, drafting steps 9
+    tokens in 130 ms) drafting pays."""
+    assert not _model_with_rates(1.15, 3, 8.6).draft_pays()
+    assert _model_with_rates(23.0, 9, 136.0).draft_pays()
+    # not enough measured to stop: nothing, no plain price, or too few drafting steps
+    assert _core.DraftLengthModel().draft_pays()
+    m = _core.DraftLengthModel()
+    for _ in range(50):
+        m.observe_step(3, 8.6, True)
+    assert not m.knows_plain_step and m.draft_pays()
+    assert _model_with_rates(1.15, 3, 8.6, n_steps=3).draft_pays()
+    # plain steps do not count as drafting steps
+    m = _model_with_rates(1.15, 3, 8.6)
+    for _ in range(200):
+        m.observe_step(1, 1.15, False)
+    assert not m.draft_pays()
+
+
+def test_a_paused_drafter_probes_at_doubling_gaps():
+    """While drafting does not pay, the model still drafts now and then, so that a change of
+    prices or acceptance is noticed: after 4 plain steps, then 8, 16, 32, 64, then every 128."""
+    m = _model_with_rates(1.15, 3, 8.6)
+    probes = [i for i in range(1, 600) if m.draft_this_step()]
+    gaps = [b - a for a, b in zip([0] + probes, probes)]
+    assert gaps[:7] == [4, 8, 16, 32, 64, 128, 128], gaps
+    assert 0 < m.skipped_steps < 128
+    # once drafting pays again (here: the draft got fast), it drafts every step and the gaps start over
+    for _ in range(100):
+        m.observe_step(3, 2.0, True)
+    assert m.draft_pays() and m.draft_this_step() and m.skipped_steps == 0
+    assert all(m.draft_this_step() for _ in range(20))
+
+
+def test_the_first_lookup_token_of_a_plain_step_pays_for_leaving_plain_steps():
+    """A lookup proposal where the model drafted nothing turns a plain step into a batch; on a GPU
+    the plain step after it then records its CUDA graph again (measured on an H100 with the
+    default pair: adaptive steps that left plain decoding cost about 3.7 ms more in all, for half
+    a token). The rule charges that extra cost, as measured, to the first token only."""
+    m = _core.DraftLengthModel()
+    for _ in range(2):
+        m.observe_verify(1, 20.0)
+    for k in range(2, 7):
+        m.observe_verify(k, 20.0 + 4.0 * (k - 1))
+    for _ in range(50):
+        m.observe_step(1, 20.0, False)
+    assert m.rate == pytest.approx(0.05)
+    # 0.5 expected tokens against 0.05 x 4 ms: worth it while leaving costs nothing (a CPU)
+    assert m.leave_ms == 0.0 and m.keep_going_p(0, 1.0, 0.5, False)
+    for _ in range(200):
+        m.observe_leave(8.0)
+    assert m.leave_ms == pytest.approx(8.0, rel=0.01)
+    assert not m.keep_going_p(0, 1.0, 0.5, False)  # 0.5 < 0.05 x (4 + 8)
+    assert m.keep_going_p(1, 1.0, 0.5, False)  # the second token leaves nothing
+
+
+@pytest.mark.slow
+def test_a_draft_that_does_not_pay_is_paused_and_the_output_is_unchanged(slow):
+    """An unrelated draft (nearly always wrong) for the slow target: after the first steps have
+    priced it, the adaptive loop stops drafting with it, apart from the probes; fixed-length
+    drafting drafts every step; the output is plain decoding's either way."""
+    with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
+        plain = dec.generate("the cat is", max_tokens=200, temperature=0, speculative=False, ignore_eos=True)
+        fixed = dec.generate("the cat is", max_tokens=200, temperature=0, ignore_eos=True, drafter="model",
+                             n_draft=4, adaptive=False)
+        adaptive = dec.generate("the cat is", max_tokens=200, temperature=0, ignore_eos=True, drafter="model",
+                                n_draft=4)
+    assert fixed.tokens == plain.tokens and adaptive.tokens == plain.tokens
+    assert fixed.stats.n_accepted < 0.2 * fixed.stats.n_drafted  # it is a bad draft
+    assert fixed.stats.n_drafted >= 4 * (fixed.stats.n_steps - 4)  # fewer only where max_tokens caps it
+    # the first step drafts 4 (nothing is priced yet), then the probes, at gaps of 4, 8, 16, ... steps
+    assert adaptive.stats.n_drafted <= 4 * 8, adaptive.stats
+    assert adaptive.stats.n_steps > 150
+
+
 def test_adaptive_rule_on_recorded_traces_is_within_3_percent_of_the_best_fixed_length():
     """The rule replayed over the real traces and prices recorded by
     benchmarks/replay_draft_length.py (default pair, 12 prompts x 256 tokens, three cost

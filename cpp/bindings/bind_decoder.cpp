@@ -83,7 +83,16 @@ void register_decoder(py::module_ & m) {
                                    "keep-drafting rule (what the decoding loop consults per drafted token).")
         .def(py::init<>())
         .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"))
-        .def("observe_step", &draft_length_model::observe_step, py::arg("tokens"), py::arg("ms"))
+        .def("keep_going_p", &draft_length_model::keep_going_p, py::arg("n"), py::arg("p_reach"), py::arg("p_next"),
+             py::arg("draft_cost"))
+        .def("draft_pays", &draft_length_model::draft_pays)
+        .def("draft_this_step", &draft_length_model::draft_this_step)
+        .def_property_readonly("skipped_steps", &draft_length_model::skipped_steps)
+        .def_property_readonly("knows_plain_step", &draft_length_model::knows_plain_step)
+        .def("observe_leave", &draft_length_model::observe_leave, py::arg("excess_ms"))
+        .def_property_readonly("leave_ms", &draft_length_model::leave_ms)
+        .def("observe_step", &draft_length_model::observe_step, py::arg("tokens"), py::arg("ms"),
+             py::arg("model_drafted") = true)
         .def_property_readonly("rate", &draft_length_model::rate)
         .def("accept_prob", &draft_length_model::accept_prob, py::arg("conf"))
         .def("observe_draft_decode", &draft_length_model::observe_draft_decode, py::arg("ms"))
@@ -134,6 +143,8 @@ void register_decoder(py::module_ & m) {
                  out["catch_up_ms"] = m.catch_up_ms();
                  out["acceptance"] = m.acceptance();
                  out["tokens_per_ms"] = m.rate();
+                 out["skipped_steps"] = m.skipped_steps();  // plain steps since drafting last paid
+                 out["leave_ms"] = m.leave_ms();  // a plain step after a batch, beyond a steady one
                  std::vector<double> curve;
                  for (int i = 0; i < 10; ++i) {
                      curve.push_back(m.accept_prob((i + 0.5) / 10));
