@@ -23,7 +23,10 @@ with this draft on this machine.
 
 What it leaves out: the loop's own overhead (under 0.05% in `specllama bench`), and after a
 rejected draft the real drafter continues from its own wrong token, whose confidences differ from
-the teacher-forced ones used here (they only change how many doomed drafts are made).
+the teacher-forced ones used here (they only change how many doomed drafts are made). On a GPU
+(`-ngl -1`) it also leaves out that a one-token decode costs less when the one before was one too
+(a replayed CUDA graph): the prices are measured with batch sizes interleaved, so plain decoding
+is priced too high there and the replayed speedups are not the live ones.
 
     PYTHONPATH=. python benchmarks/replay_draft_length.py [-n 256] [--held-out] [--json out.json]
     PYTHONPATH=. python benchmarks/replay_draft_length.py --replay benchmarks/results/replay_draft_length.json
@@ -296,8 +299,8 @@ def main() -> int:
             prompts = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
                        for name, text in texts.items()}
         print(f"recording traces: {len(prompts)} prompts x {args.n_predict} tokens", file=sys.stderr)
-        traces = {name: record_trace(target, draft, p, args.n_predict, args.threads,
-                                         args.n_gpu_layers) for name, p in prompts.items()}
+        traces = {name: record_trace(target, draft, p, args.n_predict, args.threads, args.n_gpu_layers)
+                  for name, p in prompts.items()}
     # how well each confidence measure tells the draft's mistakes apart
     match = [m for tr in traces.values() for m in tr.match]
     calibration = {}

@@ -34,8 +34,8 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
     if (n_tokens == 1) {
         // a one-token decode has its own estimate: a GPU replays it as one CUDA graph and runs a
         // batch of several tokens as separate kernel launches (H100, default pair: 1.15 ms against
-        // 3-4 ms for 2-11 tokens), which no line through the batches would show
-        // the first estimate is the cheaper of the first two (a GPU may still be recording its graph)
+        // 3-4 ms for 2-11 tokens), which no line through the batches would show. The first
+        // estimate is the cheaper of the first two (a GPU may still be recording its graph).
         v1_ms_ = n_v1_ == 0 ? ms : n_v1_ == 1 ? std::min(v1_ms_, ms) : k_decay * v1_ms_ + (1.0 - k_decay) * ms;
         n_v1_ += 1;
         return;

@@ -1,7 +1,8 @@
 // draft_length.h: adaptive draft length. Drafting one more token costs a draft decode plus a
 // larger verification batch; it pays only if the chance that the target keeps it is high enough.
 // The model keeps running estimates of those costs (a draft decode; the draft's catch-up decode,
-// paid once per step; a verification batch of k tokens as a + b k, fitted online), of how well
+// paid once per step; a steady one-token verification, and a batch of k tokens as a + b k, fitted
+// online), of how well
 // the draft's own confidence predicts acceptance, and of the loop's long-run rate (tokens per
 // millisecond over recent steps). Drafting continues while the next token's expected yield per
 // millisecond beats that long-run rate: a step is a renewal cycle, and the long-run rate is
@@ -13,6 +14,9 @@
 // next token, not yet drafted, is priced at the overall acceptance rate: on 12 prompts x 256
 // tokens of the default pair, the token after one of the draft's near-ties (acceptance 0.79) is
 // accepted as often as any (0.97 against 0.98).
+// Before a step, the model decides whether to draft at all: not while the steps it drafted in
+// made fewer tokens per ms than plain steps (draft_this_step), as where both models are bound by
+// kernel launches on a GPU.
 // Not here: drafting itself (drafting.h).
 #pragma once
 
@@ -87,11 +91,11 @@ class draft_length_model {
     bool   has_draft_ms_ = false;
     double catch_up_ms_  = 0.0;
     bool   has_catch_up_ = false;
-    // a steady one-token verification (plain step), and a weighted least squares of verify ms on
-    // batch size for two tokens and more
+    // a steady one-token verification (a plain step), how many were seen, and what a plain step
+    // right after a batch costs beyond it
+    double  v1_ms_    = 0.0;
+    int32_t n_v1_     = 0;
     double  leave_ms_ = 0.0;
-    double  v1_ms_ = 0.0;
-    int32_t n_v1_  = 0;
     // weighted least squares of verify ms on batch size (2 tokens and more)
     double sw_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;
     // calibration curve: acceptance of reached drafts by the draft's confidence, in bins
@@ -101,9 +105,10 @@ class draft_length_model {
     double acc_all_ = 0, n_all_ = 0;
     double acc_lookup_ = 0, n_lookup_ = 0;
     double step_tokens_ = 0, step_ms_ = 0;
-    double  drafted_tokens_ = 0, drafted_ms_ = 0;  // the same over the model's steps
+    // the same over the steps the model drafted in (a probe counts for half), and how many
+    double  drafted_tokens_ = 0, drafted_ms_ = 0;
     int64_t drafted_steps_  = 0;
-    // plain steps taken since drafting stopped paying, and the gap before the next probe
+    // pausing: plain steps since drafting last paid or was probed, the gap before the next probe
     static constexpr int32_t k_first_probe_gap = 4;
     static constexpr int32_t k_max_probe_gap   = 128;
     static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
