@@ -35,8 +35,10 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
         // a one-token decode has its own estimate: a GPU replays it as one CUDA graph and runs a
         // batch of several tokens as separate kernel launches (H100, default pair: 1.15 ms against
         // 3-4 ms for 2-11 tokens), which no line through the batches would show. The first
-        // estimate is the cheaper of the first two (a GPU may still be recording its graph).
-        v1_ms_ = n_v1_ == 0 ? ms : n_v1_ == 1 ? std::min(v1_ms_, ms) : k_decay * v1_ms_ + (1.0 - k_decay) * ms;
+        // estimate is the cheaper of the first two (a GPU may still be recording its graph). It
+        // follows fast: while drafting pays no steady plain step is seen, and once paused, the
+        // pause is judged against what plain steps cost now (a load that came meanwhile, say).
+        v1_ms_ = n_v1_ == 0 ? ms : n_v1_ == 1 ? std::min(v1_ms_, ms) : k_decay_v1 * v1_ms_ + (1.0 - k_decay_v1) * ms;
         n_v1_ += 1;
         return;
     }
@@ -93,10 +95,11 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     step_tokens_ = k_decay * step_tokens_ + tokens;
     step_ms_     = k_decay * step_ms_ + ms;
     if (model_drafted) {
-        // a probe is the only fresh news while paused: it counts for half the estimate
-        const double d  = probing_ ? k_probe_decay : k_decay;
+        // a probe is the only fresh news while paused: it counts as much as all the steps before
+        const double d  = probing_ && drafted_w_ > 0.0 ? 1.0 / drafted_w_ : k_decay;
         drafted_tokens_ = d * drafted_tokens_ + tokens;
         drafted_ms_     = d * drafted_ms_ + ms;
+        drafted_w_      = d * drafted_w_ + 1.0;
         drafted_steps_ += 1;
     }
     probing_ = false;
@@ -125,7 +128,8 @@ bool draft_length_model::draft_pays() const {
     }
     // the tokens per ms the model's steps made (their draft decodes, adaptive stops and rejections
     // as they happened) against a plain step's one token per steady one-token verification
-    // (with a margin, so that near a tie the loop keeps drafting rather than pausing on noise)
+    // (with a margin: near a tie the loop keeps drafting rather than pause on noise, or because
+    // the machine got busier since plain steps were last priced, which only a pause shows)
     return drafted_tokens_ * v1_ms_ > k_pause_margin * drafted_ms_;
 }
 

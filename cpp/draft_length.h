@@ -93,6 +93,7 @@ class draft_length_model {
     bool   has_catch_up_ = false;
     // a steady one-token verification (a plain step), how many were seen, and what a plain step
     // right after a batch costs beyond it
+    static constexpr double k_decay_v1 = 0.8;
     double  v1_ms_    = 0.0;
     int32_t n_v1_     = 0;
     double  leave_ms_ = 0.0;
@@ -105,15 +106,15 @@ class draft_length_model {
     double acc_all_ = 0, n_all_ = 0;
     double acc_lookup_ = 0, n_lookup_ = 0;
     double step_tokens_ = 0, step_ms_ = 0;
-    // the same over the steps the model drafted in (a probe counts for half), and how many
-    double  drafted_tokens_ = 0, drafted_ms_ = 0;
+    // the same over the steps the model drafted in (a probe weighs as much as all before it), their
+    // decayed weight, and how many
+    double  drafted_tokens_ = 0, drafted_ms_ = 0, drafted_w_ = 0;
     int64_t drafted_steps_  = 0;
     // pausing: plain steps since drafting last paid or was probed, the gap before the next probe
     static constexpr int32_t k_first_probe_gap = 4;
     static constexpr int32_t k_max_probe_gap   = 128;
     static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
-    static constexpr double  k_pause_margin    = 0.95;  // pause below 95% of the plain rate
-    static constexpr double  k_probe_decay     = 0.5;   // a probe's weight in the drafting steps' rate
+    static constexpr double  k_pause_margin    = 0.8;   // pause below 80% of the plain rate
     bool    probing_   = false;
     int32_t skipped_   = 0;
     int32_t probe_gap_ = k_first_probe_gap;

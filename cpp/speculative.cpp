@@ -216,15 +216,21 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         const int32_t room      = n_ctx - n_seq;
         const int32_t remaining = params.max_tokens - st.n_generated;
         int32_t       n         = use_draft ? std::min({params.n_draft, room, remaining - 1}) : 0;
-        if (params.adaptive && !lengths_.knows_plain_step()) {
-            n = 0;  // the rule compares drafting with plain steps: price those first
+        // the adaptive rule compares drafting with plain steps: it prices those first, and then
+        // leaves the draft model out of steps while drafting does not pay (draft_length.h)
+        const bool model_wanted = n > 0 && use_model && drafter_;
+        const bool pricing      = params.adaptive && !lengths_.knows_plain_step();
+        const bool model_now    = model_wanted && !pricing && (!params.adaptive || lengths_.draft_this_step());
+        st.n_paused_steps += model_wanted && !model_now;
+        if (pricing) {
+            n = 0;
         }
 
         auto t = clock_type::now();
         drafted_.tokens.clear();
         drafted_.conf.clear();
         drafted_.catch_up_ms = 0.0;
-        if (n > 0 && use_model && drafter_ && (!params.adaptive || lengths_.draft_this_step())) {
+        if (model_now) {
             double p_reach = 1.0;
             draft_continue keep = nullptr;
             if (params.adaptive) {

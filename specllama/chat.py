@@ -28,6 +28,14 @@ def lookup_note(stats) -> str:
     return f" (prompt lookup: {stats.n_lookup_accepted}/{stats.n_lookup_drafted})"
 
 
+def paused_note(stats) -> str:
+    """The stats line's note on steps the adaptive rule took without the draft model (Stats or
+    SessionStats); empty when there were none."""
+    if not stats.n_paused_steps:
+        return ""
+    return f"; draft model left out of {stats.n_paused_steps} of {stats.n_steps} steps (drafting did not pay)"
+
+
 @dataclass
 class SessionStats:
     turns: int = 0
@@ -37,6 +45,7 @@ class SessionStats:
     n_steps: int = 0
     n_lookup_drafted: int = 0  # of the drafted tokens, proposed by prompt lookup
     n_lookup_accepted: int = 0
+    n_paused_steps: int = 0
     decode_ms: float = 0.0  # time after prefill
     prefill_ms: float = 0.0
     n_prompt_new: int = 0  # prompt tokens actually processed (not found in the cache)
@@ -49,6 +58,7 @@ class SessionStats:
         self.n_steps += s.n_steps
         self.n_lookup_drafted += s.n_lookup_drafted
         self.n_lookup_accepted += s.n_lookup_accepted
+        self.n_paused_steps += s.n_paused_steps
         self.decode_ms += s.t_total_ms - s.t_prefill_ms
         self.prefill_ms += s.t_prefill_ms
         self.n_prompt_new += s.n_prompt - s.n_prompt_cached
@@ -61,7 +71,7 @@ class SessionStats:
         per_step = self.n_generated / self.n_steps if self.n_steps else 0.0
         return (f"{self.turns} replies, {self.n_generated} tokens at {tps:.1f} tokens/s; "
                 f"acceptance {rate:.1%} ({self.n_accepted}/{self.n_drafted} drafted){lookup_note(self)}, "
-                f"{per_step:.2f} tokens per target pass; {self.n_prompt_new} prompt tokens processed")
+                f"{per_step:.2f} tokens per target pass{paused_note(self)}; {self.n_prompt_new} prompt tokens processed")
 
 
 @dataclass

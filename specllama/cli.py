@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from ._core import quantize_types
-from .chat import ChatSession, ContextFull, lookup_note
+from .chat import ChatSession, ContextFull, lookup_note, paused_note
 from .decoder import SpeculativeDecoder, resolve_drafter
 
 _QUANT_TYPES = quantize_types()
@@ -196,7 +196,7 @@ def _stats_line(stats) -> str:
         line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted})"
                  + lookup_note(stats)
                  + f", {stats.mean_accepted_length:.2f} tokens per target pass")
-    return line
+    return line + paused_note(stats)
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)

@@ -41,6 +41,7 @@ class Stats:
     n_accepted: int  # of which the target kept
     n_lookup_drafted: int  # of the drafted tokens, those prompt lookup proposed
     n_lookup_accepted: int  # of which the target kept
+    n_paused_steps: int  # steps the adaptive rule took without the draft model (it did not pay there)
     accepted_hist: List[int]  # accepted_hist[k]: steps that kept k drafted tokens
     acceptance_rate: float  # n_accepted / n_drafted
     t_prefill_ms: float  # prompt processing (both models)

@@ -13,6 +13,7 @@ import pytest
 
 import specllama
 from specllama import _core
+from specllama.cli import _stats_line
 
 
 def _tokens_per_step(dec, prompt, **kw):
@@ -205,6 +206,30 @@ def test_a_paused_drafter_probes_at_doubling_gaps():
     assert all(m.draft_this_step() for _ in range(20))
 
 
+def test_a_pause_from_a_busy_spell_ends_with_the_next_good_probes():
+    """A busy spell of the machine slows the drafting steps, and the loop pauses (plain steps were
+    priced before it); once the machine is idle again, two good probes resume drafting. (Live, on
+    the default pair, with two busy processes during two of six generations: the generations
+    after them drafted every step; when a probe counted for only half of the ratio's weight, they
+    stayed paused for 78 and 106 of 83 and 108 steps.)"""
+    m = _model_with_rates(20.0, 9, 136.0)
+    assert m.draft_pays()
+    for _ in range(50):  # busy: drafting steps take 3x as long
+        m.observe_step(9, 400, True)
+    assert not m.draft_pays()
+    probes = 0
+    for _ in range(100):  # idle again: plain steps 20 ms, drafting steps as before the spell
+        if m.draft_this_step():
+            m.observe_step(9, 136.0, True)
+            probes += 1
+            if m.draft_pays():
+                break
+        else:
+            m.observe_verify(1, 20.0)
+            m.observe_step(1, 20.0, False)
+    assert m.draft_pays() and probes <= 2, probes
+
+
 def test_the_first_lookup_token_of_a_plain_step_pays_for_leaving_plain_steps():
     """A lookup proposal where the model drafted nothing turns a plain step into a batch; on a GPU
     the plain step after it then records its CUDA graph again (measured on an H100 with the
@@ -244,6 +269,11 @@ def test_a_draft_that_does_not_pay_is_paused_and_the_output_is_unchanged(slow):
     # the first step drafts 4 (nothing is priced yet), then the probes, at gaps of 4, 8, 16, ... steps
     assert adaptive.stats.n_drafted <= 4 * 8, adaptive.stats
     assert adaptive.stats.n_steps > 150
+    # the stats say so: steps without the draft model, counted and named in the stats line
+    assert fixed.stats.n_paused_steps == 0
+    assert adaptive.stats.n_paused_steps >= adaptive.stats.n_steps - 10
+    assert f"draft model left out of {adaptive.stats.n_paused_steps} of 200 steps" in _stats_line(adaptive.stats)
+    assert "left out" not in _stats_line(fixed.stats)
 
 
 def test_adaptive_rule_on_recorded_traces_is_within_3_percent_of_the_best_fixed_length():

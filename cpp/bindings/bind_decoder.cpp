@@ -24,6 +24,7 @@ py::dict stats_to_dict(const generate_stats & s) {
     d["n_accepted"]        = s.n_accepted;
     d["n_lookup_drafted"]  = s.n_lookup_drafted;
     d["n_lookup_accepted"] = s.n_lookup_accepted;
+    d["n_paused_steps"]    = s.n_paused_steps;
     d["accepted_hist"]     = s.accepted_hist;
     d["acceptance_rate"]   = s.acceptance_rate();
     d["t_prefill_ms"]      = s.t_prefill_ms;
