@@ -221,7 +221,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         const bool model_wanted = n > 0 && use_model && drafter_;
         const bool pricing      = params.adaptive && !lengths_.knows_plain_step();
         const bool model_now    = model_wanted && !pricing && (!params.adaptive || lengths_.draft_this_step());
-        st.n_paused_steps += model_wanted && !model_now;
+        st.n_paused_steps += model_wanted && !pricing && !model_now;  // (pricing steps are not pauses)
         if (pricing) {
             n = 0;
         }

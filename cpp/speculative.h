@@ -69,7 +69,7 @@ struct generate_stats {
     int32_t              n_accepted      = 0;  // of which the target kept
     int32_t              n_lookup_drafted  = 0;  // of the drafted tokens, proposed by prompt lookup
     int32_t              n_lookup_accepted = 0;  // of which the target kept
-    int32_t              n_paused_steps    = 0;  // steps the adaptive rule took without the draft model
+    int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
     double               t_prefill_ms = 0;      // prompt processing, both models
     double               t_draft_ms   = 0;      // draft decodes and draft sampling

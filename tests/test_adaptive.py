@@ -191,6 +191,19 @@ def test_drafting_pauses_where_it_makes_fewer_tokens_per_ms_than_plain_steps():
     assert not m.draft_pays()
 
 
+def test_a_fresh_decoder_prices_plain_steps_first_and_does_not_call_them_pauses(tiny):
+    """The first three steps of a decoder's life are plain (the rule needs a steady plain step's
+    price: the first after prefill is not steady); they are not reported as paused steps, which
+    the stats line would call drafting that did not pay."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        first = dec.generate("the cat is", max_tokens=3, temperature=0, ignore_eos=True).stats
+        assert first.n_steps == 3 and first.n_drafted == 0 and first.n_paused_steps == 0
+        assert dec._native().cost_model()["verify_ms"][0] > 0  # priced
+        then = dec.generate("the cat is", max_tokens=12, temperature=0, ignore_eos=True).stats
+        assert then.n_drafted > 0  # it drafts from the next generation on
+    assert "left out" not in _stats_line(first)
+
+
 def test_a_paused_drafter_probes_at_doubling_gaps():
     """While drafting does not pay, the model still drafts now and then, so that a change of
     prices or acceptance is noticed: after 4 plain steps, then 8, 16, 32, 64, then every 128."""
