@@ -254,6 +254,10 @@ def generate(prompt, mo, so, do, use_chat, system, stop, as_json, compare):
             sys.exit(130)
         click.echo("")
         _err(f"specllama: finish_reason {final.finish_reason}; {_stats_line(final.stats)}")
+        if final.stats.n_generated == 0 and final.finish_reason == "stop" and not use_chat:
+            # an instruction-tuned model given raw text often ends at once (the default pair does)
+            _err("specllama: the model ended its reply before any token; an instruction-tuned model "
+                 "may need --chat (its chat template)")
         if final.dsi is not None:
             _err(f"specllama: {_dsi_line(final.dsi)}")
         if compare and kwargs.get("speculative", True) and (dec.has_draft or mo["drafter"] == "lookup"):

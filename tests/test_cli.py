@@ -330,3 +330,17 @@ def test_stats_line_counts_prompt_lookup(runner, tiny):
                              "--fixed-draft", "-n", "60", "--temp", "0"])
     assert r.exit_code == 0, r.output
     assert re.search(r"acceptance [\d.]+% \(\d+/(\d+)\) \(prompt lookup: \d+/\1\)", r.stderr), r.stderr
+
+
+@pytest.mark.default_pair
+def test_generate_says_when_the_model_ends_at_once_without_its_chat_template(runner, default_pair):
+    """The default pair, given raw text, ends its reply before any token (greedy: its first choice
+    is the end token); the command says so and points to --chat, which is not needed with it."""
+    target, draft = default_pair
+    prompt = "Explain speculative decoding in one paragraph."
+    r = runner.invoke(main, ["generate", prompt, "-m", target, "-d", draft, "-n", "16", "--temp", "0"])
+    assert r.exit_code == 0, r.output
+    assert "0 tokens" in r.stderr and "may need --chat" in r.stderr
+    r = runner.invoke(main, ["generate", prompt, "-m", target, "-d", draft, "-n", "16", "--temp", "0", "--chat"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() and "may need --chat" not in r.stderr
