@@ -315,13 +315,13 @@ def chat(mo, so, do, system):
                 if message is None:  # end of input
                     _err("")
                     break
-                if not _chat_turn(session, message.strip(), kwargs, dec.n_ctx):
+                if not _chat_turn(session, message.strip(), kwargs, dec.n_ctx, reader):
                     break
             except KeyboardInterrupt:  # at the prompt, or between a reply and the next prompt
                 _err("\n(input discarded; /exit or Ctrl-D quits)" if reading else "")
 
 
-def _chat_turn(session, text: str, kwargs: dict, n_ctx: int) -> bool:
+def _chat_turn(session, text: str, kwargs: dict, n_ctx: int, reader: "_ChatInput") -> bool:
     """One message of the chat: a command or a reply. False: the user asked to quit."""
     if not text:
         return True
@@ -343,11 +343,11 @@ def _chat_turn(session, text: str, kwargs: dict, n_ctx: int) -> bool:
             return True
         except ContextFull as exc:
             _err(f"The context is full: {exc}. Starting over (/reset) frees it.")
-            _offer_start_over(session)
+            _offer_start_over(session, reader)
             return True
         if final is not None and final.context_full:
             _err(f"(the reply filled the context of {n_ctx} tokens)")
-            _offer_start_over(session)
+            _offer_start_over(session, reader)
     return True
 
 
@@ -370,7 +370,8 @@ class _ChatInput:
                 # a paste of several lines arrives as one message (Python turns this off for its REPL)
                 readline.parse_and_bind("set enable-bracketed-paste on")
 
-    def _line(self, prompt: str):
+    def line(self, prompt: str):
+        """One line (without its end), or None at end of input."""
         if self.interactive:
             try:
                 return input(prompt)
@@ -382,14 +383,14 @@ class _ChatInput:
 
     def read(self):
         """The next message, or None at end of input."""
-        line = self._line(">>> ")
+        line = self.line(">>> ")
         if line is None:
             return None
         if line.lstrip().startswith('"""'):
             lines, line = [], line.lstrip()[3:]
             while not line.rstrip().endswith('"""'):
                 lines.append(line)
-                line = self._line("... ")
+                line = self.line("... ")
                 if line is None:  # end of input ends the block
                     return "\n".join(lines)
             lines.append(line.rstrip()[:-3])
@@ -397,7 +398,7 @@ class _ChatInput:
         lines = []
         while line.endswith("\\"):
             lines.append(line[:-1])
-            line = self._line("... ")
+            line = self.line("... ")
             if line is None:
                 line = ""
                 break
@@ -410,14 +411,13 @@ def _start_over(session) -> None:
     _err("(conversation cleared)")
 
 
-def _offer_start_over(session) -> None:
-    click.echo("Start over? [y/N] ", nl=False, err=True)
+def _offer_start_over(session, reader: "_ChatInput") -> None:
     try:
-        answer = sys.stdin.readline()
+        answer = reader.line("Start over? [y/N] ")  # through readline on a terminal, like messages
     except KeyboardInterrupt:
-        answer = ""
+        answer = None
         _err("")
-    if answer.strip().lower() in ("y", "yes"):
+    if answer is not None and answer.strip().lower() in ("y", "yes"):
         _start_over(session)
 
 
