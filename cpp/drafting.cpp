@@ -1,6 +1,7 @@
 // drafting.cpp: autoregressive drafting with the draft model.
 #include "drafting.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -17,8 +18,20 @@ void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::fu
     sync(seq, (int32_t) seq.size(), between_chunks);
 }
 
-void model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks) {
-    sync(seq, (int32_t) seq.size() - 1, between_chunks);
+int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
+                               const kv_cache * target) {
+    const int32_t n_end = (int32_t) seq.size() - 1;
+    if (target != nullptr && target->n_past() == n_end &&
+        std::equal(target->tokens().begin(), target->tokens().end(), seq.begin())) {
+        // a copy moves everything the target holds; decoding, only what this cache lacks
+        const int32_t n_common = cache_.keep_common_prefix(seq, n_end);
+        const int32_t n_new    = n_end - n_common;
+        if (copy_pays(n_new, n_end) && cache_.copy_from(*target)) {
+            return n_end;
+        }
+    }
+    sync(seq, n_end, between_chunks);
+    return 0;
 }
 
 namespace {

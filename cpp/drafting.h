@@ -34,8 +34,12 @@ class model_drafter {
                const std::function<void()> & between_chunks = nullptr);
 
     // before the first draft() on seq: cache all of seq but its last token, which that draft()
-    // decodes (its catch-up always decodes the last token, whose logits are q_1)
-    void prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr);
+    // decodes (its catch-up always decodes the last token, whose logits are q_1).
+    // target: the target's cache, holding exactly that much of seq, when its keys and values can
+    // stand in for the draft's (kv_interchangeable): then the draft copies them instead of decoding
+    // where that is cheaper. Returns how many of the tokens it cached were copied (0: decoded).
+    int32_t prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
+                    const kv_cache * target = nullptr);
 
     // decode whatever part of seq the cache lacks (after a fully accepted step: the last draft, which
     // it never decoded, and the target's bonus token), so that its last logits follow seq

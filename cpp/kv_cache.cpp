@@ -185,4 +185,22 @@ int32_t kv_cache::keep_common_prefix(const std::vector<llama_token> & seq, int32
     return i;
 }
 
+bool copy_pays(int32_t n_new, int32_t n_copied) { return n_new > 0 && (int64_t) n_new * 50 >= n_copied; }
+
+bool kv_cache::copy_from(const kv_cache & src) {
+    const size_t n = llama_state_seq_get_size(src.get(), 0);
+    state_buf_.resize(n);
+    const bool ok = llama_state_seq_get_data(src.get(), state_buf_.data(), n, 0) == n &&
+                    llama_state_seq_set_data(ctx_.get(), state_buf_.data(), n, 0) != 0;
+    n_outputs_ = 0;
+    if (!ok) {
+        // a refused copy may leave part of it behind
+        llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, -1, -1);
+        tokens_.clear();
+        return false;
+    }
+    tokens_ = src.tokens_;
+    return true;
+}
+
 }  // namespace specllama

@@ -310,6 +310,28 @@ void vocab_check_compatible(const model & target, const model & draft) {
     }
 }
 
+namespace {
+
+std::string meta_string(const model & mdl, const char * key) {
+    char buf[256];
+    const int32_t n = llama_model_meta_val_str(mdl.get(), key, buf, sizeof buf);
+    return n < 0 ? std::string() : std::string(buf);
+}
+
+}  // namespace
+
+bool kv_interchangeable(const model & target, const model & draft) {
+    const llama_model * t = target.get();
+    const llama_model * d = draft.get();
+    return meta_string(target, "general.architecture") == meta_string(draft, "general.architecture") &&
+           llama_model_n_layer(t) == llama_model_n_layer(d) && llama_model_n_embd(t) == llama_model_n_embd(d) &&
+           llama_model_n_head(t) == llama_model_n_head(d) && llama_model_n_head_kv(t) == llama_model_n_head_kv(d) &&
+           llama_model_n_swa(t) == llama_model_n_swa(d) && llama_model_rope_type(t) == llama_model_rope_type(d) &&
+           llama_model_rope_freq_scale_train(t) == llama_model_rope_freq_scale_train(d) &&
+           llama_model_n_ctx_train(t) == llama_model_n_ctx_train(d) && target.n_vocab == draft.n_vocab &&
+           llama_model_n_params(t) == llama_model_n_params(d);
+}
+
 std::string model_describe(const model & mdl) {
     char buf[256];
     llama_model_desc(mdl.get(), buf, sizeof(buf));

@@ -28,6 +28,10 @@ void generate_params_validate(const generate_params & p) {
 }
 
 decoder::decoder(const decoder_params & params) : ctx_params_(params.ctx), n_threads_draft_(params.n_threads_draft) {
+    // copying a sequence's keys and values goes through host memory: it pays against decoding on
+    // a CPU (kv_cache.h), and was not measured against a GPU's batched prompt processing
+    const auto on_gpu = [](int32_t n_gpu_layers) { return n_gpu_layers != 0 && llama_supports_gpu_offload(); };
+    copy_server_prefill_ = params.share_prefill && !on_gpu(params.target.n_gpu_layers);
     target_    = model_load(params.target);
     tgt_cache_ = std::make_unique<kv_cache>(target_, params.ctx);
     if (params.draft) {
@@ -40,6 +44,8 @@ decoder::decoder(const decoder_params & params) : ctx_params_(params.ctx), n_thr
         }
         dft_cache_ = std::make_unique<kv_cache>(draft_, dctx);
         drafter_   = std::make_unique<model_drafter>(*dft_cache_);
+        share_prefill_ = copy_server_prefill_ && !on_gpu(params.draft->n_gpu_layers) &&
+                         kv_interchangeable(*target_, *draft_);
     }
 }
 
@@ -201,7 +207,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     st.n_prompt_cached = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
     tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
     if (use_model && drafter_) {
-        drafter_->prefill(seq, check);
+        st.n_prompt_shared = drafter_->prefill(seq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
     }
     st.t_prefill_ms = ms_since(t_start);
 

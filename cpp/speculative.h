@@ -28,6 +28,10 @@ struct decoder_params {
     std::optional<model_params> draft;           // none: plain decoding only
     context_params              ctx;             // for both models
     int32_t                     n_threads_draft = 0;  // 0 = ctx.n_threads
+    // when the draft is the target in another number format (kv_interchangeable), give it the
+    // prompt's keys and values from the target's cache instead of processing the prompt again;
+    // likewise DSI's extra target servers. Only where neither model is offloaded to a GPU.
+    bool                        share_prefill = true;
 };
 
 // who proposes the drafts
@@ -63,6 +67,7 @@ constexpr int32_t k_max_draft = 64;
 struct generate_stats {
     int32_t              n_prompt        = 0;  // prompt tokens
     int32_t              n_prompt_cached = 0;  // of which were already in the target's cache
+    int32_t              n_prompt_shared = 0;  // prompt tokens the draft took from the target's cache
     int32_t              n_generated     = 0;  // tokens emitted
     int32_t              n_steps         = 0;  // target verification passes
     int32_t              n_drafted       = 0;  // tokens the draft proposed
@@ -144,6 +149,8 @@ class decoder {
     std::shared_ptr<model> target_shared() const { return target_; }
     std::shared_ptr<model> draft_shared() const { return draft_; }
     int32_t n_ctx() const { return tgt_cache_->n_ctx(); }
+    // whether the draft takes the prompt's keys and values from the target (decoder_params::share_prefill)
+    bool shares_prefill() const { return share_prefill_; }
 
     // tokens held in the target's cache (what a following prompt can reuse)
     std::vector<llama_token> cached_tokens() const;
@@ -178,6 +185,8 @@ class decoder {
     mutable std::mutex        mutex_;  // one generation at a time per decoder
     context_params            ctx_params_;
     int32_t                   n_threads_draft_ = 0;
+    bool                      share_prefill_   = false;  // the draft copies the target's prompt KV
+    bool                      copy_server_prefill_ = false;  // DSI servers copy the first server's
     std::vector<std::unique_ptr<kv_cache>> dsi_servers_;  // DSI's target servers beyond the first
 
     draft_length_model        lengths_;  // costs and calibration, kept across generations

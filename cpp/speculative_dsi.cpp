@@ -100,14 +100,18 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     const auto t_start     = clock_type::now();
 
     // prefill every server and the drafter, so that tasks carry only new tokens
+    // (the first server first: the others, the same model, may copy its keys and values instead)
     for (kv_cache * c : caches) {
         const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
         if (c == tgt_cache_.get()) {
             st.n_prompt_cached = n_keep;
+        } else if (copy_server_prefill_ && copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) &&
+                   c->copy_from(*tgt_cache_)) {
+            continue;
         }
         c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
     }
-    drafter_->prefill(prompt, check);
+    st.n_prompt_shared = drafter_->prefill(prompt, check, share_prefill_ ? tgt_cache_.get() : nullptr);
     st.t_prefill_ms = ms_since(t_start);
 
     model_dsi_drafter                              drafter(*dft_cache_);

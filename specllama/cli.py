@@ -64,9 +64,13 @@ def model_options(fn):
                      help="Target layers to offload to the GPU (-1 = all; needs a GPU build of llama-cpp-python)."),
         click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=int, default=0, show_default=True,
                      help="Draft layers to offload to the GPU."),
+        click.option("--share-prefill/--no-share-prefill", default=True, show_default=True,
+                     help="When the draft is the target in another number format (same architecture and shapes), "
+                          "copy the prompt's keys and values from the target instead of processing the prompt "
+                          "twice (CPU only). The output is the same either way."),
     ]
     names = ["model", "draft", "no_draft", "n_draft", "drafter", "fixed_draft", "ctx_size", "threads", "threads_draft",
-             "n_gpu_layers", "n_gpu_layers_draft"]
+             "n_gpu_layers", "n_gpu_layers_draft", "share_prefill"]
 
     @functools.wraps(fn)
     def gather(*args, **kwargs):
@@ -160,7 +164,8 @@ def _open_decoder(mo: dict, need_draft: bool = False):
         raise click.UsageError("this command needs a draft model: give -d/--draft")
     dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
                              n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
-                             n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft)
+                             n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft,
+                             share_prefill=mo["share_prefill"])
     how = "fixed" if mo["fixed_draft"] else "at most"
     if mo["drafter"] == "lookup" and not no_draft:
         what = f"{Path(model).name} + prompt lookup, n_draft {how} {n_draft}"
@@ -191,7 +196,8 @@ def _dsi_line(d) -> str:
 
 def _stats_line(stats) -> str:
     line = (f"{stats.n_generated} tokens in {stats.t_total_ms / 1000:.2f} s, {stats.tokens_per_second:.1f} tokens/s "
-            f"after {stats.n_prompt}-token prompt ({stats.t_prefill_ms:.0f} ms)")
+            f"after {stats.n_prompt}-token prompt ({stats.t_prefill_ms:.0f} ms"
+            + (", the draft's keys and values copied from the target" if stats.n_prompt_shared else "") + ")")
     if stats.n_drafted:
         line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted})"
                  + lookup_note(stats)

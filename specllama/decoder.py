@@ -35,6 +35,7 @@ class Stats:
 
     n_prompt: int  # prompt tokens
     n_prompt_cached: int  # of which were reused from the cache (earlier turns)
+    n_prompt_shared: int  # prompt tokens the draft took from the target's cache instead of processing
     n_generated: int  # tokens emitted
     n_steps: int  # target verification passes
     n_drafted: int  # tokens proposed by the draft
@@ -141,6 +142,9 @@ class SpeculativeDecoder:
     n_threads / n_threads_draft: CPU threads (0 = all); n_gpu_layers / n_gpu_layers_draft:
     layers to offload when llama-cpp-python was built with a GPU backend (-1 = all);
     n_draft: tokens drafted per step, at most (adaptive) or exactly (generate() can override it).
+    share_prefill: when the draft is the target in another number format (same architecture and
+    shapes), copy the prompt's keys and values from the target's cache into the draft's instead of
+    processing the prompt with both models (see shares_prefill); the output is unchanged.
     """
 
     def __init__(
@@ -155,6 +159,7 @@ class SpeculativeDecoder:
         n_gpu_layers: int = 0,
         n_gpu_layers_draft: int = 0,
         n_draft: int = 10,
+        share_prefill: bool = True,
     ) -> None:
         if model_path is None:
             if draft_path is not None:
@@ -178,6 +183,7 @@ class SpeculativeDecoder:
             n_threads_draft=n_threads_draft,
             n_gpu_layers=n_gpu_layers,
             n_gpu_layers_draft=n_gpu_layers_draft,
+            share_prefill=bool(share_prefill),
         )
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -211,6 +217,12 @@ class SpeculativeDecoder:
     @property
     def n_ctx(self) -> int:
         return self._native().n_ctx
+
+    @property
+    def shares_prefill(self) -> bool:
+        """Whether the draft takes the prompt's keys and values from the target (share_prefill, and
+        the draft has the target's architecture, shapes and parameter count)."""
+        return self._native().shares_prefill
 
     @property
     def target_model(self) -> _core.Model:

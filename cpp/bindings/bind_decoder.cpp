@@ -18,6 +18,7 @@ py::dict stats_to_dict(const generate_stats & s) {
     py::dict d;
     d["n_prompt"]          = s.n_prompt;
     d["n_prompt_cached"]   = s.n_prompt_cached;
+    d["n_prompt_shared"]   = s.n_prompt_shared;
     d["n_generated"]       = s.n_generated;
     d["n_steps"]           = s.n_steps;
     d["n_drafted"]         = s.n_drafted;
@@ -108,7 +109,7 @@ void register_decoder(py::module_ & m) {
     py::class_<decoder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
         .def(py::init([](const std::string & target, std::optional<std::string> draft, int32_t n_ctx,
                          int32_t n_batch, int32_t n_threads, int32_t n_threads_draft, int32_t n_gpu_layers,
-                         int32_t n_gpu_layers_draft) {
+                         int32_t n_gpu_layers_draft, bool share_prefill) {
                  decoder_params p;
                  p.target.path         = target;
                  p.target.n_gpu_layers = n_gpu_layers;
@@ -122,13 +123,15 @@ void register_decoder(py::module_ & m) {
                  p.ctx.n_batch     = n_batch;
                  p.ctx.n_threads   = n_threads;
                  p.n_threads_draft = n_threads_draft;
+                 p.share_prefill   = share_prefill;
                  py::gil_scoped_release nogil;
                  return std::make_unique<decoder>(p);
              }),
              py::arg("target"), py::arg("draft") = py::none(), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512,
              py::arg("n_threads") = 0, py::arg("n_threads_draft") = 0, py::arg("n_gpu_layers") = 0,
-             py::arg("n_gpu_layers_draft") = 0)
+             py::arg("n_gpu_layers_draft") = 0, py::arg("share_prefill") = true)
         .def_property_readonly("n_ctx", &decoder::n_ctx)
+        .def_property_readonly("shares_prefill", &decoder::shares_prefill)
         .def_property_readonly("has_draft", [](const decoder & d) { return d.draft() != nullptr; })
         .def_property_readonly("target_model", &decoder::target_shared)
         .def_property_readonly("draft_model", &decoder::draft_shared)
