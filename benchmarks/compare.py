@@ -6,7 +6,9 @@ same thread count:
 
   specllama   plain decoding (the baseline: same engine, speculative=False)
   specllama   speculative: the default (the draft model with prompt lookup filling in where it
-              stops short, adaptive draft length), the draft model alone (adaptive, and fixed
+              stops short, adaptive draft length; the draft copies the prompt's keys and values
+              from the target where it is the target in another number format), the same with
+              the draft processing the prompt itself, the draft model alone (adaptive, and fixed
               n_draft), and prompt lookup alone
   llama-cpp-python   Llama.create_completion on the target, and with its prompt-lookup drafter
   llama.cpp   llama-speculative-simple built from the llama-cpp-python 0.3.36 sdist by
@@ -62,6 +64,9 @@ def run_specllama(dec, prompt_text, n, **kw):
     s = out.stats
     return {"tokens_per_second": s.n_generated * 1000.0 / s.t_total_ms,
             "decode_tokens_per_second": s.tokens_per_second,
+            "prefill_ms": s.t_prefill_ms,
+            "lookup_drafted": s.n_lookup_drafted,
+            "lookup_accepted": s.n_lookup_accepted,
             "acceptance_rate": s.acceptance_rate if s.n_drafted else None,
             "tokens_per_pass": s.mean_accepted_length,
             "loop_overhead_share": s.t_other_ms / (s.t_total_ms - s.t_prefill_ms),
@@ -137,6 +142,9 @@ def main():
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     dec = specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads, n_draft=args.n_draft)
+    # the same, except that the draft processes the prompt itself rather than copy the target's keys and values
+    dec_unshared = specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads,
+                                                n_draft=args.n_draft, share_prefill=False)
     texts = {name: chat_text(dec, p) for name, p in prompts.items()}
     binary = None
     if not args.no_llama_cpp:
@@ -147,6 +155,8 @@ def main():
 
     configs = [("specllama plain", "specllama", dict(speculative=False)),
                (f"specllama default (model+lookup <= {args.n_draft})", "specllama", dict()),
+               *([("specllama default, draft prefills itself", "specllama-unshared", dict())]
+                 if dec.shares_prefill else []),
                (f"specllama draft model only <= {args.n_draft}", "specllama", dict(drafter="model")),
                *[(f"specllama fixed {k}", "specllama", dict(n_draft=k, adaptive=False, drafter="model")) for k in fixed],
                ("specllama lookup only", "specllama", dict(drafter="lookup")),
@@ -161,6 +171,7 @@ def main():
     warm = texts[next(iter(texts))]
     run_specllama(dec, warm, 32)
     run_specllama(dec, warm, 32, speculative=False)
+    run_specllama(dec_unshared, warm, 32)
     run_llama_cpp_python(llcp, warm, 16)
 
     results = {label: {} for label, _, _ in configs}
@@ -171,6 +182,8 @@ def main():
             for label, kind, kw in configs:
                 if kind == "specllama":
                     r = run_specllama(dec, text, n, **kw)
+                elif kind == "specllama-unshared":
+                    r = run_specllama(dec_unshared, text, n, **kw)
                 elif kind == "llcp":
                     r = run_llama_cpp_python(llcp, text, n)
                 elif kind == "llcp-lookup":
@@ -202,7 +215,7 @@ def main():
                  "speedup_over_plain": statistics.fmean(speedups.values()),
                  "speedup_by_prompt": speedups,
                  "acceptance_rate": statistics.fmean(accs) if accs else None}
-        if kind == "specllama":
+        if kind.startswith("specllama"):
             entry["identical_to_plain"] = sum(rows[p]["tokens"] == plain_tokens[p] for p in texts)
             # greedy outputs may differ only at a near-tie of the target's top two logits (README, Tests)
             entry["differs_from_plain"] = {p: first_difference(rows[p]["tokens"], plain_tokens[p])
@@ -237,6 +250,8 @@ def main():
         "target": target, "draft": draft, "n_predict": n, "prompts": list(texts), "repeats": args.repeats,
         "summary": summary,
         "speculative_over_plain": spec["speedup_over_plain"],
+        "speculative_over_plain_decode_only": statistics.fmean(
+            results[spec["config"]][p]["decode_tokens_per_second"] / base[p]["decode_tokens_per_second"] for p in texts),
         "speculative_over_best_speculative_simple": (spec["tokens_per_second"] / best_simple["tokens_per_second"]
                                                      if best_simple else None),
         "ratio_to_peers": {k: spec["tokens_per_second"] / e["tokens_per_second"] for k, e in peers.items()},
@@ -262,7 +277,8 @@ def _print(r):
         print(f"{e['config']:<42}{e['tokens_per_second']:>9.1f}{e['speedup_over_plain']:>9.2f}x{acc:>12}{same:>13}"
               + "".join(f"  ({p} differs at token {i})" for p, i in e.get("differs_from_plain", {}).items()))
     print()
-    print(f"specllama speculative over plain: {r['speculative_over_plain']:.2f}x")
+    print(f"specllama speculative over plain: {r['speculative_over_plain']:.2f}x "
+          f"(decode time only: {r['speculative_over_plain_decode_only']:.2f}x)")
     for k, v in r["ratio_to_peers"].items():
         print(f"specllama speculative over {k}: {v:.2f}x")
     t1 = r["temperature_1"]

@@ -47,10 +47,11 @@ std::shared_ptr<model> model_load(const model_params & params);
 // throws std::invalid_argument naming the first difference when a draft cannot serve target
 void vocab_check_compatible(const model & target, const model & draft);
 
-// whether draft is target in another number format: the same architecture with the same attention
-// shapes and parameter count, so that the target's keys and values can stand in for the draft's
-// (the decoder then copies the prompt's from the target instead of processing it twice). Only such
-// a copy can be a useful draft at this size: a different model of the same shape costs as much.
+// whether draft can be target in another number format: the same architecture with the same
+// attention shapes and parameter count, so that the target's keys and values can stand in for the
+// draft's (the decoder then copies the prompt's from the target instead of processing it twice).
+// The weights are not compared: a different model of the same shape passes too, and then drafts
+// from the target's view of the prompt, which can cost acceptance but never changes the output.
 bool kv_interchangeable(const model & target, const model & draft);
 
 // one-line description: architecture, size, parameters
