@@ -76,7 +76,7 @@ struct generate_stats {
     int32_t              n_lookup_accepted = 0;  // of which the target kept
     int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
-    double               t_prefill_ms = 0;      // prompt processing, both models
+    double               t_prefill_ms = 0;      // prompt processing, both models (or the target and the copy)
     double               t_draft_ms   = 0;      // draft decodes and draft sampling
     double               t_verify_ms  = 0;      // target decodes
     double               t_accept_ms  = 0;      // target sampling and acceptance

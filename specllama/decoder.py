@@ -45,7 +45,7 @@ class Stats:
     n_paused_steps: int  # steps the adaptive rule took without the draft model (it did not pay there)
     accepted_hist: List[int]  # accepted_hist[k]: steps that kept k drafted tokens
     acceptance_rate: float  # n_accepted / n_drafted
-    t_prefill_ms: float  # prompt processing (both models)
+    t_prefill_ms: float  # prompt processing (both models, or the target and the copy to the draft)
     t_draft_ms: float  # draft model decodes and sampling
     t_verify_ms: float  # target model decodes
     t_accept_ms: float  # target sampling and the acceptance rule
