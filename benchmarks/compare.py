@@ -142,9 +142,11 @@ def main():
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     dec = specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads, n_draft=args.n_draft)
-    # the same, except that the draft processes the prompt itself rather than copy the target's keys and values
-    dec_unshared = specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads,
-                                                n_draft=args.n_draft, share_prefill=False)
+    # the same, except that the draft processes the prompt itself rather than copy the target's keys
+    # and values (only where the default copies them)
+    dec_unshared = (specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads,
+                                                 n_draft=args.n_draft, share_prefill=False)
+                    if dec.shares_prefill else None)
     texts = {name: chat_text(dec, p) for name, p in prompts.items()}
     binary = None
     if not args.no_llama_cpp:
@@ -156,7 +158,7 @@ def main():
     configs = [("specllama plain", "specllama", dict(speculative=False)),
                (f"specllama default (model+lookup <= {args.n_draft})", "specllama", dict()),
                *([("specllama default, draft prefills itself", "specllama-unshared", dict())]
-                 if dec.shares_prefill else []),
+                 if dec_unshared else []),
                (f"specllama draft model only <= {args.n_draft}", "specllama", dict(drafter="model")),
                *[(f"specllama fixed {k}", "specllama", dict(n_draft=k, adaptive=False, drafter="model")) for k in fixed],
                ("specllama lookup only", "specllama", dict(drafter="lookup")),
@@ -171,7 +173,8 @@ def main():
     warm = texts[next(iter(texts))]
     run_specllama(dec, warm, 32)
     run_specllama(dec, warm, 32, speculative=False)
-    run_specllama(dec_unshared, warm, 32)
+    if dec_unshared:
+        run_specllama(dec_unshared, warm, 32)
     run_llama_cpp_python(llcp, warm, 16)
 
     results = {label: {} for label, _, _ in configs}

@@ -25,8 +25,6 @@ struct decode_aborted : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-class kv_cache;
-
 // whether copying a cache of n_copied tokens (kv_cache::copy_from) beats decoding the n_new of them
 // that the destination lacks. Measured on the 2-core CPU with the default pair: a token's keys and
 // values copy in 21 us, a prompt token costs the draft 4.2 ms to decode, about 200 times as much;
