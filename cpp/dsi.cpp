@@ -68,8 +68,9 @@ class orchestrator {
             }
             launch();
             if (cb_.poll || (cb_.on_round && L_ > before)) {
+                const int32_t n_emitted = L_ - base_, n_checked = st_.n_checked, n_accepted = st_.n_accepted;
                 lock.unlock();
-                const bool stop = cb_.on_round && L_ > before && cb_.on_round(L_ - base_);
+                const bool stop = cb_.on_round && L_ > before && cb_.on_round(n_emitted, n_checked, n_accepted);
                 if (cb_.poll) {
                     cb_.poll();
                 }
@@ -273,6 +274,8 @@ class orchestrator {
                 } else {
                     restart(tok);
                 }
+            } else if (params_.wait_for_drafts && L_ < last_index_) {
+                break;  // the drafter's proposal for L_ is coming: judge it rather than race it
             } else {
                 // the target got here before the drafter: its own token
                 tok = sampling_.greedy() ? pr.argmax : sample(pr.p, rng_);

@@ -57,6 +57,9 @@ struct dsi_params {
     int32_t lookahead = 4;     // drafted tokens per verification task (0: non-SI; needs overlap off)
     int32_t max_ahead = 0;     // drafted tokens beyond the verified text at most (0: lookahead * (sp + 1))
     bool    overlap   = true;  // false: SI, each verification waited for
+    // a prediction is used only once the drafter has proposed a token for its index (where it
+    // still can), so every emitted token is a judged draft whatever the threads' timing
+    bool    wait_for_drafts = false;
 };
 
 struct dsi_stats {
@@ -79,7 +82,8 @@ struct dsi_callbacks {
     std::function<bool(llama_token)>  emit;
     std::function<void()>             poll;
     std::function<bool(llama_token)>  is_end;  // a drafted end token: the drafter waits instead of going on
-    std::function<bool(int32_t)>      on_round;  // after tokens were emitted (how many so far); true: stop; may throw
+    // after tokens were emitted (how many so far, drafts judged and kept so far); true: stop; may throw
+    std::function<bool(int32_t, int32_t, int32_t)> on_round;
 };
 
 // Run DSI from the text seq (the prompt; the servers and the drafter catch up on it as part of their

@@ -16,24 +16,126 @@ double ms_since(clock_type::time_point t) {
 
 }  // namespace
 
+namespace {
+
+template <typename E, size_t N>
+E enum_from_string(const std::string & name, const std::pair<const char *, E> (&names)[N], const char * what) {
+    std::string all;
+    for (const auto & n : names) {
+        if (name == n.first) {
+            return n.second;
+        }
+        all += std::string(all.empty() ? "" : ", ") + "'" + n.first + "'";
+    }
+    throw std::invalid_argument(std::string(what) + " must be one of " + all + ", got '" + name + "'");
+}
+
+template <typename E, size_t N>
+std::string enum_to_string(E value, const std::pair<const char *, E> (&names)[N]) {
+    for (const auto & n : names) {
+        if (value == n.second) {
+            return n.first;
+        }
+    }
+    return "?";
+}
+
+const std::pair<const char *, drafter_kind> k_drafters[] = {
+    {"auto", drafter_kind::automatic}, {"model", drafter_kind::model},
+    {"lookup", drafter_kind::lookup},  {"model+lookup", drafter_kind::model_lookup}};
+const std::pair<const char *, accept_rule> k_rules[] = {{"rejection", accept_rule::rejection},
+                                                         {"match", accept_rule::match}};
+const std::pair<const char *, decode_mode> k_modes[] = {{"si", decode_mode::si}, {"dsi", decode_mode::dsi}};
+
+}  // namespace
+
+drafter_kind drafter_from_string(const std::string & name) { return enum_from_string(name, k_drafters, "drafter"); }
+std::string  drafter_to_string(drafter_kind kind) { return enum_to_string(kind, k_drafters); }
+accept_rule  accept_rule_from_string(const std::string & name) { return enum_from_string(name, k_rules, "acceptance"); }
+std::string  accept_rule_to_string(accept_rule rule) { return enum_to_string(rule, k_rules); }
+decode_mode  decode_mode_from_string(const std::string & name) { return enum_from_string(name, k_modes, "mode"); }
+std::string  decode_mode_to_string(decode_mode mode) { return enum_to_string(mode, k_modes); }
+
+double dsi_report::t_verify_hidden_ms() const {
+    const double used = stats.t_verify_ms - stats.t_verify_wasted_ms;
+    return std::max(0.0, used - stats.t_draft_idle_ms);
+}
+
+double dsi_report::verify_hidden_share() const {
+    const double used = stats.t_verify_ms - stats.t_verify_wasted_ms;
+    return used > 0 ? t_verify_hidden_ms() / used : 0.0;
+}
+
 void generate_params_validate(const generate_params & p) {
+    const auto in_range = [](const char * name, int64_t v, int64_t lo, int64_t hi) {
+        if (v < lo || v > hi) {
+            throw std::invalid_argument(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                                        std::to_string(hi) + "], got " + std::to_string(v));
+        }
+    };
     if (p.max_tokens < 1) {
         throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
     }
-    if (p.n_draft < 1 || p.n_draft > k_max_draft) {
-        throw std::invalid_argument("n_draft must be in [1, " + std::to_string(k_max_draft) + "], got " +
-                                    std::to_string(p.n_draft));
+    if (p.n_draft) {
+        in_range("n_draft", *p.n_draft, 1, k_max_draft);
     }
     sampling_params_validate(p.sampling);
+    if (p.prices) {
+        const step_prices & c = *p.prices;
+        if (!(c.draft_ms >= 0) || !(c.verify_ms > 0) || !(c.verify_token_ms >= 0)) {
+            throw std::invalid_argument("prices must be draft_ms >= 0, verify_ms > 0, verify_token_ms >= 0");
+        }
+    }
+    if (p.mode == decode_mode::dsi) {
+        in_range("sp", p.dsi.sp, 1, k_max_servers);
+        in_range("lookahead", p.dsi.lookahead, 1, k_max_draft);
+        if (p.dsi.n_threads_draft < 0) {
+            throw std::invalid_argument("threads_draft must be >= 0 (0 = from the thread budget), got " +
+                                        std::to_string(p.dsi.n_threads_draft));
+        }
+        if (p.dsi.n_threads_server < 0) {
+            throw std::invalid_argument("threads_server must be >= 0 (0 = from the thread budget), got " +
+                                        std::to_string(p.dsi.n_threads_server));
+        }
+        if (!p.speculative) {
+            throw std::invalid_argument("mode 'dsi' is speculative; use mode 'si' with speculative off to decode "
+                                        "plainly");
+        }
+        if (p.drafter != drafter_kind::automatic && p.drafter != drafter_kind::model) {
+            throw std::invalid_argument("mode 'dsi' drafts with the draft model only (drafter 'auto' or 'model'), "
+                                        "got '" + drafter_to_string(p.drafter) + "'");
+        }
+        if (p.rule != accept_rule::rejection) {
+            throw std::invalid_argument("mode 'dsi' verifies with the rejection rule only");
+        }
+        if (p.n_draft || p.adaptive || p.prices) {
+            throw std::invalid_argument("n_draft, adaptive and prices apply to mode 'si'; DSI drafts lookahead "
+                                        "tokens per verification task");
+        }
+    }
 }
 
-decoder::decoder(const decoder_params & params) : ctx_params_(params.ctx), n_threads_draft_(params.n_threads_draft) {
+decoder::decoder(const decoder_params & params)
+    : ctx_params_(params.ctx), n_threads_draft_(params.n_threads_draft), n_draft_(params.n_draft) {
+    if (params.n_draft < 1 || params.n_draft > k_max_draft) {
+        throw std::invalid_argument("n_draft must be in [1, " + std::to_string(k_max_draft) + "], got " +
+                                    std::to_string(params.n_draft));
+    }
+    if (params.n_threads_draft < 0) {
+        throw std::invalid_argument("n_threads_draft must be >= 0 (0 = n_threads), got " +
+                                    std::to_string(params.n_threads_draft));
+    }
     // copying a sequence's keys and values goes through host memory: it pays against decoding on
     // a CPU (kv_cache.h), and was not measured against a GPU's batched prompt processing
     const auto on_gpu = [](int32_t n_gpu_layers) { return n_gpu_layers != 0 && llama_supports_gpu_offload(); };
     copy_server_prefill_ = params.share_prefill && !on_gpu(params.target.n_gpu_layers);
     target_    = model_load(params.target);
     tgt_cache_ = std::make_unique<kv_cache>(target_, params.ctx);
+    if (params.n_draft + 1 > tgt_cache_->n_batch()) {
+        throw std::invalid_argument("n_batch must be >= " + std::to_string(params.n_draft + 1) +
+                                    " (n_draft + 1: a verification is one batch), got " +
+                                    std::to_string(tgt_cache_->n_batch()));
+    }
     if (params.draft) {
         draft_ = model_load(*params.draft);
         vocab_check_compatible(*target_, *draft_);
@@ -105,13 +207,238 @@ bool decoder::append_token(llama_token tok, const generate_params & params, text
     return true;
 }
 
-int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, const generate_params & params,
-                                   llama_token & probe) {
+
+decoder::run_plan decoder::plan_run(const generate_params & params) const {
+    generate_params_validate(params);
+    const bool has_draft = drafter_ != nullptr;
+    drafter_kind kind    = params.drafter;
+    if (kind == drafter_kind::automatic) {
+        kind = !has_draft ? drafter_kind::lookup
+               : params.mode == decode_mode::dsi ? drafter_kind::model
+                                                 : drafter_kind::model_lookup;
+    }
+    if (!has_draft && (kind == drafter_kind::model || kind == drafter_kind::model_lookup)) {
+        throw std::invalid_argument("drafter '" + drafter_to_string(kind) + "' needs a draft model; this decoder " +
+                                    "has none (drafter 'lookup' drafts without one)");
+    }
+    if (params.mode == decode_mode::dsi && !has_draft) {
+        throw std::invalid_argument("mode 'dsi' needs a draft model");
+    }
+    run_plan plan;
+    plan.n_draft = params.n_draft ? *params.n_draft : n_draft_;
+    if (plan.n_draft + 1 > tgt_cache_->n_batch()) {
+        throw std::invalid_argument("n_draft + 1 must fit in n_batch " + std::to_string(tgt_cache_->n_batch()));
+    }
+    // "auto" without a draft model decodes plainly: lookup alone is chosen by name only
+    const bool plain_auto = params.drafter == drafter_kind::automatic && !has_draft;
+    plan.use_model        = params.speculative && (kind == drafter_kind::model || kind == drafter_kind::model_lookup);
+    plan.use_lookup       = params.speculative && !plain_auto &&
+                      (kind == drafter_kind::lookup || kind == drafter_kind::model_lookup);
+    plan.adaptive = params.adaptive ? *params.adaptive : (params.sampling.greedy() || !params.seed);
+    return plan;
+}
+
+void decoder::validate(const generate_params & params) const {
+    plan_run(params);
+}
+
+std::string decoder::run_plan::drafter() const {
+    return use_model && use_lookup ? "model+lookup" : use_model ? "model" : use_lookup ? "lookup" : "none";
+}
+
+std::string decoder::drafter_name(const generate_params & params) const {
+    return plan_run(params).drafter();
+}
+
+generate_result decoder::generate(const std::vector<llama_token> & prompt, const generate_params & params,
+                                  const step_callback & on_step, const interrupt_check & check) {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+        // the Python wrapper queues threads; this is a call from inside a running generation
+        throw std::runtime_error("this decoder is already generating (one generation at a time per decoder)");
+    }
+    const run_plan plan = plan_run(params);
+    validate_prompt(prompt);
+    if (params.mode == decode_mode::dsi) {
+        return generate_dsi(prompt, params, on_step, check);
+    }
+    return generate_si(prompt, params, plan, on_step, check);
+}
+
+// Algorithm 1 of Leviathan et al. with adaptive draft lengths: plan, draft, verify and accept, emit.
+generate_result decoder::generate_si(const std::vector<llama_token> & prompt, const generate_params & params,
+                                     const run_plan & plan, const step_callback & on_step,
+                                     const interrupt_check & check) {
+    rng_t rng(params.seed ? *params.seed : ((uint64_t) std::random_device{}() << 32 | std::random_device{}()));
+    generate_result  res;
+    generate_stats & st = res.stats;
+    st.n_prompt         = (int32_t) prompt.size();
+    st.accepted_hist.assign(plan.n_draft + 1, 0);
+    st.drafter = plan.drafter();
+    const auto t_start = clock_type::now();
+
+    std::vector<llama_token> seq = prompt;
+    prefill(seq, plan, st, check);
+    st.t_prefill_ms = ms_since(t_start);
+
+    text_stream stream(params.stop);
+    std::string finish;
+    step_event  ev;
+    int32_t     prev_n = -1;  // tokens drafted in the step before (-1: it was prefill)
+    while (finish.empty()) {
+        const step_plan step  = plan_step(plan, params, (int32_t) seq.size(), st);
+        llama_token     probe = -1;
+        auto            t     = clock_type::now();
+        const int32_t   n_model = draft_step(seq, step, plan, params, rng, probe, st, check);
+        const int32_t   n       = (int32_t) drafted_.tokens.size();
+        const double    draft_ms = ms_since(t);
+        st.t_draft_ms += draft_ms;
+
+        double                  verify_ms = 0;
+        const acceptance_result acc       = verify_and_accept(seq, params, rng, verify_ms, st);
+
+        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
+        prev_n = n;
+        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
+        st.n_steps += 1;
+        st.n_drafted += n;
+        st.n_accepted += acc.n_accepted;
+        st.accepted_hist[acc.n_accepted] += 1;
+
+        emit(acc, params, stream, seq, res, ev, finish);
+        if (on_step && on_step(ev) && finish.empty()) {
+            finish = "cancelled";
+        }
+    }
+    res.finish_reason = finish;
+    res.text          = stream.text();
+    st.t_total_ms     = ms_since(t_start);
+    return res;
+}
+
+void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & plan, generate_stats & st,
+                      const interrupt_check & check) {
+    // both models cache all but the last prompt token, which opens the target's first
+    // verification batch and the draft's first catch-up (it drafts from that token's logits)
+    const int32_t n_prompt = (int32_t) seq.size();
+    st.n_prompt_cached     = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
+    tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
+    if (plan.use_model) {
+        st.n_prompt_shared = drafter_->prefill(seq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
+    }
+}
+
+decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_params & params, int32_t n_seq,
+                                      generate_stats & st) {
+    // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
+    const int32_t room      = tgt_cache_->n_ctx() - n_seq;
+    const int32_t remaining = params.max_tokens - st.n_generated;
+    step_plan     step;
+    if (plan.use_model || plan.use_lookup) {
+        step.n_max = std::max(0, std::min({plan.n_draft, room, remaining - 1}));
+    }
+    // the adaptive rule compares drafting with plain steps: it prices those first, and then
+    // leaves the draft model out of steps while drafting does not pay (draft_length.h)
+    const bool model_wanted = step.n_max > 0 && plan.use_model;
+    const bool pricing      = plan.adaptive && !lengths_.knows_plain_step();
+    step.model              = model_wanted && !pricing && (!plan.adaptive || lengths_.draft_this_step());
+    st.n_paused_steps += model_wanted && !pricing && !step.model;  // (pricing steps are not pauses)
+    if (pricing) {
+        step.n_max = 0;
+    }
+    return step;
+}
+
+int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
+                            const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
+                            const interrupt_check & check) {
+    drafted_.tokens.clear();
+    drafted_.conf.clear();
+    drafted_.catch_up_ms = 0.0;
+    if (step.model) {
+        double          p_reach = 1.0;
+        draft_continue  keep    = nullptr;
+        if (plan.adaptive) {
+            keep = [&](int32_t n_done, float conf) {
+                p_reach *= lengths_.accept_prob(conf);
+                return lengths_.keep_going(n_done, p_reach);
+            };
+        }
+        drafter_->draft(seq, step.n_max, params.sampling, rng, drafted_, keep, check);
+    }
+    // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
+    const int32_t n_model = (int32_t) drafted_.tokens.size();
+    if (step.n_max > n_model && plan.use_lookup &&
+        (n_model == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back()))) {
+        st.n_lookup_drafted += add_lookup_drafts(seq, step.n_max, plan.adaptive, params.lookup, probe);
+    }
+    return n_model;
+}
+
+acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
+                                             rng_t & rng, double & verify_ms, generate_stats & st) {
+    const int32_t n     = (int32_t) drafted_.tokens.size();
+    const int32_t n_seq = (int32_t) seq.size();
+    auto          t     = clock_type::now();
+    batch_.assign(1, seq.back());
+    batch_.insert(batch_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+    tgt_cache_->decode(batch_.data(), (int32_t) batch_.size(), true);
+    verify_ms = ms_since(t);
+    st.t_verify_ms += verify_ms;
+
+    t = clock_type::now();
+    const sampling_params & sp = params.sampling;
+    acceptance_result       acc;
+    if (sp.greedy()) {
+        target_argmax_.resize(n + 1);
+        for (int32_t i = 0; i <= n; ++i) {
+            target_argmax_[i] = argmax(tgt_cache_->logits(i), target_->n_vocab);
+        }
+        acc = accept_greedy(drafted_.tokens.data(), n, target_argmax_.data());
+    } else {
+        if ((int32_t) p_.size() < n + 1) {
+            p_.resize(n + 1);
+        }
+        for (int32_t i = 0; i <= n; ++i) {
+            sampling_distribution(tgt_cache_->logits(i), target_->n_vocab, sp, p_[i]);
+        }
+        acc = params.rule == accept_rule::match
+                  ? accept_match(drafted_.tokens.data(), n, p_, rng)
+                  : accept_sampled(drafted_.tokens.data(), n, drafted_.dists, p_, target_->n_vocab, rng, scratch_);
+    }
+    // keep seq[:-1], last and the accepted drafts; the draft cache is trimmed on its next catch-up
+    tgt_cache_->rollback(n_seq + acc.n_accepted);
+    st.t_accept_ms += ms_since(t);
+    return acc;
+}
+
+void decoder::emit(const acceptance_result & acc, const generate_params & params, text_stream & stream,
+                   std::vector<llama_token> & seq, generate_result & res, step_event & ev, std::string & finish) const {
+    ev.tokens.clear();
+    ev.n_drafted  = (int32_t) drafted_.tokens.size();
+    ev.n_accepted = acc.n_accepted;
+    for (int32_t i = 0; i <= acc.n_accepted && finish.empty(); ++i) {
+        const llama_token tok = i < acc.n_accepted ? drafted_.tokens[i] : acc.next;
+        if (!append_token(tok, params, stream, res, finish)) {
+            break;
+        }
+        seq.push_back(tok);
+        ev.tokens.push_back(tok);
+    }
+    if (finish.empty() && (int32_t) seq.size() > tgt_cache_->n_ctx()) {
+        finish           = "length";
+        res.context_full = true;
+    }
+    ev.text = finish.empty() ? stream.take_ready() : stream.take_all();
+}
+
+int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, bool adaptive,
+                                   const lookup_params & params, llama_token & probe) {
     const int32_t n_model = (int32_t) drafted_.tokens.size();
     lookup_seq_.assign(seq.begin(), seq.end());
     lookup_seq_.insert(lookup_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
-    int32_t n_found = lookup_draft(lookup_seq_, n_max - n_model, params.lookup, drafted_.tokens);
-    if (params.adaptive && n_found > 0) {
+    int32_t n_found = lookup_draft(lookup_seq_, n_max - n_model, params, drafted_.tokens);
+    if (adaptive && n_found > 0) {
         // keep the lookup tokens that pay, judged like model drafts but costing no draft decode
         double p_reach = 1.0;
         for (int32_t i = 0; i < n_model; ++i) {
@@ -141,14 +468,21 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
 }
 
 void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
-                           double draft_ms, double verify_ms, int32_t prev_n) {
+                           double draft_ms, double verify_ms, int32_t prev_n,
+                           const std::optional<step_prices> & prices) {
+    double catch_up_ms = drafted_.catch_up_ms;
+    if (prices) {
+        catch_up_ms = n_model > 0 ? prices->draft_ms : 0.0;
+        draft_ms    = n_model * prices->draft_ms;
+        verify_ms   = prices->verify_ms + n * prices->verify_token_ms;
+    }
     // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
     // once per step whatever the draft length; the other n_model - 1 decodes are one token each
     if (n_model > 0) {
-        lengths_.observe_catch_up(drafted_.catch_up_ms);
+        lengths_.observe_catch_up(catch_up_ms);
     }
     if (n_model > 1) {
-        lengths_.observe_draft_decode((draft_ms - drafted_.catch_up_ms) / (n_model - 1));
+        lengths_.observe_draft_decode((draft_ms - catch_up_ms) / (n_model - 1));
     }
     // a one-token verification is priced only when steady (after another); right after a batch,
     // what it costs beyond that is the price of having left plain steps
@@ -169,157 +503,6 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
         lengths_.observe_lookup(acc.next == probe);
     }
     lengths_.observe_step(acc.n_accepted + 1, draft_ms + verify_ms, n_model > 0);
-}
-
-generate_result decoder::generate(const std::vector<llama_token> & prompt, const generate_params & params,
-                                  const step_callback & on_step, const interrupt_check & check) {
-    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) {
-        // the Python wrapper queues threads; this is a call from inside a running generation
-        throw std::runtime_error("this decoder is already generating (one generation at a time per decoder)");
-    }
-    generate_params_validate(params);
-    validate_prompt(prompt);
-    const int32_t n_ctx    = tgt_cache_->n_ctx();
-    const int32_t n_prompt = (int32_t) prompt.size();
-    if (params.n_draft + 1 > tgt_cache_->n_batch()) {
-        throw std::invalid_argument("n_draft + 1 must fit in n_batch " + std::to_string(tgt_cache_->n_batch()));
-    }
-    const sampling_params & sp        = params.sampling;
-    const bool use_model  = params.speculative && params.drafter != drafter_kind::lookup;
-    const bool use_lookup = params.speculative && params.drafter != drafter_kind::model;
-    if (use_model && drafter_ == nullptr && params.drafter == drafter_kind::model_lookup) {
-        throw std::invalid_argument("the model+lookup drafter needs a draft model; use lookup alone");
-    }
-    const bool use_draft = use_lookup || (use_model && drafter_ != nullptr);
-    const llama_vocab *     vocab     = target_->vocab;
-    rng_t rng(params.seed ? *params.seed : ((uint64_t) std::random_device{}() << 32 | std::random_device{}()));
-
-    generate_result   res;
-    generate_stats &  st = res.stats;
-    st.n_prompt          = n_prompt;
-    st.accepted_hist.assign(params.n_draft + 1, 0);
-    const auto t_start = clock_type::now();
-
-    // prefill: both models cache all but the last prompt token, which opens the target's first
-    // verification batch and the draft's first catch-up (it drafts from that token's logits)
-    std::vector<llama_token> seq = prompt;
-    st.n_prompt_cached = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
-    tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
-    if (use_model && drafter_) {
-        st.n_prompt_shared = drafter_->prefill(seq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
-    }
-    st.t_prefill_ms = ms_since(t_start);
-
-    text_stream              stream(params.stop);
-    std::string              finish;
-    step_event               ev;
-    std::vector<llama_token> batch;
-    int32_t                  prev_n = -1;  // tokens drafted in the step before (-1: it was prefill)
-    while (finish.empty()) {
-        const int32_t n_seq = (int32_t) seq.size();
-        // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
-        const int32_t room      = n_ctx - n_seq;
-        const int32_t remaining = params.max_tokens - st.n_generated;
-        int32_t       n         = use_draft ? std::min({params.n_draft, room, remaining - 1}) : 0;
-        // the adaptive rule compares drafting with plain steps: it prices those first, and then
-        // leaves the draft model out of steps while drafting does not pay (draft_length.h)
-        const bool model_wanted = n > 0 && use_model && drafter_;
-        const bool pricing      = params.adaptive && !lengths_.knows_plain_step();
-        const bool model_now    = model_wanted && !pricing && (!params.adaptive || lengths_.draft_this_step());
-        st.n_paused_steps += model_wanted && !pricing && !model_now;  // (pricing steps are not pauses)
-        if (pricing) {
-            n = 0;
-        }
-
-        auto t = clock_type::now();
-        drafted_.tokens.clear();
-        drafted_.conf.clear();
-        drafted_.catch_up_ms = 0.0;
-        if (model_now) {
-            double p_reach = 1.0;
-            draft_continue keep = nullptr;
-            if (params.adaptive) {
-                keep = [&](int32_t n_done, float conf) {
-                    p_reach *= lengths_.accept_prob(conf);
-                    return lengths_.keep_going(n_done, p_reach);
-                };
-            }
-            drafter_->draft(seq, n, sp, rng, drafted_, keep, check);
-        }
-        // prompt lookup: alone, or after the draft model stopped short (not for a drafted end token)
-        const int32_t n_model = (int32_t) drafted_.tokens.size();
-        llama_token   probe   = -1;
-        if (n > n_model && use_lookup &&
-            (n_model == 0 || !llama_vocab_is_eog(vocab, drafted_.tokens.back()))) {
-            st.n_lookup_drafted += add_lookup_drafts(seq, n, params, probe);
-        }
-        n = (int32_t) drafted_.tokens.size();
-        const double draft_ms = ms_since(t);
-        st.t_draft_ms += draft_ms;
-
-        t = clock_type::now();
-        batch.assign(1, seq.back());
-        batch.insert(batch.end(), drafted_.tokens.begin(), drafted_.tokens.end());
-        tgt_cache_->decode(batch.data(), (int32_t) batch.size(), true);
-        const double verify_ms = ms_since(t);
-        st.t_verify_ms += verify_ms;
-
-        t = clock_type::now();
-        acceptance_result acc;
-        if (sp.greedy()) {
-            target_argmax_.resize(n + 1);
-            for (int32_t i = 0; i <= n; ++i) {
-                target_argmax_[i] = argmax(tgt_cache_->logits(i), target_->n_vocab);
-            }
-            acc = accept_greedy(drafted_.tokens.data(), n, target_argmax_.data());
-        } else {
-            if ((int32_t) p_.size() < n + 1) {
-                p_.resize(n + 1);
-            }
-            for (int32_t i = 0; i <= n; ++i) {
-                sampling_distribution(tgt_cache_->logits(i), target_->n_vocab, sp, p_[i]);
-            }
-            acc = params.rule == accept_rule::match
-                      ? accept_match(drafted_.tokens.data(), n, p_, rng)
-                      : accept_sampled(drafted_.tokens.data(), n, drafted_.dists, p_, target_->n_vocab, rng, scratch_);
-        }
-        // keep seq[:-1], last and the accepted drafts; the draft cache is trimmed on its next catch-up
-        tgt_cache_->rollback(n_seq + acc.n_accepted);
-        st.t_accept_ms += ms_since(t);
-
-        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n);
-        prev_n = n;
-        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
-        st.n_steps += 1;
-        st.n_drafted += n;
-        st.n_accepted += acc.n_accepted;
-        st.accepted_hist[acc.n_accepted] += 1;
-
-        ev.tokens.clear();
-        ev.n_drafted  = n;
-        ev.n_accepted = acc.n_accepted;
-        for (int32_t i = 0; i <= acc.n_accepted && finish.empty(); ++i) {
-            const llama_token tok = i < acc.n_accepted ? drafted_.tokens[i] : acc.next;
-            if (!append_token(tok, params, stream, res, finish)) {
-                break;
-            }
-            seq.push_back(tok);
-            ev.tokens.push_back(tok);
-        }
-        if (finish.empty() && (int32_t) seq.size() > n_ctx) {
-            finish           = "length";
-            res.context_full = true;
-        }
-        ev.text = finish.empty() ? stream.take_ready() : stream.take_all();
-        if (on_step && on_step(ev) && finish.empty()) {
-            finish = "cancelled";
-        }
-    }
-    res.finish_reason = finish;
-    res.text          = stream.text();
-    st.t_total_ms     = ms_since(t_start);
-    return res;
 }
 
 }  // namespace specllama

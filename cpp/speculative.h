@@ -28,6 +28,7 @@ struct decoder_params {
     std::optional<model_params> draft;           // none: plain decoding only
     context_params              ctx;             // for both models
     int32_t                     n_threads_draft = 0;  // 0 = ctx.n_threads
+    int32_t                     n_draft = 10;    // tokens drafted per step when a generation does not say
     // when the draft is the target in another number format (kv_interchangeable), give it the
     // prompt's keys and values from the target's cache instead of processing the prompt again;
     // likewise DSI's extra target servers. Only where neither model is offloaded to a GPU.
@@ -36,6 +37,7 @@ struct decoder_params {
 
 // who proposes the drafts
 enum class drafter_kind {
+    automatic,     // model_lookup with a draft model (the model alone in DSI); plain decoding without one
     model,         // the draft model
     lookup,        // prompt lookup only (no draft model needed)
     model_lookup,  // the draft model; where it stops early, prompt lookup fills the rest
@@ -47,22 +49,63 @@ enum class accept_rule {
     match,      // sample the target, keep equal drafts (llama.cpp's rule; for comparison)
 };
 
+enum class decode_mode {
+    si,   // speculative decoding: draft, then verify, in turn
+    dsi,  // Distributed Speculative Inference: drafting never waits for verification (dsi.h)
+};
+
+// the names the bindings and the CLI use ("auto", "model", "lookup", "model+lookup"; "rejection",
+// "match"; "si", "dsi"); parsing throws std::invalid_argument listing the names
+drafter_kind drafter_from_string(const std::string & name);
+std::string  drafter_to_string(drafter_kind kind);
+accept_rule  accept_rule_from_string(const std::string & name);
+std::string  accept_rule_to_string(accept_rule rule);
+decode_mode  decode_mode_from_string(const std::string & name);
+std::string  decode_mode_to_string(decode_mode mode);
+
+// Distributed Speculative Inference (dsi.h) on this decoder's models
+struct dsi_options {
+    int32_t sp               = 1;     // target servers (contexts on the shared target model)
+    int32_t lookahead        = 4;     // drafted tokens per verification task
+    int32_t n_threads_draft  = 0;     // drafter threads; 0: split the decoder's thread budget
+    int32_t n_threads_server = 0;     // threads per server; 0: split the decoder's thread budget
+    bool    overlap          = true;  // false: SI on the same code path (each verification waited for)
+    // every position waits for the drafter's proposal before the target's prediction is used, so
+    // every emitted token is a judged draft whatever the threads' timing (deterministic checking)
+    bool    wait_for_drafts  = false;
+};
+
+// prices the adaptive draft length uses instead of measured times: the same prices give the same
+// draft lengths on any machine and under any load (tests, and what-if runs for another machine)
+struct step_prices {
+    double draft_ms        = 0;  // one draft decode (the catch-up decode too)
+    double verify_ms       = 0;  // a one-token verification
+    double verify_token_ms = 0;  // each further token of a verification batch
+};
+
 struct generate_params {
     int32_t                  max_tokens = 256;  // tokens to generate at most
-    int32_t                  n_draft    = 6;    // tokens drafted per step, 1..k_max_draft
+    std::optional<int32_t>   n_draft;           // tokens drafted per step, 1..k_max_draft; none: the decoder's
     sampling_params          sampling;
     std::optional<uint64_t>  seed;              // none: a random seed
     std::vector<std::string> stop;              // stop strings (not included in the text)
     bool                     ignore_eos = false;  // keep going past end-of-generation tokens
     bool                     speculative = true;  // false: plain decoding on the target, same loop
-    bool                     adaptive = true;     // choose each step's draft length (<= n_draft) by expected speed
-    drafter_kind             drafter  = drafter_kind::model;
+    // choose each step's draft length (<= n_draft) by expected speed; none: adaptive unless sampling
+    // with a seed (adaptive lengths follow measured times, which would make the seed irreproducible)
+    std::optional<bool>      adaptive;
+    drafter_kind             drafter  = drafter_kind::automatic;
     accept_rule              rule     = accept_rule::rejection;
     lookup_params            lookup;
+    std::optional<step_prices> prices;          // none: the adaptive rule prices steps by measured times
+    decode_mode              mode = decode_mode::si;
+    dsi_options              dsi;               // mode dsi only
 };
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
 constexpr int32_t k_max_draft = 64;
+// maximum DSI target servers
+constexpr int32_t k_max_servers = 64;
 
 struct generate_stats {
     int32_t              n_prompt        = 0;  // prompt tokens
@@ -76,6 +119,7 @@ struct generate_stats {
     int32_t              n_lookup_accepted = 0;  // of which the target kept
     int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
+    std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
     double               t_prefill_ms = 0;      // prompt processing, both models (or the target and the copy)
     double               t_draft_ms   = 0;      // draft decodes and draft sampling
     double               t_verify_ms  = 0;      // target decodes
@@ -88,20 +132,21 @@ struct generate_stats {
         double t = t_total_ms - t_prefill_ms;
         return t > 0 ? n_generated * 1000.0 / t : 0.0;
     }
-};
-
-// Distributed Speculative Inference (dsi.h) on this decoder's models
-struct dsi_options {
-    int32_t sp               = 1;     // target servers (contexts on the shared target model)
-    int32_t lookahead        = 4;     // drafted tokens per verification task
-    int32_t n_threads_draft  = 0;     // drafter threads; 0: split the decoder's thread budget
-    int32_t n_threads_server = 0;     // threads per server; 0: split the decoder's thread budget
-    bool    overlap          = true;  // false: SI on the same code path (each verification waited for)
+    // time in the loop outside the model calls and the acceptance rule
+    double t_other_ms() const { return t_total_ms - t_prefill_ms - t_draft_ms - t_verify_ms - t_accept_ms; }
+    // tokens emitted per verification step (accepted drafts + the target's own token)
+    double mean_accepted_length() const { return n_steps > 0 ? (double) n_generated / n_steps : 0.0; }
 };
 
 struct dsi_report {
     dsi_stats stats;
     int32_t   sp = 0, lookahead = 0, n_threads_draft = 0, n_threads_server = 0;
+    bool      overlap = true;
+
+    // verification time the drafter did not wait for: the used verification time less its waits
+    double t_verify_hidden_ms() const;
+    // that over the used verification time
+    double verify_hidden_share() const;
 };
 
 struct generate_result {
@@ -110,7 +155,7 @@ struct generate_result {
     std::string              finish_reason;  // "stop" (end token or stop string), "length", "cancelled"
     bool                     context_full = false;  // "length" because the context had no room left
     generate_stats           stats;
-    std::optional<dsi_report> dsi;                  // set by generate_dsi
+    std::optional<dsi_report> dsi;                  // mode dsi only
 };
 
 // what one verification step added
@@ -131,18 +176,15 @@ class decoder {
   public:
     explicit decoder(const decoder_params & params);
 
-    // generate after prompt. Reuses the longest prefix of prompt already in the caches, so a
-    // conversation that grows turn by turn is not processed again.
+    // generate after prompt, by params.mode. Reuses the longest prefix of prompt already in the
+    // caches, so a conversation that grows turn by turn is not processed again.
     generate_result generate(const std::vector<llama_token> & prompt, const generate_params & params,
                              const step_callback & on_step = nullptr, const interrupt_check & check = nullptr);
 
-    // the same, by Distributed Speculative Inference: the drafter never waits for verification.
-    // Uses params' max_tokens, sampling, seed, stop and ignore_eos (the draft model drafts; lookup,
-    // adaptive length and the match rule are not available here). Server 0 is this decoder's own
-    // target context; the others are made on first use and kept.
-    generate_result generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
-                                 const dsi_options & options, const step_callback & on_step = nullptr,
-                                 const interrupt_check & check = nullptr);
+    // throws std::invalid_argument naming the first parameter this decoder cannot run with
+    void validate(const generate_params & params) const;
+    // who drafts in a generation with params: "model", "lookup", "model+lookup" or "none" (plain)
+    std::string drafter_name(const generate_params & params) const;
 
     const model & target() const { return *target_; }
     const model * draft() const { return draft_.get(); }
@@ -159,8 +201,49 @@ class decoder {
 
     // the adaptive draft length's current estimates
     draft_length_model cost_model() const;
+    // tokens drafted per step when a generation does not say (decoder_params::n_draft)
+    int32_t n_draft() const { return n_draft_; }
 
   private:
+    // what a generation runs, resolved once from its parameters and this decoder's models
+    struct run_plan {
+        bool    use_model  = false;  // the draft model drafts
+        bool    use_lookup = false;  // prompt lookup drafts, alone or after the model
+        bool    adaptive   = false;  // each step's draft length chosen by expected speed
+        int32_t n_draft    = 0;      // the most tokens drafted in a step
+
+        std::string drafter() const;  // "model", "lookup", "model+lookup" or "none"
+    };
+    // validates params against this decoder and resolves them (throws std::invalid_argument)
+    run_plan plan_run(const generate_params & params) const;
+
+    // the speculative loop (speculative.cpp) and DSI (speculative_dsi.cpp)
+    generate_result generate_si(const std::vector<llama_token> & prompt, const generate_params & params,
+                                const run_plan & plan, const step_callback & on_step, const interrupt_check & check);
+    generate_result generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
+                                 const step_callback & on_step, const interrupt_check & check);
+
+    // the steps of generate_si, in order:
+    // prefill: both caches hold all of seq but its last token (the draft may copy the target's)
+    void prefill(const std::vector<llama_token> & seq, const run_plan & plan, generate_stats & st,
+                 const interrupt_check & check);
+    // plan: how many tokens this step may draft, and whether the draft model drafts them
+    struct step_plan {
+        int32_t n_max = 0;      // drafts at most (0: a plain step)
+        bool    model = false;  // the draft model drafts (else prompt lookup alone, if any)
+    };
+    step_plan plan_step(const run_plan & plan, const generate_params & params, int32_t n_seq, generate_stats & st);
+    // draft: fill drafted_ (the model's tokens, then lookup's); returns how many the model drafted
+    int32_t draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
+                       const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
+                       const interrupt_check & check);
+    // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
+    acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
+                                        rng_t & rng, double & verify_ms, generate_stats & st);
+    // emit: the accepted drafts and the target's token into res and seq, until a stop; fills ev
+    void emit(const acceptance_result & acc, const generate_params & params, text_stream & stream,
+              std::vector<llama_token> & seq, generate_result & res, step_event & ev, std::string & finish) const;
+
     // throws unless prompt can be generated after (non-empty, fits the context, valid ids)
     void validate_prompt(const std::vector<llama_token> & prompt) const;
     // append an emitted token to res unless it ends generation; sets finish to "stop" (end token or
@@ -170,12 +253,12 @@ class decoder {
 
     // append prompt-lookup drafts after the model's (up to n_max in all); sets probe to the first
     // proposal the cost model dropped (-1 if none); returns how many were added
-    int32_t add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, const generate_params & params,
-                              llama_token & probe);
-    // feed one step's costs and outcomes to the adaptive draft length
-    // (prev_n: tokens drafted in the step before, -1 for the first step after prefill)
+    int32_t add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, bool adaptive,
+                              const lookup_params & params, llama_token & probe);
+    // feed one step's costs and outcomes to the adaptive draft length (prev_n: tokens drafted in
+    // the step before, -1 for the first step after prefill); prices replace the measured times
     void observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe, double draft_ms,
-                      double verify_ms, int32_t prev_n);
+                      double verify_ms, int32_t prev_n, const std::optional<step_prices> & prices);
 
     std::shared_ptr<model>    target_;
     std::shared_ptr<model>    draft_;
@@ -185,6 +268,7 @@ class decoder {
     mutable std::mutex        mutex_;  // one generation at a time per decoder
     context_params            ctx_params_;
     int32_t                   n_threads_draft_ = 0;
+    int32_t                   n_draft_         = 10;  // decoder_params::n_draft
     bool                      share_prefill_   = false;  // the draft copies the target's prompt KV
     bool                      copy_server_prefill_ = false;  // DSI servers copy the first server's
     std::vector<std::unique_ptr<kv_cache>> dsi_servers_;  // DSI's target servers beyond the first
@@ -196,9 +280,11 @@ class decoder {
     std::vector<token_dist>   p_;
     std::vector<llama_token>  target_argmax_;
     std::vector<llama_token>  lookup_seq_;
+    std::vector<llama_token>  batch_;
     acceptance_scratch        scratch_;
 };
 
+// throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)
 void generate_params_validate(const generate_params & params);
 
 }  // namespace specllama

@@ -39,30 +39,12 @@ class threads_scope {
 }  // namespace
 
 generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
-                                      const dsi_options & options, const step_callback & on_step,
-                                      const interrupt_check & check) {
-    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) {
-        throw std::runtime_error("this decoder is already generating (one generation at a time per decoder)");
-    }
-    generate_params_validate(params);
-    validate_prompt(prompt);
-    if (drafter_ == nullptr) {
-        throw std::invalid_argument("DSI needs a draft model");
-    }
-    if (options.sp < 1 || options.sp > 64) {
-        throw std::invalid_argument("sp (target servers) must be in [1, 64], got " + std::to_string(options.sp));
-    }
-    if (options.lookahead < 1 || options.lookahead + 1 > tgt_cache_->n_batch()) {
+                                      const step_callback & on_step, const interrupt_check & check) {
+    const dsi_options & options = params.dsi;
+    if (options.lookahead + 1 > tgt_cache_->n_batch()) {
         throw std::invalid_argument("lookahead must be in [1, n_batch - 1 = " +
                                     std::to_string(tgt_cache_->n_batch() - 1) + "], got " +
                                     std::to_string(options.lookahead));
-    }
-    if (options.n_threads_draft < 0 || options.n_threads_server < 0) {
-        throw std::invalid_argument("DSI thread counts must be >= 0 (0 = from the thread budget)");
-    }
-    if (params.drafter != drafter_kind::model || params.rule != accept_rule::rejection) {
-        throw std::invalid_argument("DSI drafts with the draft model and verifies with the rejection rule only");
     }
 
     // the thread budget: the decoder's thread count, split between the drafter and the servers
@@ -97,6 +79,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     generate_result     res;
     generate_stats &    st = res.stats;
     st.n_prompt            = n_prompt;
+    st.drafter             = "model";
     const auto t_start     = clock_type::now();
 
     // prefill every server and the drafter, so that tasks carry only new tokens
@@ -126,12 +109,16 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     std::string finish;
     step_event  ev;
     size_t      n_reported = 0;  // tokens already passed to on_step
-    auto        report     = [&](bool final) {
+    int32_t     n_checked_reported = 0, n_accepted_reported = 0;
+    // one round's new tokens, and the drafts judged and kept since the last report
+    auto        report     = [&](bool final, int32_t n_checked, int32_t n_accepted) {
         ev.tokens.assign(res.tokens.begin() + (long) n_reported, res.tokens.end());
         n_reported    = res.tokens.size();
         ev.text       = final ? stream.take_all() : stream.take_ready();
-        ev.n_drafted  = 0;
-        ev.n_accepted = 0;
+        ev.n_drafted  = n_checked - n_checked_reported;
+        ev.n_accepted = n_accepted - n_accepted_reported;
+        n_checked_reported  = n_checked;
+        n_accepted_reported = n_accepted;
         return on_step && on_step(ev);
     };
 
@@ -141,8 +128,8 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
         return finish.empty();
     };
     cb.poll     = check;
-    cb.on_round = [&](int32_t) {
-        if (report(false)) {
+    cb.on_round = [&](int32_t, int32_t n_checked, int32_t n_accepted) {
+        if (report(false, n_checked, n_accepted)) {
             finish = "cancelled";
             return true;
         }
@@ -155,6 +142,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     dsi_params dp;
     dp.lookahead         = options.lookahead;
     dp.overlap           = options.overlap;
+    dp.wait_for_drafts   = options.wait_for_drafts;
     const int32_t  last  = std::min(n_prompt + params.max_tokens - 1, n_ctx);
     const uint64_t seed  = params.seed ? *params.seed
                                        : ((uint64_t) std::random_device{}() << 32 | std::random_device{}());
@@ -164,13 +152,14 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     rep.lookahead        = options.lookahead;
     rep.n_threads_draft  = t_draft;
     rep.n_threads_server = t_server;
+    rep.overlap          = options.overlap;
 
     if (finish.empty()) {
         finish           = "length";
         res.context_full = n_prompt + st.n_generated > n_ctx;
     }
     if (finish != "cancelled") {
-        report(true);
+        report(true, rep.stats.n_checked, rep.stats.n_accepted);
     }
     res.finish_reason = finish;
     res.text          = stream.text();

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .decoder import SpeculativeDecoder, Stats, resolve_drafter
+from .decoder import SpeculativeDecoder, Stats, as_dict
 
 # varied on purpose: acceptance depends on the kind of text
 PROMPTS: Dict[str, str] = {
@@ -60,7 +60,7 @@ class Run:
     dsi: Optional[dict] = None
 
     def as_dict(self) -> dict:
-        d = {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "stats": self.stats.as_dict()}
+        d = {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "stats": as_dict(self.stats)}
         if self.mode == "dsi":
             d.update(sp=self.sp, dsi=self.dsi)
         return d
@@ -74,7 +74,7 @@ def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: 
         out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, ignore_eos=True,
                            mode="dsi", sp=sp, lookahead=n_draft, threads_draft=dsi_threads[0],
                            threads_server=dsi_threads[1])
-        return Run(name, mode, n_draft, out.stats, out.tokens, sp, out.dsi.__dict__)
+        return Run(name, mode, n_draft, out.stats, out.tokens, sp, as_dict(out.dsi))
     out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
                        speculative=mode != "plain", adaptive=mode == "adaptive", drafter=drafter, ignore_eos=True)
     return Run(name, mode, n_draft if mode != "plain" else 0, out.stats, out.tokens)
@@ -204,7 +204,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "machine": machine_info(),
         "target": dec.model_path,
         "draft": dec.draft_path,
-        "drafter": resolve_drafter(drafter, dec.has_draft),  # what "auto" ran
+        "drafter": dec.drafter_name(drafter=drafter),  # what "auto" ran
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": seed,
@@ -307,3 +307,43 @@ def plot_report(report: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def format_report(r: dict) -> str:
+    """The report as the table `specllama bench` prints."""
+    lines = [f"plain decoding: {r['plain_tokens_per_second']:.1f} tokens/s "
+             f"({r['target_ms_per_token']:.1f} ms per target decode)",
+             "",
+             "n_draft         tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead  same output"]
+    for e in r["sweep"]:
+        if e["mode"] == "dsi":
+            continue
+        lines.append(f"{e['label']:>14}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
+                     f"{e['acceptance_rate']:>10.1%}  {e['mean_accepted_length']:>11.2f}  "
+                     f"{e['predicted_speedup']:>8.2f}x  {e['predicted_speedup_measured_verify']:>15.2f}x  "
+                     f"{e['loop_overhead_share']:>12.2%}  {e['outputs_identical']:>5}/{len(e['per_prompt'])}")
+    dsi = [e for e in r["sweep"] if e["mode"] == "dsi"]
+    if dsi:
+        lines += ["", "DSI (sp, lookahead)      tokens/s  speedup  acceptance  threads (drafter, per server)  "
+                      "verification hidden  tasks cancelled  same output"]
+        for e in dsi:
+            lines.append(f"{e['label']:>24}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
+                         f"{e['acceptance_rate']:>10.1%}  {e['threads']['draft']:>14}, {e['threads']['per_server']:<14}  "
+                         f"{e['verify_hidden_share']:>19.0%}  {e['tasks_cancelled_share']:>15.0%}  "
+                         f"{e['outputs_identical']:>5}/{len(e['per_prompt'])}")
+    best = next(e for e in r["sweep"] if e["mode"] == r["mode"] and e["n_draft"] == r["n_draft"])
+    lines += ["", f"per prompt, {best['label']}:"]
+    for name, p in best["per_prompt"].items():
+        lines.append(f"  {name:<8} plain {p['plain_tokens_per_second']:6.1f}  speculative "
+                     f"{p['speculative_tokens_per_second']:6.1f} tokens/s  {p['speedup']:.2f}x  "
+                     f"acceptance {p['acceptance_rate']:.1%}")
+    lines += ["", f"{best['label']}: {r['speedup']:.2f}x plain decoding"]
+    if r["best_n_draft"] is not None:
+        lines.append(f"best fixed n_draft: {r['best_n_draft']}, {r['best_fixed_speedup']:.2f}x")
+    if r.get("adaptive_vs_best_fixed_by_prompt"):
+        lines.append("adaptive vs each prompt's best fixed n_draft: " + ", ".join(
+            f"{name} {v['ratio']:.2f} (n_draft {v['best_fixed_n_draft']})"
+            for name, v in r["adaptive_vs_best_fixed_by_prompt"].items()))
+    if r.get("dsi_best"):
+        lines.append(f"best DSI: {r['dsi_best']}, {r['dsi_speedup']:.2f}x")
+    return "\n".join(lines)

@@ -10,8 +10,11 @@ prefix.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional
+
+import click
 
 from .decoder import SpeculativeDecoder, StepChunk
 
@@ -134,3 +137,124 @@ class ChatSession:
             self.tokens = prompt + reply_tokens + self.decoder.tokenize(tail, add_special=False)
         else:
             self.tokens = self.decoder.tokenize(after)
+
+
+# --- the terminal side of `specllama chat` ------------------------------------------------------
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def echo_stream(chunks, tokens: Optional[list] = None):
+    """Print streamed text to stdout as it lands (collecting the tokens into tokens, if given);
+    return the final chunk (finish_reason, stats)."""
+    final = None
+    for chunk in chunks:
+        if tokens is not None:
+            tokens.extend(chunk.tokens)
+        if chunk.text:
+            click.echo(chunk.text, nl=False)
+            sys.stdout.flush()
+        if chunk.finish_reason is not None:
+            final = chunk
+    return final
+
+
+def chat_turn(session, text: str, kwargs: dict, n_ctx: int, reader: "ChatInput") -> bool:
+    """One message of the chat: a command or a reply. False: the user asked to quit."""
+    if not text:
+        return True
+    if text in ("/exit", "/quit"):
+        return False
+    if text == "/reset":
+        start_over(session)
+    elif text == "/stats":
+        _err(session.stats.summary())
+    elif text.startswith("/") and "\n" not in text:
+        _err(f"unknown command {text}; commands: /stats, /reset, /exit")
+    else:
+        try:
+            final = echo_stream(session.send(text, **kwargs))
+            click.echo("")
+        except KeyboardInterrupt:
+            click.echo("")
+            _err("(reply stopped)")
+            return True
+        except ContextFull as exc:
+            _err(f"The context is full: {exc}. Starting over (/reset) frees it.")
+            offer_start_over(session, reader)
+            return True
+        if final is not None and final.context_full:
+            _err(f"(the reply filled the context of {n_ctx} tokens)")
+            offer_start_over(session, reader)
+    return True
+
+
+class ChatInput:
+    """Reads the chat's messages. A line is a message; a line ending in a backslash continues on
+    the next; a message that starts with triple quotes runs to a line that ends with them (for
+    pasted text). With a terminal on stdin and stdout, lines are read through readline (editing,
+    history within the session, and a paste of several lines is one message where the terminal
+    brackets pastes) and the prompt goes with the input; otherwise the prompt goes to stderr, so
+    stdout holds only replies."""
+
+    def __init__(self) -> None:
+        self.interactive = sys.stdin.isatty() and sys.stdout.isatty()
+        if self.interactive:
+            try:
+                import readline  # input() edits lines through it once imported
+            except ImportError:  # Python built without it: plain input()
+                return
+            if "GNU readline" in (readline.__doc__ or ""):
+                # a paste of several lines arrives as one message (Python turns this off for its REPL)
+                readline.parse_and_bind("set enable-bracketed-paste on")
+
+    def line(self, prompt: str):
+        """One line (without its end), or None at end of input."""
+        if self.interactive:
+            try:
+                return input(prompt)
+            except EOFError:
+                return None
+        click.echo(prompt, nl=False, err=True)
+        line = sys.stdin.readline()
+        return line.rstrip("\r\n") if line else None
+
+    def read(self):
+        """The next message, or None at end of input."""
+        line = self.line(">>> ")
+        if line is None:
+            return None
+        if line.lstrip().startswith('"""'):
+            lines, line = [], line.lstrip()[3:]
+            while not line.rstrip().endswith('"""'):
+                lines.append(line)
+                line = self.line("... ")
+                if line is None:  # end of input ends the block
+                    return "\n".join(lines)
+            lines.append(line.rstrip()[:-3])
+            return "\n".join(lines)
+        lines = []
+        while line.endswith("\\"):
+            lines.append(line[:-1])
+            line = self.line("... ")
+            if line is None:
+                line = ""
+                break
+        lines.append(line)
+        return "\n".join(lines)
+
+
+def start_over(session) -> None:
+    session.reset()
+    _err("(conversation cleared)")
+
+
+def offer_start_over(session, reader: "ChatInput") -> None:
+    try:
+        answer = reader.line("Start over? [y/N] ")  # through readline on a terminal, like messages
+    except KeyboardInterrupt:
+        answer = None
+        _err("")
+    if answer is not None and answer.strip().lower() in ("y", "yes"):
+        start_over(session)

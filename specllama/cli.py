@@ -11,14 +11,16 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Optional
 
 import click
 
-from ._core import quantize_types
-from .chat import ChatSession, ContextFull, lookup_note, paused_note
-from .decoder import SpeculativeDecoder, resolve_drafter
+from ._core import DECODER_DEFAULTS, GenerateOptions, quantize_types
+from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
+from .decoder import SpeculativeDecoder, as_dict
 
 _QUANT_TYPES = quantize_types()
+_GEN = GenerateOptions()  # the generation defaults (the native core's)
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -47,7 +49,7 @@ def model_options(fn):
         click.option("-d", "--draft", type=click.Path(dir_okay=False), envvar="SPECLLAMA_DRAFT",
                      help="Draft GGUF with the target's vocabulary (default pair's Q4_1 draft when -m is not given)."),
         click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
-        click.option("--n-draft", type=click.IntRange(1, 64), default=10, show_default=True,
+        click.option("--n-draft", type=click.IntRange(1, 64), default=DECODER_DEFAULTS["n_draft"], show_default=True,
                      help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
         click.option("--drafter", type=click.Choice(["auto", "model", "lookup", "model+lookup"]), default="auto",
                      show_default=True,
@@ -56,7 +58,7 @@ def model_options(fn):
                           "draft model (the model alone with --mode dsi)."),
         click.option("--fixed-draft", is_flag=True,
                      help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
-        click.option("-c", "--ctx-size", type=click.IntRange(0), default=4096, show_default=True,
+        click.option("-c", "--ctx-size", type=click.IntRange(0), default=DECODER_DEFAULTS["n_ctx"], show_default=True,
                      help="Context size in tokens (0 = the model's)."),
         click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = all)."),
         click.option("--threads-draft", type=click.IntRange(0), default=0, help="CPU threads for the draft (0 = --threads)."),
@@ -84,15 +86,13 @@ def model_options(fn):
 
 def sampling_options(fn):
     opts = [
-        click.option("-n", "--n-predict", type=click.IntRange(1), default=256, show_default=True,
+        click.option("-n", "--n-predict", type=int, default=_GEN.max_tokens, show_default=True,
                      help="Tokens to generate at most."),
-        click.option("--temp", type=click.FloatRange(0), default=0.8, show_default=True,
+        click.option("--temp", type=float, default=round(_GEN.temperature, 6), show_default=True,
                      help="Temperature (0 = greedy)."),
-        click.option("--top-k", type=click.IntRange(0), default=40, show_default=True, help="Top-k (0 = off)."),
-        click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
-                     help="Top-p (1 = off)."),
-        click.option("--min-p", type=click.FloatRange(0, 1, max_open=True), default=0.05, show_default=True,
-                     help="Min-p (0 = off)."),
+        click.option("--top-k", type=int, default=_GEN.top_k, show_default=True, help="Top-k (0 = off)."),
+        click.option("--top-p", type=float, default=round(_GEN.top_p, 6), show_default=True, help="Top-p (1 = off)."),
+        click.option("--min-p", type=float, default=round(_GEN.min_p, 6), show_default=True, help="Min-p (0 = off)."),
         click.option("-s", "--seed", type=click.IntRange(0, 2**64 - 1), default=None, help="Random seed (default: random)."),
     ]
 
@@ -114,9 +114,9 @@ def dsi_options(fn):
         click.option("--mode", type=click.Choice(["si", "dsi"]), default="si", show_default=True,
                      help="si: speculative decoding; dsi: Distributed Speculative Inference (drafting never "
                           "waits for verification; several target servers)."),
-        click.option("--sp", type=click.IntRange(1, 64), default=1, show_default=True,
+        click.option("--sp", type=int, default=_GEN.sp, show_default=True,
                      help="DSI: target servers (contexts on the shared target model)."),
-        click.option("--lookahead", type=click.IntRange(1, 64), default=4, show_default=True,
+        click.option("--lookahead", type=int, default=_GEN.lookahead, show_default=True,
                      help="DSI: drafted tokens per verification task."),
         click.option("--threads-server", type=click.IntRange(0), default=0,
                      help="DSI: CPU threads per target server (0 = split --threads with the drafter)."),
@@ -133,18 +133,30 @@ def dsi_options(fn):
     return gather
 
 
-def _check_dsi_drafter(mo: dict) -> None:
-    if mo["no_draft"] or resolve_drafter(mo["drafter"], True, "dsi") != "model":
-        raise click.UsageError("--mode dsi drafts with the draft model: drop --no-draft/--drafter")
+# the flag that sets each generation option, for error messages
+_FLAGS = {"max_tokens": "-n/--n-predict", "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p",
+          "min_p": "--min-p", "seed": "-s/--seed", "n_draft": "--n-draft", "drafter": "--drafter",
+          "sp": "--sp", "lookahead": "--lookahead", "threads_draft": "--threads-draft",
+          "threads_server": "--threads-server", "mode": "--mode"}
 
 
 def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
-    """generate()/stream() keyword arguments from the shared option groups."""
+    """generate()/stream() keyword arguments from the shared option groups, checked by the native
+    core before any model loads (a bad value is a usage error naming its flag)."""
     if do:
-        _check_dsi_drafter(mo)
-        return dict(so, **do, threads_draft=mo["threads_draft"], **extra)
-    return dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
-                speculative=not mo["no_draft"], **extra)
+        kwargs = dict(so, **do, threads_draft=mo["threads_draft"], drafter=mo["drafter"], **extra)
+    else:
+        kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
+                      speculative=not mo["no_draft"], **extra)
+    opts = GenerateOptions()
+    try:
+        for name, value in kwargs.items():
+            setattr(opts, name, value)
+        opts.validate()
+    except (ValueError, TypeError) as exc:
+        field = next((f for f in _FLAGS if str(exc).startswith(f + " ")), None)
+        raise click.BadParameter(str(exc), param_hint=_FLAGS.get(field, "options")) from None
+    return kwargs
 
 
 def _open_decoder(mo: dict, need_draft: bool = False):
@@ -166,25 +178,22 @@ def _open_decoder(mo: dict, need_draft: bool = False):
                              n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
                              n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft,
                              share_prefill=mo["share_prefill"])
+    return dec, _describe(dec, mo, draft)
+
+
+def _describe(dec: SpeculativeDecoder, mo: dict, draft) -> str:
+    """The banner: the models and who drafts."""
+    try:
+        drafter = "none" if mo["no_draft"] else dec.drafter_name(drafter=mo["drafter"])
+    except ValueError:
+        drafter = mo["drafter"]  # the generation itself reports what is wrong
     how = "fixed" if mo["fixed_draft"] else "at most"
-    if mo["drafter"] == "lookup" and not no_draft:
-        what = f"{Path(model).name} + prompt lookup, n_draft {how} {n_draft}"
-    else:
-        what = f"{Path(model).name}" + (f" + draft {Path(draft).name}{' + lookup' if resolve_drafter(mo['drafter'], True) == 'model+lookup' else ''}"
-                                        f", n_draft {how} {n_draft}" if draft else " (no draft)")
-    return dec, what
-
-
-def _echo_stream(chunks):
-    """Print streamed text to stdout as it lands; return the final chunk (finish_reason, stats)."""
-    final = None
-    for chunk in chunks:
-        if chunk.text:
-            click.echo(chunk.text, nl=False)
-            sys.stdout.flush()
-        if chunk.finish_reason is not None:
-            final = chunk
-    return final
+    what = Path(dec.model_path).name
+    if "model" in drafter:
+        what += f" + draft {Path(draft).name}"
+    if "lookup" in drafter:
+        what += " + prompt lookup"
+    return what + (f", n_draft {how} {dec.n_draft}" if drafter != "none" else " (no draft)")
 
 
 def _dsi_line(d) -> str:
@@ -235,25 +244,26 @@ def generate(prompt, mo, so, do, use_chat, system, stop, as_json, compare):
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise click.UsageError("the prompt is empty")
+    kwargs = _generate_kwargs(mo, so, do, stop=list(stop))
     dec, what = _open_decoder(mo)
     with dec:
         if use_chat:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
             prompt = dec.apply_chat_template(messages)
-        kwargs = _generate_kwargs(mo, so, do, stop=list(stop))
         if as_json:
             out = dec.generate(prompt, **kwargs)
             obj = {"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
-                   "context_full": out.context_full, "stats": out.stats.as_dict()}
+                   "context_full": out.context_full, "stats": as_dict(out.stats)}
             if out.dsi is not None:
-                obj["dsi"] = out.dsi.__dict__
+                obj["dsi"] = as_dict(out.dsi)
             click.echo(json.dumps(obj))
             return
         if do:
             what += f"; DSI with {do['sp']} target server(s), lookahead {do['lookahead']}"
         _err(f"specllama: {what}")
+        shown: list = []
         try:
-            final = _echo_stream(dec.stream(prompt, **kwargs))
+            final = echo_stream(dec.stream(prompt, **kwargs), shown)
         except KeyboardInterrupt:
             click.echo("")
             _err("specllama: interrupted")
@@ -266,27 +276,32 @@ def generate(prompt, mo, so, do, use_chat, system, stop, as_json, compare):
                  "may need --chat (its chat template)")
         if final.dsi is not None:
             _err(f"specllama: {_dsi_line(final.dsi)}")
-        if compare and kwargs.get("speculative", True) and (dec.has_draft or mo["drafter"] == "lookup"):
-            _compare_plain(dec, prompt, kwargs, final)
+        if compare:
+            if final.stats.drafter == "none":
+                _err("specllama: --compare: this run drafted nothing, so there is nothing to compare")
+            else:
+                _compare_plain(dec, prompt, kwargs, final, shown)
 
 
-def _compare_plain(dec, prompt, kwargs, final) -> None:
-    """Plain decoding of as many tokens, same settings and seed, on the same engine."""
-    spec_tokens = final.stats.n_generated
-    if spec_tokens == 0:
+def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
+    """Plain decoding of as many tokens as the run just shown, same settings, on the same engine,
+    compared with that run's speed and tokens."""
+    n = final.stats.n_generated
+    if n == 0:
         return
     dec.reset()
-    spec_again = dec.generate(prompt, **{**kwargs, "max_tokens": spec_tokens})
-    dec.reset()
     plain_kwargs = {k: v for k, v in kwargs.items() if k not in ("mode", "sp", "lookahead", "threads_server",
-                                                                 "threads_draft")}
-    plain = dec.generate(prompt, **{**plain_kwargs, "max_tokens": spec_tokens, "speculative": False})
-    s, p = spec_again.stats, plain.stats
-    same = "identical" if plain.tokens == spec_again.tokens else "different (see README: numerics at near-ties)"
-    if kwargs.get("temperature", 0) > 0:
+                                                                 "threads_draft", "drafter", "adaptive")}
+    plain = dec.generate(prompt, **{**plain_kwargs, "max_tokens": n, "speculative": False})
+    s, p = final.stats, plain.stats
+    if kwargs.get("temperature", 0) == 0:
+        same = "identical" if plain.tokens == shown else "different (docs/how-it-works.md: numerics at near-ties)"
+    elif kwargs.get("seed") is not None:
         same = "sampled with the same seed; equal in distribution, not token for token"
+    else:
+        same = "sampled; equal in distribution, not token for token"
     _err(f"specllama: plain decoding {p.tokens_per_second:.1f} tokens/s, speculative {s.tokens_per_second:.1f} "
-         f"tokens/s: {s.tokens_per_second / p.tokens_per_second:.2f}x on {spec_tokens} tokens; output {same}")
+         f"tokens/s (the run above): {s.tokens_per_second / p.tokens_per_second:.2f}x on {n} tokens; output {same}")
 
 
 @main.command()
@@ -303,16 +318,16 @@ def chat(mo, so, do, system):
     A line ending in a backslash continues on the next; text between lines of triple quotes
     (\"\"\") is one message, for pasting.
     """
+    kwargs = _generate_kwargs(mo, so, do)
     dec, what = _open_decoder(mo)
     with dec:
         session = ChatSession(dec, system=system)
-        kwargs = _generate_kwargs(mo, so, do)
         if do:
             what += f"; DSI with {do['sp']} target server(s), lookahead {do['lookahead']}"
         _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")
         _err("Type /exit or press Ctrl-D to quit, /reset to start over, /stats for speed; Ctrl-C stops a reply; "
              '""" starts and ends a message of several lines.')
-        reader = _ChatInput()
+        reader = ChatInput()
         while True:
             reading = True
             try:
@@ -321,110 +336,10 @@ def chat(mo, so, do, system):
                 if message is None:  # end of input
                     _err("")
                     break
-                if not _chat_turn(session, message.strip(), kwargs, dec.n_ctx, reader):
+                if not chat_turn(session, message.strip(), kwargs, dec.n_ctx, reader):
                     break
             except KeyboardInterrupt:  # at the prompt, or between a reply and the next prompt
                 _err("\n(input discarded; /exit or Ctrl-D quits)" if reading else "")
-
-
-def _chat_turn(session, text: str, kwargs: dict, n_ctx: int, reader: "_ChatInput") -> bool:
-    """One message of the chat: a command or a reply. False: the user asked to quit."""
-    if not text:
-        return True
-    if text in ("/exit", "/quit"):
-        return False
-    if text == "/reset":
-        _start_over(session)
-    elif text == "/stats":
-        _err(session.stats.summary())
-    elif text.startswith("/") and "\n" not in text:
-        _err(f"unknown command {text}; commands: /stats, /reset, /exit")
-    else:
-        try:
-            final = _echo_stream(session.send(text, **kwargs))
-            click.echo("")
-        except KeyboardInterrupt:
-            click.echo("")
-            _err("(reply stopped)")
-            return True
-        except ContextFull as exc:
-            _err(f"The context is full: {exc}. Starting over (/reset) frees it.")
-            _offer_start_over(session, reader)
-            return True
-        if final is not None and final.context_full:
-            _err(f"(the reply filled the context of {n_ctx} tokens)")
-            _offer_start_over(session, reader)
-    return True
-
-
-class _ChatInput:
-    """Reads the chat's messages. A line is a message; a line ending in a backslash continues on
-    the next; a message that starts with triple quotes runs to a line that ends with them (for
-    pasted text). With a terminal on stdin and stdout, lines are read through readline (editing,
-    history within the session, and a paste of several lines is one message where the terminal
-    brackets pastes) and the prompt goes with the input; otherwise the prompt goes to stderr, so
-    stdout holds only replies."""
-
-    def __init__(self) -> None:
-        self.interactive = sys.stdin.isatty() and sys.stdout.isatty()
-        if self.interactive:
-            try:
-                import readline  # input() edits lines through it once imported
-            except ImportError:  # Python built without it: plain input()
-                return
-            if "GNU readline" in (readline.__doc__ or ""):
-                # a paste of several lines arrives as one message (Python turns this off for its REPL)
-                readline.parse_and_bind("set enable-bracketed-paste on")
-
-    def line(self, prompt: str):
-        """One line (without its end), or None at end of input."""
-        if self.interactive:
-            try:
-                return input(prompt)
-            except EOFError:
-                return None
-        click.echo(prompt, nl=False, err=True)
-        line = sys.stdin.readline()
-        return line.rstrip("\r\n") if line else None
-
-    def read(self):
-        """The next message, or None at end of input."""
-        line = self.line(">>> ")
-        if line is None:
-            return None
-        if line.lstrip().startswith('"""'):
-            lines, line = [], line.lstrip()[3:]
-            while not line.rstrip().endswith('"""'):
-                lines.append(line)
-                line = self.line("... ")
-                if line is None:  # end of input ends the block
-                    return "\n".join(lines)
-            lines.append(line.rstrip()[:-3])
-            return "\n".join(lines)
-        lines = []
-        while line.endswith("\\"):
-            lines.append(line[:-1])
-            line = self.line("... ")
-            if line is None:
-                line = ""
-                break
-        lines.append(line)
-        return "\n".join(lines)
-
-
-def _start_over(session) -> None:
-    session.reset()
-    _err("(conversation cleared)")
-
-
-def _offer_start_over(session, reader: "_ChatInput") -> None:
-    try:
-        answer = reader.line("Start over? [y/N] ")  # through readline on a terminal, like messages
-    except KeyboardInterrupt:
-        answer = None
-        _err("")
-    if answer is not None and answer.strip().lower() in ("y", "yes"):
-        _start_over(session)
 
 
 def _parse_range(text: str):
@@ -470,7 +385,7 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
           threads_server, repeats):
     """Plain vs speculative decoding on the same engine and prompts: speed, acceptance, and the
     speedup Leviathan et al.'s formula predicts from them."""
-    from .bench import PROMPTS, run_bench, write_report
+    from .bench import PROMPTS, format_report, run_bench, write_report
 
     n_drafts = _parse_range(sweep) if sweep else [mo["n_draft"]]
     prompts = PROMPTS
@@ -482,10 +397,10 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
         prompts = {n: PROMPTS[n] for n in names}
     if mo["no_draft"]:
         raise click.UsageError("bench compares plain decoding with speculative decoding; drop --no-draft")
-    if mode == "dsi":
-        _check_dsi_drafter(mo)
     dec, what = _open_decoder(mo, need_draft=mo["drafter"] != "lookup")
     with dec:
+        if mode == "dsi":
+            dec.options(mode="dsi", drafter=mo["drafter"])  # refuse a DSI setting now, not after the SI runs
         adaptive_max = None if mo["fixed_draft"] else mo["n_draft"]
         if sweep is None and adaptive_max:
             n_drafts = []  # just the default configuration
@@ -506,47 +421,8 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
     if as_json:
         click.echo(json.dumps(report))
     else:
-        click.echo(_bench_table(report))
+        click.echo(format_report(report))
     _err(f"specllama: wrote {paths['json']} and {paths['png']}")
-
-
-def _bench_table(r: dict) -> str:
-    lines = [f"plain decoding: {r['plain_tokens_per_second']:.1f} tokens/s "
-             f"({r['target_ms_per_token']:.1f} ms per target decode)",
-             "",
-             "n_draft         tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead  same output"]
-    for e in r["sweep"]:
-        if e["mode"] == "dsi":
-            continue
-        lines.append(f"{e['label']:>14}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
-                     f"{e['acceptance_rate']:>10.1%}  {e['mean_accepted_length']:>11.2f}  "
-                     f"{e['predicted_speedup']:>8.2f}x  {e['predicted_speedup_measured_verify']:>15.2f}x  "
-                     f"{e['loop_overhead_share']:>12.2%}  {e['outputs_identical']:>5}/{len(e['per_prompt'])}")
-    dsi = [e for e in r["sweep"] if e["mode"] == "dsi"]
-    if dsi:
-        lines += ["", "DSI (sp, lookahead)      tokens/s  speedup  acceptance  threads (drafter, per server)  "
-                      "verification hidden  tasks cancelled  same output"]
-        for e in dsi:
-            lines.append(f"{e['label']:>24}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
-                         f"{e['acceptance_rate']:>10.1%}  {e['threads']['draft']:>14}, {e['threads']['per_server']:<14}  "
-                         f"{e['verify_hidden_share']:>19.0%}  {e['tasks_cancelled_share']:>15.0%}  "
-                         f"{e['outputs_identical']:>5}/{len(e['per_prompt'])}")
-    best = next(e for e in r["sweep"] if e["mode"] == r["mode"] and e["n_draft"] == r["n_draft"])
-    lines += ["", f"per prompt, {best['label']}:"]
-    for name, p in best["per_prompt"].items():
-        lines.append(f"  {name:<8} plain {p['plain_tokens_per_second']:6.1f}  speculative "
-                     f"{p['speculative_tokens_per_second']:6.1f} tokens/s  {p['speedup']:.2f}x  "
-                     f"acceptance {p['acceptance_rate']:.1%}")
-    lines += ["", f"{best['label']}: {r['speedup']:.2f}x plain decoding"]
-    if r["best_n_draft"] is not None:
-        lines.append(f"best fixed n_draft: {r['best_n_draft']}, {r['best_fixed_speedup']:.2f}x")
-    if r.get("adaptive_vs_best_fixed_by_prompt"):
-        lines.append("adaptive vs each prompt's best fixed n_draft: " + ", ".join(
-            f"{name} {v['ratio']:.2f} (n_draft {v['best_fixed_n_draft']})"
-            for name, v in r["adaptive_vs_best_fixed_by_prompt"].items()))
-    if r.get("dsi_best"):
-        lines.append(f"best DSI: {r['dsi_best']}, {r['dsi_speedup']:.2f}x")
-    return "\n".join(lines)
 
 
 @main.command("draft")
@@ -565,7 +441,7 @@ def _bench_table(r: dict) -> str:
 @_library_errors
 def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_json):
     """Make a quantized draft of TARGET with llama.cpp's quantizer (or find the best with --sweep)."""
-    from .draft_sweep import make_draft, sweep_drafts
+    from .draft_sweep import format_sweep, make_draft, sweep_drafts
 
     qtype = qtype.lower()
     if not sweep:
@@ -585,16 +461,7 @@ def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_
     if as_json:
         click.echo(json.dumps(report))
         return
-    click.echo(f"target {Path(target).name}: {report['target_size_mb']:.1f} MB, "
-               f"{report['target_ms_per_token']:.1f} ms per token")
-    v = report["verify_ms_by_batch"]
-    click.echo(f"verification batch cost: {', '.join(f'{k} tokens {ms:.1f} ms' for k, ms in v.items() if k in (1, 2, 5, 9, 13))}")
-    click.echo("type     size MB  cost ratio  acceptance  best n_draft  predicted speedup  (Leviathan, verify = 1 decode)")
-    for e in report["drafts"]:
-        click.echo(f"{e['type']:<7} {e['size_mb']:>8.1f}  {e['cost_ratio']:>10.2f}  {e['acceptance_rate']:>10.1%}  "
-                   f"{e['best_n_draft']:>12}  {e['predicted_speedup']:>16.2f}x  {e['predicted_speedup_leviathan']:>10.2f}x")
-    best = report["recommended"]
-    click.echo(f"recommended: {best['type']} ({best['path']}), predicted {best['predicted_speedup']:.2f}x")
+    click.echo(format_sweep(report, Path(target).name))
 
 
 def _default_draft_name(target: str, qtype: str) -> str:

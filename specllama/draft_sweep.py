@@ -99,7 +99,8 @@ def sweep_drafts(target: str, types: List[str], out_dir: Path, n_predict: int = 
             drafted = accepted = 0
             for p in prompts:
                 dec.reset()
-                s = dec.generate(p, max_tokens=n_predict, temperature=0, n_draft=n_draft, ignore_eos=True).stats
+                s = dec.generate(p, max_tokens=n_predict, temperature=0, n_draft=n_draft, adaptive=False, drafter="model",
+                                 ignore_eos=True).stats
                 drafted += s.n_drafted
                 accepted += s.n_accepted
         alpha = accepted / drafted if drafted else 0.0
@@ -120,3 +121,19 @@ def sweep_drafts(target: str, types: List[str], out_dir: Path, n_predict: int = 
     return {"target": target, "target_size_mb": os.path.getsize(target) / 1e6, "target_ms_per_token": target_ms,
             "verify_ms_by_batch": verify_ms,
             "n_predict": n_predict, "drafts": drafts, "recommended": recommended}
+
+
+def format_sweep(report: dict, target_name: str) -> str:
+    """The sweep report as the table `specllama draft --sweep` prints."""
+    out = []
+    out.append(f"target {target_name}: {report['target_size_mb']:.1f} MB, "
+               f"{report['target_ms_per_token']:.1f} ms per token")
+    v = report["verify_ms_by_batch"]
+    out.append(f"verification batch cost: {', '.join(f'{k} tokens {ms:.1f} ms' for k, ms in v.items() if k in (1, 2, 5, 9, 13))}")
+    out.append("type     size MB  cost ratio  acceptance  best n_draft  predicted speedup  (Leviathan, verify = 1 decode)")
+    for e in report["drafts"]:
+        out.append(f"{e['type']:<7} {e['size_mb']:>8.1f}  {e['cost_ratio']:>10.2f}  {e['acceptance_rate']:>10.1%}  "
+                   f"{e['best_n_draft']:>12}  {e['predicted_speedup']:>16.2f}x  {e['predicted_speedup_leviathan']:>10.2f}x")
+    best = report["recommended"]
+    out.append(f"recommended: {best['type']} ({best['path']}), predicted {best['predicted_speedup']:.2f}x")
+    return "\n".join(out)

@@ -106,6 +106,7 @@ def online(mode: str, t_target_ms: float, t_draft_ms: float, right: Sequence[boo
     """Run the native orchestrator against simulated servers: mode 'non-si', 'si' or 'dsi'.
     Returns its stats with t_total_ms (measured wall time) and 'correct' (output == target's)."""
     from . import _core
+    from .decoder import as_dict
 
     if mode not in ("non-si", "si", "dsi"):
         raise ValueError(f"mode must be 'non-si', 'si' or 'dsi', got {mode!r}")
@@ -113,8 +114,9 @@ def online(mode: str, t_target_ms: float, t_draft_ms: float, right: Sequence[boo
         raise ValueError("need n >= 1 and a pattern of at least n entries")
     overlap = mode == "dsi"
     k = 0 if mode == "non-si" else lookahead
-    return _core.simulate_dsi(float(t_target_ms), float(t_draft_ms), [bool(x) for x in right[:n]],
-                              lookahead=k, sp=sp if overlap else 1, overlap=overlap)
+    stats, n_tokens, correct = _core.simulate_dsi(float(t_target_ms), float(t_draft_ms), [bool(x) for x in right[:n]],
+                                                  lookahead=k, sp=sp if overlap else 1, overlap=overlap)
+    return dict(as_dict(stats), n_tokens=n_tokens, correct=correct)
 
 
 @dataclass

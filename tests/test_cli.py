@@ -19,7 +19,8 @@ from click.testing import CliRunner
 
 import specllama
 from specllama.chat import ChatSession
-from specllama.cli import _ChatInput, main
+from specllama.chat import ChatInput
+from specllama.cli import main
 
 
 @pytest.fixture()
@@ -104,7 +105,7 @@ def test_chat_transcript(runner, tiny):
 ])
 def test_chat_input_reads_messages_of_several_lines(monkeypatch, typed, message):
     monkeypatch.setattr("sys.stdin", io.StringIO(typed + "next\n"))
-    reader = _ChatInput()
+    reader = ChatInput()
     assert not reader.interactive
     assert reader.read() == (message if typed else "next")
 
@@ -290,7 +291,7 @@ def test_generate_dsi_mode(runner, tiny):
     d = json.loads(j.stdout)["dsi"]
     assert d["sp"] == 1 and d["lookahead"] == 4 and d["n_checked"] + d["n_target_only"] == 8
     bad = runner.invoke(main, ["generate", "hi", *_pair(tiny), "--mode", "dsi", "--drafter", "lookup"])
-    assert bad.exit_code == 2 and "--mode dsi drafts with the draft model" in bad.stderr
+    assert bad.exit_code == 2 and "mode 'dsi' drafts with the draft model" in bad.stderr
 
 
 def test_chat_dsi_mode(runner, tiny):

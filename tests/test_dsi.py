@@ -155,7 +155,7 @@ def test_dsi_bad_arguments(tiny):
         with pytest.raises(TypeError):
             dec.generate("the cat", max_tokens=4, mode="dsi", sp=1.5)
         with pytest.raises(ValueError, match="lookahead must be in"):
-            dec._native().generate_dsi([1, 2], max_tokens=4, lookahead=600)
+            dec.generate([1, 2], max_tokens=4, mode="dsi", lookahead=600)
     with specllama.SpeculativeDecoder(tiny.target, n_ctx=256) as dec:
         with pytest.raises(ValueError, match="needs a draft model"):
             dec.generate("the cat", max_tokens=4, mode="dsi")

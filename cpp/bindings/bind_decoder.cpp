@@ -14,53 +14,6 @@ using namespace specllama;
 
 namespace specllama_py {
 
-py::dict stats_to_dict(const generate_stats & s) {
-    py::dict d;
-    d["n_prompt"]          = s.n_prompt;
-    d["n_prompt_cached"]   = s.n_prompt_cached;
-    d["n_prompt_shared"]   = s.n_prompt_shared;
-    d["n_generated"]       = s.n_generated;
-    d["n_steps"]           = s.n_steps;
-    d["n_drafted"]         = s.n_drafted;
-    d["n_accepted"]        = s.n_accepted;
-    d["n_lookup_drafted"]  = s.n_lookup_drafted;
-    d["n_lookup_accepted"] = s.n_lookup_accepted;
-    d["n_paused_steps"]    = s.n_paused_steps;
-    d["accepted_hist"]     = s.accepted_hist;
-    d["acceptance_rate"]   = s.acceptance_rate();
-    d["t_prefill_ms"]      = s.t_prefill_ms;
-    d["t_draft_ms"]        = s.t_draft_ms;
-    d["t_verify_ms"]       = s.t_verify_ms;
-    d["t_accept_ms"]       = s.t_accept_ms;
-    d["t_total_ms"]        = s.t_total_ms;
-    d["tokens_per_second"] = s.tokens_per_second();
-    return d;
-}
-
-generate_params common_params(int32_t max_tokens, float temperature, int32_t top_k, float top_p, float min_p,
-                              std::optional<uint64_t> seed, const std::vector<std::string> & stop, bool ignore_eos) {
-    generate_params p;
-    p.max_tokens           = max_tokens;
-    p.sampling.temperature = temperature;
-    p.sampling.top_k       = top_k;
-    p.sampling.top_p       = top_p;
-    p.sampling.min_p       = min_p;
-    p.seed                 = seed;
-    p.stop                 = stop;
-    p.ignore_eos           = ignore_eos;
-    return p;
-}
-
-py::dict result_to_dict(const generate_result & res) {
-    py::dict out;
-    out["tokens"]        = res.tokens;
-    out["text"]          = to_str(res.text);
-    out["finish_reason"] = res.finish_reason;
-    out["context_full"]  = res.context_full;
-    out["stats"]         = stats_to_dict(res.stats);
-    return out;
-}
-
 step_callback make_step_callback(const std::optional<py::function> & on_step) {
     return [on_step](const step_event & ev) -> bool {
         py::gil_scoped_acquire gil;
@@ -75,8 +28,203 @@ step_callback make_step_callback(const std::optional<py::function> & on_step) {
     };
 }
 
+namespace {
+
+// GenerateOptions(**fields): every field of generate_params by name; an unknown name is a TypeError
+void set_options(py::object self, const py::kwargs & fields) {
+    for (const auto & kv : fields) {
+        const std::string name = py::str(kv.first);
+        if (name.empty() || name[0] == '_' || !py::hasattr(self.get_type(), name.c_str())) {
+            throw py::type_error("unknown generation option '" + name + "'");
+        }
+        py::setattr(self, kv.first, kv.second);
+    }
+}
+
+}  // namespace
+
+void register_options(py::module_ & m) {
+    m.attr("MAX_DRAFT")   = k_max_draft;
+    m.attr("MAX_SERVERS") = k_max_servers;
+
+    py::class_<step_prices>(m, "StepPrices",
+                            "Prices (ms) the adaptive draft length uses instead of measured times: the same "
+                            "prices give the same draft lengths on any machine and under any load.")
+        .def(py::init([](double draft_ms, double verify_ms, double verify_token_ms) {
+                 return step_prices{draft_ms, verify_ms, verify_token_ms};
+             }),
+             py::arg("draft_ms"), py::arg("verify_ms"), py::arg("verify_token_ms"))
+        .def_readonly("draft_ms", &step_prices::draft_ms, "one draft decode")
+        .def_readonly("verify_ms", &step_prices::verify_ms, "a one-token verification")
+        .def_readonly("verify_token_ms", &step_prices::verify_token_ms, "each further token of a verification")
+        .def("__repr__", [](const step_prices & c) {
+            return "StepPrices(draft_ms=" + std::to_string(c.draft_ms) + ", verify_ms=" + std::to_string(c.verify_ms) +
+                   ", verify_token_ms=" + std::to_string(c.verify_token_ms) + ")";
+        });
+
+    using gp = generate_params;
+    py::class_<gp>(m, "GenerateOptions",
+                   "What one generation does. Every field has its default here and is checked by the native "
+                   "core when a generation starts; GenerateOptions(**fields) sets fields by name.")
+        .def(py::init([](const py::kwargs & fields) {
+                 auto       p    = std::make_unique<gp>();
+                 py::object self = py::cast(p.get(), py::return_value_policy::reference);
+                 set_options(self, fields);
+                 return p;
+             }))
+        .def_readwrite("max_tokens", &gp::max_tokens, "tokens to generate at most")
+        .def_readwrite("n_draft", &gp::n_draft,
+                       "tokens drafted per step: at most (adaptive) or exactly; None: the decoder's n_draft")
+        .def_property(
+            "temperature", [](const gp & p) { return p.sampling.temperature; },
+            [](gp & p, float v) { p.sampling.temperature = v; }, "0 = greedy; > 0 samples")
+        .def_property(
+            "top_k", [](const gp & p) { return p.sampling.top_k; }, [](gp & p, int32_t v) { p.sampling.top_k = v; },
+            "keep the k most likely tokens (0 = all)")
+        .def_property(
+            "top_p", [](const gp & p) { return p.sampling.top_p; }, [](gp & p, float v) { p.sampling.top_p = v; },
+            "nucleus: the smallest set reaching this probability, in (0, 1]")
+        .def_property(
+            "min_p", [](const gp & p) { return p.sampling.min_p; }, [](gp & p, float v) { p.sampling.min_p = v; },
+            "drop tokens below min_p times the most likely one's probability, in [0, 1)")
+        .def_readwrite("seed", &gp::seed, "random seed; None: a random one")
+        .def_readwrite("stop", &gp::stop, "stop strings (not included in the text)")
+        .def_readwrite("ignore_eos", &gp::ignore_eos, "keep going past end-of-generation tokens")
+        .def_readwrite("speculative", &gp::speculative, "False: plain decoding on the target, through the same loop")
+        .def_readwrite("adaptive", &gp::adaptive,
+                       "choose each step's draft length by expected speed; None: adaptive unless sampling "
+                       "with a seed (adaptive lengths follow measured times)")
+        .def_property(
+            "drafter", [](const gp & p) { return drafter_to_string(p.drafter); },
+            [](gp & p, const std::string & v) { p.drafter = drafter_from_string(v); },
+            "'auto' (model+lookup with a draft model, the model alone in DSI, plain decoding without "
+            "one), 'model', 'lookup' (no draft model needed) or 'model+lookup'")
+        .def_property(
+            "acceptance", [](const gp & p) { return accept_rule_to_string(p.rule); },
+            [](gp & p, const std::string & v) { p.rule = accept_rule_from_string(v); },
+            "'rejection' (Leviathan et al.'s rule) or 'match' (llama.cpp's sample-and-match, for comparison)")
+        .def_readwrite("prices", &gp::prices,
+                       "StepPrices for the adaptive rule instead of measured times; None: measured")
+        .def_property(
+            "mode", [](const gp & p) { return decode_mode_to_string(p.mode); },
+            [](gp & p, const std::string & v) { p.mode = decode_mode_from_string(v); },
+            "'si' (speculative decoding) or 'dsi' (Distributed Speculative Inference)")
+        .def_property(
+            "sp", [](const gp & p) { return p.dsi.sp; }, [](gp & p, int32_t v) { p.dsi.sp = v; },
+            "DSI: target servers")
+        .def_property(
+            "lookahead", [](const gp & p) { return p.dsi.lookahead; }, [](gp & p, int32_t v) { p.dsi.lookahead = v; },
+            "DSI: drafted tokens per verification task")
+        .def_property(
+            "threads_draft", [](const gp & p) { return p.dsi.n_threads_draft; },
+            [](gp & p, int32_t v) { p.dsi.n_threads_draft = v; },
+            "DSI: drafter threads (0: split the decoder's threads)")
+        .def_property(
+            "threads_server", [](const gp & p) { return p.dsi.n_threads_server; },
+            [](gp & p, int32_t v) { p.dsi.n_threads_server = v; },
+            "DSI: threads per target server (0: split the decoder's threads)")
+        .def_property(
+            "overlap", [](const gp & p) { return p.dsi.overlap; }, [](gp & p, bool v) { p.dsi.overlap = v; },
+            "DSI: False runs SI on the same code path (each verification waited for)")
+        .def_property(
+            "wait_for_drafts", [](const gp & p) { return p.dsi.wait_for_drafts; },
+            [](gp & p, bool v) { p.dsi.wait_for_drafts = v; },
+            "DSI: use the target's prediction at a position only once the drafter has proposed there, so "
+            "every token is a judged draft whatever the timing")
+        .def("copy", [](const gp & p) { return gp(p); }, "an independent copy")
+        .def("validate", &generate_params_validate, "raise ValueError naming the first bad field");
+}
+
+void register_stats(py::module_ & m) {
+    using gs = generate_stats;
+    py::class_<gs>(m, "Stats", "What one generation did, and where its time went.")
+        .def_readonly("n_prompt", &gs::n_prompt, "prompt tokens")
+        .def_readonly("n_prompt_cached", &gs::n_prompt_cached, "of which were reused from the cache")
+        .def_readonly("n_prompt_shared", &gs::n_prompt_shared,
+                      "prompt tokens the draft took from the target's cache instead of processing")
+        .def_readonly("n_generated", &gs::n_generated, "tokens emitted")
+        .def_readonly("n_steps", &gs::n_steps, "target verification passes")
+        .def_readonly("n_drafted", &gs::n_drafted, "tokens proposed by the drafter")
+        .def_readonly("n_accepted", &gs::n_accepted, "of which the target kept")
+        .def_readonly("n_lookup_drafted", &gs::n_lookup_drafted, "of the drafted tokens, those prompt lookup proposed")
+        .def_readonly("n_lookup_accepted", &gs::n_lookup_accepted, "of which the target kept")
+        .def_readonly("n_paused_steps", &gs::n_paused_steps,
+                      "steps the adaptive rule took without the draft model (drafting did not pay)")
+        .def_readonly("accepted_hist", &gs::accepted_hist, "accepted_hist[k]: steps that kept k drafted tokens")
+        .def_readonly("drafter", &gs::drafter, "who drafted: 'model', 'lookup', 'model+lookup' or 'none'")
+        .def_readonly("t_prefill_ms", &gs::t_prefill_ms, "prompt processing")
+        .def_readonly("t_draft_ms", &gs::t_draft_ms, "draft decodes and draft sampling")
+        .def_readonly("t_verify_ms", &gs::t_verify_ms, "target decodes")
+        .def_readonly("t_accept_ms", &gs::t_accept_ms, "target sampling and the acceptance rule")
+        .def_readonly("t_total_ms", &gs::t_total_ms, "the whole call")
+        .def_property_readonly("acceptance_rate", &gs::acceptance_rate, "n_accepted / n_drafted")
+        .def_property_readonly("tokens_per_second", &gs::tokens_per_second, "n_generated over the time after prefill")
+        .def_property_readonly("t_other_ms", &gs::t_other_ms, "time in the loop outside model calls and acceptance")
+        .def_property_readonly("mean_accepted_length", &gs::mean_accepted_length,
+                               "tokens emitted per verification step");
+
+    py::class_<dsi_report>(m, "DSIStats",
+                           "What the DSI orchestrator did. Server times are summed over servers, so they can "
+                           "exceed the wall time.")
+        .def_readonly("sp", &dsi_report::sp, "target servers")
+        .def_readonly("lookahead", &dsi_report::lookahead, "drafted tokens per verification task")
+        .def_readonly("n_threads_draft", &dsi_report::n_threads_draft)
+        .def_readonly("n_threads_server", &dsi_report::n_threads_server, "per server")
+        .def_readonly("overlap", &dsi_report::overlap, "False: SI on the same code path")
+        .def_property_readonly("n_tasks", [](const dsi_report & r) { return r.stats.n_tasks; },
+                               "verification tasks sent to servers")
+        .def_property_readonly("n_tasks_cancelled", [](const dsi_report & r) { return r.stats.n_tasks_cancelled; },
+                               "of which were cancelled or built on a rejected draft")
+        .def_property_readonly("n_drafted", [](const dsi_report & r) { return r.stats.n_drafted; },
+                               "tokens the drafter proposed, cancelled ones included")
+        .def_property_readonly("n_checked", [](const dsi_report & r) { return r.stats.n_checked; },
+                               "drafts the target judged")
+        .def_property_readonly("n_accepted", [](const dsi_report & r) { return r.stats.n_accepted; },
+                               "of which were kept")
+        .def_property_readonly("n_target_only", [](const dsi_report & r) { return r.stats.n_target_only; },
+                               "tokens emitted from the target with no draft beside them")
+        .def_property_readonly("t_total_ms", [](const dsi_report & r) { return r.stats.t_total_ms; })
+        .def_property_readonly("t_draft_ms", [](const dsi_report & r) { return r.stats.t_draft_ms; },
+                               "the drafter computing")
+        .def_property_readonly("t_draft_idle_ms", [](const dsi_report & r) { return r.stats.t_draft_idle_ms; },
+                               "the drafter waiting for verification")
+        .def_property_readonly("t_verify_ms", [](const dsi_report & r) { return r.stats.t_verify_ms; },
+                               "servers computing")
+        .def_property_readonly("t_verify_wasted_ms", [](const dsi_report & r) { return r.stats.t_verify_wasted_ms; },
+                               "of which on cancelled tasks")
+        .def_property_readonly("t_verify_hidden_ms", &dsi_report::t_verify_hidden_ms,
+                               "used verification time the drafter did not wait for")
+        .def_property_readonly("verify_hidden_share", &dsi_report::verify_hidden_share,
+                               "t_verify_hidden_ms over the used verification time");
+
+    py::class_<generate_result>(m, "Completion", "The result of a generation.")
+        .def_readonly("tokens", &generate_result::tokens)
+        .def_property_readonly("text", [](const generate_result & r) { return to_str(r.text); })
+        .def_readonly("finish_reason", &generate_result::finish_reason,
+                      "'stop' (end token or stop string), 'length' (max_tokens or context full), 'cancelled'")
+        .def_readonly("context_full", &generate_result::context_full,
+                      "True when 'length' came from the context having no room left")
+        .def_readonly("stats", &generate_result::stats)
+        .def_readonly("dsi", &generate_result::dsi, "DSIStats (mode 'dsi'), else None");
+}
+
 void register_decoder(py::module_ & m) {
-    m.attr("MAX_DRAFT") = k_max_draft;
+    register_options(m);
+    register_stats(m);
+    {
+        // the decoder's defaults, for the Python signature and the CLI (defined once, here)
+        const decoder_params d;
+        py::dict             defaults;
+        defaults["n_ctx"]              = d.ctx.n_ctx;
+        defaults["n_batch"]            = d.ctx.n_batch;
+        defaults["n_threads"]          = d.ctx.n_threads;
+        defaults["n_threads_draft"]    = d.n_threads_draft;
+        defaults["n_gpu_layers"]       = d.target.n_gpu_layers;
+        defaults["n_gpu_layers_draft"] = d.target.n_gpu_layers;
+        defaults["n_draft"]            = d.n_draft;
+        defaults["share_prefill"]      = d.share_prefill;
+        m.attr("DECODER_DEFAULTS")     = defaults;
+    }
 
     // the adaptive draft length's rule on its own, so that recorded traces can be replayed through
     // the exact policy the loop uses (benchmarks/replay_draft_length.py)
@@ -109,7 +257,7 @@ void register_decoder(py::module_ & m) {
     py::class_<decoder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
         .def(py::init([](const std::string & target, std::optional<std::string> draft, int32_t n_ctx,
                          int32_t n_batch, int32_t n_threads, int32_t n_threads_draft, int32_t n_gpu_layers,
-                         int32_t n_gpu_layers_draft, bool share_prefill) {
+                         int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill) {
                  decoder_params p;
                  p.target.path         = target;
                  p.target.n_gpu_layers = n_gpu_layers;
@@ -123,13 +271,18 @@ void register_decoder(py::module_ & m) {
                  p.ctx.n_batch     = n_batch;
                  p.ctx.n_threads   = n_threads;
                  p.n_threads_draft = n_threads_draft;
+                 p.n_draft         = n_draft;
                  p.share_prefill   = share_prefill;
                  py::gil_scoped_release nogil;
                  return std::make_unique<decoder>(p);
              }),
-             py::arg("target"), py::arg("draft") = py::none(), py::arg("n_ctx") = 4096, py::arg("n_batch") = 512,
-             py::arg("n_threads") = 0, py::arg("n_threads_draft") = 0, py::arg("n_gpu_layers") = 0,
-             py::arg("n_gpu_layers_draft") = 0, py::arg("share_prefill") = true)
+             py::arg("target"), py::arg("draft") = py::none(), py::arg("n_ctx") = context_params{}.n_ctx,
+             py::arg("n_batch") = context_params{}.n_batch, py::arg("n_threads") = context_params{}.n_threads,
+             py::arg("n_threads_draft") = decoder_params{}.n_threads_draft,
+             py::arg("n_gpu_layers") = model_params{}.n_gpu_layers,
+             py::arg("n_gpu_layers_draft") = model_params{}.n_gpu_layers, py::arg("n_draft") = decoder_params{}.n_draft,
+             py::arg("share_prefill") = decoder_params{}.share_prefill)
+        .def_property_readonly("n_draft", &decoder::n_draft)
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("shares_prefill", &decoder::shares_prefill)
         .def_property_readonly("has_draft", [](const decoder & d) { return d.draft() != nullptr; })
@@ -170,48 +323,23 @@ void register_decoder(py::module_ & m) {
         })
         .def(
             "generate",
-            [](decoder & d, const std::vector<llama_token> & prompt, int32_t max_tokens, int32_t n_draft,
-               float temperature, int32_t top_k, float top_p, float min_p, std::optional<uint64_t> seed,
-               const std::vector<std::string> & stop, bool ignore_eos, bool speculative, bool adaptive,
-               const std::string & drafter, const std::string & acceptance, std::optional<py::function> on_step) {
-                generate_params p = common_params(max_tokens, temperature, top_k, top_p, min_p, seed, stop, ignore_eos);
-                p.n_draft              = n_draft;
-                p.speculative          = speculative;
-                p.adaptive             = adaptive;
-                if (drafter == "model") {
-                    p.drafter = drafter_kind::model;
-                } else if (drafter == "lookup") {
-                    p.drafter = drafter_kind::lookup;
-                } else if (drafter == "model+lookup") {
-                    p.drafter = drafter_kind::model_lookup;
-                } else {
-                    throw std::invalid_argument("drafter must be 'model', 'lookup' or 'model+lookup', got '" +
-                                                drafter + "'");
-                }
-                if (acceptance == "rejection") {
-                    p.rule = accept_rule::rejection;
-                } else if (acceptance == "match") {
-                    p.rule = accept_rule::match;
-                } else {
-                    throw std::invalid_argument("acceptance must be 'rejection' or 'match', got '" + acceptance + "'");
-                }
-
+            [](decoder & d, const std::vector<llama_token> & prompt, const generate_params & options,
+               std::optional<py::function> on_step) {
                 step_callback   cb = make_step_callback(on_step);
                 generate_result res;
                 {
                     py::gil_scoped_release nogil;
-                    res = d.generate(prompt, p, cb, check_signals);
+                    res = d.generate(prompt, options, cb, check_signals);
                 }
-                return result_to_dict(res);
+                return res;
             },
-            py::arg("prompt"), py::arg("max_tokens") = 256, py::arg("n_draft") = 6, py::arg("temperature") = 0.8f,
-            py::arg("top_k") = 40, py::arg("top_p") = 0.95f, py::arg("min_p") = 0.05f, py::arg("seed") = py::none(),
-            py::arg("stop") = std::vector<std::string>{}, py::arg("ignore_eos") = false,
-            py::arg("speculative") = true, py::arg("adaptive") = true, py::arg("drafter") = "model",
-            py::arg("acceptance") = "rejection", py::arg("on_step") = py::none(),
+            py::arg("prompt"), py::arg("options"), py::arg("on_step") = py::none(),
             "Generate after prompt (token ids). on_step(tokens, text, n_drafted, n_accepted) runs after "
-            "every verification step; returning True stops. Returns a dict: tokens, text, finish_reason, "
-            "context_full, stats.");
+            "every verification step; returning True stops.")
+        .def("drafter_name", &decoder::drafter_name, py::arg("options"),
+             "who drafts in a generation with these options: 'model', 'lookup', 'model+lookup' or 'none'")
+        .def("validate", &decoder::validate, py::arg("options"),
+             "raise ValueError naming the first option this decoder cannot run with");
 }
 
 }  // namespace specllama_py

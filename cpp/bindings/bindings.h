@@ -14,15 +14,8 @@ namespace specllama_py {
 void register_model(pybind11::module_ & m);
 void register_sampling(pybind11::module_ & m);
 void register_decoder(pybind11::module_ & m);
-void register_dsi(pybind11::module_ & m);  // after register_decoder: adds Decoder.generate_dsi
+void register_dsi(pybind11::module_ & m);
 
-// shared by the generate bindings
-// the arguments both generate bindings take, as generate_params
-specllama::generate_params common_params(int32_t max_tokens, float temperature, int32_t top_k, float top_p,
-                                         float min_p, std::optional<uint64_t> seed,
-                                         const std::vector<std::string> & stop, bool ignore_eos);
-pybind11::dict        stats_to_dict(const specllama::generate_stats & s);
-pybind11::dict        result_to_dict(const specllama::generate_result & r);
 // on_step(tokens, text, n_drafted, n_accepted) -> bool, with a Ctrl-C check before each call
 specllama::step_callback make_step_callback(const std::optional<pybind11::function> & on_step);
 
