@@ -5,29 +5,46 @@ rejection-sampling rule keeps the output distribution exactly the target's. The 
 (specllama._core, over llama.cpp); this package orchestrates it.
 """
 
+import os as _os
+
 from ._libllama import preload as _preload
 
 _preload()
 
+try:
+    from . import _core  # noqa: E402
+except ImportError as _exc:  # a source tree without the built extension, most often
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    raise ImportError(
+        f"specllama's native extension (specllama._core) is not in {_here}. This is the source tree, "
+        "which Python imports before the installed package when run from the repository's root. "
+        "Run from another directory, or install for development with "
+        "'pip install --no-build-isolation -e .' (docs/testing.md)."
+    ) from _exc
+
 from ._core import Context, Model, accept_trials, log_set_level, quantize, quantize_types  # noqa: E402
 from ._core import sampling_distribution, supports_gpu_offload, vocab_check_compatible  # noqa: E402
-from .decoder import Completion, DSIStats, Stats, StepChunk, SpeculativeDecoder  # noqa: E402
+from .decoder import Completion, DSIStats, GenerateOptions, SpeculativeDecoder, Stats, StepChunk  # noqa: E402
+from .decoder import StepPrices, as_dict  # noqa: E402
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # SPECLLAMA_LOG=debug|info|warn|error shows llama.cpp's own messages on stderr
 _LEVELS = {"none": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
-log_set_level(_LEVELS.get(__import__("os").environ.get("SPECLLAMA_LOG", "none").lower(), 0))
+log_set_level(_LEVELS.get(_os.environ.get("SPECLLAMA_LOG", "none").lower(), 0))
 
 __all__ = [
     "Completion",
     "Context",
     "DSIStats",
+    "GenerateOptions",
     "Model",
     "SpeculativeDecoder",
     "Stats",
     "StepChunk",
+    "StepPrices",
     "accept_trials",
+    "as_dict",
     "log_set_level",
     "quantize",
     "quantize_types",

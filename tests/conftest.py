@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -71,3 +74,18 @@ def default_decoder(default_pair):
     dec = specllama.SpeculativeDecoder(target, draft, n_ctx=2048)
     yield dec
     dec.close()
+
+
+def interrupt_at_step(k: int):
+    """An on_step callback that, at the k-th verification step, has another thread send SIGINT to
+    this process: the signal then lands while the native loop drafts or verifies later steps, as
+    a user's Ctrl-C would, at a point set by the generation's progress rather than by a clock."""
+    seen = [0]
+
+    def on_step(tokens, text, n_drafted, n_accepted):
+        seen[0] += 1
+        if seen[0] == k:
+            threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT)).start()
+        return False
+
+    return on_step

@@ -24,29 +24,26 @@ def _tokens_per_step(dec, prompt, **kw):
 @pytest.mark.default_pair
 @pytest.mark.slow
 def test_adaptive_drafts_less_for_a_worse_draft(default_pair, tmp_path_factory):
-    """On the real pair (a draft at ~0.4 of the target's cost) the Q4_1 draft agrees ~95% of the
-    time and a Q4_0 requantization ~70%: adaptive drafting must draft longer for the first."""
+    """On the real pair the Q4_1 draft agrees with the target about 95% of the time and a Q4_0
+    requantization about 70%: at the same prices, adaptive drafting must draft longer for the
+    first. The prices are given (StepPrices, about this CPU's), so the draft lengths depend only
+    on the drafts' agreement and confidence, not on how busy the machine is."""
     target, good_draft = default_pair
     bad_draft = str(tmp_path_factory.mktemp("q4_0") / "draft_q4_0.gguf")
     specllama.quantize(target, bad_draft, "q4_0")
     prompt = "<|im_start|>user\nList ten common fruits, one per line.<|im_end|>\n<|im_start|>assistant\n"
+    prices = specllama.StepPrices(draft_ms=10.0, verify_ms=25.0, verify_token_ms=3.5)
     with specllama.SpeculativeDecoder(target, good_draft, n_ctx=1024) as good, \
             specllama.SpeculativeDecoder(target, bad_draft, n_ctx=1024) as bad:
-        for dec in (good, bad):  # learn costs and calibration first
-            _tokens_per_step(dec, prompt, n_draft=12)
-        _, fixed_good = _tokens_per_step(good, prompt, n_draft=4, adaptive=False)
-        _, fixed_bad = _tokens_per_step(bad, prompt, n_draft=4, adaptive=False)
+        _, fixed_good = _tokens_per_step(good, prompt, n_draft=4, adaptive=False, prices=prices)
+        _, fixed_bad = _tokens_per_step(bad, prompt, n_draft=4, adaptive=False, prices=prices)
         assert fixed_good.acceptance_rate > fixed_bad.acceptance_rate + 0.1  # the premise
-        # the costs it decides on are measured, so a busy spell of the machine during one run
-        # moves that run's lengths: three interleaved runs each, medians compared
-        per_good, per_bad = [], []
-        for _ in range(3):
-            per, s_good = _tokens_per_step(good, prompt, n_draft=12)
-            per_good.append(per)
-            per_bad.append(_tokens_per_step(bad, prompt, n_draft=12)[0])
-            assert len(s_good.accepted_hist) == 13  # never beyond n_draft
-    # (the Q4_0 draft is also cheaper, so drafting on pays for it too: the margin is not 2x)
-    assert sorted(per_good)[1] > sorted(per_bad)[1] + 1, (per_good, per_bad)
+        for dec in (good, bad):  # learn the prices and the calibration first
+            _tokens_per_step(dec, prompt, n_draft=12, prices=prices)
+        per_good, s_good = _tokens_per_step(good, prompt, n_draft=12, prices=prices)
+        per_bad, _ = _tokens_per_step(bad, prompt, n_draft=12, prices=prices)
+    assert len(s_good.accepted_hist) == 13  # never beyond n_draft
+    assert per_good > per_bad + 1, (per_good, per_bad)
 
 
 def test_fixed_mode_always_drafts_n(tiny):
@@ -271,12 +268,15 @@ def test_a_draft_that_does_not_pay_is_paused_and_the_output_is_unchanged(slow):
     """An unrelated draft (nearly always wrong) for the slow target: after the first steps have
     priced it, the adaptive loop stops drafting with it, apart from the probes; fixed-length
     drafting drafts every step; the output is plain decoding's either way."""
+    # a draft at a fifth of the target's cost: a wrong draft then loses more than it could gain
+    prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=2.0)
     with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
-        plain = dec.generate("the cat is", max_tokens=200, temperature=0, speculative=False, ignore_eos=True)
+        plain = dec.generate("the cat is", max_tokens=200, temperature=0, speculative=False, ignore_eos=True,
+                             prices=prices)
         fixed = dec.generate("the cat is", max_tokens=200, temperature=0, ignore_eos=True, drafter="model",
-                             n_draft=4, adaptive=False)
+                             n_draft=4, adaptive=False, prices=prices)
         adaptive = dec.generate("the cat is", max_tokens=200, temperature=0, ignore_eos=True, drafter="model",
-                                n_draft=4)
+                                n_draft=4, prices=prices)
     assert fixed.tokens == plain.tokens and adaptive.tokens == plain.tokens
     assert fixed.stats.n_accepted < 0.2 * fixed.stats.n_drafted  # it is a bad draft
     assert fixed.stats.n_drafted >= 4 * (fixed.stats.n_steps - 4)  # fewer only where max_tokens caps it

@@ -16,7 +16,6 @@ than that difference. The tests are built around it:
 
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 import pytest
@@ -39,19 +38,21 @@ def test_quantized_tiny_model_is_batch_invariant(tiny):
     np.testing.assert_array_equal(batched, _logits_one_by_one(model, tokens))
 
 
+# prices of a cheap draft, for the adaptive rule (StepPrices): it then drafts every step
+CHEAP_DRAFT = specllama.StepPrices(draft_ms=1.0, verify_ms=10.0, verify_token_ms=1.0)
+
+
 @pytest.mark.parametrize("adaptive", [False, True])
 @pytest.mark.parametrize("n_draft", N_DRAFTS)
 def test_greedy_identical_on_batch_invariant_pair(tiny, n_draft, adaptive):
-    # the adaptive loop pauses this draft (it costs as much as its target) once it has measured
-    # four drafting steps: a fresh decoder per prompt, so that every prompt is drafted for
-    with contextlib.ExitStack() as stack:
-        dec = None
+    # measured, this draft costs as much as its target and the adaptive loop would pause it; priced
+    # as a cheap draft, every step drafts whatever the machine's load
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
         for prompt in PROMPTS:
-            if dec is None or adaptive:
-                dec = stack.enter_context(specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512))
-            plain = dec.generate(prompt, max_tokens=48, temperature=0, speculative=False, ignore_eos=True)
+            plain = dec.generate(prompt, max_tokens=48, temperature=0, speculative=False, ignore_eos=True,
+                                 prices=CHEAP_DRAFT)
             spec = dec.generate(prompt, max_tokens=48, temperature=0, n_draft=n_draft, adaptive=adaptive,
-                                ignore_eos=True)
+                                ignore_eos=True, prices=CHEAP_DRAFT)
             assert spec.tokens == plain.tokens, f"prompt {prompt!r}, n_draft {n_draft}"
             assert spec.stats.n_drafted > 0
 

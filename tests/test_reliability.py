@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import specllama
+from conftest import interrupt_at_step
 from specllama.chat import ChatSession, ContextFull
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,18 +62,12 @@ def test_several_decoders_in_several_threads_match_running_alone(tiny, slow):
             d.close()
 
 
-def _interrupt_after(seconds: float) -> threading.Timer:
-    timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    return timer
-
-
 @pytest.mark.parametrize("phase", ["drafting", "verification"])
 def test_ctrl_c_during_a_phase_leaves_decoder_usable(tiny, slow, phase):
     """Ctrl-C while the draft model (resp. the target) is computing: a pair is chosen where that
-    phase takes most of the time (checked on a reference run), and the signal lands at a random
-    moment in a long generation. It must raise KeyboardInterrupt within a second or so, and the
-    next generation must equal a fresh decoder's."""
+    phase takes most of the time (checked on a reference run), and the signal is sent after a
+    given step, so that it lands while that phase computes a later one. It must raise
+    KeyboardInterrupt, and the next generation must equal a fresh decoder's."""
     if phase == "drafting":  # an expensive draft in front of a cheap target
         target, draft, kw = tiny.target_q, slow.target, dict(n_draft=8, adaptive=False)
     else:  # a cheap draft in front of an expensive target, one draft per step
@@ -82,13 +77,10 @@ def test_ctrl_c_during_a_phase_leaves_decoder_usable(tiny, slow, phase):
         s = ref.stats
         share = (s.t_draft_ms if phase == "drafting" else s.t_verify_ms) / (s.t_total_ms - s.t_prefill_ms)
         assert share > 0.6, f"{phase} is only {share:.0%} of the time: the test would not target it"
-        for delay in (0.2, 0.45, 0.7):
-            timer = _interrupt_after(delay)
-            t0 = time.monotonic()
+        for step in (2, 5, 9):
             with pytest.raises(KeyboardInterrupt):
-                dec.generate(PROMPTS[1], max_tokens=4000, temperature=0, ignore_eos=True, **kw)
-            assert time.monotonic() - t0 < delay + 2
-            timer.join()
+                dec.generate(PROMPTS[1], max_tokens=4000, temperature=0, ignore_eos=True,
+                             on_step=interrupt_at_step(step), **kw)
             assert dec.generate(PROMPTS[0], max_tokens=64, temperature=0, ignore_eos=True, **kw).tokens == ref.tokens
 
 
@@ -217,8 +209,9 @@ def test_fuzz_loading_path_bounded(tmp_path):
     """scripts/fuzz_gguf.py for a bounded time: mutated GGUF files load or raise, never crash or
     hang (a crash kills the subprocess; its output names the mutant to replay)."""
     seconds = float(os.environ.get("SPECLLAMA_FUZZ_SECONDS", "20"))
+    seed = os.environ.get("SPECLLAMA_FUZZ_SEED", "1")  # fixed here; longer clock-seeded runs by hand
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_gguf.py"), "--seconds", str(seconds),
-                        "--seed", str(int(time.time()) % 1000)], capture_output=True, text=True,
+                        "--seed", seed], capture_output=True, text=True,
                        timeout=seconds + 120, cwd=tmp_path, env=_env())
     # the mutant being loaded when it died; llama.cpp's abort handler prints a long backtrace after it
     last = re.findall(r"fuzz: seed \d+ iteration \d+", r.stdout)
