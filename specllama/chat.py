@@ -81,6 +81,7 @@ class SessionStats:
 class ChatSession:
     decoder: SpeculativeDecoder
     system: Optional[str] = None
+    template: Optional[str] = None  # apply_chat_template's: None (the model's), a built-in name, or a Jinja file
     messages: List[Dict[str, str]] = field(default_factory=list)
     tokens: List[int] = field(default_factory=list)
     stats: SessionStats = field(default_factory=SessionStats)
@@ -94,7 +95,7 @@ class ChatSession:
         self.decoder.reset()
 
     def _render(self, messages, add_generation_prompt: bool) -> str:
-        return self.decoder.apply_chat_template(messages, add_generation_prompt)
+        return self.decoder.apply_chat_template(messages, add_generation_prompt, self.template)
 
     def _prompt_for(self, user_text: str) -> List[int]:
         new_messages = self.messages + [{"role": "user", "content": user_text}]

@@ -230,13 +230,16 @@ def main() -> None:
 @sampling_options
 @click.option("--chat", "use_chat", is_flag=True, help="Wrap PROMPT in the model's chat template as a user message.")
 @click.option("--system", default=None, help="System message (with --chat).")
+@click.option("--chat-template", "chat_template", default=None, metavar="NAME|FILE",
+              help="With --chat: one of llama.cpp's built-in templates by name (chatml, llama3, ...) or a Jinja "
+                   "template file, instead of the model's own.")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @click.option("--compare", is_flag=True,
               help="Afterwards, generate the same tokens with plain decoding and report the speedup.")
 @dsi_options
 @_library_errors
-def generate(prompt, mo, so, do, use_chat, system, stop, as_json, compare):
+def generate(prompt, mo, so, do, use_chat, system, chat_template, stop, as_json, compare):
     """Generate one completion of PROMPT (or of standard input), streamed to stdout."""
     if prompt is None:
         if sys.stdin is None or (sys.stdin.isatty() if hasattr(sys.stdin, "isatty") else False):
@@ -249,7 +252,7 @@ def generate(prompt, mo, so, do, use_chat, system, stop, as_json, compare):
     with dec:
         if use_chat:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-            prompt = dec.apply_chat_template(messages)
+            prompt = dec.apply_chat_template(messages, template=chat_template)
         if as_json:
             out = dec.generate(prompt, **kwargs)
             obj = {"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
@@ -308,9 +311,12 @@ def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
 @model_options
 @sampling_options
 @click.option("--system", default=None, help="System message.")
+@click.option("--chat-template", "chat_template", default=None, metavar="NAME|FILE",
+              help="One of llama.cpp's built-in templates by name (chatml, llama3, ...) or a Jinja template file, "
+                   "instead of the model's own.")
 @dsi_options
 @_library_errors
-def chat(mo, so, do, system):
+def chat(mo, so, do, system, chat_template):
     """Chat with the model, using its own chat template; replies stream as they are verified.
 
     The conversation stays in the KV cache across turns. Commands: /stats, /reset, /exit
@@ -321,7 +327,7 @@ def chat(mo, so, do, system):
     kwargs = _generate_kwargs(mo, so, do)
     dec, what = _open_decoder(mo)
     with dec:
-        session = ChatSession(dec, system=system)
+        session = ChatSession(dec, system=system, template=chat_template)
         if do:
             what += f"; DSI with {do['sp']} target server(s), lookahead {do['lookahead']}"
         _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")

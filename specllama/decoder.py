@@ -172,13 +172,14 @@ class SpeculativeDecoder:
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self.target_model.detokenize(list(tokens))
 
-    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
-        """Render [{"role": ..., "content": ...}] with the target's own chat template."""
-        tmpl = self.target_model.chat_template
-        if not tmpl:
-            raise ValueError(f"{self.model_path} has no chat template")
-        pairs = [(str(m["role"]), str(m["content"])) for m in messages]
-        return _core.chat_apply_template(tmpl, pairs, add_generation_prompt)
+    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                            template: Optional[str] = None) -> str:
+        """Render [{"role": ..., "content": ...}] as a prompt. template: None (the target's own
+        chat template), a built-in template name of llama.cpp (specllama.chat_templates()), or a
+        path to a Jinja template file (rendered in a sandbox)."""
+        from .templates import render
+
+        return render(self.target_model, messages, add_generation_prompt, template)
 
     def cached_tokens(self) -> List[int]:
         """Tokens in the target's KV cache; a prompt that starts with them skips their prefill."""

@@ -345,3 +345,25 @@ def test_generate_says_when_the_model_ends_at_once_without_its_chat_template(run
     r = runner.invoke(main, ["generate", prompt, "-m", target, "-d", draft, "-n", "16", "--temp", "0", "--chat"])
     assert r.exit_code == 0, r.output
     assert r.stdout.strip() and "may need --chat" not in r.stderr
+
+
+def test_chat_template_by_name_or_jinja_file(runner, tiny, tmp_path):
+    """A built-in template of llama.cpp by name, or a Jinja file rendered in a sandbox (no escape
+    to Python's internals), instead of the model's own; anything else is a clear error."""
+    with specllama.SpeculativeDecoder(tiny.target, n_ctx=256) as dec:
+        msgs = [{"role": "user", "content": "the cat"}]
+        assert dec.apply_chat_template(msgs, template="chatml") == "<|im_start|>user\nthe cat<|im_end|>\n<|im_start|>assistant\n"
+        jinja = tmp_path / "t.jinja"
+        jinja.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                         "{% if add_generation_prompt %}[assistant]{% endif %}")
+        assert dec.apply_chat_template(msgs, template=str(jinja)) == "[user] the cat\n[assistant]"
+        escape = tmp_path / "escape.jinja"
+        escape.write_text("{{ ''.__class__.__mro__[1].__subclasses__() }}")
+        with pytest.raises(ValueError, match="the chat template failed"):
+            dec.apply_chat_template(msgs, template=str(escape))
+        with pytest.raises(ValueError, match="neither a built-in template"):
+            dec.apply_chat_template(msgs, template="no-such-template")
+    for tmpl in ("chatml", str(jinja)):
+        r = runner.invoke(main, ["generate", "the cat", *_pair(tiny), "-n", "2", "--temp", "0", "--chat",
+                                 "--chat-template", tmpl])
+        assert r.exit_code == 0, r.output

@@ -79,6 +79,14 @@ void register_model(py::module_ & m) {
         py::arg("template"), py::arg("messages"), py::arg("add_assistant") = true);
     m.def("quantize_types", &quantize_types);
     m.def(
+        "chat_builtin_templates",
+        [] {
+            std::vector<const char *> names(llama_chat_builtin_templates(nullptr, 0));
+            llama_chat_builtin_templates(names.data(), names.size());
+            return std::vector<std::string>(names.begin(), names.end());
+        },
+        "the names of llama.cpp's built-in chat templates (chat_apply_template takes one as its template)");
+    m.def(
         "quantize",
         [](const std::string & in, const std::string & out, const std::string & type, int32_t n_threads) {
             py::gil_scoped_release nogil;
