@@ -29,7 +29,7 @@ the teacher-forced ones used here (they only change how many doomed drafts are m
 is priced too high there and the replayed speedups are not the live ones.
 
     PYTHONPATH=. python benchmarks/replay_draft_length.py [-n 256] [--held-out] [--json out.json]
-    PYTHONPATH=. python benchmarks/replay_draft_length.py --replay benchmarks/results/replay_draft_length.json
+    PYTHONPATH=. python benchmarks/replay_draft_length.py --replay tests/data/replay_draft_length.json
 
 The second replays a recorded run's traces and prices through the rule as it is now (seconds, no
 models): how a change of the rule would have done on that run's work at that run's prices.
@@ -133,8 +133,8 @@ def _adaptive_length(trace: Trace, i: int, n_cap: int, model) -> int:
     token it asks whether to draft another; the last one allowed is never asked about)."""
     p_reach = 1.0
     for n in range(1, n_cap):
-        p_reach *= model.accept_prob(trace.conf[i + n - 1])
-        if not model.keep_going(n, p_reach):
+        more, p_reach = model.keep_drafting(n, trace.conf[i + n - 1], p_reach)
+        if not more:
             return n
     return n_cap
 
@@ -161,9 +161,9 @@ def replay(trace: Trace, costs: Costs, n_max: int, model=None, clairvoyant: bool
         if clairvoyant:
             n = _run_of_matches(trace, i, n_cap)
         elif model is not None and n_cap > 0:
-            # the loop prices plain steps first, then asks whether drafting pays at all
-            # (speculative.cpp), then per drafted token
-            if model.knows_plain_step and model.draft_this_step():
+            # as the loop plans a step (decoder::plan_step): pricing steps first, then the model
+            # drafts where drafting pays, then the rule decides per drafted token
+            if not model.pricing(True) and model.model_drafts(True):
                 n = _adaptive_length(trace, i, n_cap, model)
             else:
                 n = 0
@@ -174,18 +174,10 @@ def replay(trace: Trace, costs: Costs, n_max: int, model=None, clairvoyant: bool
         catch_up = 0.0 if behind == 0 else (costs.draft1_ms if behind == 1 else costs.draft2_ms)
         draft_ms = (catch_up + (n - 1) * costs.draft1_ms) if n > 0 else 0.0
         verify_ms = costs.verify_ms[n + 1]
-        if model is not None:  # what the loop tells it (decoder::observe_step)
-            if n > 0:
-                model.observe_catch_up(catch_up)
-            if n > 1:
-                model.observe_draft_decode(costs.draft1_ms)
-            if n > 0 or prev_n == 0:  # one-token verifications: only steady ones
-                model.observe_verify(n + 1, verify_ms)
-            elif prev_n > 0 and model.knows_plain_step:  # (recorded prices know no such extra cost)
-                model.observe_leave(verify_ms - model.verify_ms(1))
-            for k in range(min(acc + 1, n)):
-                model.observe_acceptance(trace.conf[i + k], k < acc)
-            model.observe_step(acc + 1, draft_ms + verify_ms, n > 0)
+        if model is not None:  # the step, reported as the loop reports it (decoder::observe_step)
+            model.observe(n_model=n, n=n, n_accepted=acc, conf=list(trace.conf[i:i + n]), probe=-1,
+                          catch_up_ms=catch_up if n > 0 else 0.0, draft_ms=draft_ms, verify_ms=verify_ms,
+                          prev_n=prev_n)
         r.ms += draft_ms + verify_ms
         r.steps += 1
         r.tokens += acc + 1

@@ -159,4 +159,39 @@ void draft_length_model::observe_lookup(bool accepted) {
     n_lookup_   = decay * n_lookup_ + 1.0;
 }
 
+bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_reach) const {
+    p_reach *= accept_prob(conf);
+    return keep_going(n_done, p_reach);
+}
+
+void draft_length_model::observe(const step_record & s) {
+    // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
+    // once per step whatever the draft length; the other n_model - 1 decodes are one token each
+    if (s.n_model > 0) {
+        observe_catch_up(s.catch_up_ms);
+    }
+    if (s.n_model > 1) {
+        observe_draft_decode((s.draft_ms - s.catch_up_ms) / (s.n_model - 1));
+    }
+    // a one-token verification is priced only when steady (after another); right after a batch,
+    // what it costs beyond that is the price of having left plain steps
+    if (s.n > 0 || s.prev_n == 0) {
+        observe_verify(s.n + 1, s.verify_ms);
+    } else if (s.prev_n > 0 && knows_plain_step()) {
+        observe_leave(s.verify_ms - verify_ms(1));
+    }
+    // every draft the target looked at: all accepted ones and the first rejected one
+    for (int32_t i = 0; i <= s.n_accepted && i < s.n; ++i) {
+        if (i < s.n_model) {
+            observe_acceptance(s.conf[i], i < s.n_accepted);
+        } else {
+            observe_lookup(i < s.n_accepted);
+        }
+    }
+    if (s.probe >= 0 && s.n_accepted == s.n) {
+        observe_lookup(s.probe == 1);
+    }
+    observe_step(s.n_accepted + 1, s.draft_ms + s.verify_ms, s.n_model > 0);
+}
+
 }  // namespace specllama

@@ -22,11 +22,37 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 namespace specllama {
 
+// what one finished step tells the model (the decoding loop and the replay both report steps so)
+struct step_record {
+    int32_t            n_model    = 0;   // tokens the draft model drafted
+    int32_t            n          = 0;   // tokens drafted in all (the model's, then prompt lookup's)
+    int32_t            n_accepted = 0;   // of which the target kept
+    std::vector<float> conf;             // the model's confidence in each drafted token (n_model of them)
+    int32_t            probe      = -1;  // 1/0: a lookup proposal the rule dropped would have been kept; -1: none
+    double             catch_up_ms = 0;  // the draft's catch-up decode (once per step it drafts)
+    double             draft_ms    = 0;  // all of the step's drafting, the catch-up included
+    double             verify_ms   = 0;  // the verification of n + 1 tokens
+    int32_t            prev_n      = -1; // tokens drafted in the step before (-1: it was prefill)
+};
+
 class draft_length_model {
   public:
+    // --- the loop's use of the model, step by step ---
+    // whether a step of an adaptive loop is a pricing step: plain, to price plain steps first
+    bool pricing(bool adaptive) const { return adaptive && !knows_plain_step(); }
+    // the start of a step that may draft with the model: whether the model drafts in it (always
+    // when not adaptive; when adaptive, as draft_this_step says)
+    bool model_drafts(bool adaptive) { return !adaptive || draft_this_step(); }
+    // after the model drafted its n_done-th token with confidence conf: draft another? p_reach
+    // carries the estimated chance that every token so far is accepted (start it at 1)
+    bool keep_drafting(int32_t n_done, float conf, double & p_reach) const;
+    // a finished step: its costs and outcomes update every estimate
+    void observe(const step_record & step);
+
     // keep drafting? n drafted so far; p_reach = estimated chance that all n are accepted
     bool keep_going(int32_t n, double p_reach) const;
 
@@ -63,8 +89,8 @@ class draft_length_model {
     // 2-4x a steady one, and that is not what a paused loop pays)
     void observe_verify(int32_t n_tokens, double ms);
     // a plain step right after a verified batch cost excess_ms more than a steady one (on a GPU:
-    // it records its CUDA graph again: 1.5-3.6 ms for the default pair on an H100, measured two
-    // ways; on a CPU: nothing)
+    // it records its CUDA graph again: 1.5-3.6 ms for the default pair on an H100, docs/gpu.md;
+    // on a CPU: nothing)
     void observe_leave(double excess_ms);
     // what leaving plain steps for one batch costs beyond the batch itself (at least 0)
     double leave_ms() const { return leave_ms_ > 0.0 ? leave_ms_ : 0.0; }

@@ -340,8 +340,8 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     // the adaptive rule compares drafting with plain steps: it prices those first, and then
     // leaves the draft model out of steps while drafting does not pay (draft_length.h)
     const bool model_wanted = step.n_max > 0 && plan.use_model;
-    const bool pricing      = plan.adaptive && !lengths_.knows_plain_step();
-    step.model              = model_wanted && !pricing && (!plan.adaptive || lengths_.draft_this_step());
+    const bool pricing      = lengths_.pricing(plan.adaptive);
+    step.model              = model_wanted && !pricing && lengths_.model_drafts(plan.adaptive);
     st.n_paused_steps += model_wanted && !pricing && !step.model;  // (pricing steps are not pauses)
     if (pricing) {
         step.n_max = 0;
@@ -359,10 +359,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         double          p_reach = 1.0;
         draft_continue  keep    = nullptr;
         if (plan.adaptive) {
-            keep = [&](int32_t n_done, float conf) {
-                p_reach *= lengths_.accept_prob(conf);
-                return lengths_.keep_going(n_done, p_reach);
-            };
+            keep = [&](int32_t n_done, float conf) { return lengths_.keep_drafting(n_done, conf, p_reach); };
         }
         drafter_->draft(seq, step.n_max, params.sampling, rng, drafted_, keep, check);
     }
@@ -470,39 +467,22 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
 void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
                            double draft_ms, double verify_ms, int32_t prev_n,
                            const std::optional<step_prices> & prices) {
-    double catch_up_ms = drafted_.catch_up_ms;
+    step_record & r = record_;
+    r.n_model       = n_model;
+    r.n             = n;
+    r.n_accepted    = acc.n_accepted;
+    r.conf.assign(drafted_.conf.begin(), drafted_.conf.begin() + n_model);
+    r.probe       = probe < 0 ? -1 : acc.next == probe ? 1 : 0;
+    r.catch_up_ms = drafted_.catch_up_ms;
+    r.draft_ms    = draft_ms;
+    r.verify_ms   = verify_ms;
+    r.prev_n      = prev_n;
     if (prices) {
-        catch_up_ms = n_model > 0 ? prices->draft_ms : 0.0;
-        draft_ms    = n_model * prices->draft_ms;
-        verify_ms   = prices->verify_ms + n * prices->verify_token_ms;
+        r.catch_up_ms = n_model > 0 ? prices->draft_ms : 0.0;
+        r.draft_ms    = n_model * prices->draft_ms;
+        r.verify_ms   = prices->verify_ms + n * prices->verify_token_ms;
     }
-    // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
-    // once per step whatever the draft length; the other n_model - 1 decodes are one token each
-    if (n_model > 0) {
-        lengths_.observe_catch_up(catch_up_ms);
-    }
-    if (n_model > 1) {
-        lengths_.observe_draft_decode((draft_ms - catch_up_ms) / (n_model - 1));
-    }
-    // a one-token verification is priced only when steady (after another); right after a batch,
-    // what it costs beyond that is the price of having left plain steps
-    if (n > 0 || prev_n == 0) {
-        lengths_.observe_verify(n + 1, verify_ms);
-    } else if (prev_n > 0 && lengths_.knows_plain_step()) {
-        lengths_.observe_leave(verify_ms - lengths_.verify_ms(1));
-    }
-    // every draft the target looked at: all accepted ones and the first rejected one
-    for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
-        if (drafted_.conf[i] >= 0.0f) {
-            lengths_.observe_acceptance(drafted_.conf[i], i < acc.n_accepted);
-        } else {
-            lengths_.observe_lookup(i < acc.n_accepted);
-        }
-    }
-    if (probe >= 0 && acc.n_accepted == n) {
-        lengths_.observe_lookup(acc.next == probe);
-    }
-    lengths_.observe_step(acc.n_accepted + 1, draft_ms + verify_ms, n_model > 0);
+    lengths_.observe(r);
 }
 
 }  // namespace specllama

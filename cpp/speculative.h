@@ -281,6 +281,7 @@ class decoder {
     std::vector<llama_token>  target_argmax_;
     std::vector<llama_token>  lookup_seq_;
     std::vector<llama_token>  batch_;
+    step_record               record_;
     acceptance_scratch        scratch_;
 };
 

@@ -232,6 +232,32 @@ void register_decoder(py::module_ & m) {
                                    "The adaptive draft length's cost and acceptance estimates and its "
                                    "keep-drafting rule (what the decoding loop consults per drafted token).")
         .def(py::init<>())
+        .def("pricing", &draft_length_model::pricing, py::arg("adaptive"),
+             "whether a step of an adaptive loop is plain, to price plain steps first")
+        .def("model_drafts", &draft_length_model::model_drafts, py::arg("adaptive"),
+             "at the start of a step that may draft: whether the draft model drafts in it")
+        .def(
+            "keep_drafting",
+            [](const draft_length_model & m, int32_t n_done, float conf, double p_reach) {
+                const bool more = m.keep_drafting(n_done, conf, p_reach);
+                return py::make_tuple(more, p_reach);
+            },
+            py::arg("n_done"), py::arg("conf"), py::arg("p_reach"),
+            "after the n_done-th drafted token (confidence conf): (draft another?, the updated p_reach)")
+        .def(
+            "observe",
+            [](draft_length_model & m, int32_t n_model, int32_t n, int32_t n_accepted, std::vector<float> conf,
+               int32_t probe, double catch_up_ms, double draft_ms, double verify_ms, int32_t prev_n) {
+                if ((int32_t) conf.size() != n_model || n_model > n || n_accepted > n || n_accepted < 0) {
+                    throw std::invalid_argument("observe: conf must hold n_model values, n_model <= n, "
+                                                "0 <= n_accepted <= n");
+                }
+                step_record r{n_model, n, n_accepted, std::move(conf), probe, catch_up_ms, draft_ms, verify_ms, prev_n};
+                m.observe(r);
+            },
+            py::arg("n_model"), py::arg("n"), py::arg("n_accepted"), py::arg("conf"), py::arg("probe"),
+            py::arg("catch_up_ms"), py::arg("draft_ms"), py::arg("verify_ms"), py::arg("prev_n"),
+            "a finished step, as the decoding loop reports it")
         .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"))
         .def("keep_going_p", &draft_length_model::keep_going_p, py::arg("n"), py::arg("p_reach"), py::arg("p_next"),
              py::arg("draft_cost"))

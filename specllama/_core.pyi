@@ -1,0 +1,654 @@
+"""
+specllama's native core: speculative decoding over llama.cpp (use the specllama package)
+"""
+from __future__ import annotations
+import collections.abc
+import numpy
+import numpy.typing
+import typing
+__all__: list[str] = ['Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'log_set_level', 'quantize', 'quantize_types', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'vocab_check_compatible']
+class Model:
+    """
+    A GGUF model loaded by llama.cpp.
+    """
+    def __init__(self, path: str, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def detokenize(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], special: bool = False) -> str:
+        ...
+    def is_eog(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        ...
+    def token_text(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> str:
+        ...
+    def token_to_piece(self, token: typing.SupportsInt | typing.SupportsIndex, special: bool = False) -> bytes:
+        ...
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        ...
+    @property
+    def bos(self) -> int:
+        ...
+    @property
+    def chat_template(self) -> str:
+        ...
+    @property
+    def description(self) -> str:
+        ...
+    @property
+    def eos(self) -> int:
+        ...
+    @property
+    def n_ctx_train(self) -> int:
+        ...
+    @property
+    def n_vocab(self) -> int:
+        ...
+    @property
+    def path(self) -> str:
+        ...
+    @property
+    def size(self) -> int:
+        ...
+class Context:
+    """
+    A context on a Model: its KV cache, batch decoding with logits, and rollback.
+    """
+    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 2048, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        ...
+    def decode(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], all_logits: bool = True) -> numpy.typing.NDArray[numpy.float32]:
+        """
+        Append tokens to the cache; return logits as float32 [n, n_vocab] (all_logits) or [1, n_vocab].
+        """
+    def rollback(self, n_keep: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Keep the first n_keep cached tokens and drop the rest.
+        """
+    def set_n_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def model(self) -> Model:
+        ...
+    @property
+    def n_ctx(self) -> int:
+        ...
+    @property
+    def n_past(self) -> int:
+        ...
+    @property
+    def tokens(self) -> list[int]:
+        ...
+class StepPrices:
+    """
+    Prices (ms) the adaptive draft length uses instead of measured times: the same prices give the same draft lengths on any machine and under any load.
+    """
+    @staticmethod
+    def as_dict(obj) -> dict:
+        """
+        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON).
+        """
+    def __init__(self, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, verify_token_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    @property
+    def draft_ms(self) -> float:
+        """
+        one draft decode
+        """
+    @property
+    def verify_ms(self) -> float:
+        """
+        a one-token verification
+        """
+    @property
+    def verify_token_ms(self) -> float:
+        """
+        each further token of a verification
+        """
+class GenerateOptions:
+    """
+    What one generation does. Every field has its default here and is checked by the native core when a generation starts; GenerateOptions(**fields) sets fields by name.
+    """
+    def __init__(self, **kwargs) -> None:
+        ...
+    def copy(self) -> GenerateOptions:
+        """
+        an independent copy
+        """
+    def validate(self) -> None:
+        """
+        raise ValueError naming the first bad field
+        """
+    @property
+    def acceptance(self) -> str:
+        """
+        'rejection' (Leviathan et al.'s rule) or 'match' (llama.cpp's sample-and-match, for comparison)
+        """
+    @acceptance.setter
+    def acceptance(self, arg1: str) -> None:
+        ...
+    @property
+    def adaptive(self) -> bool | None:
+        """
+        choose each step's draft length by expected speed; None: adaptive unless sampling with a seed (adaptive lengths follow measured times)
+        """
+    @adaptive.setter
+    def adaptive(self, arg0: bool | None) -> None:
+        ...
+    @property
+    def drafter(self) -> str:
+        """
+        'auto' (model+lookup with a draft model, the model alone in DSI, plain decoding without one), 'model', 'lookup' (no draft model needed) or 'model+lookup'
+        """
+    @drafter.setter
+    def drafter(self, arg1: str) -> None:
+        ...
+    @property
+    def ignore_eos(self) -> bool:
+        """
+        keep going past end-of-generation tokens
+        """
+    @ignore_eos.setter
+    def ignore_eos(self, arg0: bool) -> None:
+        ...
+    @property
+    def lookahead(self) -> int:
+        """
+        DSI: drafted tokens per verification task
+        """
+    @lookahead.setter
+    def lookahead(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def max_tokens(self) -> int:
+        """
+        tokens to generate at most
+        """
+    @max_tokens.setter
+    def max_tokens(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def min_p(self) -> float:
+        """
+        drop tokens below min_p times the most likely one's probability, in [0, 1)
+        """
+    @min_p.setter
+    def min_p(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def mode(self) -> str:
+        """
+        'si' (speculative decoding) or 'dsi' (Distributed Speculative Inference)
+        """
+    @mode.setter
+    def mode(self, arg1: str) -> None:
+        ...
+    @property
+    def n_draft(self) -> int | None:
+        """
+        tokens drafted per step: at most (adaptive) or exactly; None: the decoder's n_draft
+        """
+    @n_draft.setter
+    def n_draft(self, arg0: typing.SupportsInt | typing.SupportsIndex | None) -> None:
+        ...
+    @property
+    def overlap(self) -> bool:
+        """
+        DSI: False runs SI on the same code path (each verification waited for)
+        """
+    @overlap.setter
+    def overlap(self, arg1: bool) -> None:
+        ...
+    @property
+    def prices(self) -> StepPrices | None:
+        """
+        StepPrices for the adaptive rule instead of measured times; None: measured
+        """
+    @prices.setter
+    def prices(self, arg0: StepPrices | None) -> None:
+        ...
+    @property
+    def seed(self) -> int | None:
+        """
+        random seed; None: a random one
+        """
+    @seed.setter
+    def seed(self, arg0: typing.SupportsInt | typing.SupportsIndex | None) -> None:
+        ...
+    @property
+    def sp(self) -> int:
+        """
+        DSI: target servers
+        """
+    @sp.setter
+    def sp(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def speculative(self) -> bool:
+        """
+        False: plain decoding on the target, through the same loop
+        """
+    @speculative.setter
+    def speculative(self, arg0: bool) -> None:
+        ...
+    @property
+    def stop(self) -> list[str]:
+        """
+        stop strings (not included in the text)
+        """
+    @stop.setter
+    def stop(self, arg0: collections.abc.Sequence[str]) -> None:
+        ...
+    @property
+    def temperature(self) -> float:
+        """
+        0 = greedy; > 0 samples
+        """
+    @temperature.setter
+    def temperature(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def threads_draft(self) -> int:
+        """
+        DSI: drafter threads (0: split the decoder's threads)
+        """
+    @threads_draft.setter
+    def threads_draft(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def threads_server(self) -> int:
+        """
+        DSI: threads per target server (0: split the decoder's threads)
+        """
+    @threads_server.setter
+    def threads_server(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def top_k(self) -> int:
+        """
+        keep the k most likely tokens (0 = all)
+        """
+    @top_k.setter
+    def top_k(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def top_p(self) -> float:
+        """
+        nucleus: the smallest set reaching this probability, in (0, 1]
+        """
+    @top_p.setter
+    def top_p(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def wait_for_drafts(self) -> bool:
+        """
+        DSI: use the target's prediction at a position only once the drafter has proposed there, so every token is a judged draft whatever the timing
+        """
+    @wait_for_drafts.setter
+    def wait_for_drafts(self, arg1: bool) -> None:
+        ...
+class Stats:
+    """
+    What one generation did, and where its time went.
+    """
+    @staticmethod
+    def as_dict(obj) -> dict:
+        """
+        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON).
+        """
+    @property
+    def acceptance_rate(self) -> float:
+        """
+        n_accepted / n_drafted
+        """
+    @property
+    def accepted_hist(self) -> list[int]:
+        """
+        accepted_hist[k]: steps that kept k drafted tokens
+        """
+    @property
+    def drafter(self) -> str:
+        """
+        who drafted: 'model', 'lookup', 'model+lookup' or 'none'
+        """
+    @property
+    def mean_accepted_length(self) -> float:
+        """
+        tokens emitted per verification step
+        """
+    @property
+    def n_accepted(self) -> int:
+        """
+        of which the target kept
+        """
+    @property
+    def n_drafted(self) -> int:
+        """
+        tokens proposed by the drafter
+        """
+    @property
+    def n_generated(self) -> int:
+        """
+        tokens emitted
+        """
+    @property
+    def n_lookup_accepted(self) -> int:
+        """
+        of which the target kept
+        """
+    @property
+    def n_lookup_drafted(self) -> int:
+        """
+        of the drafted tokens, those prompt lookup proposed
+        """
+    @property
+    def n_paused_steps(self) -> int:
+        """
+        steps the adaptive rule took without the draft model (drafting did not pay)
+        """
+    @property
+    def n_prompt(self) -> int:
+        """
+        prompt tokens
+        """
+    @property
+    def n_prompt_cached(self) -> int:
+        """
+        of which were reused from the cache
+        """
+    @property
+    def n_prompt_shared(self) -> int:
+        """
+        prompt tokens the draft took from the target's cache instead of processing
+        """
+    @property
+    def n_steps(self) -> int:
+        """
+        target verification passes
+        """
+    @property
+    def t_accept_ms(self) -> float:
+        """
+        target sampling and the acceptance rule
+        """
+    @property
+    def t_draft_ms(self) -> float:
+        """
+        draft decodes and draft sampling
+        """
+    @property
+    def t_other_ms(self) -> float:
+        """
+        time in the loop outside model calls and acceptance
+        """
+    @property
+    def t_prefill_ms(self) -> float:
+        """
+        prompt processing
+        """
+    @property
+    def t_total_ms(self) -> float:
+        """
+        the whole call
+        """
+    @property
+    def t_verify_ms(self) -> float:
+        """
+        target decodes
+        """
+    @property
+    def tokens_per_second(self) -> float:
+        """
+        n_generated over the time after prefill
+        """
+class DSIStats:
+    """
+    What the DSI orchestrator did. Server times are summed over servers, so they can exceed the wall time.
+    """
+    @staticmethod
+    def as_dict(obj) -> dict:
+        """
+        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON).
+        """
+    @property
+    def lookahead(self) -> int:
+        """
+        drafted tokens per verification task
+        """
+    @property
+    def n_accepted(self) -> int:
+        """
+        of which were kept
+        """
+    @property
+    def n_checked(self) -> int:
+        """
+        drafts the target judged
+        """
+    @property
+    def n_drafted(self) -> int:
+        """
+        tokens the drafter proposed, cancelled ones included
+        """
+    @property
+    def n_target_only(self) -> int:
+        """
+        tokens emitted from the target with no draft beside them
+        """
+    @property
+    def n_tasks(self) -> int:
+        """
+        verification tasks sent to servers
+        """
+    @property
+    def n_tasks_cancelled(self) -> int:
+        """
+        of which were cancelled or built on a rejected draft
+        """
+    @property
+    def n_threads_draft(self) -> int:
+        ...
+    @property
+    def n_threads_server(self) -> int:
+        """
+        per server
+        """
+    @property
+    def overlap(self) -> bool:
+        """
+        False: SI on the same code path
+        """
+    @property
+    def sp(self) -> int:
+        """
+        target servers
+        """
+    @property
+    def t_draft_idle_ms(self) -> float:
+        """
+        the drafter waiting for verification
+        """
+    @property
+    def t_draft_ms(self) -> float:
+        """
+        the drafter computing
+        """
+    @property
+    def t_total_ms(self) -> float:
+        ...
+    @property
+    def t_verify_hidden_ms(self) -> float:
+        """
+        used verification time the drafter did not wait for
+        """
+    @property
+    def t_verify_ms(self) -> float:
+        """
+        servers computing
+        """
+    @property
+    def t_verify_wasted_ms(self) -> float:
+        """
+        of which on cancelled tasks
+        """
+    @property
+    def verify_hidden_share(self) -> float:
+        """
+        t_verify_hidden_ms over the used verification time
+        """
+class Completion:
+    """
+    The result of a generation.
+    """
+    @property
+    def context_full(self) -> bool:
+        """
+        True when 'length' came from the context having no room left
+        """
+    @property
+    def dsi(self) -> DSIStats | None:
+        """
+        DSIStats (mode 'dsi'), else None
+        """
+    @property
+    def finish_reason(self) -> str:
+        """
+        'stop' (end token or stop string), 'length' (max_tokens or context full), 'cancelled'
+        """
+    @property
+    def stats(self) -> Stats:
+        ...
+    @property
+    def text(self) -> str:
+        ...
+    @property
+    def tokens(self) -> list[int]:
+        ...
+class DraftLengthModel:
+    """
+    The adaptive draft length's cost and acceptance estimates and its keep-drafting rule (what the decoding loop consults per drafted token).
+    """
+    def __init__(self) -> None:
+        ...
+    def accept_prob(self, conf: typing.SupportsFloat | typing.SupportsIndex) -> float:
+        ...
+    def draft_pays(self) -> bool:
+        ...
+    def draft_this_step(self) -> bool:
+        ...
+    def keep_going(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex) -> bool:
+        ...
+    def keep_going_p(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, p_next: typing.SupportsFloat | typing.SupportsIndex, draft_cost: bool) -> bool:
+        ...
+    def observe_acceptance(self, conf: typing.SupportsFloat | typing.SupportsIndex, accepted: bool) -> None:
+        ...
+    def observe_catch_up(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def observe_draft_decode(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def observe_leave(self, excess_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def observe_step(self, tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, model_drafted: bool = True) -> None:
+        ...
+    def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
+        ...
+    @property
+    def acceptance(self) -> float:
+        ...
+    @property
+    def catch_up_ms(self) -> float:
+        ...
+    @property
+    def draft_ms(self) -> float:
+        ...
+    @property
+    def knows_plain_step(self) -> bool:
+        ...
+    @property
+    def leave_ms(self) -> float:
+        ...
+    @property
+    def rate(self) -> float:
+        ...
+    @property
+    def skipped_steps(self) -> int:
+        ...
+class Decoder:
+    """
+    A target model, an optional draft model, and their KV caches.
+    """
+    def __init__(self, target: str, draft: str | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True) -> None:
+        ...
+    def cached_tokens(self) -> list[int]:
+        ...
+    def cost_model(self) -> dict:
+        """
+        The adaptive draft length's estimates: ms per draft token, ms per catch-up, ms per verification batch, the long-run tokens per ms, and the chance of acceptance by draft confidence.
+        """
+    def drafter_name(self, options: GenerateOptions) -> str:
+        """
+        who drafts in a generation with these options: 'model', 'lookup', 'model+lookup' or 'none'
+        """
+    def generate(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], options: GenerateOptions, on_step: collections.abc.Callable | None = None) -> Completion:
+        """
+        Generate after prompt (token ids). on_step(tokens, text, n_drafted, n_accepted) runs after every verification step; returning True stops.
+        """
+    def reset(self) -> None:
+        ...
+    def validate(self, options: GenerateOptions) -> None:
+        """
+        raise ValueError naming the first option this decoder cannot run with
+        """
+    @property
+    def draft_model(self) -> Model:
+        ...
+    @property
+    def has_draft(self) -> bool:
+        ...
+    @property
+    def n_ctx(self) -> int:
+        ...
+    @property
+    def n_draft(self) -> int:
+        ...
+    @property
+    def shares_prefill(self) -> bool:
+        ...
+    @property
+    def target_model(self) -> Model:
+        ...
+def accept_trials(p: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], q: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], n_trials: typing.SupportsInt | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, rule: str = 'rejection') -> numpy.typing.NDArray[numpy.int32]:
+    """
+    Run one speculative step n_trials times on fixed per-position target (p) and draft (q) distributions: drafts are drawn from q, then the rule runs ('rejection', or llama.cpp's sample-and-'match'). Returns int32 [n_trials, n_draft + 1]: the emitted tokens of each trial, padded with -1.
+    """
+def chat_apply_template(template: str, messages: collections.abc.Sequence[tuple[str, str]], add_assistant: bool = True) -> str:
+    ...
+def chat_builtin_templates() -> list[str]:
+    """
+    the names of llama.cpp's built-in chat templates (chat_apply_template takes one as its template)
+    """
+def log_set_level(level: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Show llama.cpp messages at or above level (0 none, 1 debug, 2 info, 3 warn, 4 error).
+    """
+def quantize(src: str, dst: str, type: str, n_threads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    ...
+def quantize_types() -> list[str]:
+    ...
+def sampling_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806) -> numpy.typing.NDArray[numpy.float32]:
+    """
+    The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax.
+    """
+def simulate_dsi(target_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_right: collections.abc.Sequence[bool], lookahead: typing.SupportsInt | typing.SupportsIndex = 4, sp: typing.SupportsInt | typing.SupportsIndex = 1, overlap: bool = True, n_prompt: typing.SupportsInt | typing.SupportsIndex = 1, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[DSIStats, int, bool]:
+    """
+    Run the DSI orchestrator (overlap=False: SI; with lookahead=0 too: non-SI) against simulated servers whose forward pass waits target_ms and a drafter that waits drafter_ms per token and proposes the target's token where drafter_right[i] is true. Returns (DSIStats, tokens emitted, whether the output equals the simulated target's).
+    """
+def supports_gpu_offload() -> bool:
+    ...
+def vocab_check_compatible(target: Model, draft: Model) -> None:
+    """
+    Raise ValueError naming the first difference if draft cannot serve as target's draft.
+    """
+DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True}
+MAX_DRAFT: int = 64
+MAX_SERVERS: int = 64
