@@ -1,8 +1,9 @@
 """specllama against plain decoding and its peers: one program, one run, one machine.
 
 What it runs, on the same pair (default: the default pair), the same prompts, the same number of
-new tokens (end-of-text ignored so every run emits exactly --n-predict tokens), greedy, with the
-same thread count:
+new tokens (end-of-text ignored so every run emits exactly --n-predict tokens), greedy or at
+--temp T (every program with its default filters: top-k 40, top-p 0.95, min-p 0.05), with the same
+thread count:
 
   specllama   plain decoding (the baseline: same engine, speculative=False)
   specllama   speculative: the default (the draft model with prompt lookup filling in where it
@@ -20,7 +21,8 @@ processing included), since that is what every peer reports or can be timed on. 
 decode-only figure is reported beside it. A second part compares, at temperature 1 and a fixed
 draft length, the acceptance of the papers' rejection rule with llama.cpp's sample-and-match.
 
-    python benchmarks/compare.py                  # about 6 minutes on 2 cores
+    python benchmarks/compare.py --repeats 2      # greedy; about 17 minutes on 2 cores
+    python benchmarks/compare.py --temp 0.8 --out bench-out/t08   # a chat temperature
     python benchmarks/compare.py --quick          # 64 tokens, one prompt of each kind
 
 Writes compare.json and compare.png to --out (default bench-out/).
@@ -39,8 +41,9 @@ import time
 from pathlib import Path
 
 import specllama
-from specllama.bench import PROMPTS, machine_info
+from specllama.bench import PROMPTS
 from specllama.models import default_pair
+from specllama.provenance import provenance
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,9 +61,9 @@ def chat_text(dec, text):
     return dec.apply_chat_template([{"role": "user", "content": text}])
 
 
-def run_specllama(dec, prompt_text, n, **kw):
+def run_specllama(dec, prompt_text, n, temp, **kw):
     dec.reset()
-    out = dec.generate(prompt_text, max_tokens=n, temperature=0, ignore_eos=True, **kw)
+    out = dec.generate(prompt_text, max_tokens=n, temperature=temp, ignore_eos=True, **kw)
     s = out.stats
     return {"tokens_per_second": s.n_generated * 1000.0 / s.t_total_ms,
             "decode_tokens_per_second": s.tokens_per_second,
@@ -73,20 +76,23 @@ def run_specllama(dec, prompt_text, n, **kw):
             "tokens": out.tokens}
 
 
-def run_llama_cpp_python(llm, prompt_text, n):
+def run_llama_cpp_python(llm, prompt_text, n, temp):
     toks = llm.tokenize(prompt_text.encode(), add_bos=False, special=True)
     llm.reset()
     eos = llm.token_eos()
     t = time.perf_counter()
-    out = llm.create_completion(toks, max_tokens=n, temperature=0.0, top_k=1, logit_bias={eos: -1e9})
+    sampling = dict(temperature=0.0, top_k=1) if temp == 0 else dict(temperature=temp, top_k=40, top_p=0.95,
+                                                                       min_p=0.05)
+    out = llm.create_completion(toks, max_tokens=n, logit_bias={eos: -1e9}, **sampling)
     dt = time.perf_counter() - t
     n_out = out["usage"]["completion_tokens"]
     return {"tokens_per_second": n_out / dt, "n_generated": n_out}
 
 
-def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads):
+def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads, temp):
+    sampling = ["--temp", "0", "--top-k", "1"] if temp == 0 else ["--temp", str(temp)]
     cmd = [str(binary), "-m", target, "-md", draft, "-p", prompt_text, "-n", str(n), "--spec-type", "draft-simple",
-           "--spec-draft-n-max", str(n_max), "-t", str(threads), "-td", str(threads), "--temp", "0", "--top-k", "1",
+           "--spec-draft-n-max", str(n_max), "-t", str(threads), "-td", str(threads), *sampling,
            "--ignore-eos", "-c", "2048", "-ngl", "0", "-ngld", "0"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
@@ -119,6 +125,7 @@ def main():
     ap.add_argument("-m", "--model", help="target GGUF (default: the default pair)")
     ap.add_argument("-d", "--draft", help="draft GGUF")
     ap.add_argument("-n", "--n-predict", type=int, default=256)
+    ap.add_argument("--temp", type=float, default=0.0, help="temperature (0: greedy)")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--n-draft", type=int, default=10, help="specllama's n_draft (adaptive: at most)")
     ap.add_argument("--fixed", default="8", help="specllama fixed n_draft values to run, comma-separated")
@@ -171,11 +178,12 @@ def main():
                         draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
     # warm-up: page in both models and teach the adaptive model this machine's costs
     warm = texts[next(iter(texts))]
-    run_specllama(dec, warm, 32)
-    run_specllama(dec, warm, 32, speculative=False)
+    temp = args.temp
+    run_specllama(dec, warm, 32, temp)
+    run_specllama(dec, warm, 32, temp, speculative=False)
     if dec_unshared:
-        run_specllama(dec_unshared, warm, 32)
-    run_llama_cpp_python(llcp, warm, 16)
+        run_specllama(dec_unshared, warm, 32, temp)
+    run_llama_cpp_python(llcp, warm, 16, temp)
 
     results = {label: {} for label, _, _ in configs}
     all_runs = {(label, name): [] for label, _, _ in configs for name in texts}
@@ -184,15 +192,15 @@ def main():
         for name, text in texts.items():
             for label, kind, kw in configs:
                 if kind == "specllama":
-                    r = run_specllama(dec, text, n, **kw)
+                    r = run_specllama(dec, text, n, temp, **kw)
                 elif kind == "specllama-unshared":
-                    r = run_specllama(dec_unshared, text, n, **kw)
+                    r = run_specllama(dec_unshared, text, n, temp, **kw)
                 elif kind == "llcp":
-                    r = run_llama_cpp_python(llcp, text, n)
+                    r = run_llama_cpp_python(llcp, text, n, temp)
                 elif kind == "llcp-lookup":
-                    r = run_llama_cpp_python(llcp_lookup, text, n)
+                    r = run_llama_cpp_python(llcp_lookup, text, n, temp)
                 else:
-                    r = run_speculative_simple(binary, target, draft, text, n, kw, args.threads)
+                    r = run_speculative_simple(binary, target, draft, text, n, kw, args.threads, temp)
                 all_runs[(label, name)].append(r)
                 print(f"run {rep + 1}/{args.repeats} {name:<10} {label:<40} {r['tokens_per_second']:7.1f} tokens/s",
                       file=sys.stderr, flush=True)
@@ -218,11 +226,12 @@ def main():
                  "speedup_over_plain": statistics.fmean(speedups.values()),
                  "speedup_by_prompt": speedups,
                  "acceptance_rate": statistics.fmean(accs) if accs else None}
-        if kind.startswith("specllama"):
+        if kind.startswith("specllama") and temp == 0:  # sampled outputs agree in distribution only
             entry["identical_to_plain"] = sum(rows[p]["tokens"] == plain_tokens[p] for p in texts)
             # greedy outputs may differ only at a near-tie of the target's top two logits (README, Tests)
             entry["differs_from_plain"] = {p: first_difference(rows[p]["tokens"], plain_tokens[p])
                                            for p in texts if rows[p]["tokens"] != plain_tokens[p]}
+        if kind.startswith("specllama"):
             entry["loop_overhead_share"] = statistics.fmean(rows[p]["loop_overhead_share"] for p in texts)
             entry["decode_tokens_per_second"] = statistics.fmean(rows[p]["decode_tokens_per_second"] for p in texts)
         summary.append(entry)
@@ -249,8 +258,8 @@ def main():
     best_simple = max((e for e in summary if e["config"].startswith("llama-speculative-simple")),
                       key=lambda e: e["tokens_per_second"], default=None)
     report = {
-        "machine": {**machine_info(), "threads": args.threads},
-        "target": target, "draft": draft, "n_predict": n, "prompts": list(texts), "repeats": args.repeats,
+        "provenance": provenance({"target": target, "draft": draft}, args.threads),
+        "temperature": temp, "n_predict": n, "prompts": list(texts), "repeats": args.repeats,
         "summary": summary,
         "speculative_over_plain": spec["speedup_over_plain"],
         "speculative_over_plain_decode_only": statistics.fmean(
@@ -270,9 +279,16 @@ def main():
     print(f"wrote {out / 'compare.json'} and {out / 'compare.png'}", file=sys.stderr)
 
 
+def _heading(r) -> str:
+    pv = r["provenance"]
+    models = pv["models"]
+    sampling = "greedy" if r["temperature"] == 0 else f"T={r['temperature']}"
+    return (f"{models['target']['file']} + {models['draft']['file']}, {r['n_predict']} tokens, {sampling}, "
+            f"{pv['threads']} threads on {pv['machine']['cpu']}; specllama {pv['specllama']} ({pv['commit']})")
+
+
 def _print(r):
-    print(f"{Path(r['target']).name} + {Path(r['draft']).name}; {r['n_predict']} tokens x {len(r['prompts'])} "
-          f"prompts ({', '.join(r['prompts'])}); {r['machine']['threads']} threads on {r['machine']['cpu']}")
+    print(f"{_heading(r)}; prompts {', '.join(r['prompts'])}")
     print(f"{'configuration':<42}{'tokens/s':>9}{'vs plain':>10}{'acceptance':>12}{'same output':>13}")
     for e in r["summary"]:
         acc = f"{e['acceptance_rate']:.1%}" if e["acceptance_rate"] is not None else "-"
@@ -306,8 +322,7 @@ def _plot(r, path):
     ax.invert_yaxis()
     ax.set_xlabel("tokens / s, end to end (mean over prompts)")
     ax.set_xlim(0, max(vals) * 1.25)
-    ax.set_title(f"{Path(r['target']).name} + {Path(r['draft']).name}, {r['n_predict']} tokens, greedy, "
-                 f"{r['machine']['threads']} threads", fontsize=9)
+    ax.set_title(_heading(r), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

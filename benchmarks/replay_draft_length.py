@@ -51,6 +51,7 @@ from specllama import _core
 from specllama.bench import PROMPTS
 from specllama.decoder import SpeculativeDecoder
 from specllama.models import default_pair
+from specllama.provenance import provenance
 
 
 @dataclass
@@ -316,7 +317,11 @@ def main() -> int:
         rounds.append(res)
         print_round(k, costs, res, n_max, args.n_draft)
     if args.json:
-        out = {"n_predict": args.n_predict, "n_draft": args.n_draft, "calibration_by_tenths": calibration,
+        # a replay records where its traces and prices came from; a fresh run, this machine and models
+        source = rec.get("provenance") if args.replay else provenance({"target": target, "draft": draft},
+                                                                        args.threads or None)
+        out = {"provenance": source, "replayed_with": provenance({}) if args.replay else None,
+               "n_predict": args.n_predict, "n_draft": args.n_draft, "calibration_by_tenths": calibration,
                "traces": {k: v.__dict__ for k, v in traces.items()}, "rounds": rounds}
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

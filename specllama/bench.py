@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .decoder import SpeculativeDecoder, Stats, as_dict
+from .provenance import provenance
 
 # varied on purpose: acceptance depends on the kind of text
 PROMPTS: Dict[str, str] = {
@@ -90,7 +91,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
               seed: int = 0, prompts: Optional[Dict[str, str]] = None, adaptive_max: Optional[int] = None,
               progress: Optional[Callable[[int], None]] = None,
               dsi: Sequence[Tuple[int, int]] = (), dsi_threads: Tuple[int, int] = (0, 0), repeats: int = 1,
-              drafter: str = "auto") -> dict:
+              drafter: str = "auto", threads: Optional[int] = None) -> dict:
     """Measure plain decoding once per prompt, speculative decoding with each fixed n_draft,
     (given adaptive_max) adaptive drafting of at most adaptive_max tokens, and DSI with each
     (sp, lookahead) in dsi (dsi_threads: drafter and per-server threads, 0 = split the budget).
@@ -201,9 +202,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     best_dsi = max(dsi_entries, key=lambda e: e["speedup"]) if dsi_entries else None
     best = adaptive or best_fixed or best_dsi
     return {
-        "machine": machine_info(),
-        "target": dec.model_path,
-        "draft": dec.draft_path,
+        "provenance": provenance({"target": dec.model_path, "draft": dec.draft_path}, threads),
         "drafter": dec.drafter_name(drafter=drafter),  # what "auto" ran
         "max_tokens": max_tokens,
         "temperature": temperature,
@@ -231,20 +230,6 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "all_runs": [r.as_dict() for r in all_runs] if repeats > 1 else None,
         "seconds": time.time() - started,
     }
-
-
-def machine_info() -> dict:
-    """CPU model, core count and OS, for reports."""
-    import os
-    import platform
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "system": platform.platform()}
 
 
 def write_report(report: dict, out_dir: Path) -> Dict[str, Path]:
@@ -300,9 +285,10 @@ def plot_report(report: dict, path: Path) -> None:
     ax2.set_ylabel("tokens / s (after prefill)")
     ax2.set_title("Per prompt")
     ax2.legend(fontsize=8, loc="lower right")
-    drafters = ([f"draft {Path(report['draft']).name}"] if report["draft"] else []) + (
+    models = report["provenance"]["models"]
+    drafters = ([f"draft {models['draft']['file']}"] if "draft" in models else []) + (
         ["lookup"] if "lookup" in report.get("drafter", "model") else [])
-    fig.suptitle(f"{Path(report['target']).name} + {' + '.join(drafters)}, "
+    fig.suptitle(f"{models['target']['file']} + {' + '.join(drafters)}, "
                  f"{report['max_tokens']} tokens, T={report['temperature']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -422,7 +422,7 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
             report = run_bench(dec, n_drafts, max_tokens=n_predict, temperature=temp, seed=seed, prompts=prompts,
                                adaptive_max=adaptive_max, progress=bar.update, dsi=dsi,
                                dsi_threads=(mo["threads_draft"], threads_server), repeats=repeats,
-                               drafter=mo["drafter"])
+                               drafter=mo["drafter"], threads=mo["threads"] or None)
     paths = write_report(report, Path(out_dir))
     if as_json:
         click.echo(json.dumps(report))

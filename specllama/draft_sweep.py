@@ -13,15 +13,15 @@ assumption that it costs the same as one token (both predictions are reported).
 from __future__ import annotations
 
 import os
+import statistics
+import time
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from . import _core
-import statistics
-import time
-
 from .bench import PROMPTS, predicted_speedup, predicted_speedup_measured
 from .decoder import SpeculativeDecoder
+from .provenance import provenance
 
 MAX_SWEEP_DRAFT = 12
 
@@ -118,7 +118,7 @@ def sweep_drafts(target: str, types: List[str], out_dir: Path, n_predict: int = 
         if progress:
             progress(1)
     recommended = max(drafts, key=lambda e: e["predicted_speedup"])
-    return {"target": target, "target_size_mb": os.path.getsize(target) / 1e6, "target_ms_per_token": target_ms,
+    return {"provenance": provenance({"target": target}, n_threads or None), "target_size_mb": os.path.getsize(target) / 1e6, "target_ms_per_token": target_ms,
             "verify_ms_by_batch": verify_ms,
             "n_predict": n_predict, "drafts": drafts, "recommended": recommended}
 

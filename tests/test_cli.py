@@ -210,7 +210,11 @@ def test_bench_measures_the_drafter_asked_for(runner, tiny, tmp_path, drafter):
     assert r.exit_code == 0, r.output
     rep = json.loads(r.stdout)
     assert rep["drafter"] == drafter
-    assert rep["draft"] is None if drafter == "lookup" else rep["draft"] == tiny.draft_q
+    models = rep["provenance"]["models"]
+    assert models["target"]["file"] == Path(tiny.target_q).name and len(models["target"]["sha256"]) == 64
+    assert "draft" not in models if drafter == "lookup" else models["draft"]["file"] == Path(tiny.draft_q).name
+    assert rep["provenance"]["specllama"] == specllama.__version__ and rep["provenance"]["llama_cpp_python"]
+    assert tiny.dir.name not in json.dumps(rep)  # no path of this machine
     [s] = [run["stats"] for run in rep["runs"] if run["mode"] == "fixed"]
     assert s["n_drafted"] > 0
     assert s["n_lookup_drafted"] == (s["n_drafted"] if drafter == "lookup" else 0)
