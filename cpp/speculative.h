@@ -223,6 +223,17 @@ class decoder {
     generate_result generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
                                  const step_callback & on_step, const interrupt_check & check);
 
+    // DSI's steps before the run: its servers (contexts on the target beyond the first, made on
+    // first use and kept) and the threads of each context for the run, then the prompt in each
+    struct dsi_setup {
+        std::vector<kv_cache *>                   caches;  // the servers' caches, the decoder's own first
+        std::vector<std::shared_ptr<void>>        thread_scopes;  // restore each context's threads when dropped
+        int32_t                                   n_threads_draft = 0, n_threads_server = 0;
+    };
+    dsi_setup dsi_prepare(const dsi_options & options);
+    void      dsi_prefill(const std::vector<kv_cache *> & caches, const std::vector<llama_token> & prompt,
+                          generate_stats & st, const interrupt_check & check);
+
     // the steps of generate_si, in order:
     // prefill: both caches hold all of seq but its last token (the draft may copy the target's)
     void prefill(const std::vector<llama_token> & seq, const run_plan & plan, generate_stats & st,

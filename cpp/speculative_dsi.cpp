@@ -47,31 +47,9 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
                                     std::to_string(options.lookahead));
     }
 
-    // the thread budget: the decoder's thread count, split between the drafter and the servers
-    const int32_t budget   = ctx_params_.n_threads > 0 ? ctx_params_.n_threads : hardware_threads();
-    const int32_t t_draft  = options.n_threads_draft > 0 ? options.n_threads_draft
-                                                         : std::max(1, budget / (options.sp + 1));
-    const int32_t t_server = options.n_threads_server > 0 ? options.n_threads_server
-                                                          : std::max(1, (budget - t_draft) / options.sp);
-
-    context_params sctx = ctx_params_;
-    sctx.n_ctx          = tgt_cache_->n_ctx();
-    sctx.n_threads      = t_server;
-    while ((int32_t) dsi_servers_.size() < options.sp - 1) {
-        dsi_servers_.push_back(std::make_unique<kv_cache>(target_, sctx));
-    }
-    std::vector<kv_cache *> caches{tgt_cache_.get()};
-    for (int32_t s = 0; s + 1 < options.sp; ++s) {
-        caches.push_back(dsi_servers_[s].get());
-    }
-    const int32_t                 t_draft_after = n_threads_draft_ > 0 ? n_threads_draft_ : ctx_params_.n_threads;
-    std::vector<std::unique_ptr<threads_scope>> thread_scopes;
-    thread_scopes.push_back(std::make_unique<threads_scope>(*dft_cache_, t_draft, t_draft_after));
-    for (kv_cache * c : caches) {
-        thread_scopes.push_back(std::make_unique<threads_scope>(*c, t_server, c == tgt_cache_.get()
-                                                                                  ? ctx_params_.n_threads
-                                                                                  : t_server));
-    }
+    // the servers and everyone's threads for this run (restored afterwards), then the prompt
+    const dsi_setup                 setup  = dsi_prepare(options);
+    const std::vector<kv_cache *> & caches = setup.caches;
 
     const int32_t       n_ctx    = tgt_cache_->n_ctx();
     const int32_t       n_prompt = (int32_t) prompt.size();
@@ -82,19 +60,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     st.drafter             = "model";
     const auto t_start     = clock_type::now();
 
-    // prefill every server and the drafter, so that tasks carry only new tokens
-    // (the first server first: the others, the same model, may copy its keys and values instead)
-    for (kv_cache * c : caches) {
-        const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
-        if (c == tgt_cache_.get()) {
-            st.n_prompt_cached = n_keep;
-        } else if (copy_server_prefill_ && copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) &&
-                   c->copy_from(*tgt_cache_)) {
-            continue;
-        }
-        c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
-    }
-    st.n_prompt_shared = drafter_->prefill(prompt, check, share_prefill_ ? tgt_cache_.get() : nullptr);
+    dsi_prefill(caches, prompt, st, check);
     st.t_prefill_ms = ms_since(t_start);
 
     model_dsi_drafter                              drafter(*dft_cache_);
@@ -150,8 +116,8 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     rep.stats            = run_dsi(drafter, server_ptrs, prompt, last, params.sampling, seed, dp, cb, target_->n_vocab);
     rep.sp               = options.sp;
     rep.lookahead        = options.lookahead;
-    rep.n_threads_draft  = t_draft;
-    rep.n_threads_server = t_server;
+    rep.n_threads_draft  = setup.n_threads_draft;
+    rep.n_threads_server = setup.n_threads_server;
     rep.overlap          = options.overlap;
 
     if (finish.empty()) {
@@ -171,6 +137,58 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     st.t_total_ms     = ms_since(t_start);
     res.dsi           = rep;
     return res;
+}
+
+decoder::dsi_setup decoder::dsi_prepare(const dsi_options & options) {
+    dsi_setup out;
+    // the thread budget: the decoder's thread count, split between the drafter and the servers
+    const int32_t budget   = ctx_params_.n_threads > 0 ? ctx_params_.n_threads : hardware_threads();
+    const int32_t t_draft  = options.n_threads_draft > 0 ? options.n_threads_draft
+                                                         : std::max(1, budget / (options.sp + 1));
+    const int32_t t_server = options.n_threads_server > 0 ? options.n_threads_server
+                                                          : std::max(1, (budget - t_draft) / options.sp);
+
+    context_params sctx = ctx_params_;
+    sctx.n_ctx          = tgt_cache_->n_ctx();
+    sctx.n_threads      = t_server;
+    while ((int32_t) dsi_servers_.size() < options.sp - 1) {
+        dsi_servers_.push_back(std::make_unique<kv_cache>(target_, sctx));
+    }
+    std::vector<kv_cache *> & caches = out.caches;
+    caches.push_back(tgt_cache_.get());
+    for (int32_t s = 0; s + 1 < options.sp; ++s) {
+        caches.push_back(dsi_servers_[s].get());
+    }
+    const int32_t                 t_draft_after = n_threads_draft_ > 0 ? n_threads_draft_ : ctx_params_.n_threads;
+    auto & thread_scopes = out.thread_scopes;
+    thread_scopes.push_back(std::make_unique<threads_scope>(*dft_cache_, t_draft, t_draft_after));
+    for (kv_cache * c : caches) {
+        thread_scopes.push_back(std::make_unique<threads_scope>(*c, t_server, c == tgt_cache_.get()
+                                                                                  ? ctx_params_.n_threads
+                                                                                  : t_server));
+    }
+
+    out.n_threads_draft  = t_draft;
+    out.n_threads_server = t_server;
+    return out;
+}
+
+void decoder::dsi_prefill(const std::vector<kv_cache *> & caches, const std::vector<llama_token> & prompt,
+                          generate_stats & st, const interrupt_check & check) {
+    const int32_t n_prompt = (int32_t) prompt.size();
+    // prefill every server and the drafter, so that tasks carry only new tokens
+    // (the first server first: the others, the same model, may copy its keys and values instead)
+    for (kv_cache * c : caches) {
+        const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
+        if (c == tgt_cache_.get()) {
+            st.n_prompt_cached = n_keep;
+        } else if (copy_server_prefill_ && copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) &&
+                   c->copy_from(*tgt_cache_)) {
+            continue;
+        }
+        c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
+    }
+    st.n_prompt_shared = drafter_->prefill(prompt, check, share_prefill_ ? tgt_cache_.get() : nullptr);
 }
 
 }  // namespace specllama

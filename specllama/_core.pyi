@@ -534,10 +534,22 @@ class DraftLengthModel:
         ...
     def draft_this_step(self) -> bool:
         ...
+    def keep_drafting(self, n_done: typing.SupportsInt | typing.SupportsIndex, conf: typing.SupportsFloat | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex) -> tuple[bool, float]:
+        """
+        after the n_done-th drafted token (confidence conf): (draft another?, the updated p_reach)
+        """
     def keep_going(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex) -> bool:
         ...
     def keep_going_p(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, p_next: typing.SupportsFloat | typing.SupportsIndex, draft_cost: bool) -> bool:
         ...
+    def model_drafts(self, adaptive: bool) -> bool:
+        """
+        at the start of a step that may draft: whether the draft model drafts in it
+        """
+    def observe(self, n_model: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, conf: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], probe: typing.SupportsInt | typing.SupportsIndex, catch_up_ms: typing.SupportsFloat | typing.SupportsIndex, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, prev_n: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        a finished step, as the decoding loop reports it
+        """
     def observe_acceptance(self, conf: typing.SupportsFloat | typing.SupportsIndex, accepted: bool) -> None:
         ...
     def observe_catch_up(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
@@ -550,6 +562,10 @@ class DraftLengthModel:
         ...
     def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def pricing(self, adaptive: bool) -> bool:
+        """
+        whether a step of an adaptive loop is plain, to price plain steps first
+        """
     def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
         ...
     @property
