@@ -15,7 +15,7 @@ from typing import Optional
 
 import click
 
-from ._core import DECODER_DEFAULTS, GenerateOptions, quantize_types
+from ._core import DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
 from .decoder import SpeculativeDecoder, as_dict
 
@@ -49,7 +49,7 @@ def model_options(fn):
         click.option("-d", "--draft", type=click.Path(dir_okay=False), envvar="SPECLLAMA_DRAFT",
                      help="Draft GGUF with the target's vocabulary (default pair's Q4_1 draft when -m is not given)."),
         click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
-        click.option("--n-draft", type=click.IntRange(1, 64), default=DECODER_DEFAULTS["n_draft"], show_default=True,
+        click.option("--n-draft", type=int, default=DECODER_DEFAULTS["n_draft"], show_default=True,
                      help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
         click.option("--drafter", type=click.Choice(["auto", "model", "lookup", "model+lookup"]), default="auto",
                      show_default=True,
@@ -152,6 +152,8 @@ def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
     try:
         for name, value in kwargs.items():
             setattr(opts, name, value)
+        if not do:
+            opts.n_draft = mo["n_draft"]  # the decoder's, checked by the same rule
         opts.validate()
     except (ValueError, TypeError) as exc:
         field = next((f for f in _FLAGS if str(exc).startswith(f + " ")), None)
@@ -357,8 +359,8 @@ def _parse_range(text: str):
             values = [int(x) for x in text.split(",")]
     except ValueError:
         raise click.BadParameter(f"expected a range like 1-12 or a list like 2,4,8, got {text!r}") from None
-    if not values or min(values) < 1 or max(values) > 64:
-        raise click.BadParameter(f"n_draft values must lie in 1..64, got {text!r}")
+    if not values or min(values) < 1 or max(values) > MAX_DRAFT:
+        raise click.BadParameter(f"n_draft values must lie in 1..{MAX_DRAFT}, got {text!r}")
     return values
 
 
@@ -496,54 +498,18 @@ def simulate(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, hea
     """Latency of plain decoding, SI and DSI (Timor et al.) with forward passes replaced by
     latencies and acceptance by i.i.d. draws: the paper's offline model and, with --online, the
     real orchestrator against simulated servers. A simulation, not a measurement on models."""
-    import numpy as np
-
     from . import simulate as sim
 
-    def mean(fn):
-        rng = np.random.default_rng(0)
-        return float(np.mean([fn(rng) for _ in range(repeats)]))
-
-    ks = [lookahead] if lookahead else list(range(1, 33))
-    si_t = {k: mean(lambda r, k=k: sim.si(target_ms, draft_ms, k, n_predict, accept, r)) for k in ks}
-    dsi_t = {k: mean(lambda r, k=k: sim.dsi(target_ms, draft_ms, k, n_predict, accept, sp, r)) for k in ks}
-    k_si, k_dsi = min(si_t, key=si_t.get), min(dsi_t, key=dsi_t.get)
-    plain = sim.non_si(target_ms, n_predict)
-    click.echo(f"simulated (offline model), {n_predict} tokens, target {target_ms} ms, drafter {draft_ms} ms, "
-               f"acceptance {accept}:")
-    click.echo(f"  non-SI  {plain:9.1f} ms")
-    click.echo(f"  SI      {si_t[k_si]:9.1f} ms  lookahead {k_si:>2}  {plain / si_t[k_si]:.2f}x non-SI")
-    click.echo(f"  DSI     {dsi_t[k_dsi]:9.1f} ms  lookahead {k_dsi:>2}, {sp} target servers  "
-               f"{plain / dsi_t[k_dsi]:.2f}x non-SI, {si_t[k_si] / dsi_t[k_dsi]:.2f}x SI")
-    if online:
-        right = sim.pattern(n_predict, accept, np.random.default_rng(0))
-        rows = [("non-SI", "non-si", 1, sim.non_si(target_ms, n_predict)),
-                ("SI", "si", k_si, sim.si(target_ms, draft_ms, k_si, n_predict, accept, None, right)),
-                ("DSI", "dsi", k_dsi, sim.dsi(target_ms, draft_ms, k_dsi, n_predict, accept, sp, None, right))]
-        click.echo(f"online (native orchestrator, simulated servers), one acceptance pattern "
-                   f"({float(np.mean(right[:n_predict])):.2f} right):")
-        wall = {}
-        for label, mode, k, offline in rows:
-            r = sim.online(mode, target_ms, draft_ms, right, n_predict, lookahead=k, sp=sp)
-            if not r["correct"]:
-                raise click.ClickException(f"online {label} emitted a wrong token (a bug: please report it)")
-            wall[label] = r["t_total_ms"]
-            extra = (f"  {r['n_tasks_cancelled']}/{r['n_tasks']} tasks cancelled, "
-                     f"{r['verify_hidden_share']:.0%} of verification hidden" if mode == "dsi" else "")
-            click.echo(f"  {label:<7} {r['t_total_ms']:9.1f} ms  (offline model on the same pattern "
-                       f"{offline:.1f} ms){extra}")
-        click.echo(f"  DSI {wall['non-SI'] / wall['DSI']:.2f}x non-SI, {wall['SI'] / wall['DSI']:.2f}x SI (measured)")
+    try:
+        for line in sim.report(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, online):
+            click.echo(line)
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
     if heatmap:
-        fractions = [round(x, 2) for x in np.linspace(0.02, 1.0, 25)]
-        accepts = [round(x, 2) for x in np.linspace(0.0, 1.0, 21)]
         with click.progressbar(length=1, label="grid", file=sys.stderr) as bar:
-            pts = sim.grid(fractions, accepts, n=100, sp=sp, repeats=5)
+            paths = sim.write_heatmap(Path(out_dir), sp)
             bar.update(1)
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "grid.json").write_text(json.dumps([p.__dict__ for p in pts], indent=1))
-        sim.plot_heatmaps(pts, out / "heatmaps.png", title=f"offline simulation, SP = {sp}, 100 tokens")
-        _err(f"specllama: wrote {out / 'grid.json'} and {out / 'heatmaps.png'}")
+        _err(f"specllama: wrote {paths[0]} and {paths[1]}")
 
 
 @main.command()

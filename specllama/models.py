@@ -55,7 +55,8 @@ def default_paths(directory: Optional[Path] = None) -> Tuple[Path, Path]:
     return d / TARGET_FILE, d / DRAFT_FILE
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -143,7 +144,7 @@ def _build_target(draft: Path, dest: Path, progress: Progress) -> str:
     part = dest.with_name(dest.name + ".part")
     try:
         _core.quantize(str(draft), str(part), "f32")
-        digest = _sha256(part)
+        digest = sha256(part)
         os.replace(part, dest)
     finally:
         part.unlink(missing_ok=True)
@@ -159,7 +160,7 @@ def _usable(path: Path, manifest: _Manifest, verify: bool, expected: Optional[st
     want = expected or manifest.sha256(path)
     if want is None:
         return False
-    digest = _sha256(path)
+    digest = sha256(path)
     if digest != want:
         return False
     manifest.record(path, digest)

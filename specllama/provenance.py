@@ -4,7 +4,6 @@ on the machine that made the report)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import subprocess
@@ -46,14 +45,6 @@ def _commit() -> Optional[str]:
     return r.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
 
 
-def sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def machine_info() -> dict:
     """CPU model, core count, OS and GPU (if nvidia-smi names one)."""
     return {"cpu": _cpu(), "cores": os.cpu_count(), "system": platform.platform(), "gpu": _gpu()}
@@ -62,6 +53,7 @@ def machine_info() -> dict:
 def provenance(models: Dict[str, Optional[str]], threads: Optional[int] = None) -> dict:
     """The header of a report: versions, commit, machine, threads, command, models."""
     from . import __version__, supports_gpu_offload
+    from .models import sha256
 
     return {
         "specllama": __version__,
@@ -71,5 +63,5 @@ def provenance(models: Dict[str, Optional[str]], threads: Optional[int] = None) 
         "machine": machine_info(),
         "threads": threads or os.cpu_count(),
         "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
-        "models": {role: {"file": Path(p).name, "sha256": sha256(p)} for role, p in models.items() if p},
+        "models": {role: {"file": Path(p).name, "sha256": sha256(Path(p))} for role, p in models.items() if p},
     }

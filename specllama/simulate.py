@@ -22,9 +22,11 @@ token at generated index j), the offline functions and the online run see the sa
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -192,3 +194,55 @@ def plot_heatmaps(points: List[GridPoint], path, title: Optional[str] = None) ->
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def report(target_ms: float, draft_ms: float, accept: float, n: int, sp: int, lookahead: Optional[int] = None,
+           repeats: int = 50, online_too: bool = False) -> Iterator[str]:
+    """The lines `specllama simulate` prints: the offline model's latency of non-SI, SI and DSI
+    (each at its best lookahead, or the one given) and, online_too, the native orchestrator's
+    measured wall time against simulated servers on one acceptance pattern. Raises RuntimeError
+    if the orchestrator emits a wrong token."""
+
+    def mean(fn):
+        rng = np.random.default_rng(0)
+        return float(np.mean([fn(rng) for _ in range(repeats)]))
+
+    ks = [lookahead] if lookahead else list(range(1, 33))
+    si_t = {k: mean(lambda r, k=k: si(target_ms, draft_ms, k, n, accept, r)) for k in ks}
+    dsi_t = {k: mean(lambda r, k=k: dsi(target_ms, draft_ms, k, n, accept, sp, r)) for k in ks}
+    k_si, k_dsi = min(si_t, key=si_t.get), min(dsi_t, key=dsi_t.get)
+    plain = non_si(target_ms, n)
+    yield f"simulated (offline model), {n} tokens, target {target_ms} ms, drafter {draft_ms} ms, acceptance {accept}:"
+    yield f"  non-SI  {plain:9.1f} ms"
+    yield f"  SI      {si_t[k_si]:9.1f} ms  lookahead {k_si:>2}  {plain / si_t[k_si]:.2f}x non-SI"
+    yield (f"  DSI     {dsi_t[k_dsi]:9.1f} ms  lookahead {k_dsi:>2}, {sp} target servers  "
+           f"{plain / dsi_t[k_dsi]:.2f}x non-SI, {si_t[k_si] / dsi_t[k_dsi]:.2f}x SI")
+    if not online_too:
+        return
+    right = pattern(n, accept, np.random.default_rng(0))
+    rows = [("non-SI", "non-si", 1, non_si(target_ms, n)),
+            ("SI", "si", k_si, si(target_ms, draft_ms, k_si, n, accept, None, right)),
+            ("DSI", "dsi", k_dsi, dsi(target_ms, draft_ms, k_dsi, n, accept, sp, None, right))]
+    yield (f"online (native orchestrator, simulated servers), one acceptance pattern "
+           f"({float(np.mean(right[:n])):.2f} right):")
+    wall = {}
+    for label, mode, k, offline in rows:
+        r = online(mode, target_ms, draft_ms, right, n, lookahead=k, sp=sp)
+        if not r["correct"]:
+            raise RuntimeError(f"online {label} emitted a wrong token (a bug: please report it)")
+        wall[label] = r["t_total_ms"]
+        extra = (f"  {r['n_tasks_cancelled']}/{r['n_tasks']} tasks cancelled, "
+                 f"{r['verify_hidden_share']:.0%} of verification hidden" if mode == "dsi" else "")
+        yield f"  {label:<7} {r['t_total_ms']:9.1f} ms  (offline model on the same pattern {offline:.1f} ms){extra}"
+    yield f"  DSI {wall['non-SI'] / wall['DSI']:.2f}x non-SI, {wall['SI'] / wall['DSI']:.2f}x SI (measured)"
+
+
+def write_heatmap(out_dir: Path, sp: int) -> Tuple[Path, Path]:
+    """The paper's Figure 2 grid (offline model, 100 tokens): grid.json and heatmaps.png in out_dir."""
+    fractions = [round(x, 2) for x in np.linspace(0.02, 1.0, 25)]
+    accepts = [round(x, 2) for x in np.linspace(0.0, 1.0, 21)]
+    pts = grid(fractions, accepts, n=100, sp=sp, repeats=5)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "grid.json").write_text(json.dumps([p.__dict__ for p in pts], indent=1))
+    plot_heatmaps(pts, out_dir / "heatmaps.png", title=f"offline simulation, SP = {sp}, 100 tokens")
+    return out_dir / "grid.json", out_dir / "heatmaps.png"
