@@ -107,8 +107,7 @@ class SpeculativeDecoder:
         self.draft_path = os.fspath(draft_path) if draft_path is not None else None
         settings = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_draft=n_threads_draft,
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
-                        share_prefill=share_prefill)
-        settings["share_prefill"] = bool(share_prefill)
+                        share_prefill=bool(share_prefill))
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise _type_error(name, value, _DEFAULTS[name])
