@@ -188,6 +188,7 @@ def main():
     results = {label: {} for label, _, _ in configs}
     all_runs = {(label, name): [] for label, _, _ in configs for name in texts}
     started = time.time()
+    source = provenance({"target": target, "draft": draft}, args.threads)  # the code as it starts
     for rep in range(args.repeats):  # interleaved, so that a slow spell of the machine hits every configuration
         for name, text in texts.items():
             for label, kind, kw in configs:
@@ -258,7 +259,7 @@ def main():
     best_simple = max((e for e in summary if e["config"].startswith("llama-speculative-simple")),
                       key=lambda e: e["tokens_per_second"], default=None)
     report = {
-        "provenance": provenance({"target": target, "draft": draft}, args.threads),
+        "provenance": source,
         "temperature": temp, "n_predict": n, "prompts": list(texts), "repeats": args.repeats,
         "summary": summary,
         "speculative_over_plain": spec["speedup_over_plain"],

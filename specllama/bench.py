@@ -114,6 +114,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
 
     all_runs: List[Run] = []
     started = time.time()
+    source = provenance({"target": dec.model_path, "draft": dec.draft_path}, threads)  # the code as it starts
     for _ in range(repeats):  # interleaved, so that a slow spell of the machine hits every configuration
         for name, toks in tokenized.items():
             for mode, n, sp in [("plain", 1, 0)] + configs:
@@ -202,7 +203,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     best_dsi = max(dsi_entries, key=lambda e: e["speedup"]) if dsi_entries else None
     best = adaptive or best_fixed or best_dsi
     return {
-        "provenance": provenance({"target": dec.model_path, "draft": dec.draft_path}, threads),
+        "provenance": source,
         "drafter": dec.drafter_name(drafter=drafter),  # what "auto" ran
         "max_tokens": max_tokens,
         "temperature": temperature,

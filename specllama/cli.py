@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -176,10 +177,14 @@ def _open_decoder(mo: dict, need_draft: bool = False):
         draft = None
     if need_draft and not draft:
         raise click.UsageError("this command needs a draft model: give -d/--draft")
-    dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
-                             n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
-                             n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft,
-                             share_prefill=mo["share_prefill"])
+    with warnings.catch_warnings(record=True) as caught:  # the library's warnings, as one line each
+        warnings.simplefilter("always")
+        dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
+                                 n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
+                                 n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft,
+                                 share_prefill=mo["share_prefill"])
+    for w in caught:
+        _err(f"specllama: warning: {w.message}")
     return dec, _describe(dec, mo, draft)
 
 

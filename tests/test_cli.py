@@ -371,3 +371,10 @@ def test_chat_template_by_name_or_jinja_file(runner, tiny, tmp_path):
         r = runner.invoke(main, ["generate", "the cat", *_pair(tiny), "-n", "2", "--temp", "0", "--chat",
                                  "--chat-template", tmpl])
         assert r.exit_code == 0, r.output
+
+
+@pytest.mark.skipif(specllama.supports_gpu_offload(), reason="this build offloads: nothing to warn about")
+def test_gpu_layers_without_gpu_offload_warn_in_one_line(runner, tiny):
+    r = runner.invoke(main, ["generate", "the cat", *_pair(tiny), "-n", "2", "--temp", "0", "-ngl", "-1"])
+    assert r.exit_code == 0, r.output
+    assert "specllama: warning: n_gpu_layers has no effect" in r.stderr and "RuntimeWarning" not in r.stderr
