@@ -229,6 +229,11 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (plan.n_draft + 1 > tgt_cache_->n_batch()) {
         throw std::invalid_argument("n_draft + 1 must fit in n_batch " + std::to_string(tgt_cache_->n_batch()));
     }
+    if (params.mode == decode_mode::dsi && params.dsi.lookahead + 1 > tgt_cache_->n_batch()) {
+        throw std::invalid_argument("lookahead must be in [1, n_batch - 1 = " +
+                                    std::to_string(tgt_cache_->n_batch() - 1) + "], got " +
+                                    std::to_string(params.dsi.lookahead));
+    }
     // "auto" without a draft model decodes plainly: lookup alone is chosen by name only
     const bool plain_auto = params.drafter == drafter_kind::automatic && !has_draft;
     plan.use_model        = params.speculative && (kind == drafter_kind::model || kind == drafter_kind::model_lookup);
@@ -260,7 +265,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     const run_plan plan = plan_run(params);
     validate_prompt(prompt);
     if (params.mode == decode_mode::dsi) {
-        return generate_dsi(prompt, params, on_step, check);
+        return generate_dsi(prompt, params, plan, on_step, check);
     }
     return generate_si(prompt, params, plan, on_step, check);
 }

@@ -221,7 +221,7 @@ class decoder {
     generate_result generate_si(const std::vector<llama_token> & prompt, const generate_params & params,
                                 const run_plan & plan, const step_callback & on_step, const interrupt_check & check);
     generate_result generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
-                                 const step_callback & on_step, const interrupt_check & check);
+                                 const run_plan & plan, const step_callback & on_step, const interrupt_check & check);
 
     // DSI's steps before the run: its servers (contexts on the target beyond the first, made on
     // first use and kept) and the threads of each context for the run, then the prompt in each

@@ -39,13 +39,9 @@ class threads_scope {
 }  // namespace
 
 generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
-                                      const step_callback & on_step, const interrupt_check & check) {
+                                      const run_plan & plan, const step_callback & on_step,
+                                      const interrupt_check & check) {
     const dsi_options & options = params.dsi;
-    if (options.lookahead + 1 > tgt_cache_->n_batch()) {
-        throw std::invalid_argument("lookahead must be in [1, n_batch - 1 = " +
-                                    std::to_string(tgt_cache_->n_batch() - 1) + "], got " +
-                                    std::to_string(options.lookahead));
-    }
 
     // the servers and everyone's threads for this run (restored afterwards), then the prompt
     const dsi_setup                 setup  = dsi_prepare(options);
@@ -57,7 +53,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     generate_result     res;
     generate_stats &    st = res.stats;
     st.n_prompt            = n_prompt;
-    st.drafter             = "model";
+    st.drafter             = plan.drafter();
     const auto t_start     = clock_type::now();
 
     dsi_prefill(caches, prompt, st, check);

@@ -18,7 +18,7 @@ import click
 
 from ._core import DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
-from .decoder import SpeculativeDecoder, as_dict
+from .decoder import SpeculativeDecoder, as_dict, make_options
 
 _QUANT_TYPES = quantize_types()
 _GEN = GenerateOptions()  # the generation defaults (the native core's)
@@ -149,13 +149,9 @@ def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
     else:
         kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
                       speculative=not mo["no_draft"], **extra)
-    opts = GenerateOptions()
     try:
-        for name, value in kwargs.items():
-            setattr(opts, name, value)
-        if not do:
-            opts.n_draft = mo["n_draft"]  # the decoder's, checked by the same rule
-        opts.validate()
+        # the decoder's n_draft is checked by the same rule
+        make_options(**kwargs, **({} if do else {"n_draft": mo["n_draft"]}))
     except (ValueError, TypeError) as exc:
         field = next((f for f in _FLAGS if str(exc).startswith(f + " ")), None)
         raise click.BadParameter(str(exc), param_hint=_FLAGS.get(field, "options")) from None

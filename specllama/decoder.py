@@ -48,6 +48,23 @@ for _cls in (Stats, DSIStats, StepPrices):
     _cls.as_dict = as_dict  # stats.as_dict(): the fields as a dict
 
 
+def make_options(options: Optional[GenerateOptions] = None, **fields) -> GenerateOptions:
+    """options (or the defaults) with fields set by name, checked by the native core: ValueError
+    naming the first bad value, TypeError for a wrong type or an unknown field."""
+    opts = options.copy() if options is not None else GenerateOptions()
+    for name, value in fields.items():
+        if not hasattr(GenerateOptions, name) or name.startswith("_") or callable(getattr(GenerateOptions, name)):
+            raise TypeError(f"unknown generation option {name!r}")
+        if name == "stop" and isinstance(value, str):
+            value = [value]
+        try:
+            setattr(opts, name, value)
+        except TypeError:
+            raise _type_error(name, value, getattr(GenerateOptions(), name)) from None
+    opts.validate()
+    return opts
+
+
 @dataclass(frozen=True)
 class StepChunk:
     """What stream() yields: one verification step's new text; the last chunk has no text and
@@ -199,19 +216,9 @@ class SpeculativeDecoder:
         return [int(t) for t in prompt]
 
     def options(self, options: Optional[GenerateOptions] = None, **fields) -> GenerateOptions:
-        """The GenerateOptions a generation with these arguments runs: options (or the defaults)
-        with fields set by name, checked against this decoder (ValueError naming the first
-        problem, TypeError for an unknown field)."""
-        opts = options.copy() if options is not None else GenerateOptions()
-        for name, value in fields.items():
-            if not hasattr(GenerateOptions, name) or name.startswith("_") or callable(getattr(GenerateOptions, name)):
-                raise TypeError(f"unknown generation option {name!r}")
-            if name == "stop" and isinstance(value, str):
-                value = [value]
-            try:
-                setattr(opts, name, value)
-            except TypeError:
-                raise _type_error(name, value, getattr(GenerateOptions(), name)) from None
+        """The GenerateOptions a generation with these arguments runs (make_options), checked
+        against this decoder too (a drafter it cannot run, say)."""
+        opts = make_options(options, **fields)
         self._native().validate(opts)
         return opts
 

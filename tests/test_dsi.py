@@ -155,6 +155,9 @@ def test_dsi_bad_arguments(tiny):
             dec.generate("the cat", max_tokens=4, mode="dsi", sp=1.5)
         with pytest.raises(ValueError, match="lookahead must be in"):
             dec.generate([1, 2], max_tokens=4, mode="dsi", lookahead=600)
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256, n_batch=16) as small_batch:
+        with pytest.raises(ValueError, match=r"lookahead must be in \[1, n_batch - 1 = 15\], got 20"):
+            small_batch.stream("the cat", max_tokens=4, mode="dsi", lookahead=20)  # refused before it runs
     with specllama.SpeculativeDecoder(tiny.target, n_ctx=256) as dec:
         with pytest.raises(ValueError, match="needs a draft model"):
             dec.generate("the cat", max_tokens=4, mode="dsi")
