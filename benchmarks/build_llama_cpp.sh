@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Build llama.cpp's own llama-speculative-simple (and llama-cli) from the llama-cpp-python 0.3.36
-# sdist's vendored sources, for benchmarks/compare.py. Nothing of llama.cpp is committed here:
+# Build llama.cpp's own llama-speculative-simple and llama-server from the llama-cpp-python 0.3.36
+# sdist's vendored sources, for benchmarks/compare.py and benchmarks/serve_bench.py. Nothing of llama.cpp is committed here:
 # the sdist comes from PyPI into a cache directory and is built there.
 #   usage: benchmarks/build_llama_cpp.sh [CACHE_DIR]     (prints the bin directory)
 set -euo pipefail
 VERSION=0.3.36
 CACHE="${1:-${SPECLLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specllama}/llama.cpp-$VERSION}"
 BIN="$CACHE/build/bin"
-if [ -x "$BIN/llama-speculative-simple" ]; then
+if [ -x "$BIN/llama-speculative-simple" ] && [ -x "$BIN/llama-server" ]; then
   echo "$BIN"
   exit 0
 fi
@@ -20,6 +20,6 @@ if [ ! -d "$CACHE/src" ]; then
     "llama_cpp_python-$VERSION/vendor/llama.cpp"
 fi
 cmake -S "$CACHE/src" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >&2
-cmake --build "$CACHE/build" --target llama-speculative-simple -j "$(nproc)" >&2
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >&2
+cmake --build "$CACHE/build" --target llama-speculative-simple llama-server -j "$(nproc)" >&2
 echo "$BIN"

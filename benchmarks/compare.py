@@ -94,7 +94,7 @@ def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads
     cmd = [str(binary), "-m", target, "-md", draft, "-p", prompt_text, "-n", str(n), "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(n_max), "-t", str(threads), "-td", str(threads), *sampling,
            "--ignore-eos", "-c", "2048", "-ngl", "0", "-ngld", "0"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")  # sampled text may cut a character
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise RuntimeError(f"llama-speculative-simple failed ({proc.returncode}): {log[-800:]}")

@@ -289,7 +289,7 @@ def main() -> int:
         target, draft = default_pair()
         texts = dict(PROMPTS, **(HELD_OUT if args.held_out else {}))
         with SpeculativeDecoder(target, n_ctx=512) as dec:
-            prompts = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
+            prompts = {name: dec.chat_tokens([{"role": "user", "content": text}])
                        for name, text in texts.items()}
         print(f"recording traces: {len(prompts)} prompts x {args.n_predict} tokens", file=sys.stderr)
         traces = {name: record_trace(target, draft, p, args.n_predict, args.threads, args.n_gpu_layers)

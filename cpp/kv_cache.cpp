@@ -2,20 +2,12 @@
 // one message per llama_decode return code, and tail removal for rollback.
 #include "kv_cache.h"
 
+#include "cpu.h"
+
 #include <algorithm>
 #include <string>
-#include <thread>
 
 namespace specllama {
-
-namespace {
-
-int32_t default_threads() {
-    unsigned n = std::thread::hardware_concurrency();
-    return n == 0 ? 4 : (int32_t) n;
-}
-
-}  // namespace
 
 kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : mdl_(std::move(mdl)) {
     if (params.n_ctx < 0) {

@@ -109,6 +109,9 @@ std::shared_ptr<model> model_load(const model_params & params) {
     if (mdl->vocab == nullptr || mdl->n_vocab <= 0) {
         throw std::invalid_argument("model has no vocabulary: " + params.path);
     }
+    for (llama_token t = 0; t < mdl->n_vocab; ++t) {
+        mdl->max_piece_bytes = std::max<int32_t>(mdl->max_piece_bytes, (int32_t) token_to_piece(*mdl, t, true).size());
+    }
     return mdl;
 }
 
@@ -186,15 +189,49 @@ std::string model_chat_template(const model & mdl) {
     return tmpl ? std::string(tmpl) : std::string();
 }
 
+namespace {
+
+// every occurrence of from in s replaced by to
+std::string replace_all(std::string s, const std::string & from, const std::string & to) {
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+        s.replace(at, from.size(), to);
+    }
+    return s;
+}
+
+}  // namespace
+
 std::string chat_apply_template(const std::string & tmpl,
                                 const std::vector<std::pair<std::string, std::string>> & messages,
                                 bool add_assistant) {
+    // llama_chat_apply_template reads C strings: a NUL byte in a message travels as a marker that
+    // occurs in no message (U+F8FF repeated) and is put back in the result
+    std::string marker = "\xEF\xA3\xBF";
+    bool        has_nul = false;
+    for (bool clash = true; clash;) {
+        clash = false;
+        for (const auto & m : messages) {
+            has_nul = has_nul || m.first.find('\0') != std::string::npos || m.second.find('\0') != std::string::npos;
+            clash   = clash || m.first.find(marker) != std::string::npos || m.second.find(marker) != std::string::npos;
+        }
+        if (clash) {
+            marker += "\xEF\xA3\xBF";
+        }
+    }
+    const std::string nul(1, '\0');
+    std::vector<std::pair<std::string, std::string>> texts;
+    texts.reserve(messages.size());
     std::vector<llama_chat_message> chat;
     chat.reserve(messages.size());
     size_t n_chars = 0;
     for (const auto & m : messages) {
-        chat.push_back({m.first.c_str(), m.second.c_str()});
-        n_chars += m.first.size() + m.second.size();
+        texts.emplace_back(has_nul ? replace_all(m.first, nul, marker) : m.first,
+                           has_nul ? replace_all(m.second, nul, marker) : m.second);
+        chat.push_back({texts.back().first.c_str(), texts.back().second.c_str()});
+        n_chars += texts.back().first.size() + texts.back().second.size();
+    }
+    if (tmpl.find('\0') != std::string::npos) {
+        throw std::invalid_argument("a chat template name holds a NUL byte");
     }
     std::vector<char> buf(2 * n_chars + 256);
     int32_t n = llama_chat_apply_template(tmpl.c_str(), chat.data(), chat.size(), add_assistant, buf.data(),
@@ -207,7 +244,8 @@ std::string chat_apply_template(const std::string & tmpl,
         n = llama_chat_apply_template(tmpl.c_str(), chat.data(), chat.size(), add_assistant, buf.data(),
                                       (int32_t) buf.size());
     }
-    return std::string(buf.data(), n);
+    std::string out(buf.data(), n);
+    return has_nul ? replace_all(out, marker, nul) : out;
 }
 
 std::vector<llama_token> tokenize(const model & mdl, const std::string & text, bool add_special, bool parse_special) {
@@ -226,6 +264,26 @@ std::vector<llama_token> tokenize(const model & mdl, const std::string & text, b
                            add_special, parse_special);
     }
     out.resize(n);
+    return out;
+}
+
+std::vector<llama_token> tokenize_bounded(const model & mdl, const std::string & text, bool add_special,
+                                          bool parse_special, int64_t max_tokens) {
+    const size_t budget = (size_t) (max_tokens + 64) * (size_t) mdl.max_piece_bytes;
+    if (max_tokens >= 0 && text.size() > budget) {
+        size_t cut = budget;
+        while (cut > 0 && ((unsigned char) text[cut] & 0xC0) == 0x80) {  // not inside a UTF-8 character
+            --cut;
+        }
+        const auto head = tokenize(mdl, text.substr(0, cut), add_special, parse_special);
+        if ((int64_t) head.size() > max_tokens + 32) {  // the cut changes at most the last word's tokens
+            throw text_too_long((int64_t) head.size() - 32, max_tokens, false);
+        }
+    }
+    auto out = tokenize(mdl, text, add_special, parse_special);
+    if (max_tokens >= 0 && (int64_t) out.size() > max_tokens) {
+        throw text_too_long((int64_t) out.size(), max_tokens, true);
+    }
     return out;
 }
 

@@ -29,6 +29,7 @@ struct model {
     const llama_vocab * vocab   = nullptr;
     std::string         path;
     int32_t             n_vocab = 0;
+    int32_t             max_piece_bytes = 1;  // the longest token's text (special tokens included), in bytes
 
     llama_model * get() const { return ptr.get(); }
 };
@@ -67,6 +68,23 @@ std::string chat_apply_template(const std::string & tmpl,
 
 // tokenize text; add_special adds BOS/EOS as the model asks, parse_special reads "<|im_end|>" etc. as tokens
 std::vector<llama_token> tokenize(const model & mdl, const std::string & text, bool add_special, bool parse_special);
+
+// a text with more than a limit of tokens
+struct text_too_long : std::invalid_argument {
+    int64_t n_tokens_at_least;  // the text's token count where exact, else a lower bound
+    bool    exact;
+    text_too_long(int64_t n, int64_t limit, bool exact)
+        : std::invalid_argument("the text has " + std::string(exact ? "" : "at least ") + std::to_string(n) +
+                                " tokens, more than " + std::to_string(limit)),
+          n_tokens_at_least(n),
+          exact(exact) {}
+};
+
+// tokenize, refusing (text_too_long) a text of more than max_tokens tokens at the cost of
+// tokenizing a bounded prefix: a text longer than max_tokens tokens of the longest piece each is
+// judged by its first (max_tokens + 64) * max_piece_bytes bytes
+std::vector<llama_token> tokenize_bounded(const model & mdl, const std::string & text, bool add_special,
+                                          bool parse_special, int64_t max_tokens);
 
 // the bytes of one token (special tokens render as "" unless special is true)
 std::string token_to_piece(const model & mdl, llama_token token, bool special = false);

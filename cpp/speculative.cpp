@@ -116,7 +116,15 @@ void generate_params_validate(const generate_params & p) {
 }
 
 decoder::decoder(const decoder_params & params)
-    : ctx_params_(params.ctx), n_threads_draft_(params.n_threads_draft), n_draft_(params.n_draft) {
+    : decoder(params, model_load(params.target), params.draft ? model_load(*params.draft) : nullptr, nullptr) {}
+
+decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, std::shared_ptr<model> draft,
+                 std::shared_ptr<step_runner> runner)
+    : params_(params),
+      runner_(std::move(runner)),
+      ctx_params_(params.ctx),
+      n_threads_draft_(params.n_threads_draft),
+      n_draft_(params.n_draft) {
     if (params.n_draft < 1 || params.n_draft > k_max_draft) {
         throw std::invalid_argument("n_draft must be in [1, " + std::to_string(k_max_draft) + "], got " +
                                     std::to_string(params.n_draft));
@@ -125,19 +133,22 @@ decoder::decoder(const decoder_params & params)
         throw std::invalid_argument("n_threads_draft must be >= 0 (0 = n_threads), got " +
                                     std::to_string(params.n_threads_draft));
     }
+    if (draft && !params.draft) {
+        throw std::invalid_argument("a draft model needs its model_params in decoder_params::draft");
+    }
     // copying a sequence's keys and values goes through host memory: it pays against decoding on
     // a CPU (kv_cache.h), and was not measured against a GPU's batched prompt processing
     const auto on_gpu = [](int32_t n_gpu_layers) { return n_gpu_layers != 0 && llama_supports_gpu_offload(); };
     copy_server_prefill_ = params.share_prefill && !on_gpu(params.target.n_gpu_layers);
-    target_    = model_load(params.target);
+    target_    = std::move(target);
     tgt_cache_ = std::make_unique<kv_cache>(target_, params.ctx);
     if (params.n_draft + 1 > tgt_cache_->n_batch()) {
         throw std::invalid_argument("n_batch must be >= " + std::to_string(params.n_draft + 1) +
                                     " (n_draft + 1: a verification is one batch), got " +
                                     std::to_string(tgt_cache_->n_batch()));
     }
-    if (params.draft) {
-        draft_ = model_load(*params.draft);
+    if (draft) {
+        draft_ = std::move(draft);
         vocab_check_compatible(*target_, *draft_);
         context_params dctx = params.ctx;
         dctx.n_ctx          = tgt_cache_->n_ctx();
@@ -149,6 +160,16 @@ decoder::decoder(const decoder_params & params)
         share_prefill_ = copy_server_prefill_ && !on_gpu(params.draft->n_gpu_layers) &&
                          kv_interchangeable(*target_, *draft_);
     }
+}
+
+std::unique_ptr<decoder> decoder::sibling(int32_t n_ctx) {
+    std::lock_guard<std::mutex> lock(mutex_);  // not while this one generates: its runner is set here
+    if (!runner_) {
+        runner_ = std::make_shared<step_runner>();
+    }
+    decoder_params p = params_;
+    p.ctx.n_ctx      = n_ctx > 0 ? n_ctx : tgt_cache_->n_ctx();
+    return std::make_unique<decoder>(p, target_, draft_, runner_);
 }
 
 std::vector<llama_token> decoder::cached_tokens() const {
@@ -265,7 +286,9 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     const run_plan plan = plan_run(params);
     validate_prompt(prompt);
     if (params.mode == decode_mode::dsi) {
-        return generate_dsi(prompt, params, plan, on_step, check);
+        generate_result res;  // DSI's threads share the machine among themselves: one step for the run
+        run_step(runner_.get(), [&] { res = generate_dsi(prompt, params, plan, on_step, check); });
+        return res;
     }
     return generate_si(prompt, params, plan, on_step, check);
 }
@@ -283,7 +306,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto t_start = clock_type::now();
 
     std::vector<llama_token> seq = prompt;
-    prefill(seq, plan, st, check);
+    run_step(runner_.get(), [&] { prefill(seq, plan, st, check); });
     st.t_prefill_ms = ms_since(t_start);
 
     text_stream stream(params.stop);
@@ -291,26 +314,28 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     step_event  ev;
     int32_t     prev_n = -1;  // tokens drafted in the step before (-1: it was prefill)
     while (finish.empty()) {
-        const step_plan step  = plan_step(plan, params, (int32_t) seq.size(), st);
-        llama_token     probe = -1;
-        auto            t     = clock_type::now();
-        const int32_t   n_model = draft_step(seq, step, plan, params, rng, probe, st, check);
-        const int32_t   n       = (int32_t) drafted_.tokens.size();
-        const double    draft_ms = ms_since(t);
-        st.t_draft_ms += draft_ms;
+        run_step(runner_.get(), [&] {  // one step at a time among sibling decoders
+            const step_plan step    = plan_step(plan, params, (int32_t) seq.size(), st);
+            llama_token     probe   = -1;
+            auto            t       = clock_type::now();
+            const int32_t   n_model = draft_step(seq, step, plan, params, rng, probe, st, check);
+            const int32_t   n       = (int32_t) drafted_.tokens.size();
+            const double    draft_ms = ms_since(t);
+            st.t_draft_ms += draft_ms;
 
-        double                  verify_ms = 0;
-        const acceptance_result acc       = verify_and_accept(seq, params, rng, verify_ms, st);
+            double                  verify_ms = 0;
+            const acceptance_result acc       = verify_and_accept(seq, params, rng, verify_ms, st);
 
-        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
-        prev_n = n;
-        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
-        st.n_steps += 1;
-        st.n_drafted += n;
-        st.n_accepted += acc.n_accepted;
-        st.accepted_hist[acc.n_accepted] += 1;
+            observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
+            prev_n = n;
+            st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
+            st.n_steps += 1;
+            st.n_drafted += n;
+            st.n_accepted += acc.n_accepted;
+            st.accepted_hist[acc.n_accepted] += 1;
 
-        emit(acc, params, stream, seq, res, ev, finish);
+            emit(acc, params, stream, seq, res, ev, finish);
+        });
         if (on_step && on_step(ev) && finish.empty()) {
             finish = "cancelled";
         }
@@ -339,7 +364,9 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     const int32_t room      = tgt_cache_->n_ctx() - n_seq;
     const int32_t remaining = params.max_tokens - st.n_generated;
     step_plan     step;
-    if (plan.use_model || plan.use_lookup) {
+    // the first step is plain: its token comes as soon as the prompt is in (the time to first
+    // token of a stream), where drafting first would add the drafts' and a longer batch's time
+    if ((plan.use_model || plan.use_lookup) && st.n_steps > 0) {
         step.n_max = std::max(0, std::min({plan.n_draft, room, remaining - 1}));
     }
     // the adaptive rule compares drafting with plain steps: it prices those first, and then

@@ -20,6 +20,7 @@
 #include "kv_cache.h"
 #include "lookup.h"
 #include "text.h"
+#include "step_runner.h"
 
 namespace specllama {
 
@@ -175,6 +176,15 @@ using interrupt_check = std::function<void()>;
 class decoder {
   public:
     explicit decoder(const decoder_params & params);
+    // a decoder on models already loaded (params' paths are not read): its own caches on the same
+    // weights. With a runner, every step of every generation runs on it (step_runner.h).
+    decoder(const decoder_params & params, std::shared_ptr<model> target, std::shared_ptr<model> draft,
+            std::shared_ptr<step_runner> runner);
+
+    // another decoder on this one's models, with its own caches of n_ctx positions (0: this
+    // one's); both then run their steps on one runner, one step at a time, so their generations
+    // can run in parallel threads without competing for the cores
+    std::unique_ptr<decoder> sibling(int32_t n_ctx);
 
     // generate after prompt, by params.mode. Reuses the longest prefix of prompt already in the
     // caches, so a conversation that grows turn by turn is not processed again.
@@ -205,6 +215,9 @@ class decoder {
     int32_t n_draft() const { return n_draft_; }
 
   private:
+    decoder_params             params_;
+    std::shared_ptr<step_runner> runner_;  // shared with sibling decoders; null while alone
+
     // what a generation runs, resolved once from its parameters and this decoder's models
     struct run_plan {
         bool    use_model  = false;  // the draft model drafts

@@ -3,6 +3,7 @@
 // the same target model. Text, stop strings and results are handled as in generate().
 #include <thread>
 
+#include "cpu.h"
 #include "dsi_backends.h"
 #include "speculative.h"
 
@@ -14,11 +15,6 @@ using clock_type = std::chrono::steady_clock;
 
 double ms_since(clock_type::time_point t) {
     return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
-}
-
-int32_t hardware_threads() {
-    unsigned n = std::thread::hardware_concurrency();
-    return n == 0 ? 4 : (int32_t) n;
 }
 
 // sets a context's threads for the duration of a run and puts the old count back
@@ -138,7 +134,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
 decoder::dsi_setup decoder::dsi_prepare(const dsi_options & options) {
     dsi_setup out;
     // the thread budget: the decoder's thread count, split between the drafter and the servers
-    const int32_t budget   = ctx_params_.n_threads > 0 ? ctx_params_.n_threads : hardware_threads();
+    const int32_t budget   = ctx_params_.n_threads > 0 ? ctx_params_.n_threads : default_threads();
     const int32_t t_draft  = options.n_threads_draft > 0 ? options.n_threads_draft
                                                          : std::max(1, budget / (options.sp + 1));
     const int32_t t_server = options.n_threads_server > 0 ? options.n_threads_server

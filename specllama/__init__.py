@@ -5,7 +5,9 @@ rejection-sampling rule keeps the output distribution exactly the target's. The 
 (specllama._core, over llama.cpp); this package orchestrates it.
 """
 
-import os as _os
+__version__ = "0.3.0"
+
+import os as _os  # noqa: E402
 
 from ._libllama import preload as _preload
 
@@ -25,26 +27,32 @@ except ImportError as _exc:  # a source tree without the built extension, most o
 from ._core import Context, Model, accept_trials, log_set_level, quantize, quantize_types  # noqa: E402
 from ._core import sampling_distribution, supports_gpu_offload, vocab_check_compatible  # noqa: E402
 from .decoder import Completion, DSIStats, GenerateOptions, SpeculativeDecoder, Stats, StepChunk  # noqa: E402
-from .decoder import StepPrices, as_dict  # noqa: E402
+from .decoder import PromptTooLong, StepPrices, as_dict  # noqa: E402
+from .templates import ChatTemplateError  # noqa: E402
+from .completions import RequestError  # noqa: E402
+from .templates import builtin_names as chat_templates  # noqa: E402
 
-__version__ = "0.2.0"
 
 # SPECLLAMA_LOG=debug|info|warn|error shows llama.cpp's own messages on stderr
 _LEVELS = {"none": 0, "debug": 1, "info": 2, "warn": 3, "error": 4}
 log_set_level(_LEVELS.get(_os.environ.get("SPECLLAMA_LOG", "none").lower(), 0))
 
 __all__ = [
+    "ChatTemplateError",
     "Completion",
     "Context",
     "DSIStats",
     "GenerateOptions",
     "Model",
+    "PromptTooLong",
+    "RequestError",
     "SpeculativeDecoder",
     "Stats",
     "StepChunk",
     "StepPrices",
     "accept_trials",
     "as_dict",
+    "chat_templates",
     "log_set_level",
     "quantize",
     "quantize_types",

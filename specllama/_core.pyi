@@ -5,13 +5,16 @@ from __future__ import annotations
 import collections.abc
 import numpy
 import numpy.typing
+import os
 import typing
-__all__: list[str] = ['Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'log_set_level', 'quantize', 'quantize_types', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'vocab_check_compatible']
+__all__: list[str] = ['Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'log_set_level', 'quantize', 'quantize_types', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'vocab_check_compatible']
+class TextTooLong(ValueError):
+    pass
 class Model:
     """
     A GGUF model loaded by llama.cpp.
     """
-    def __init__(self, path: str, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
     def detokenize(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], special: bool = False) -> str:
         ...
@@ -21,8 +24,15 @@ class Model:
         ...
     def token_to_piece(self, token: typing.SupportsInt | typing.SupportsIndex, special: bool = False) -> bytes:
         ...
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        ...
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False, max_tokens: typing.SupportsInt | typing.SupportsIndex | None = None) -> list[int]:
+        """
+        Token ids of text (NUL bytes included). With max_tokens, a text of more tokens raises ValueError after tokenizing a bounded prefix of it, however long it is.
+        """
+    @property
+    def add_bos(self) -> bool:
+        """
+        Whether tokenize(add_special=True) puts the BOS token first.
+        """
     @property
     def bos(self) -> int:
         ...
@@ -35,6 +45,11 @@ class Model:
     @property
     def eos(self) -> int:
         ...
+    @property
+    def max_piece_bytes(self) -> int:
+        """
+        The longest token's text, in bytes.
+        """
     @property
     def n_ctx_train(self) -> int:
         ...
@@ -235,7 +250,7 @@ class GenerateOptions:
         stop strings (not included in the text)
         """
     @stop.setter
-    def stop(self, arg0: collections.abc.Sequence[str]) -> None:
+    def stop(self, arg1: collections.abc.Sequence[str]) -> None:
         ...
     @property
     def temperature(self) -> float:
@@ -593,7 +608,7 @@ class Decoder:
     """
     A target model, an optional draft model, and their KV caches.
     """
-    def __init__(self, target: str, draft: str | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True) -> None:
+    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True) -> None:
         ...
     def cached_tokens(self) -> list[int]:
         ...
@@ -611,6 +626,10 @@ class Decoder:
         """
     def reset(self) -> None:
         ...
+    def sibling(self, n_ctx: typing.SupportsInt | typing.SupportsIndex = 0) -> Decoder:
+        """
+        Another decoder on these models (not loaded again) with its own caches of n_ctx positions (0: this one's). The two take turns, one step at a time, so they can generate in parallel threads without competing for the cores.
+        """
     def validate(self, options: GenerateOptions) -> None:
         """
         raise ValueError naming the first option this decoder cannot run with
@@ -643,11 +662,19 @@ def chat_builtin_templates() -> list[str]:
     """
     the names of llama.cpp's built-in chat templates (chat_apply_template takes one as its template)
     """
+def check_text(text: typing.Any, what: str = 'the text') -> int:
+    """
+    The UTF-8 length of text in bytes; ValueError saying where and how to fix it when UTF-8 cannot carry it (a lone surrogate, as Python makes from bytes that are not UTF-8).
+    """
+def cpu_cores() -> tuple[int, int]:
+    """
+    (physical, logical) cores this process may run on; the default thread count is the physical.
+    """
 def log_set_level(level: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
     Show llama.cpp messages at or above level (0 none, 1 debug, 2 info, 3 warn, 4 error).
     """
-def quantize(src: str, dst: str, type: str, n_threads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+def quantize(src: str | os.PathLike, dst: str | os.PathLike, type: str, n_threads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
     ...
 def quantize_types() -> list[str]:
     ...

@@ -103,7 +103,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     if not dec.has_draft and drafter != "lookup":
         raise ValueError("bench compares plain and speculative decoding: it needs a draft model (or drafter='lookup')")
     prompts = prompts or PROMPTS
-    tokenized = {name: dec.tokenize(dec.apply_chat_template([{"role": "user", "content": text}]))
+    tokenized = {name: dec.chat_tokens([{"role": "user", "content": text}])
                  for name, text in prompts.items()}
     # warm-up: first-touch page faults of the mapped weights would count against the first run
     configs = ([("fixed", n, 0) for n in n_drafts] + ([("adaptive", adaptive_max, 0)] if adaptive_max else [])

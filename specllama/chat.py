@@ -1,11 +1,10 @@
-"""A conversation kept in the KV cache: each turn appends only its new tokens.
+"""A conversation kept in the KV cache.
 
-The history is held as token ids, exactly as the model saw and produced them. A new user turn
-adds the tokens of the text the chat template puts between the last reply and the new reply
-header; the decoder finds all earlier tokens in its cache, so earlier turns are not processed
-again. When the template does not extend its previous rendering (some templates rewrite
-earlier turns), the whole conversation is tokenized anew; the cache still reuses the common
-prefix.
+Each turn renders the whole conversation with the chat template and tokenizes it, exactly as a
+client of llama-server or llama-cpp-python sends it; the decoder keeps the longest prefix its
+cache shares with the new prompt, so earlier turns are not processed again. Templates that are
+not prefix-stable (a default system message at the first turn only, earlier turns rewritten)
+still get the right prompt: the cache is reused up to where the two differ.
 """
 
 from __future__ import annotations
@@ -16,7 +15,8 @@ from typing import Dict, Iterator, List, Optional
 
 import click
 
-from .decoder import SpeculativeDecoder, StepChunk
+from . import encoding
+from .decoder import PromptTooLong, SpeculativeDecoder, StepChunk
 
 
 class ContextFull(Exception):
@@ -83,7 +83,6 @@ class ChatSession:
     system: Optional[str] = None
     template: Optional[str] = None  # apply_chat_template's: None (the model's), a built-in name, or a Jinja file
     messages: List[Dict[str, str]] = field(default_factory=list)
-    tokens: List[int] = field(default_factory=list)
     stats: SessionStats = field(default_factory=SessionStats)
 
     def __post_init__(self) -> None:
@@ -91,53 +90,33 @@ class ChatSession:
 
     def reset(self) -> None:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
-        self.tokens = []
         self.decoder.reset()
 
-    def _render(self, messages, add_generation_prompt: bool) -> str:
-        return self.decoder.apply_chat_template(messages, add_generation_prompt, self.template)
-
-    def _prompt_for(self, user_text: str) -> List[int]:
-        new_messages = self.messages + [{"role": "user", "content": user_text}]
-        full = self._render(new_messages, True)
-        if self.tokens:
-            before = self._render(self.messages, False)
-            if full.startswith(before):
-                delta = full[len(before):]
-                return self.tokens + self.decoder.tokenize(delta, add_special=False)
-        return self.decoder.tokenize(full)
+    def prompt_for(self, user_text: str) -> List[int]:
+        """The prompt tokens of the conversation with user_text as the next message."""
+        return self.decoder.chat_tokens(self.messages + [{"role": "user", "content": user_text}],
+                                        template=self.template)
 
     def send(self, user_text: str, **gen_kwargs) -> Iterator[StepChunk]:
         """Stream the reply to user_text. Raises ContextFull if the prompt does not fit. The reply
         (whole, or what was produced before the stream was closed) joins the history."""
-        prompt = self._prompt_for(user_text)
-        if len(prompt) >= self.decoder.n_ctx:
-            raise ContextFull(f"the conversation needs {len(prompt)} tokens; the context holds {self.decoder.n_ctx}")
-        reply_tokens: List[int] = []
+        try:
+            prompt = self.prompt_for(user_text)
+        except PromptTooLong as exc:
+            raise ContextFull(str(exc)) from None
         reply_text: List[str] = []
         final: Optional[StepChunk] = None
         try:
             for chunk in self.decoder.stream(prompt, **gen_kwargs):
-                reply_tokens += chunk.tokens
                 reply_text.append(chunk.text)
                 if chunk.finish_reason is not None:
                     final = chunk
                 yield chunk
         finally:
-            self._commit(user_text, prompt, reply_tokens, "".join(reply_text))
+            self.messages += [{"role": "user", "content": user_text},
+                              {"role": "assistant", "content": "".join(reply_text)}]
             if final is not None and final.stats is not None:
                 self.stats.add(final.stats)
-
-    def _commit(self, user_text: str, prompt: List[int], reply_tokens: List[int], reply_text: str) -> None:
-        before_reply = self._render(self.messages + [{"role": "user", "content": user_text}], True)
-        self.messages += [{"role": "user", "content": user_text}, {"role": "assistant", "content": reply_text}]
-        after = self._render(self.messages, False)
-        # the template's text after the reply (e.g. "<|im_end|>\n") joins the token history
-        if after.startswith(before_reply + reply_text):
-            tail = after[len(before_reply) + len(reply_text):]
-            self.tokens = prompt + reply_tokens + self.decoder.tokenize(tail, add_special=False)
-        else:
-            self.tokens = self.decoder.tokenize(after)
 
 
 # --- the terminal side of `specllama chat` ------------------------------------------------------
@@ -199,7 +178,8 @@ class ChatInput:
     brackets pastes) and the prompt goes with the input; otherwise the prompt goes to stderr, so
     stdout holds only replies."""
 
-    def __init__(self) -> None:
+    def __init__(self, input_encoding: str = "utf-8") -> None:
+        self.encoding = input_encoding
         self.interactive = sys.stdin.isatty() and sys.stdout.isatty()
         if self.interactive:
             try:
@@ -211,14 +191,18 @@ class ChatInput:
                 readline.parse_and_bind("set enable-bracketed-paste on")
 
     def line(self, prompt: str):
-        """One line (without its end), or None at end of input."""
+        """One line (without its end), or None at end of input. InputNotText for bytes that are
+        not text in the chosen encoding."""
         if self.interactive:
             try:
-                return input(prompt)
+                return encoding.from_terminal(input(prompt), self.encoding, "the message")
             except EOFError:
                 return None
+            except UnicodeDecodeError as exc:  # stdin decodes strictly: the bytes are gone, say where
+                raise encoding.InputNotText(f"the message is not valid {exc.encoding}: {exc.reason} at offset "
+                                            f"{exc.start}; give its encoding with --encoding") from None
         click.echo(prompt, nl=False, err=True)
-        line = sys.stdin.readline()
+        line = encoding.read_line(self.encoding, "the message")
         return line.rstrip("\r\n") if line else None
 
     def read(self):

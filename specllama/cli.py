@@ -1,4 +1,4 @@
-"""The specllama command line: chat, generate, bench, draft, models.
+"""The specllama command line: chat, generate, serve, bench, draft, models.
 
 Model text goes to stdout; progress, statistics and errors go to stderr. Library errors become
 one line and a non-zero exit, never a traceback.
@@ -12,10 +12,10 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional
 
 import click
 
+from . import encoding
 from ._core import DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
 from .decoder import SpeculativeDecoder, as_dict, make_options
@@ -42,6 +42,19 @@ def _library_errors(fn):
     return wrapper
 
 
+def _check_encoding(ctx, param, value):
+    try:
+        return encoding.check_encoding(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+encoding_option = click.option(
+    "--encoding", "input_encoding", default="utf-8", show_default=True, callback=_check_encoding, metavar="NAME",
+    help="Encoding of the input text (arguments and standard input), e.g. latin-1 or cp1252; bytes that are not "
+         "text in it are an error.")
+
+
 def model_options(fn):
     """Options every model-running command shares (llama.cpp's names where it has one)."""
     opts = [
@@ -61,7 +74,7 @@ def model_options(fn):
                      help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
         click.option("-c", "--ctx-size", type=click.IntRange(0), default=DECODER_DEFAULTS["n_ctx"], show_default=True,
                      help="Context size in tokens (0 = the model's)."),
-        click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = all)."),
+        click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = the physical cores)."),
         click.option("--threads-draft", type=click.IntRange(0), default=0, help="CPU threads for the draft (0 = --threads)."),
         click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True,
                      help="Target layers to offload to the GPU (-1 = all; needs a GPU build of llama-cpp-python)."),
@@ -237,25 +250,31 @@ def main() -> None:
               help="With --chat: one of llama.cpp's built-in templates by name (chatml, llama3, ...) or a Jinja "
                    "template file, instead of the model's own.")
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
+@encoding_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
 @click.option("--compare", is_flag=True,
               help="Afterwards, generate the same tokens with plain decoding and report the speedup.")
 @dsi_options
 @_library_errors
-def generate(prompt, mo, so, do, use_chat, system, chat_template, stop, as_json, compare):
+def generate(prompt, mo, so, do, use_chat, system, chat_template, stop, input_encoding, as_json, compare):
     """Generate one completion of PROMPT (or of standard input), streamed to stdout."""
     if prompt is None:
         if sys.stdin is None or (sys.stdin.isatty() if hasattr(sys.stdin, "isatty") else False):
             raise click.UsageError("give a PROMPT or pipe one on standard input")
-        prompt = sys.stdin.read()
+        prompt = encoding.read_stdin(input_encoding, "standard input")
+    else:
+        prompt = encoding.from_argument(prompt, input_encoding, "the prompt")
     if not prompt.strip():
         raise click.UsageError("the prompt is empty")
-    kwargs = _generate_kwargs(mo, so, do, stop=list(stop))
+    if system is not None:
+        system = encoding.from_argument(system, input_encoding, "--system")
+    stop = [encoding.from_argument(s, input_encoding, "--stop") for s in stop]
+    kwargs = _generate_kwargs(mo, so, do, stop=stop)
     dec, what = _open_decoder(mo)
     with dec:
         if use_chat:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-            prompt = dec.apply_chat_template(messages, template=chat_template)
+            prompt = dec.chat_tokens(messages, template=chat_template)
         if as_json:
             out = dec.generate(prompt, **kwargs)
             obj = {"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
@@ -317,9 +336,10 @@ def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
 @click.option("--chat-template", "chat_template", default=None, metavar="NAME|FILE",
               help="One of llama.cpp's built-in templates by name (chatml, llama3, ...) or a Jinja template file, "
                    "instead of the model's own.")
+@encoding_option
 @dsi_options
 @_library_errors
-def chat(mo, so, do, system, chat_template):
+def chat(mo, so, do, system, chat_template, input_encoding):
     """Chat with the model, using its own chat template; replies stream as they are verified.
 
     The conversation stays in the KV cache across turns. Commands: /stats, /reset, /exit
@@ -328,6 +348,8 @@ def chat(mo, so, do, system, chat_template):
     (\"\"\") is one message, for pasting.
     """
     kwargs = _generate_kwargs(mo, so, do)
+    if system is not None:
+        system = encoding.from_argument(system, input_encoding, "--system")
     dec, what = _open_decoder(mo)
     with dec:
         session = ChatSession(dec, system=system, template=chat_template)
@@ -336,11 +358,15 @@ def chat(mo, so, do, system, chat_template):
         _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")
         _err("Type /exit or press Ctrl-D to quit, /reset to start over, /stats for speed; Ctrl-C stops a reply; "
              '""" starts and ends a message of several lines.')
-        reader = ChatInput()
+        reader = ChatInput(input_encoding)
         while True:
             reading = True
             try:
-                message = reader.read()
+                try:
+                    message = reader.read()
+                except encoding.InputNotText as exc:
+                    _err(f"specllama chat: {exc}; the message was not sent")
+                    continue
                 reading = False
                 if message is None:  # end of input
                     _err("")
@@ -349,6 +375,47 @@ def chat(mo, so, do, system, chat_template):
                     break
             except KeyboardInterrupt:  # at the prompt, or between a reply and the next prompt
                 _err("\n(input discarded; /exit or Ctrl-D quits)" if reading else "")
+
+
+@main.command()
+@model_options
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; set --api-key then).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port (0: any free one).")
+@click.option("-np", "--parallel", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Slots: requests generated at once, each with its own KV caches of --ctx-size tokens on one "
+                   "copy of the models.")
+@click.option("--queue-size", type=click.IntRange(0), default=16, show_default=True,
+              help="Requests that may wait for a slot; beyond them the server answers 503.")
+@click.option("--api-key", envvar="SPECLLAMA_API_KEY", default=None,
+              help="Require 'Authorization: Bearer KEY' on every endpoint but /health (or SPECLLAMA_API_KEY).")
+@click.option("--chat-template", "chat_template", default=None, metavar="NAME|FILE",
+              help="One of llama.cpp's built-in templates by name or a Jinja file, instead of the model's own.")
+@click.option("--alias", default=None, help="The model's name in the API (default: the target file's name).")
+@click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
+              help="Allow browser pages from ORIGIN (repeatable; '*' for any). CORS is off without it.")
+@_library_errors
+def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins):
+    """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models),
+    with speculative decoding; Ctrl-C stops."""
+    from .server import ServerConfig, serve as run_server
+
+    defaults = make_options(**_generate_kwargs(mo, {}, {}))
+    dec, what = _open_decoder(mo)
+    with dec:
+        if chat_template is not None:
+            dec.apply_chat_template([{"role": "user", "content": "hi"}], template=chat_template)  # fails here, not later
+        name = alias or os.path.basename(dec.model_path)
+        if name.endswith(".gguf"):
+            name = name[:-5]
+        config = ServerConfig(host=host, port=port, parallel=parallel, queue_size=queue_size, api_key=api_key or None,
+                              chat_template=chat_template, cors_origins=cors_origins, model_name=name, defaults=defaults)
+        _err(f"specllama serve: {what}")
+        try:
+            run_server(dec, config, announce=_err)
+        except KeyboardInterrupt:
+            pass
+        _err("specllama serve: stopped")
 
 
 def _parse_range(text: str):
@@ -443,7 +510,7 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
 @click.option("--sweep", is_flag=True, help="Try several types; report size, cost, acceptance, predicted speedup.")
 @click.option("--types", "sweep_types", default="q8_0,q5_1,q4_1,q4_0,q2_k", show_default=True,
               help="Types tried by --sweep.")
-@click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = all).")
+@click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = the physical cores).")
 @click.option("-n", "--n-predict", type=click.IntRange(1), default=64, show_default=True,
               help="Tokens per prompt when measuring (--sweep).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep report as JSON.")

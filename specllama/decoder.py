@@ -57,12 +57,19 @@ def make_options(options: Optional[GenerateOptions] = None, **fields) -> Generat
             raise TypeError(f"unknown generation option {name!r}")
         if name == "stop" and isinstance(value, str):
             value = [value]
+        if name == "stop" and isinstance(value, (list, tuple)):
+            for i, text in enumerate(value):
+                _core.check_text(text, f"stop[{i}]")
         try:
             setattr(opts, name, value)
         except TypeError:
             raise _type_error(name, value, getattr(GenerateOptions(), name)) from None
     opts.validate()
     return opts
+
+
+class PromptTooLong(ValueError):
+    """A prompt (or conversation) that does not fit in the context."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,8 @@ class SpeculativeDecoder:
     specllama.models). With a model_path and no draft_path, it decodes plainly on the target.
 
     n_ctx: positions the KV caches hold; n_batch: tokens per llama_decode (>= n_draft + 1);
-    n_threads / n_threads_draft: CPU threads (0 = all); n_gpu_layers / n_gpu_layers_draft:
+    n_threads / n_threads_draft: CPU threads (0 = the physical cores; more threads than the
+    machine's cores warn, as they make decoding much slower); n_gpu_layers / n_gpu_layers_draft:
     layers to offload when llama-cpp-python was built with a GPU backend (-1 = all; a warning
     when the installed build has none); n_draft: tokens drafted per step, at most (adaptive) or
     exactly, where a generation does not say.
@@ -119,6 +127,7 @@ class SpeculativeDecoder:
         if (n_gpu_layers or (draft_path is not None and n_gpu_layers_draft)) and not _core.supports_gpu_offload():
             warnings.warn("n_gpu_layers has no effect: the installed llama-cpp-python was built without GPU "
                           "offload (docs/gpu.md says how to install a GPU build)", RuntimeWarning, stacklevel=2)
+        _warn_threads(n_threads=n_threads, n_threads_draft=n_threads_draft)
         self._lock = threading.RLock()
         self.model_path = os.fspath(model_path)
         self.draft_path = os.fspath(draft_path) if draft_path is not None else None
@@ -129,6 +138,19 @@ class SpeculativeDecoder:
             if type(value) is not type(_DEFAULTS[name]):
                 raise _type_error(name, value, _DEFAULTS[name])
         self._core: Optional[_core.Decoder] = _core.Decoder(self.model_path, self.draft_path, **settings)
+
+    def new_slot(self, n_ctx: Optional[int] = None) -> "SpeculativeDecoder":
+        """Another decoder on this one's models (the weights are not loaded again) with its own KV
+        caches of n_ctx positions (default: this one's). Decoders made this way take turns, one
+        verification step at a time, so generations in several threads share the cores instead
+        of competing for them; a server gives each slot one."""
+        if n_ctx is not None and (type(n_ctx) is not int or n_ctx < 1):
+            raise ValueError(f"n_ctx must be a positive int, got {n_ctx!r}")
+        slot = object.__new__(SpeculativeDecoder)
+        slot._lock = threading.RLock()
+        slot.model_path, slot.draft_path = self.model_path, self.draft_path
+        slot._core = self._native().sibling(n_ctx or 0)
+        return slot
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -189,13 +211,26 @@ class SpeculativeDecoder:
         return self.target_model.detokenize(list(tokens))
 
     def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
-                            template: Optional[str] = None) -> str:
+                            template: Optional[str] = None, **variables) -> str:
         """Render [{"role": ..., "content": ...}] as a prompt. template: None (the target's own
-        chat template), a built-in template name of llama.cpp (specllama.chat_templates()), or a
-        path to a Jinja template file (rendered in a sandbox)."""
+        chat template, the GGUF's Jinja program), a built-in template name of llama.cpp
+        (specllama.chat_templates()), or a path to a Jinja template file. Jinja templates run in a
+        sandbox and also see variables (tools=..., documents=...). A template that fails raises
+        specllama.ChatTemplateError (a ValueError)."""
         from .templates import render
 
-        return render(self.target_model, messages, add_generation_prompt, template)
+        return render(self.target_model, messages, add_generation_prompt, template, **variables)
+
+    def chat_tokens(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                    template: Optional[str] = None, **variables) -> List[int]:
+        """The prompt tokens of a conversation: apply_chat_template's text, tokenized with its
+        special tokens and with the BOS token once where the model takes one (the tokens
+        llama-server and llama-cpp-python build for the same messages)."""
+        from .templates import prompt_text
+
+        text = prompt_text(self.target_model, self.apply_chat_template(messages, add_generation_prompt, template,
+                                                                        **variables))
+        return self._tokenize_prompt(text, True, "the conversation")
 
     def cached_tokens(self) -> List[int]:
         """Tokens in the target's KV cache; a prompt that starts with them skips their prefill."""
@@ -210,16 +245,31 @@ class SpeculativeDecoder:
 
     def _prompt_tokens(self, prompt: Prompt) -> List[int]:
         if isinstance(prompt, str):
-            return self.tokenize(prompt)
+            return self._tokenize_prompt(prompt, True, "the prompt")
         if isinstance(prompt, (bytes, bytearray)):
-            raise TypeError("prompt must be str or a sequence of token ids, not bytes")
+            raise TypeError("prompt must be str or a sequence of token ids, not bytes (decode it first, e.g. "
+                            "prompt.decode('utf-8'))")
         return [int(t) for t in prompt]
+
+    def _tokenize_prompt(self, text: str, add_special: bool, what: str) -> List[int]:
+        """Tokens of a prompt's text, refused (ValueError) when it cannot fit in the context; a
+        text far too long costs only the tokenizing of a bounded prefix."""
+        _core.check_text(text, what)
+        n_ctx = self.n_ctx
+        try:
+            return self.target_model.tokenize(text, add_special, True, max_tokens=n_ctx - 1)
+        except _core.TextTooLong as exc:
+            count = f"{exc.n_tokens_at_least}" if exc.exact else f"at least {exc.n_tokens_at_least}"
+            raise PromptTooLong(f"{what} has {count} tokens but the context holds {n_ctx} "
+                                f"(room is needed for at least one more); shorten the prompt or raise n_ctx") from None
 
     def options(self, options: Optional[GenerateOptions] = None, **fields) -> GenerateOptions:
         """The GenerateOptions a generation with these arguments runs (make_options), checked
         against this decoder too (a drafter it cannot run, say)."""
         opts = make_options(options, **fields)
         self._native().validate(opts)
+        if opts.mode == "dsi":
+            _warn_threads(threads_draft=opts.threads_draft, threads_server=opts.threads_server)
         return opts
 
     def drafter_name(self, options: Optional[GenerateOptions] = None, **fields) -> str:
@@ -257,6 +307,30 @@ class SpeculativeDecoder:
         opts = self.options(options, **fields)
         return self._stream(self._native(), tokens, opts)
 
+    # -- OpenAI-shaped completions (llama-cpp-python's method names) ----------------------------
+
+    def create_chat_completion(self, messages: Sequence[dict], *, stream: bool = False,
+                               chat_template: Optional[str] = None, **fields):
+        """An OpenAI chat completion for messages: a dict shaped like OpenAI's ("choices",
+        "usage", and llama-server's "timings"), or with stream=True an iterator of chunk dicts.
+        fields are the request fields of /v1/chat/completions (max_tokens, temperature, top_p,
+        top_k, min_p, stop, seed, stream_options, and specllama's speculative, n_draft, drafter,
+        ignore_eos); one it cannot honour raises specllama.RequestError (a ValueError) naming it.
+        The prompt is the chat template's (chat_template: a built-in name or Jinja file instead);
+        max_tokens None runs up to the end of the context."""
+        from . import completions
+
+        req = completions.parse(dict(fields, messages=list(messages), stream=stream), "chat")
+        return completions.run(self, req, req.model or os.path.basename(self.model_path), chat_template)
+
+    def create_completion(self, prompt: Union[str, Sequence[int]], *, stream: bool = False, **fields):
+        """An OpenAI text completion of prompt (text or token ids), as create_chat_completion."""
+        from . import completions
+
+        req = completions.parse(dict(fields, prompt=prompt if isinstance(prompt, str) else list(prompt),
+                                     stream=stream), "text")
+        return completions.run(self, req, req.model or os.path.basename(self.model_path))
+
     def _stream(self, native: _core.Decoder, tokens: List[int], opts: GenerateOptions) -> Iterator[StepChunk]:
         chunks: "queue.Queue" = queue.Queue()
         stop_flag = threading.Event()
@@ -292,6 +366,17 @@ class SpeculativeDecoder:
         finally:
             stop_flag.set()
             thread.join()
+
+
+def _warn_threads(**counts) -> None:
+    """Warn where a thread count exceeds the cores this process may run on: llama.cpp's threads
+    then wait on each other and decoding slows down many times over."""
+    physical, logical = _core.cpu_cores()
+    for name, n in counts.items():
+        if isinstance(n, int) and not isinstance(n, bool) and n > logical:
+            warnings.warn(f"{name}={n} is more than the {logical} cores this process may run on; decoding will be "
+                          f"much slower (the default, 0, uses the {physical} physical cores)", RuntimeWarning,
+                          stacklevel=3)
 
 
 def _wrap_on_step(on_step):

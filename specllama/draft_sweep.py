@@ -83,7 +83,7 @@ def sweep_drafts(target: str, types: List[str], out_dir: Path, n_predict: int = 
                          f"choose from {', '.join(_core.quantize_types())}")
     out_dir.mkdir(parents=True, exist_ok=True)
     with SpeculativeDecoder(target, n_ctx=1024, n_threads=n_threads) as t:
-        prompts = [t.tokenize(t.apply_chat_template([{"role": "user", "content": PROMPTS[name]}]))
+        prompts = [t.chat_tokens([{"role": "user", "content": PROMPTS[name]}])
                    if t.target_model.chat_template else t.tokenize(PROMPTS[name]) for name in SWEEP_PROMPTS]
     target_ms = _ms_per_token(target, prompts, n_predict, n_threads)
     verify_ms = verify_cost_ms(target, prompts[0], list(range(1, MAX_SWEEP_DRAFT + 2)), n_threads)

@@ -1,18 +1,48 @@
-"""Chat templates: the model's own, one of llama.cpp's built-in ones by name, or a Jinja file.
+"""Chat templates: messages rendered as a prompt the way the model defines it.
 
-llama.cpp's built-in templates are rendered natively (llama_chat_apply_template). A Jinja file is
-rendered with jinja2's sandboxed environment: the file is untrusted input, so it gets no access to
-files or to Python objects' internals, only the variables chat templates expect (messages,
-add_generation_prompt, bos_token, eos_token, raise_exception, strftime_now).
+The default is the GGUF's own template (`tokenizer.chat_template`), a Jinja program, rendered
+with jinja2 as Hugging Face transformers and llama-cpp-python render it, so a conversation gives
+the same prompt here as in those tools and in llama-server. A template can also be one of
+llama.cpp's built-in templates by name (rendered natively by llama_chat_apply_template) or a
+Jinja file.
+
+A template is untrusted input read from a file. It runs in jinja2's immutable sandbox (no access
+to files, to Python objects' internals, or to mutating methods) with a budget: each rendering may
+take at most MAX_STEPS loop iterations, calls and attribute look-ups, and build strings of at
+most MAX_CHARS characters. A template that raises, exceeds its budget or is not valid Jinja gives
+a ChatTemplateError (a ValueError) with a one-line message.
+
+The variables a template sees are those the ecosystem provides: messages, add_generation_prompt,
+bos_token, eos_token, raise_exception, strftime_now, and tools / documents (and any further
+keyword, such as tool_choice) when given.
 """
 
 from __future__ import annotations
 
+import contextvars
 import datetime
+import functools
+import json
+import operator
 import os
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import _core
+
+MAX_STEPS = 1_000_000  # loop iterations, calls and look-ups in one rendering
+MAX_CHARS = 16 * 1024 * 1024  # characters of the rendered prompt, and of any string or list built on the way
+
+
+class ChatTemplateError(ValueError):
+    """The chat template could not render these messages."""
+
+
+class _TemplateRaised(Exception):
+    """raise_exception() was called by the template."""
+
+
+class _BudgetExceeded(Exception):
+    pass
 
 
 def builtin_names() -> List[str]:
@@ -20,44 +50,257 @@ def builtin_names() -> List[str]:
     return sorted(_core.chat_builtin_templates())
 
 
-def _raise_exception(message: str):
-    raise ValueError(f"the chat template refused the messages: {message}")
+# --- the sandbox -----------------------------------------------------------------------------
+
+class _Budget:
+    __slots__ = ("steps",)
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def tick(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise _BudgetExceeded(f"it takes more than {MAX_STEPS:,} steps")
 
 
-def render_jinja(source: str, messages: Sequence[dict], add_generation_prompt: bool, bos_token: str = "",
-                 eos_token: str = "") -> str:
-    """Render a Jinja chat template in a sandbox."""
-    from jinja2 import TemplateError
+_budget: contextvars.ContextVar[_Budget] = contextvars.ContextVar("specllama_template_budget")
+
+
+def _tick() -> None:
+    _budget.get().tick()
+
+
+def _sized(value: Any) -> Any:
+    if isinstance(value, (str, list, tuple, bytes)) and len(value) > MAX_CHARS:
+        raise _BudgetExceeded(f"it builds a value of more than {MAX_CHARS:,} items")
+    return value
+
+
+_LOOP_FILTER = "__specllama_loop"
+_BINOPS = {"*": operator.mul, "**": operator.pow, "+": operator.add, "%": operator.mod}
+
+
+def _counted(iterable):
+    """A for-loop's items, each one counted against the rendering's budget."""
+    for item in iterable:
+        _tick()
+        yield item
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: Optional[int] = None, separators=None,
+            sort_keys: bool = False) -> str:
+    # transformers' tojson (not jinja2's HTML-safe one), so tool schemas render as there
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _raise_exception(message: Any = "") -> None:
+    raise _TemplateRaised(str(message))
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+@functools.lru_cache(maxsize=1)
+def _environment():
+    from jinja2 import nodes
+    from jinja2.compiler import CodeGenerator
+    from jinja2.ext import Extension, loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    class GenerationTag(Extension):
+        """Hugging Face's {% generation %} tag, which marks assistant text and renders its body."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            parser.stream.skip(1)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    class Generator(CodeGenerator):
+        def visit_Concat(self, node, frame):  # the ~ operator: the result's length is checked
+            self.write("environment.sized(")
+            super().visit_Concat(node, frame)
+            self.write(")")
+
+    class Environment(ImmutableSandboxedEnvironment):
+        code_generator_class = Generator
+        intercepted_binops = frozenset(_BINOPS)
+
+        def _parse(self, source, name, filename):
+            tree = super()._parse(source, name, filename)
+            for loop in tree.find_all(nodes.For):  # every loop counts its iterations
+                loop.iter = nodes.Filter(loop.iter, _LOOP_FILTER, [], [], None, None, lineno=loop.lineno)
+            return tree
+
+        def sized(self, value):
+            return _sized(value)
+
+        def call_binop(self, context, op, left, right):
+            if op == "*" and (isinstance(left, int) or isinstance(right, int)):
+                seq, n = (left, right) if isinstance(right, int) else (right, left)
+                if isinstance(seq, (str, list, tuple)) and len(seq) * max(n, 0) > MAX_CHARS:
+                    raise _BudgetExceeded(f"it builds a value of more than {MAX_CHARS:,} items")
+            if op == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
+                    and right * abs(left).bit_length() > 1_000_000:
+                raise _BudgetExceeded("it computes a number of more than a million bits")
+            return _sized(_BINOPS[op](left, right))
+
+        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja2's signature)
+            _tick()
+            return _sized(super().call(__context, __obj, *args, **kwargs))
+
+        def getattr(self, obj, attribute):
+            _tick()
+            return super().getattr(obj, attribute)
+
+        def getitem(self, obj, argument):
+            _tick()
+            return super().getitem(obj, argument)
+
+    env = Environment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.filters[_LOOP_FILTER] = _counted
+    return env
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(source: str):
+    from jinja2 import TemplateSyntaxError
+
     try:
-        return env.from_string(source).render(messages=list(messages), add_generation_prompt=add_generation_prompt,
-                                              bos_token=bos_token, eos_token=eos_token)
-    except TemplateError as exc:
-        raise ValueError(f"the chat template failed: {exc}") from None
+        return _environment().from_string(source)
+    except TemplateSyntaxError as exc:
+        raise ChatTemplateError(f"the chat template is not valid Jinja (line {exc.lineno}): {exc.message}") from None
+    except RecursionError:
+        raise ChatTemplateError("the chat template is nested too deeply to compile") from None
+
+
+def _error_text(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def render_jinja(source: str, messages: Sequence[dict], add_generation_prompt: bool = True, bos_token: str = "",
+                 eos_token: str = "", tools: Optional[list] = None, documents: Optional[list] = None,
+                 **variables: Any) -> str:
+    """Render the Jinja chat template source in the sandbox, with the variables transformers
+    gives it (tools and documents are None when not given, as there) and any further ones."""
+    template = _compile(source)
+    context = dict(variables)
+    context.update(messages=[dict(m) for m in messages], add_generation_prompt=bool(add_generation_prompt),
+                   bos_token=bos_token, eos_token=eos_token, tools=tools, documents=documents,
+                   raise_exception=_raise_exception, strftime_now=_strftime_now)
+    token = _budget.set(_Budget())
+    try:
+        pieces: List[str] = []
+        n_chars = 0
+        for piece in template.root_render_func(template.new_context(context)):
+            n_chars += len(piece)
+            if n_chars > MAX_CHARS:
+                raise _BudgetExceeded(f"it writes more than {MAX_CHARS:,} characters")
+            pieces.append(piece)
+        return "".join(pieces)
+    except _TemplateRaised as exc:
+        raise ChatTemplateError(f"the chat template refused the messages: {exc}") from None
+    except _BudgetExceeded as exc:
+        raise ChatTemplateError(f"the chat template was stopped: {exc}") from None
+    except RecursionError:
+        raise ChatTemplateError("the chat template was stopped: it recurses too deeply") from None
+    except MemoryError:
+        raise ChatTemplateError("the chat template was stopped: it ran out of memory") from None
+    except Exception as exc:  # noqa: BLE001 (any failure of an untrusted program is the template's error)
+        raise ChatTemplateError(f"the chat template failed: {_error_text(exc)}") from None
+    finally:
+        _budget.reset(token)
+
+
+# --- messages --------------------------------------------------------------------------------
+
+def _text_of(content: Any, where: str) -> Any:
+    """A message's content as templates expect it: a string (OpenAI content parts of type
+    "text" joined with newlines, as llama-server joins them)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise ValueError(f"{where}: only text content is supported, not a {kind!r} part")
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise ValueError(f"{where}: content must be a string or a list of text parts, not {type(content).__name__}")
+
+
+def normalize_messages(messages: Sequence[Any]) -> List[Dict[str, Any]]:
+    """Check chat messages ([{"role": ..., "content": ...}, ...]) and return copies with text
+    content. A ValueError names the first bad message."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise ValueError("messages must be a list of {'role': ..., 'content': ...} objects")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise ValueError(f"{where} must be an object with 'role' and 'content', not {type(m).__name__}")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"{where} has no 'role' (a string such as 'system', 'user' or 'assistant')")
+        _core.check_text(role, f"{where}.role")
+        if "content" not in m and not m.get("tool_calls"):
+            raise ValueError(f"{where} has no 'content'")
+        msg = dict(m)
+        msg["content"] = _text_of(m.get("content"), where)
+        if msg["content"] is not None:
+            _core.check_text(msg["content"], f"{where}.content")
+        out.append(msg)
+    return out
+
+
+# --- rendering and tokenizing for a model ----------------------------------------------------
+
+def _special_text(model: "_core.Model", token: int) -> str:
+    return model.token_text(token) if 0 <= token < model.n_vocab else ""
+
+
+def template_source(model: "_core.Model", template: Optional[str] = None) -> str:
+    """The Jinja source of the model's own template (template None) or of a template file; a
+    built-in template name is returned as it is."""
+    if template is None:
+        source = model.chat_template
+        if not source:
+            raise ChatTemplateError(f"{model.path} has no chat template; give one (--chat-template NAME|FILE), "
+                                    f"for example one of: {', '.join(builtin_names())}")
+        return source
+    if template in builtin_names():
+        return template
+    if os.path.isfile(template):
+        try:
+            with open(template, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ChatTemplateError(f"cannot read the chat template {template}: {exc}") from None
+    raise ChatTemplateError(f"chat template {template!r} is neither a built-in template of llama.cpp "
+                            f"({', '.join(builtin_names())}) nor a file")
 
 
 def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt: bool = True,
-           template: Optional[str] = None) -> str:
+           template: Optional[str] = None, **variables: Any) -> str:
     """Messages as a prompt for model: with its own template (template None), a built-in one by
-    name, or a Jinja file by path."""
-    pairs = [(str(m["role"]), str(m["content"])) for m in messages]
-    if template is None:
-        tmpl = model.chat_template
-        if not tmpl:
-            raise ValueError(f"{model.path} has no chat template; give one (--chat-template NAME|FILE), "
-                             f"for example one of: {', '.join(builtin_names())}")
-        return _core.chat_apply_template(tmpl, pairs, add_generation_prompt)
-    if template in builtin_names():
+    name, or a Jinja file by path. variables (tools, documents, ...) reach Jinja templates."""
+    msgs = normalize_messages(messages)
+    if template is not None and template in builtin_names():
+        pairs = [(m["role"], m["content"] or "") for m in msgs]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
-    if os.path.isfile(template):
-        with open(template, encoding="utf-8") as f:
-            source = f.read()
-        bos, eos = (model.token_to_piece(t, True).decode("utf-8", "replace") if t >= 0 else ""
-                    for t in (model.bos, model.eos))
-        return render_jinja(source, [dict(role=r, content=c) for r, c in pairs], add_generation_prompt, bos, eos)
-    raise ValueError(f"chat template {template!r} is neither a built-in template of llama.cpp "
-                     f"({', '.join(builtin_names())}) nor a file")
+    return render_jinja(template_source(model, template), msgs, add_generation_prompt, _special_text(model, model.bos),
+                        _special_text(model, model.eos), **variables)
+
+
+def prompt_text(model: "_core.Model", prompt: str) -> str:
+    """A rendered chat prompt as it is tokenized (with add_special and parse_special): a BOS
+    token the template wrote is taken off where the tokenizer adds one, so that there is one, as
+    llama-server does."""
+    bos = _special_text(model, model.bos)
+    if model.add_bos and bos and prompt.startswith(bos):
+        return prompt[len(bos):]
+    return prompt

@@ -66,7 +66,8 @@ def test_generate_no_draft_and_chat_template(runner, tiny):
 
 
 def test_generate_with_prompt_lookup_needs_no_draft(runner, tiny):
-    text = "the cat is on the hot word. the cat is on the hot word. the cat is"
+    # the tiny target repeats itself after this prompt: lookup finds its own text again
+    text = "on the hot word on the hot word on the hot word on the hot word on the"
     r = runner.invoke(main, ["generate", text, "-m", tiny.target_q, "--drafter", "lookup", "--fixed-draft", "-n", "20",
                              "--temp", "0", "--json"])
     assert r.exit_code == 0, r.output

@@ -21,7 +21,8 @@ def python_greedy_speculative(target, draft, prompt, max_tokens, n_draft):
             common += 1
         dft.rollback(common)
         logits = dft.decode(seq[common:], all_logits=False)[-1]
-        n = min(n_draft, max_tokens - (len(seq) - len(prompt)) - 1)
+        # the first step is plain, as the native loop's (its token comes as soon as the prompt is in)
+        n = min(n_draft, max_tokens - (len(seq) - len(prompt)) - 1) if len(seq) > len(prompt) else 0
         drafts = []
         for i in range(n):
             drafts.append(int(np.argmax(logits)))

@@ -1,11 +1,13 @@
 """End to end at temperature > 0: speculative sampling on a real (tiny) model pair emits tokens
 that follow the target's distribution, not the draft's.
 
-Design: the prompt is fixed; each of N generations uses its own seed and emits 2 tokens with
-n_draft 2. The target's exact distributions come from a separate Context: p1 after the prompt,
-and the marginal of the second token, sum_x p1(x) p2(. | prompt x). The first token's histogram
-must fit p1 and the second's the marginal (chi-square); the first must NOT fit the draft's q1
-(the pair is chosen so that they differ), which shows the check has power.
+Design: the prompt is fixed; each of N generations uses its own seed and emits 3 tokens with
+n_draft 2. The first step of every generation is plain (its token comes at once), so the second
+token is the first one drafted and then accepted or corrected by the rejection rule. The target's
+exact distributions come from a separate Context: p1 after the prompt, and the marginal of the
+second token, sum_x p1(x) p2(. | prompt x). The first token's histogram must fit p1 and the
+second's the marginal (chi-square); the first must NOT fit the draft's q1 (the pair is chosen so
+that they differ), which shows the check has power.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ def test_speculative_sampling_follows_target(tiny):
     firsts, seconds, n_rejected = [], [], 0
     with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=128) as dec:
         for seed in range(N):
-            r = dec.generate(prompt, max_tokens=2, n_draft=2, seed=seed, ignore_eos=True, **SETTINGS)
-            assert len(r.tokens) == 2
+            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, **SETTINGS)
+            assert len(r.tokens) == 3
             firsts.append(r.tokens[0])
             seconds.append(r.tokens[1])
             n_rejected += r.stats.n_drafted - r.stats.n_accepted

@@ -84,8 +84,10 @@ def perturbed(weights: Dict[str, np.ndarray], seed: int, noise: float) -> Dict[s
 
 
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
-                n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None) -> Path:
-    """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests)."""
+                n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
+                chat_template: Optional[str] = CHATML) -> Path:
+    """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests);
+    chat_template None leaves the template out."""
     n_vocab, n_embd = weights["token_embd.weight"].shape
     n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
     n_ff = weights["blk.0.ffn_up.weight"].shape[0]
@@ -123,7 +125,8 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     writer.add_eot_token_id(4)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    writer.add_chat_template(CHATML)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
     for key, value in (extra_u32 or {}).items():
         writer.add_uint32(key, value)
 

@@ -88,7 +88,15 @@ void register_options(py::module_ & m) {
             "min_p", [](const gp & p) { return p.sampling.min_p; }, [](gp & p, float v) { p.sampling.min_p = v; },
             "drop tokens below min_p times the most likely one's probability, in [0, 1)")
         .def_readwrite("seed", &gp::seed, "random seed; None: a random one")
-        .def_readwrite("stop", &gp::stop, "stop strings (not included in the text)")
+        .def_property(
+            "stop", [](const gp & p) { return p.stop; },
+            [](gp & p, const std::vector<text> & v) {
+                p.stop.clear();
+                for (const auto & t : v) {
+                    p.stop.push_back(t.value);
+                }
+            },
+            "stop strings (not included in the text)")
         .def_readwrite("ignore_eos", &gp::ignore_eos, "keep going past end-of-generation tokens")
         .def_readwrite("speculative", &gp::speculative, "False: plain decoding on the target, through the same loop")
         .def_readwrite("adaptive", &gp::adaptive,
@@ -281,15 +289,15 @@ void register_decoder(py::module_ & m) {
         .def_property_readonly("acceptance", &draft_length_model::acceptance);
 
     py::class_<decoder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
-        .def(py::init([](const std::string & target, std::optional<std::string> draft, int32_t n_ctx,
+        .def(py::init([](const fs_path & target, std::optional<fs_path> draft, int32_t n_ctx,
                          int32_t n_batch, int32_t n_threads, int32_t n_threads_draft, int32_t n_gpu_layers,
                          int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill) {
                  decoder_params p;
-                 p.target.path         = target;
+                 p.target.path         = target.value;
                  p.target.n_gpu_layers = n_gpu_layers;
                  if (draft) {
                      model_params d;
-                     d.path         = *draft;
+                     d.path         = draft->value;
                      d.n_gpu_layers = n_gpu_layers_draft;
                      p.draft        = d;
                  }
@@ -347,6 +355,16 @@ void register_decoder(py::module_ & m) {
             py::gil_scoped_release nogil;
             d.reset();
         })
+        .def(
+            "sibling",
+            [](decoder & d, int32_t n_ctx) {
+                py::gil_scoped_release nogil;  // waits for a running generation of d
+                return d.sibling(n_ctx);
+            },
+            py::arg("n_ctx") = 0,
+            "Another decoder on these models (not loaded again) with its own caches of n_ctx positions "
+            "(0: this one's). The two take turns, one step at a time, so they can generate in parallel "
+            "threads without competing for the cores.")
         .def(
             "generate",
             [](decoder & d, const std::vector<llama_token> & prompt, const generate_params & options,

@@ -5,8 +5,10 @@
 #include <pybind11/stl.h>
 
 #include <mutex>
+#include <optional>
 
 #include "bindings.h"
+#include "cpu.h"
 #include "kv_cache.h"
 #include "model.h"
 
@@ -30,9 +32,9 @@ struct py_context {
 
 void register_model(py::module_ & m) {
     py::class_<model, std::shared_ptr<model>>(m, "Model", "A GGUF model loaded by llama.cpp.")
-        .def(py::init([](const std::string & path, int32_t n_gpu_layers) {
+        .def(py::init([](const fs_path & path, int32_t n_gpu_layers) {
                  model_params p;
-                 p.path         = path;
+                 p.path         = path.value;
                  p.n_gpu_layers = n_gpu_layers;
                  py::gil_scoped_release nogil;
                  return model_load(p);
@@ -44,10 +46,23 @@ void register_model(py::module_ & m) {
         .def_property_readonly("chat_template", &model_chat_template)
         .def_property_readonly("bos", [](const model & mdl) { return llama_vocab_bos(mdl.vocab); })
         .def_property_readonly("eos", [](const model & mdl) { return llama_vocab_eos(mdl.vocab); })
+        .def_property_readonly("add_bos", [](const model & mdl) { return llama_vocab_get_add_bos(mdl.vocab); },
+                               "Whether tokenize(add_special=True) puts the BOS token first.")
         .def_property_readonly("n_ctx_train", [](const model & mdl) { return llama_model_n_ctx_train(mdl.get()); })
         .def_property_readonly("size", [](const model & mdl) { return llama_model_size(mdl.get()); })
         .def("is_eog", [](const model & mdl, llama_token t) { return llama_vocab_is_eog(mdl.vocab, t); })
-        .def("tokenize", &tokenize, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false)
+        .def(
+            "tokenize",
+            [](const model & mdl, const text & t, bool add_special, bool parse_special, std::optional<int64_t> max_tokens) {
+                py::gil_scoped_release nogil;
+                return tokenize_bounded(mdl, t.value, add_special, parse_special, max_tokens.value_or(-1));
+            },
+            py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = false,
+            py::arg("max_tokens") = py::none(),
+            "Token ids of text (NUL bytes included). With max_tokens, a text of more tokens raises ValueError "
+            "after tokenizing a bounded prefix of it, however long it is.")
+        .def_property_readonly("max_piece_bytes", [](const model & mdl) { return mdl.max_piece_bytes; },
+                               "The longest token's text, in bytes.")
         .def("token_to_piece",
              [](const model & mdl, llama_token t, bool special) {
                  return py::bytes(token_to_piece(mdl, t, special));
@@ -74,8 +89,13 @@ void register_model(py::module_ & m) {
           "Raise ValueError naming the first difference if draft cannot serve as target's draft.");
     m.def(
         "chat_apply_template",
-        [](const std::string & tmpl, const std::vector<std::pair<std::string, std::string>> & messages,
-           bool add_assistant) { return to_str(chat_apply_template(tmpl, messages, add_assistant)); },
+        [](const text & tmpl, const std::vector<std::pair<text, text>> & messages, bool add_assistant) {
+            std::vector<std::pair<std::string, std::string>> msgs;
+            for (const auto & m : messages) {
+                msgs.emplace_back(m.first.value, m.second.value);
+            }
+            return to_str(chat_apply_template(tmpl.value, msgs, add_assistant));
+        },
         py::arg("template"), py::arg("messages"), py::arg("add_assistant") = true);
     m.def("quantize_types", &quantize_types);
     m.def(
@@ -88,14 +108,32 @@ void register_model(py::module_ & m) {
         "the names of llama.cpp's built-in chat templates (chat_apply_template takes one as its template)");
     m.def(
         "quantize",
-        [](const std::string & in, const std::string & out, const std::string & type, int32_t n_threads) {
+        [](const fs_path & in, const fs_path & out, const std::string & type, int32_t n_threads) {
             py::gil_scoped_release nogil;
-            model_quantize(in, out, type, n_threads);
+            model_quantize(in.value, out.value, type, n_threads);
         },
         py::arg("src"), py::arg("dst"), py::arg("type"), py::arg("n_threads") = 0);
     m.def("log_set_level", &log_set_level, py::arg("level"),
           "Show llama.cpp messages at or above level (0 none, 1 debug, 2 info, 3 warn, 4 error).");
     m.def("supports_gpu_offload", &llama_supports_gpu_offload);
+    m.def(
+        "check_text",
+        [](py::handle obj, const std::string & what) {
+            if (!PyUnicode_Check(obj.ptr())) {
+                throw py::type_error(what + " must be str, not " + std::string(Py_TYPE(obj.ptr())->tp_name));
+            }
+            Py_ssize_t n = 0;
+            if (PyUnicode_AsUTF8AndSize(obj.ptr(), &n) == nullptr) {
+                PyErr_Clear();
+                throw py::value_error(not_utf8_message(obj.ptr(), what));
+            }
+            return n;
+        },
+        py::arg("text"), py::arg("what") = "the text",
+        "The UTF-8 length of text in bytes; ValueError saying where and how to fix it when UTF-8 cannot "
+        "carry it (a lone surrogate, as Python makes from bytes that are not UTF-8).");
+    m.def("cpu_cores", [] { return py::make_tuple(physical_cores(), logical_cores()); },
+          "(physical, logical) cores this process may run on; the default thread count is the physical.");
 
     py::class_<py_context>(m, "Context",
                            "A context on a Model: its KV cache, batch decoding with logits, and rollback.")

@@ -28,6 +28,21 @@ inline pybind11::str to_str(const std::string & s) {
     return pybind11::reinterpret_steal<pybind11::str>(o);
 }
 
+// text for llama.cpp: a str as UTF-8 bytes, by pointer and length (NUL bytes kept); a str that
+// UTF-8 cannot carry (a lone surrogate, as Python makes from undecodable bytes) is a ValueError
+// saying where and what to do, never a signature mismatch
+struct text {
+    std::string value;
+};
+
+// a file path: str (encoded as the OS encodes file names), bytes or os.PathLike
+struct fs_path {
+    std::string value;
+};
+
+// the ValueError message for a str holding a lone surrogate; what names the text ("the prompt")
+std::string not_utf8_message(PyObject * s, const std::string & what);
+
 // raise KeyboardInterrupt (or whatever a signal handler raised) in the thread that called us
 inline void check_signals() {
     pybind11::gil_scoped_acquire gil;
@@ -37,3 +52,54 @@ inline void check_signals() {
 }
 
 }  // namespace specllama_py
+
+namespace pybind11::detail {
+
+template <> struct type_caster<specllama_py::text> {
+    PYBIND11_TYPE_CASTER(specllama_py::text, const_name("str"));
+
+    bool load(handle src, bool) {
+        if (!src || !PyUnicode_Check(src.ptr())) {
+            return false;
+        }
+        Py_ssize_t n = 0;
+        const char * p = PyUnicode_AsUTF8AndSize(src.ptr(), &n);
+        if (p == nullptr) {
+            PyErr_Clear();
+            throw value_error(specllama_py::not_utf8_message(src.ptr(), "the text"));
+        }
+        value.value.assign(p, (size_t) n);
+        return true;
+    }
+
+    static handle cast(const specllama_py::text & t, return_value_policy, handle) {
+        return specllama_py::to_str(t.value).release();
+    }
+};
+
+template <> struct type_caster<specllama_py::fs_path> {
+    PYBIND11_TYPE_CASTER(specllama_py::fs_path, const_name("str | os.PathLike"));
+
+    bool load(handle src, bool) {
+        if (!src || !(PyUnicode_Check(src.ptr()) || PyBytes_Check(src.ptr()) || PyObject_HasAttrString(src.ptr(), "__fspath__"))) {
+            return false;
+        }
+        PyObject * raw = nullptr;
+        if (!PyUnicode_FSConverter(src.ptr(), &raw)) {  // os.fsencode
+            throw error_already_set();
+        }
+        auto encoded = reinterpret_steal<object>(raw);
+        value.value.assign(PyBytes_AS_STRING(raw), (size_t) PyBytes_GET_SIZE(raw));
+        return true;
+    }
+
+    static handle cast(const specllama_py::fs_path & p, return_value_policy, handle) {
+        PyObject * o = PyUnicode_DecodeFSDefaultAndSize(p.value.data(), (Py_ssize_t) p.value.size());
+        if (o == nullptr) {
+            throw error_already_set();
+        }
+        return o;
+    }
+};
+
+}  // namespace pybind11::detail

@@ -1,6 +1,7 @@
 // module.cpp: the private extension specllama._core; the public API is the specllama package.
 #include <pybind11/pybind11.h>
 
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <stdexcept>
@@ -23,10 +24,41 @@ void set_error(PyObject * type, const char * what) {
     Py_DECREF(msg);
 }
 
+PyObject * text_too_long_type = nullptr;  // specllama._core.TextTooLong, a ValueError
+
 }  // namespace
+
+namespace specllama_py {
+
+std::string not_utf8_message(PyObject * s, const std::string & what) {
+    const Py_ssize_t n = PyUnicode_GetLength(s);
+    const int        kind = PyUnicode_KIND(s);
+    const void *     data = PyUnicode_DATA(s);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        const Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 0xD800 || c > 0xDFFF) {
+            continue;
+        }
+        char at[96];
+        if (c >= 0xDC80 && c <= 0xDCFF) {  // surrogateescape's stand-in for an undecodable byte
+            std::snprintf(at, sizeof(at), "character %zd stands for the byte 0x%02X, which is not UTF-8", (ssize_t) i,
+                          (unsigned) (c - 0xDC00));
+        } else {
+            std::snprintf(at, sizeof(at), "character %zd is a lone surrogate (U+%04X)", (ssize_t) i, (unsigned) c);
+        }
+        return what + " is not valid UTF-8: " + at +
+               ". Decode the input with its own encoding (the command line's --encoding, for example "
+               "--encoding latin-1), or with errors='replace'";
+    }
+    return what + " is not valid UTF-8";
+}
+
+}  // namespace specllama_py
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "specllama's native core: speculative decoding over llama.cpp (use the specllama package)";
+    static py::exception<specllama::text_too_long> text_too_long_exc(m, "TextTooLong", PyExc_ValueError);
+    text_too_long_type = text_too_long_exc.ptr();
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) {
@@ -36,6 +68,16 @@ PYBIND11_MODULE(_core, m) {
             throw;  // a Python exception on its way back: pybind11 restores it
         } catch (const py::builtin_exception &) {
             throw;  // pybind11's own (py::value_error, ...): it sets them itself
+        } catch (const specllama::text_too_long & e) {  // with the count, for the caller's own message
+            PyObject * exc = PyObject_CallFunction(text_too_long_type, "s", e.what());
+            if (exc != nullptr) {
+                PyObject * n = PyLong_FromLongLong(e.n_tokens_at_least);
+                PyObject_SetAttrString(exc, "n_tokens_at_least", n);
+                Py_XDECREF(n);
+                PyObject_SetAttrString(exc, "exact", e.exact ? Py_True : Py_False);
+                PyErr_SetObject(text_too_long_type, exc);
+                Py_DECREF(exc);
+            }
         } catch (const specllama::file_not_found & e) {
             set_error(PyExc_FileNotFoundError, e.what());
         } catch (const std::out_of_range & e) {  // pybind11's mapping, with tolerant decoding

@@ -1,0 +1,188 @@
+"""Server benchmark: specllama serve (speculative), specllama serve --no-draft, and llama-server
+with the same target and draft (-np equal to the concurrency), under 1, 2, 4 and 8 concurrent
+streaming clients sending a mix of prompts.
+
+Each server is started fresh for each concurrency, warmed with one request, and then each client
+sends its requests back to back. Reported per server and concurrency: aggregate completion tokens
+per second (all tokens / wall time), median time to first token, and median per-request tokens per
+second (tokens after the first / time after the first). Every request asks for the same number of
+tokens (ignore_eos), so the servers generate equal amounts.
+
+    python benchmarks/serve_bench.py                       # default pair, greedy
+    python benchmarks/serve_bench.py --temp 0.8 --out bench-out
+llama-server comes from benchmarks/build_llama_cpp.sh (built from the llama-cpp-python 0.3.36 sdist).
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from specllama.provenance import provenance
+
+HERE = Path(__file__).resolve().parent
+PROMPTS = [
+    "Name three rivers in Europe and say one thing about each.",
+    "Write a short poem about the sea.",
+    "Explain what a hash table is to a new programmer.",
+    "List five fruits and their colours.",
+    "Write a Python function that reverses a string, with a docstring.",
+    "Summarize the plot of Romeo and Juliet in a few sentences.",
+    "Give three tips for writing clear emails.",
+    "What causes the seasons on Earth?",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server did not become healthy")
+
+
+def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threads: int, llama_bin: Path):
+    port = _free_port()
+    if kind == "llama-server":
+        cmd = [str(llama_bin / "llama-server"), "-m", target, "-md", draft, "-np", str(n_parallel),
+               "-c", str(n_ctx * n_parallel), "-t", str(threads), "-td", str(threads), "-ngl", "0", "-ngld", "0",
+               "--port", str(port), "--host", "127.0.0.1"]
+    else:
+        cmd = [sys.executable, "-m", "specllama", "serve", "-m", target, "-np", str(n_parallel), "-c", str(n_ctx),
+               "-t", str(threads), "--port", str(port)]
+        cmd += ["-d", draft] if kind == "specllama" else ["--no-draft"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    _wait_healthy(url, proc)
+    return proc, url, cmd
+
+
+def portable(cmd) -> str:
+    """A server's command line without this machine's paths or the port."""
+    words = ["python" if w == sys.executable else os.path.basename(w) if os.sep in w else w for w in cmd]
+    return re.sub(r" --port \d+", "", " ".join(words))
+
+
+def one_request(url: str, prompt: str, n: int, temp: float, seed: int) -> dict:
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "temperature": temp,
+            "ignore_eos": True, "stream": True, "seed": seed}
+    t0 = time.perf_counter()
+    first = None
+    n_chunks_text = 0
+    timings = None
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("timings"):
+                timings = ev["timings"]
+            for c in ev.get("choices") or []:
+                if (c.get("delta") or {}).get("content"):
+                    n_chunks_text += 1
+                    if first is None:
+                        first = time.perf_counter()
+    end = time.perf_counter()
+    n_tokens = timings["predicted_n"] if timings else n
+    return {"ttft_s": (first or end) - t0, "total_s": end - t0, "tokens": n_tokens,
+            "per_request_tps": (n_tokens - 1) / (end - first) if first and end > first else 0.0,
+            "draft_n": (timings or {}).get("draft_n"), "draft_n_accepted": (timings or {}).get("draft_n_accepted")}
+
+
+def run_level(url: str, concurrency: int, per_client: int, n: int, temp: float) -> dict:
+    one_request(url, PROMPTS[0], 8, temp, 0)  # warm-up
+
+    def client(c):
+        return [one_request(url, PROMPTS[(c * per_client + k) % len(PROMPTS)], n, temp, 1000 * c + k)
+                for k in range(per_client)]
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = [r for rs in pool.map(client, range(concurrency)) for r in rs]
+    wall = time.perf_counter() - t0
+    tokens = sum(r["tokens"] for r in results)
+    drafted = sum(r["draft_n"] or 0 for r in results)
+    return {"aggregate_tps": tokens / wall, "ttft_median_s": statistics.median(r["ttft_s"] for r in results),
+            "per_request_tps_median": statistics.median(r["per_request_tps"] for r in results),
+            "requests": len(results), "tokens": tokens, "wall_s": wall,
+            "acceptance": (sum(r["draft_n_accepted"] or 0 for r in results) / drafted) if drafted else None}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-m", "--model", help="target GGUF (default: the default pair)")
+    ap.add_argument("-d", "--draft", help="draft GGUF")
+    ap.add_argument("-n", "--n-predict", type=int, default=128)
+    ap.add_argument("--temp", type=float, default=0.0)
+    ap.add_argument("-c", "--ctx-size", type=int, default=2048, help="context per slot")
+    ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--concurrency", default="1,2,4,8")
+    ap.add_argument("--requests-per-client", type=int, default=2)
+    ap.add_argument("--servers", default="specllama,specllama-no-draft,llama-server")
+    ap.add_argument("--out", default="bench-out")
+    args = ap.parse_args()
+
+    if args.model:
+        target, draft = args.model, args.draft
+    else:
+        from specllama.models import default_pair
+
+        target, draft = default_pair()
+    kinds = args.servers.split(",")
+    llama_bin = None
+    if "llama-server" in kinds:
+        llama_bin = Path(subprocess.run(["bash", str(HERE / "build_llama_cpp.sh")], capture_output=True, text=True,
+                                        check=True).stdout.strip().splitlines()[-1])
+    source = provenance({"target": target, "draft": draft}, args.threads)
+    levels = [int(c) for c in args.concurrency.split(",")]
+    table = {}
+    commands = {}
+    for c in levels:
+        for kind in kinds:
+            proc, url, cmd = start(kind, target, draft, c, args.ctx_size, args.threads, llama_bin)
+            commands.setdefault(kind, portable(cmd))
+            try:
+                res = run_level(url, c, args.requests_per_client, args.n_predict, args.temp)
+            finally:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            table.setdefault(str(c), {})[kind] = res
+            print(f"concurrency {c} {kind:20s} aggregate {res['aggregate_tps']:6.1f} tok/s  ttft "
+                  f"{res['ttft_median_s'] * 1000:6.0f} ms  per request {res['per_request_tps_median']:6.1f} tok/s"
+                  + (f"  acceptance {res['acceptance']:.2f}" if res["acceptance"] is not None else ""), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {"provenance": source, "settings": vars(args), "server_commands": commands, "results": table}
+    name = f"serve_bench{'_t' + str(args.temp).replace('.', '') if args.temp else '_greedy'}.json"
+    (out / name).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {out / name}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+"""OpenAI-shaped completions: a request's fields checked and turned into a prompt and
+GenerateOptions, and a generation turned into OpenAI's response and stream-chunk objects.
+
+The Python methods SpeculativeDecoder.create_chat_completion / create_completion and the server's
+/v1/chat/completions and /v1/completions share this layer, so both accept the same fields, refuse
+the same ones and answer in the same shapes. A field that cannot be honoured is refused with a
+RequestError naming it; none is ignored silently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional
+
+from . import __version__
+from ._core import GenerateOptions
+from .templates import ChatTemplateError
+
+
+class RequestError(ValueError):
+    """A request that cannot be served as asked: message, the field (param) and OpenAI's error
+    code; status is the HTTP status the server answers with."""
+
+    def __init__(self, message: str, param: Optional[str] = None, code: Optional[str] = None, status: int = 400,
+                 kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message, self.param, self.code, self.status, self.kind = message, param, code, status, kind
+
+    def body(self) -> Dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+# fields of OpenAI's requests that are accepted only at the value that asks for nothing
+_NEUTRAL = {
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "logit_bias": ({},),
+    "logprobs": (False, 0),
+    "top_logprobs": (0,),
+    "echo": (False,),
+    "best_of": (1,),
+    "suffix": ("",),
+    "tools": ([],),
+    "tool_choice": ("none", "auto"),
+    "functions": ([],),
+    "function_call": ("none", "auto"),
+    "parallel_tool_calls": (True, False),
+    "store": (False,),
+    "modalities": (["text"],),
+    "audio": (),
+    "prediction": (),
+    "reasoning_effort": (),
+    "web_search_options": (),
+}
+# accepted and without effect on the output: identifiers, metadata, and llama-server's cache switch
+_PASSIVE = {"user", "metadata", "service_tier", "cache_prompt", "id_slot"}
+
+_COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p",
+           "stop", "seed", "stream", "stream_options", "n", "ignore_eos", "speculative", "n_draft", "drafter",
+           "response_format"}
+CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | set(_NEUTRAL) | _PASSIVE
+COMPLETION_FIELDS = _COMMON | {"prompt"} | set(_NEUTRAL) | _PASSIVE
+
+
+@dataclass
+class Request:
+    """A checked request: its prompt (text, messages or token ids), the options it runs with,
+    and how to answer."""
+
+    kind: str  # "chat" or "text"
+    options: GenerateOptions
+    stream: bool = False
+    include_usage: bool = False
+    model: Optional[str] = None
+    messages: Optional[List[dict]] = None
+    prompt: Any = None  # text or token ids (completions)
+    max_tokens: Optional[int] = None  # None: up to the end of the context
+    template_kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+def _number(body: dict, name: str, lo: float, hi: float, integer: bool = False):
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)):
+        raise RequestError(f"'{name}' must be {'an integer' if integer else 'a number'}, not {type(v).__name__}",
+                           name, "invalid_type")
+    if v != v:
+        raise RequestError(f"'{name}' must be a number, not NaN", name, "invalid_value")
+    if v > hi:
+        raise RequestError(f"'{name}' must be at most {hi:g}, got {v}", name, "invalid_value")
+    if v < lo:
+        raise RequestError(f"'{name}' must be at least {lo:g}, got {v}", name, "invalid_value")
+    return v
+
+
+def _bool(body: dict, name: str) -> Optional[bool]:
+    v = body.get(name)
+    if v is not None and not isinstance(v, bool):
+        raise RequestError(f"'{name}' must be true or false, not {type(v).__name__}", name, "invalid_type")
+    return v
+
+
+def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> Request:
+    """Check an OpenAI request body (a JSON object as a dict) for /v1/chat/completions (kind
+    "chat") or /v1/completions ("text"); fields not given keep defaults' values."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object", None, "invalid_type")
+    allowed = CHAT_FIELDS if kind == "chat" else COMPLETION_FIELDS
+    for name in body:
+        if name not in allowed:
+            raise RequestError(f"unknown field '{name}' (this server does not support it)", name, "unsupported_field")
+    for name, neutral in _NEUTRAL.items():
+        if name in body and body[name] is not None and body[name] not in neutral:
+            raise RequestError(f"'{name}' is not supported by this server (only {json.dumps(neutral[0])})"
+                               if neutral else f"'{name}' is not supported by this server", name, "unsupported_field")
+    n = _number(body, "n", 1, 1 << 30, integer=True)
+    if n is not None and n != 1:
+        raise RequestError("'n' must be 1: this server generates one choice per request", "n", "unsupported_value")
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        raise RequestError("'response_format' must be {\"type\": \"text\"}: constrained output is not supported",
+                           "response_format", "unsupported_value")
+
+    opts: Dict[str, Any] = {}
+    max_tokens = None
+    for name in ("max_completion_tokens", "max_tokens", "n_predict"):
+        v = _number(body, name, -1 if name == "n_predict" else 1, 1 << 30, integer=True)
+        if v == 0:
+            raise RequestError("'n_predict' must be -1 (no limit) or at least 1", name, "invalid_value")
+        if v is not None and v > 0:
+            max_tokens = v
+            break
+    # JSON types here, and OpenAI's ceiling on temperature; the native core checks every value
+    for name, lo, hi in (("temperature", -math.inf, 2), ("top_p", -math.inf, math.inf),
+                         ("min_p", -math.inf, math.inf)):
+        v = _number(body, name, lo, hi)
+        if v is not None:
+            opts[name] = float(v)
+    top_k = _number(body, "top_k", -1, 1 << 30, integer=True)
+    if top_k is not None:
+        opts["top_k"] = max(0, top_k)  # llama-server: 0 or below means the whole vocabulary
+    seed = _number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True)
+    if seed is not None and seed != -1:  # -1: llama-server's "random"
+        opts["seed"] = seed % (1 << 64)
+    stop = body.get("stop")
+    if stop is not None:
+        stop = [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise RequestError("'stop' must be a string or a list of strings", "stop", "invalid_type")
+        opts["stop"] = [s for s in stop if s]
+    for name in ("ignore_eos", "speculative"):
+        v = _bool(body, name)
+        if v is not None:
+            opts[name] = v
+    n_draft = body.get("n_draft")
+    if n_draft is not None:
+        opts["n_draft"] = n_draft
+    drafter = body.get("drafter")
+    if drafter is not None:
+        if not isinstance(drafter, str):
+            raise RequestError("'drafter' must be a string", "drafter", "invalid_type")
+        opts["drafter"] = drafter
+    stream = bool(_bool(body, "stream"))
+    so = body.get("stream_options")
+    if so is not None and (not isinstance(so, dict) or set(so) - {"include_usage"}):
+        raise RequestError("'stream_options' may hold only include_usage", "stream_options", "invalid_value")
+    include_usage = bool(so and so.get("include_usage"))
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError("'model' must be a string", "model", "invalid_type")
+
+    from .decoder import make_options
+
+    try:
+        options = make_options(defaults, **opts)
+    except (TypeError, ValueError) as exc:
+        param = next((p for p in opts if p in str(exc)), None)
+        raise RequestError(str(exc), param, "invalid_value") from None
+
+    req = Request(kind=kind, options=options, stream=stream, include_usage=include_usage, model=model,
+                  max_tokens=max_tokens)
+    if kind == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty list of messages", "messages",
+                               "invalid_value" if isinstance(messages, list) else "invalid_type")
+        req.messages = messages
+        tk = body.get("chat_template_kwargs")
+        if tk is not None:
+            if not isinstance(tk, dict) or any(k in ("messages", "add_generation_prompt") for k in tk):
+                raise RequestError("'chat_template_kwargs' must be an object of extra template variables",
+                                   "chat_template_kwargs", "invalid_value")
+            req.template_kwargs = tk
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            if not prompt:
+                raise RequestError("'prompt' is empty", "prompt", "invalid_value")
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                         for t in prompt):
+            pass
+        elif isinstance(prompt, list) and len(prompt) > 1:
+            raise RequestError("'prompt' must be one prompt: this server completes one per request", "prompt",
+                               "unsupported_value")
+        else:
+            raise RequestError("'prompt' must be a string or a list of token ids", "prompt", "invalid_type")
+        req.prompt = prompt
+    return req
+
+
+def prompt_tokens(dec, req: Request, template: Optional[str] = None) -> List[int]:
+    """The request's prompt as tokens for dec; RequestError when it cannot be rendered or does not
+    fit in the context, or when max_tokens does not fit after it."""
+    from .decoder import PromptTooLong
+
+    try:
+        if req.kind == "chat":
+            tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
+        elif isinstance(req.prompt, str):
+            tokens = dec._prompt_tokens(req.prompt)
+        else:
+            tokens = list(req.prompt)
+            bad = next((t for t in tokens if not 0 <= t < dec.target_model.n_vocab), None)
+            if bad is not None:
+                raise RequestError(f"token id {bad} is outside the vocabulary of {dec.target_model.n_vocab}", "prompt",
+                                   "invalid_value")
+    except PromptTooLong as exc:
+        raise RequestError(str(exc), "messages" if req.kind == "chat" else "prompt", "context_length_exceeded") from None
+    except ChatTemplateError as exc:
+        raise RequestError(str(exc), "messages", "chat_template_error") from None
+    except ValueError as exc:  # a message's shape or text
+        raise RequestError(str(exc), "messages" if req.kind == "chat" else "prompt", "invalid_value") from None
+    room = dec.n_ctx - len(tokens)
+    if room < 1:
+        raise RequestError(f"the prompt has {len(tokens)} tokens but the context holds {dec.n_ctx}",
+                           "messages" if req.kind == "chat" else "prompt", "context_length_exceeded")
+    if req.max_tokens is not None and req.max_tokens > room:
+        name = "max_tokens"
+        raise RequestError(f"'{name}' is {req.max_tokens}, but only {room} tokens fit after the {len(tokens)}-token "
+                           f"prompt in the context of {dec.n_ctx}", name, "context_length_exceeded")
+    return tokens
+
+
+def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
+    """The request's options with max_tokens set (as asked, or up to the end of the context),
+    checked against dec (RequestError for a drafter it cannot run, say)."""
+    opts = req.options.copy()
+    opts.max_tokens = req.max_tokens if req.max_tokens is not None else max(1, dec.n_ctx - n_prompt)
+    try:
+        return dec.options(opts)
+    except (TypeError, ValueError) as exc:
+        param = next((p for p in ("drafter", "n_draft", "speculative", "seed") if p in str(exc)), None)
+        raise RequestError(str(exc), param, "invalid_value") from None
+
+
+# --- responses ---------------------------------------------------------------------------------
+
+FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
+
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def usage(stats) -> Dict[str, Any]:
+    return {"prompt_tokens": stats.n_prompt, "completion_tokens": stats.n_generated,
+            "total_tokens": stats.n_prompt + stats.n_generated,
+            "prompt_tokens_details": {"cached_tokens": stats.n_prompt_cached}}
+
+
+def timings(stats) -> Dict[str, Any]:
+    """llama-server's timings object, with its draft counts."""
+    prompt_n = stats.n_prompt - stats.n_prompt_cached
+    prompt_ms = stats.t_prefill_ms
+    predicted_ms = stats.t_total_ms - stats.t_prefill_ms
+    n = stats.n_generated
+    return {"cache_n": stats.n_prompt_cached, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+            "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+            "prompt_per_second": prompt_n * 1000.0 / prompt_ms if prompt_ms > 0 else 0.0,
+            "predicted_n": n, "predicted_ms": predicted_ms,
+            "predicted_per_token_ms": predicted_ms / n if n else 0.0,
+            "predicted_per_second": n * 1000.0 / predicted_ms if predicted_ms > 0 else 0.0,
+            "draft_n": stats.n_drafted, "draft_n_accepted": stats.n_accepted}
+
+
+def response(req: Request, rid: str, model: str, created: int, text: str, finish_reason: str, stats) -> Dict[str, Any]:
+    """The whole (non-streamed) answer."""
+    if req.kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
+                  "logprobs": None, "finish_reason": FINISH.get(finish_reason, finish_reason)}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH.get(finish_reason, finish_reason)}
+        obj = "text_completion"
+    return {"id": rid, "object": obj, "created": created, "model": model,
+            "system_fingerprint": f"specllama-{__version__}", "choices": [choice], "usage": usage(stats),
+            "timings": timings(stats)}
+
+
+class ChunkWriter:
+    """The chunks of a streamed answer: text deltas, the final chunk with finish_reason (and
+    timings), and, with include_usage, a last chunk with usage and no choices."""
+
+    def __init__(self, req: Request, model: str) -> None:
+        self.req, self.model = req, model
+        self.id = new_id(req.kind)
+        self.created = int(time.time())
+        self.started = False
+
+    def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:
+        obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
+        out = {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+               "system_fingerprint": f"specllama-{__version__}", "choices": [choice] if choice else []}
+        if self.req.include_usage:
+            out["usage"] = None
+        out.update(extra)
+        return out
+
+    def text(self, text: str) -> List[Dict[str, Any]]:
+        out = []
+        if self.req.kind == "chat":
+            if not self.started:
+                out.append(self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                                        "finish_reason": None}))
+            self.started = True
+            if text:
+                out.append(self._chunk({"index": 0, "delta": {"content": text}, "logprobs": None,
+                                        "finish_reason": None}))
+        elif text:
+            out.append(self._chunk({"index": 0, "text": text, "logprobs": None, "finish_reason": None}))
+        return out
+
+    def end(self, finish_reason: str, stats) -> List[Dict[str, Any]]:
+        out = self.text("") if self.req.kind == "chat" and not self.started else []
+        fr = FINISH.get(finish_reason, finish_reason)
+        if self.req.kind == "chat":
+            choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": fr}
+        else:
+            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": fr}
+        out.append(self._chunk(choice, timings=timings(stats)))
+        if self.req.include_usage:
+            last = self._chunk(None)
+            last["usage"] = usage(stats)
+            out.append(last)
+        return out
+
+
+def run(dec, req: Request, model: str, template: Optional[str] = None):
+    """Serve req on dec in this thread: the response dict, or (stream) an iterator of chunks."""
+    tokens = prompt_tokens(dec, req, template)
+    opts = options_for(dec, req, len(tokens))
+    if not req.stream:
+        out = dec.generate(tokens, opts)
+        return response(req, new_id(req.kind), model, int(time.time()), out.text, out.finish_reason, out.stats)
+    return _stream(dec.stream(tokens, opts), ChunkWriter(req, model))
+
+
+def _stream(chunks: Iterable, writer: ChunkWriter):
+    for chunk in chunks:
+        if chunk.finish_reason is not None:
+            yield from writer.end(chunk.finish_reason, chunk.stats)
+        else:
+            yield from writer.text(chunk.text)

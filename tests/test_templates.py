@@ -1,0 +1,224 @@
+"""Chat templates rendered as the model defines them: the GGUF's own Jinja program in a sandbox.
+
+The reference strings in data/chat_templates/references.json were rendered by Hugging Face
+transformers (scripts/chat_template_references.py); these tests never run transformers.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import specllama
+from specllama.chat import ChatSession
+from specllama.templates import ChatTemplateError, render_jinja
+
+DATA = Path(__file__).parent / "data" / "chat_templates"
+REFERENCES = json.loads((DATA / "references.json").read_text(encoding="utf-8"))
+CASES = [(name, case) for name, t in REFERENCES["templates"].items() for case in t["results"]]
+
+
+@pytest.mark.parametrize("name, case", CASES, ids=[f"{n}-{c}" for n, c in CASES])
+def test_render_equals_transformers(name, case):
+    """Each family (ChatML with a default system message, Llama 3.1, Gemma 2 without a system
+    role, Mistral Nemo, Hermes 2 Pro's tool use, Qwen 2.5, QwQ) renders as transformers renders
+    it, tools sections and the templates' own refusals included."""
+    ref = REFERENCES["templates"][name]
+    spec = dict(REFERENCES["cases"][case])
+    messages = spec.pop("messages")
+    source = (DATA / f"{name}.jinja").read_text(encoding="utf-8")
+    expected = ref["results"][case]
+    if "text" in expected:
+        assert render_jinja(source, messages, bos_token=ref["bos_token"], eos_token=ref["eos_token"],
+                            **spec) == expected["text"]
+    else:
+        with pytest.raises(ChatTemplateError) as err:
+            render_jinja(source, messages, bos_token=ref["bos_token"], eos_token=ref["eos_token"], **spec)
+        assert expected["error"] in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_family_is_covered():
+    """The references hold a template with a tools section that uses the tools (and a default
+    system message, a family without a system role, one refusing roles out of order)."""
+    results = {n: t["results"] for n, t in REFERENCES["templates"].items()}
+    assert "get_weather" in results["meta-llama-Llama-3.1-8B-Instruct"]["with_tools"]["text"]
+    assert "get_weather" in results["NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use"]["with_tools"]["text"]
+    assert "You are a helpful AI assistant named SmolLM" in \
+        results["HuggingFaceTB-SmolLM2-135M-Instruct"]["one_user_message"]["text"]
+    assert "System role not supported" in results["google-gemma-2-2b-it"]["system_and_turns"]["error"]
+    assert "alternate" in results["mistralai-Mistral-Nemo-Instruct-2407"]["user_twice"]["error"]
+
+
+# -- the sandbox ------------------------------------------------------------------------------
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize("source", [
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ raise_exception.__globals__.os }}",
+    "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+    "{% set x = messages.append(1) %}{{ messages }}",  # no mutation of what the template was given
+])
+def test_escapes_are_refused(source):
+    with pytest.raises(ChatTemplateError, match="the chat template failed: SecurityError"):
+        render_jinja(source, MESSAGES)
+
+
+def test_internals_render_as_nothing():
+    """An unsafe attribute that is only printed is undefined (empty), as in jinja2's sandbox."""
+    assert render_jinja("[{{ messages.__class__ }}{{ raise_exception.__code__ }}]", MESSAGES) == "[]"
+
+
+@pytest.mark.parametrize("source, why", [
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "steps"),
+    ("{% for m in messages * 1000 %}{% for n in messages * 1000 %}{{ '' }}{% endfor %}{% endfor %}", "steps"),
+    ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+     "value of more than"),
+    ("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}", "value of more"),
+    ("{{ 'x' * 10**12 }}", "value of more than"),
+    ("{{ 7 ** (10 ** 9) }}", "million bits"),
+    ("{% for i in range(99999) %}{{ 'y' * 99999 }}{% endfor %}", "writes more than"),
+    ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recurses too deeply"),
+])
+def test_runaway_templates_are_stopped(source, why):
+    """A template's loops, strings and recursion have a budget: a runaway one is stopped with a
+    clear error instead of running on or filling the memory."""
+    with pytest.raises(ChatTemplateError, match="the chat template was stopped") as err:
+        render_jinja(source, MESSAGES)
+    assert why in str(err.value)
+
+
+def test_template_errors_are_one_line():
+    with pytest.raises(ChatTemplateError, match=r"not valid Jinja \(line 1\)"):
+        render_jinja("{% for m in messages %}{{ m.content }}", MESSAGES)
+    with pytest.raises(ChatTemplateError, match="refused the messages: no users here"):
+        render_jinja("{{ raise_exception('no users here') }}", MESSAGES)
+    with pytest.raises(ChatTemplateError, match="the chat template failed: ZeroDivisionError"):
+        render_jinja("{{ 1 // 0 }}", MESSAGES)
+
+
+def test_template_sees_what_the_ecosystem_provides():
+    source = ("{{ bos_token }}{% for m in messages %}{{ m['role'] }}:{{ m.content }};{% endfor %}"
+              "{% if tools %}tools={{ tools | tojson }};{% endif %}{% if documents %}{{ documents | length }} docs;"
+              "{% endif %}{{ strftime_now('%Y') | length }}{% if add_generation_prompt %}>{% endif %}{{ eos_token }}")
+    tools = [{"name": "météo", "x": "<b>"}]
+    out = render_jinja(source, MESSAGES, True, "<s>", "</s>", tools=tools, documents=[{"text": "a"}])
+    assert out == '<s>user:hi;tools=[{"name": "météo", "x": "<b>"}];1 docs;4></s>'
+    assert render_jinja(source, MESSAGES, False) == "user:hi;4"
+
+
+def test_messages_are_checked_and_content_parts_joined(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, n_ctx=256) as dec:
+        parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+        assert dec.apply_chat_template(parts) == "<|im_start|>user\na\nb<|im_end|>\n<|im_start|>assistant\n"
+        for bad, match in [([{"content": "x"}], r"messages\[0\] has no 'role'"),
+                           ([{"role": "user"}], r"messages\[0\] has no 'content'"),
+                           (["hi"], r"messages\[0\] must be an object"),
+                           ("hi", "messages must be a list"),
+                           ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+                            "only text content is supported, not a 'image_url' part")]:
+            with pytest.raises(ValueError, match=match):
+                dec.apply_chat_template(bad)
+
+
+def test_a_gguf_without_a_template_needs_one(tmp_path):
+    from tiny_models import random_weights, vocab, write_model
+
+    toks = vocab()
+    path = write_model(tmp_path / "plain.gguf", toks, random_weights(len(toks), seed=1), chat_template=None)
+    with specllama.SpeculativeDecoder(str(path), n_ctx=128) as dec:
+        with pytest.raises(ChatTemplateError, match="has no chat template; give one"):
+            dec.apply_chat_template(MESSAGES)
+        assert dec.apply_chat_template(MESSAGES, template="chatml").startswith("<|im_start|>user")
+
+
+# -- conversations ----------------------------------------------------------------------------
+
+TURN_COUNTER = ("<|im_start|>system\nThis conversation has {{ messages | length }} messages.<|im_end|>\n"
+                "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("template", [None, "turn-counter"])
+def test_multi_turn_chat_equals_the_whole_conversation_rendered_fresh(tiny, tmp_path, template):
+    """Turn by turn, the prompt is the whole conversation rendered fresh, and the reply equals a
+    fresh decoder's for that prompt. With a prefix-stable template (the model's own) each turn
+    processes only its new tokens; with one that rewrites its first line every turn the cache is
+    reused up to that line."""
+    if template:
+        path = tmp_path / "turns.jinja"
+        path.write_text(TURN_COUNTER)
+        template = str(path)
+    gen = dict(max_tokens=10, temperature=0)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec, \
+            specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as fresh:
+        session = ChatSession(dec, template=template)
+        previous = 0
+        for turn, text in enumerate(["the cat is", "on the hot word", "and then"]):
+            prompt = session.prompt_for(text)
+            expected = fresh.chat_tokens(session.messages + [{"role": "user", "content": text}], template=template)
+            assert prompt == expected
+            chunks = list(session.send(text, **gen))
+            fresh.reset()
+            assert "".join(c.text for c in chunks) == fresh.generate(expected, **gen).text
+            stats = chunks[-1].stats
+            if template is None and turn:
+                assert stats.n_prompt_cached >= previous  # the earlier turns were not processed again
+            if template and turn:
+                assert stats.n_prompt_cached < previous  # the first line changed: reused up to it
+                assert stats.n_prompt_cached > 0
+            previous = len(prompt)
+
+
+@pytest.mark.default_pair
+def test_prompt_tokens_equal_llama_cpp_pythons(default_pair):
+    """On the default pair the prompt tokens of a chat are those llama-cpp-python's
+    create_chat_completion evaluates for the same messages (its default system message included)."""
+    import llama_cpp
+
+    target, draft = default_pair
+    conversations = [
+        [{"role": "user", "content": "Name three rivers in Europe."}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"},
+         {"role": "assistant", "content": "Hi!"}, {"role": "user", "content": "How are you?"}],
+    ]
+    llm = llama_cpp.Llama(target, n_ctx=512, verbose=False)
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=512) as dec:
+        for messages in conversations:
+            llm.create_chat_completion(messages, max_tokens=1, temperature=0)
+            theirs = list(llm.input_ids[:llm.n_tokens])  # the prompt: the one sampled token is never evaluated
+            assert dec.chat_tokens(messages) == theirs
+
+
+@pytest.mark.default_pair
+def test_chat_reply_equals_llama_cpp_pythons(default_pair, tmp_path):
+    """`generate --chat` on the default pair answers as llama-cpp-python's create_chat_completion
+    does at temperature 0 (plain decoding on both sides: the same prompt, the same engine)."""
+    import subprocess
+    import sys
+
+    import llama_cpp
+
+    target, draft = default_pair
+    message = "Name three rivers in Europe."
+    llm = llama_cpp.Llama(target, n_ctx=512, verbose=False)
+    theirs = llm.create_chat_completion([{"role": "user", "content": message}], max_tokens=24,
+                                        temperature=0)["choices"][0]["message"]["content"]
+    r = subprocess.run([sys.executable, "-m", "specllama", "generate", "--chat", message, "-m", target, "--no-draft",
+                        "-n", "24", "--temp", "0"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == theirs.strip()
+    assert theirs.startswith("1. Danube:")
+
+
+def test_cli_template_errors_are_one_line(tiny, tmp_path):
+    from click.testing import CliRunner
+
+    from specllama.cli import main
+
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{{ raise_exception('only system messages here') }}")
+    r = CliRunner().invoke(main, ["generate", "hi", "-m", tiny.target, "--chat", "--chat-template", str(bad), "-n", "2", "-c", "256"])
+    assert r.exit_code == 1
+    assert r.stderr.strip() == "Error: the chat template refused the messages: only system messages here"
