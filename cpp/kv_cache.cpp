@@ -9,6 +9,25 @@
 
 namespace specllama {
 
+namespace {
+
+[[noreturn]] void throw_decode_error(int32_t ret, int32_t n_chunk, int32_t n_past) {
+    switch (ret) {
+        case 1:
+            throw std::runtime_error("llama_decode found no KV cache slot for " + std::to_string(n_chunk) +
+                                     " tokens at position " + std::to_string(n_past) + "; use a larger n_ctx");
+        case 2:
+            throw decode_aborted("llama_decode was aborted");
+        case -1:
+            throw std::invalid_argument("llama_decode rejected the batch (invalid tokens or positions)");
+        default:
+            throw std::runtime_error("llama_decode failed with code " + std::to_string(ret) +
+                                     " (a fatal backend error; the model's context is unusable)");
+    }
+}
+
+}  // namespace
+
 kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : mdl_(std::move(mdl)) {
     if (params.n_ctx < 0) {
         throw std::invalid_argument("n_ctx must be >= 0 (0 = the model's training context), got " +
@@ -45,14 +64,35 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     batch_   = llama_batch_init(n_batch_, 0, 1);
 }
 
-kv_cache::~kv_cache() { llama_batch_free(batch_); }
+kv_cache::kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int32_t n_ctx)
+    : mdl_(shared->mdl), shared_(std::move(shared)), seq_(seq) {  // mdl_ is declared first
+    if (seq < 0 || seq >= shared_->n_seq) {
+        throw std::invalid_argument("slot " + std::to_string(seq) + " outside the context's " +
+                                    std::to_string(shared_->n_seq) + " slots");
+    }
+    n_ctx_   = n_ctx;
+    n_batch_ = shared_->n_batch;
+}
+
+kv_cache::~kv_cache() {
+    if (!shared_) {
+        llama_batch_free(batch_);
+    }
+}
 
 void kv_cache::set_n_threads(int32_t n_threads) {
+    if (shared_) {
+        return;  // a slot's context keeps the slot group's threads: other slots decode on it too
+    }
     int32_t n = n_threads > 0 ? n_threads : default_threads();
     llama_set_n_threads(ctx_.get(), n, n);
 }
 
 void kv_cache::set_abort_flag(const std::atomic<bool> * flag) {
+    if (shared_) {
+        slot_abort_ = flag;
+        return;
+    }
     if (flag == nullptr) {
         llama_set_abort_callback(ctx_.get(), nullptr, nullptr);
         return;
@@ -84,6 +124,10 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
                                         std::to_string(mdl_->n_vocab));
         }
     }
+    if (shared_) {
+        decode_slot(toks, n, n_out, out, between_chunks);
+        return;
+    }
     const int32_t n_vocab     = mdl_->n_vocab;
     const int32_t first_out   = n - n_out;
     // several outputs read back through logits(): make the last chunk full so that it holds them all
@@ -107,19 +151,7 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
             // drop whatever part of the failed batch reached the cache
             llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, n_past(), -1);
             n_outputs_ = 0;
-            switch (ret) {
-                case 1:
-                    throw std::runtime_error("llama_decode found no KV cache slot for " + std::to_string(n_chunk) +
-                                             " tokens at position " + std::to_string(n_past()) +
-                                             "; use a larger n_ctx");
-                case 2:
-                    throw decode_aborted("llama_decode was aborted");
-                case -1:
-                    throw std::invalid_argument("llama_decode rejected the batch (invalid tokens or positions)");
-                default:
-                    throw std::runtime_error("llama_decode failed with code " + std::to_string(ret) +
-                                             " (a fatal backend error; the model's context is unusable)");
-            }
+            throw_decode_error(ret, n_chunk, n_past());
         }
         tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
         const int32_t chunk_first_out = std::max(first_out, start) - start;  // batch index of its first output
@@ -141,10 +173,60 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
     llama_synchronize(ctx_.get());
 }
 
+// a slot's chunks go to the batcher, which merges them with other slots' into one llama_decode and
+// copies this slot's logits out (the shared context's are overwritten by the next decode)
+void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, float * out,
+                           const std::function<void()> & between_chunks) {
+    const int32_t n_vocab     = mdl_->n_vocab;
+    const int32_t first_out   = n - n_out;
+    const int32_t first_chunk = (out == nullptr && n_out > 1) ? (n - 1) % n_batch_ + 1 : std::min(n, n_batch_);
+    n_outputs_                = 0;
+    for (int32_t start = 0; start < n;) {
+        if (start > 0 && between_chunks) {
+            between_chunks();
+        }
+        const int32_t n_chunk         = start == 0 ? first_chunk : std::min(n_batch_, n - start);
+        const int32_t chunk_first_out = std::min(n_chunk, std::max(first_out, start) - start);
+        const int32_t chunk_n_out     = n_chunk - chunk_first_out;
+        float *       dest            = nullptr;
+        if (chunk_n_out > 0) {
+            if (out != nullptr) {
+                dest = out + (size_t) (start + chunk_first_out - first_out) * n_vocab;
+            } else {
+                slot_logits_.resize((size_t) chunk_n_out * n_vocab);
+                dest = slot_logits_.data();
+            }
+        }
+        slot_chunk c;
+        c.sc        = shared_.get();
+        c.seq       = seq_;
+        c.trim_from = trim_from_;
+        c.pos0      = n_past();
+        c.toks      = toks + start;
+        c.n         = n_chunk;
+        c.first_out = chunk_first_out;
+        c.out       = dest;
+        c.cancel    = slot_abort_;
+        const int32_t ret = shared_->batcher->decode(c);
+        trim_from_        = -1;  // applied, whatever the outcome
+        if (ret != 0) {
+            throw_decode_error(ret, n_chunk, n_past());
+        }
+        tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
+        if (start + n_chunk == n && out == nullptr) {
+            n_outputs_ = chunk_n_out;
+        }
+        start += n_chunk;
+    }
+}
+
 const float * kv_cache::logits(int32_t i) const {
     if (i < 0 || i >= n_outputs_) {
         throw std::out_of_range("logits index " + std::to_string(i) + " outside the " +
                                 std::to_string(n_outputs_) + " outputs of the last decode");
+    }
+    if (shared_) {
+        return slot_logits_.data() + (size_t) i * mdl_->n_vocab;
     }
     const float * l = llama_get_logits_ith(ctx_.get(), out_base_ + i);
     if (l == nullptr) {
@@ -158,6 +240,12 @@ void kv_cache::rollback(int32_t n_keep) {
         throw std::invalid_argument("rollback to a negative length " + std::to_string(n_keep));
     }
     if (n_keep >= n_past()) {
+        return;
+    }
+    if (shared_) {  // applied by the batcher before this slot's next call (no other slot reads it)
+        trim_from_ = trim_from_ < 0 ? n_keep : std::min<llama_pos>(trim_from_, n_keep);
+        tokens_.resize(n_keep);
+        n_outputs_ = 0;
         return;
     }
     if (!llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, n_keep, -1)) {
@@ -180,19 +268,35 @@ int32_t kv_cache::keep_common_prefix(const std::vector<llama_token> & seq, int32
 bool copy_pays(int32_t n_new, int32_t n_copied) { return n_new > 0 && (int64_t) n_new * 50 >= n_copied; }
 
 bool kv_cache::copy_from(const kv_cache & src) {
-    const size_t n = llama_state_seq_get_size(src.get(), 0);
-    state_buf_.resize(n);
-    const bool ok = llama_state_seq_get_data(src.get(), state_buf_.data(), n, 0) == n &&
-                    llama_state_seq_set_data(ctx_.get(), state_buf_.data(), n, 0) != 0;
-    n_outputs_ = 0;
-    if (!ok) {
-        // a refused copy may leave part of it behind
-        llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, -1, -1);
-        tokens_.clear();
-        return false;
+    if (shared_ && src.shared_ && shared_->batcher != src.shared_->batcher) {
+        throw std::logic_error("copy_from between slots of different groups");
     }
-    tokens_ = src.tokens_;
-    return true;
+    bool       ok   = false;
+    const auto copy = [&] {
+        if (src.trim_from_ >= 0) {  // a slot's rollback not yet applied
+            llama_memory_seq_rm(llama_get_memory(src.get()), src.seq_, src.trim_from_, -1);
+            src.trim_from_ = -1;
+        }
+        trim_from_ = -1;
+        llama_memory_seq_rm(llama_get_memory(get()), seq_, -1, -1);
+        const size_t n = llama_state_seq_get_size(src.get(), src.seq_);
+        state_buf_.resize(n);
+        ok = llama_state_seq_get_data(src.get(), state_buf_.data(), n, src.seq_) == n &&
+             llama_state_seq_set_data(get(), state_buf_.data(), n, seq_) != 0;
+        if (!ok) {  // a refused copy may leave part of it behind
+            llama_memory_seq_rm(llama_get_memory(get()), seq_, -1, -1);
+        }
+    };
+    // a slot's context is used by the batcher's thread only
+    slot_batcher * batcher = shared_ ? shared_->batcher.get() : src.shared_ ? src.shared_->batcher.get() : nullptr;
+    if (batcher) {
+        batcher->run(copy);
+    } else {
+        copy();
+    }
+    n_outputs_ = 0;
+    tokens_    = ok ? src.tokens_ : std::vector<llama_token>{};
+    return ok;
 }
 
 }  // namespace specllama

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "model.h"
+#include "slot_batcher.h"
 
 namespace specllama {
 
@@ -34,6 +35,9 @@ bool copy_pays(int32_t n_new, int32_t n_copied);
 class kv_cache {
   public:
     kv_cache(std::shared_ptr<model> mdl, const context_params & params);
+    // slot seq's cache in a context shared by several slots (slot_batcher.h), of n_ctx positions:
+    // its decodes are merged with the other slots' by the context's batcher
+    kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int32_t n_ctx);
     ~kv_cache();
     kv_cache(const kv_cache &)             = delete;
     kv_cache & operator=(const kv_cache &) = delete;
@@ -64,7 +68,8 @@ class kv_cache {
     // logits of output i of the last decode (i counts the positions that asked for logits)
     const float * logits(int32_t i) const;
 
-    // keep the first n_keep tokens and drop the rest; throws if the model cannot drop a partial tail
+    // keep the first n_keep tokens and drop the rest; throws if the model cannot drop a partial tail.
+    // (A slot's cache drops them on the batcher's thread, before its next decode or copy.)
     void rollback(int32_t n_keep);
 
     // roll back to the longest common prefix with seq, keeping at most n_max tokens; returns its length
@@ -72,16 +77,23 @@ class kv_cache {
 
     // make this cache hold exactly what src holds, with src's keys and values (llama.cpp's sequence
     // state, copied through host memory). The two models must have the same attention shapes
-    // (kv_interchangeable). Returns false, with this cache emptied, when llama.cpp refuses the copy.
+    // (kv_interchangeable). Returns false, with this
+    // cache emptied, when llama.cpp refuses the copy.
     bool copy_from(const kv_cache & src);
 
     void set_n_threads(int32_t n_threads);
     // while *flag is true, llama_decode stops early and decode throws decode_aborted (the cache
-    // keeps exactly what it held before the call). nullptr: never abort.
+    // keeps exactly what it held before the call). nullptr: never abort. A slot's cache stops
+    // before its next chunk's decode (the decodes it shares with other slots run to the end).
     void set_abort_flag(const std::atomic<bool> * flag);
-    llama_context * get() const { return ctx_.get(); }
+    llama_context * get() const { return shared_ ? shared_->ctx.get() : ctx_.get(); }
+    // whether this is a slot's cache in a shared context
+    bool is_slot() const { return shared_ != nullptr; }
 
   private:
+    void decode_slot(const llama_token * toks, int32_t n, int32_t n_out, float * out,
+                     const std::function<void()> & between_chunks);
+
     std::shared_ptr<model>   mdl_;
     llama_context_ptr        ctx_;
     llama_batch              batch_{};
@@ -91,6 +103,11 @@ class kv_cache {
     int32_t                  n_outputs_ = 0;  // outputs of the last decode
     int32_t                  out_base_  = 0;  // batch index of the first of them in the last chunk
     std::vector<uint8_t>     state_buf_;      // copy_from's staging buffer, reused
+    std::shared_ptr<shared_context> shared_;  // a slot's cache: the shared context, and
+    llama_seq_id             seq_       = 0;   // its sequence there
+    mutable llama_pos        trim_from_ = -1;  // rollback still to apply on the batcher's thread (-1: none)
+    std::vector<float>       slot_logits_;     // a slot's outputs of its last decode
+    const std::atomic<bool> * slot_abort_ = nullptr;  // a slot's abort flag
 };
 
 }  // namespace specllama

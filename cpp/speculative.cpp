@@ -116,12 +116,12 @@ void generate_params_validate(const generate_params & p) {
 }
 
 decoder::decoder(const decoder_params & params)
-    : decoder(params, model_load(params.target), params.draft ? model_load(*params.draft) : nullptr, nullptr) {}
+    : decoder(params, model_load(params.target), params.draft ? model_load(*params.draft) : nullptr) {}
 
 decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, std::shared_ptr<model> draft,
-                 std::shared_ptr<step_runner> runner)
+                 const std::optional<slot_place> & slot)
     : params_(params),
-      runner_(std::move(runner)),
+      batcher_(slot ? slot->target->batcher : nullptr),
       ctx_params_(params.ctx),
       n_threads_draft_(params.n_threads_draft),
       n_draft_(params.n_draft) {
@@ -141,7 +141,8 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
     const auto on_gpu = [](int32_t n_gpu_layers) { return n_gpu_layers != 0 && llama_supports_gpu_offload(); };
     copy_server_prefill_ = params.share_prefill && !on_gpu(params.target.n_gpu_layers);
     target_    = std::move(target);
-    tgt_cache_ = std::make_unique<kv_cache>(target_, params.ctx);
+    tgt_cache_ = slot ? std::make_unique<kv_cache>(slot->target, slot->seq, params.ctx.n_ctx)
+                      : std::make_unique<kv_cache>(target_, params.ctx);
     if (params.n_draft + 1 > tgt_cache_->n_batch()) {
         throw std::invalid_argument("n_batch must be >= " + std::to_string(params.n_draft + 1) +
                                     " (n_draft + 1: a verification is one batch), got " +
@@ -155,21 +156,44 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         if (params.n_threads_draft > 0) {
             dctx.n_threads = params.n_threads_draft;
         }
-        dft_cache_ = std::make_unique<kv_cache>(draft_, dctx);
+        if (slot && !slot->draft) {
+            throw std::invalid_argument("a slot with a draft model needs a draft context");
+        }
+        dft_cache_ = slot ? std::make_unique<kv_cache>(slot->draft, slot->seq, dctx.n_ctx)
+                          : std::make_unique<kv_cache>(draft_, dctx);
         drafter_   = std::make_unique<model_drafter>(*dft_cache_);
         share_prefill_ = copy_server_prefill_ && !on_gpu(params.draft->n_gpu_layers) &&
                          kv_interchangeable(*target_, *draft_);
     }
 }
 
-std::unique_ptr<decoder> decoder::sibling(int32_t n_ctx) {
-    std::lock_guard<std::mutex> lock(mutex_);  // not while this one generates: its runner is set here
-    if (!runner_) {
-        runner_ = std::make_shared<step_runner>();
+std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, int32_t max_wait_us) {
+    if (n < 1 || n > k_max_slots) {
+        throw std::invalid_argument("slots must be in [1, " + std::to_string(k_max_slots) + "], got " +
+                                    std::to_string(n));
     }
+    if (n_ctx < 0) {
+        throw std::invalid_argument("n_ctx must be >= 0 (0 = this decoder's), got " + std::to_string(n_ctx));
+    }
+    if (max_wait_us < 0) {
+        throw std::invalid_argument("max_wait_us must be >= 0, got " + std::to_string(max_wait_us));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
     decoder_params p = params_;
     p.ctx.n_ctx      = n_ctx > 0 ? n_ctx : tgt_cache_->n_ctx();
-    return std::make_unique<decoder>(p, target_, draft_, runner_);
+    auto       batcher = std::make_shared<slot_batcher>(std::chrono::microseconds(max_wait_us));
+    slot_place place;
+    place.target = make_shared_context(batcher, target_, n, p.ctx.n_ctx, p.ctx.n_batch, p.ctx.n_threads, 1);
+    if (draft_) {
+        const int32_t t_draft = n_threads_draft_ > 0 ? n_threads_draft_ : p.ctx.n_threads;
+        place.draft = make_shared_context(batcher, draft_, n, p.ctx.n_ctx, p.ctx.n_batch, t_draft, 0);
+    }
+    std::vector<std::unique_ptr<decoder>> out;
+    for (int32_t s = 0; s < n; ++s) {
+        place.seq = s;
+        out.push_back(std::make_unique<decoder>(p, target_, draft_, place));
+    }
+    return out;
 }
 
 std::vector<llama_token> decoder::cached_tokens() const {
@@ -285,10 +309,12 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     }
     const run_plan plan = plan_run(params);
     validate_prompt(prompt);
+    std::optional<slot_batcher::generating> batching;  // a slot's decodes wait for the other slots'
+    if (batcher_) {
+        batching.emplace(*batcher_);
+    }
     if (params.mode == decode_mode::dsi) {
-        generate_result res;  // DSI's threads share the machine among themselves: one step for the run
-        run_step(runner_.get(), [&] { res = generate_dsi(prompt, params, plan, on_step, check); });
-        return res;
+        return generate_dsi(prompt, params, plan, on_step, check);
     }
     return generate_si(prompt, params, plan, on_step, check);
 }
@@ -306,7 +332,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto t_start = clock_type::now();
 
     std::vector<llama_token> seq = prompt;
-    run_step(runner_.get(), [&] { prefill(seq, plan, st, check); });
+    prefill(seq, plan, st, check);
     st.t_prefill_ms = ms_since(t_start);
 
     text_stream stream(params.stop);
@@ -314,30 +340,34 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     step_event  ev;
     int32_t     prev_n = -1;  // tokens drafted in the step before (-1: it was prefill)
     while (finish.empty()) {
-        run_step(runner_.get(), [&] {  // one step at a time among sibling decoders
-            const step_plan step    = plan_step(plan, params, (int32_t) seq.size(), st);
-            llama_token     probe   = -1;
-            auto            t       = clock_type::now();
-            const int32_t   n_model = draft_step(seq, step, plan, params, rng, probe, st, check);
-            const int32_t   n       = (int32_t) drafted_.tokens.size();
-            const double    draft_ms = ms_since(t);
-            st.t_draft_ms += draft_ms;
+        const step_plan step    = plan_step(plan, params, (int32_t) seq.size(), st);
+        llama_token     probe   = -1;
+        auto            t       = clock_type::now();
+        const int32_t   n_model = draft_step(seq, step, plan, params, rng, probe, st, check);
+        const int32_t   n       = (int32_t) drafted_.tokens.size();
+        const double    draft_ms = ms_since(t);
+        st.t_draft_ms += draft_ms;
 
-            double                  verify_ms = 0;
-            const acceptance_result acc       = verify_and_accept(seq, params, rng, verify_ms, st);
+        double                  verify_ms = 0;
+        const acceptance_result acc       = verify_and_accept(seq, params, rng, verify_ms, st);
 
-            observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
-            prev_n = n;
-            st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
-            st.n_steps += 1;
-            st.n_drafted += n;
-            st.n_accepted += acc.n_accepted;
-            st.accepted_hist[acc.n_accepted] += 1;
+        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
+        prev_n = n;
+        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
+        st.n_steps += 1;
+        st.n_drafted += n;
+        st.n_accepted += acc.n_accepted;
+        st.accepted_hist[acc.n_accepted] += 1;
 
-            emit(acc, params, stream, seq, res, ev, finish);
-        });
-        if (on_step && on_step(ev) && finish.empty()) {
-            finish = "cancelled";
+        emit(acc, params, stream, seq, res, ev, finish);
+        if (batcher_) {
+            batcher_->drafting().observe_step(n, acc.n_accepted);
+        }
+        if (on_step) {
+            slot_batcher::outside caller(batcher_.get());  // other slots' decodes do not wait for the callback
+            if (on_step(ev) && finish.empty()) {
+                finish = "cancelled";
+            }
         }
     }
     res.finish_reason = finish;
@@ -374,6 +404,13 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     const bool model_wanted = step.n_max > 0 && plan.use_model;
     const bool pricing      = lengths_.pricing(plan.adaptive);
     step.model              = model_wanted && !pricing && lengths_.model_drafts(plan.adaptive);
+    // slots that share their decodes: while several generate, the group prices their merged
+    // rounds and caps the draft length (batch_drafting.h); given prices keep the loop deterministic
+    if (step.model && batcher_ && plan.adaptive && !params.prices) {
+        const int32_t cap = batcher_->drafting().cap(batcher_->n_generating(), step.n_max);
+        step.model        = cap > 0;
+        step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
+    }
     st.n_paused_steps += model_wanted && !pricing && !step.model;  // (pricing steps are not pauses)
     if (pricing) {
         step.n_max = 0;

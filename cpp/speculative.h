@@ -20,7 +20,7 @@
 #include "kv_cache.h"
 #include "lookup.h"
 #include "text.h"
-#include "step_runner.h"
+#include "slot_batcher.h"
 
 namespace specllama {
 
@@ -173,18 +173,35 @@ using step_callback = std::function<bool(const step_event &)>;
 // called between prompt chunks; may throw to stop
 using interrupt_check = std::function<void()>;
 
+// where a slot's caches live: sequence seq of contexts shared with other slots (slot_batcher.h)
+struct slot_place {
+    std::shared_ptr<shared_context> target;
+    std::shared_ptr<shared_context> draft;  // null without a draft model
+    llama_seq_id                    seq = 0;
+};
+
+// most slots one decoder() makes
+constexpr int32_t k_max_slots = 256;
+
 class decoder {
   public:
     explicit decoder(const decoder_params & params);
-    // a decoder on models already loaded (params' paths are not read): its own caches on the same
-    // weights. With a runner, every step of every generation runs on it (step_runner.h).
+    // a decoder on models already loaded (params' paths are not read): caches of its own on the
+    // same weights, or a slot's (slot_place)
     decoder(const decoder_params & params, std::shared_ptr<model> target, std::shared_ptr<model> draft,
-            std::shared_ptr<step_runner> runner);
+            const std::optional<slot_place> & slot = std::nullopt);
 
-    // another decoder on this one's models, with its own caches of n_ctx positions (0: this
-    // one's); both then run their steps on one runner, one step at a time, so their generations
-    // can run in parallel threads without competing for the cores
-    std::unique_ptr<decoder> sibling(int32_t n_ctx);
+    // n decoders on this one's models (not loaded again) whose caches, of n_ctx positions each
+    // (0: this one's), are sequences of one context per model. One thread runs all their decodes
+    // and merges those the slots send at the same time: slots generating in parallel threads verify
+    // in one llama_decode and draft in one (slot_batcher.h). max_wait_us: how long a decode is held
+    // for slots still busy between decodes.
+    std::vector<std::unique_ptr<decoder>> slots(int32_t n, int32_t n_ctx, int32_t max_wait_us = 3000);
+    // whether this decoder is one of slots()'s, and its group's batching so far
+    bool    is_slot() const { return batcher_ != nullptr; }
+    int64_t slot_decodes() const { return batcher_ ? batcher_->n_decodes() : 0; }  // llama_decode calls
+    int64_t slot_chunks() const { return batcher_ ? batcher_->n_chunks() : 0; }    // slots' decodes merged into them
+    const batch_drafting * slot_drafting() const { return batcher_ ? &batcher_->drafting() : nullptr; }
 
     // generate after prompt, by params.mode. Reuses the longest prefix of prompt already in the
     // caches, so a conversation that grows turn by turn is not processed again.
@@ -216,7 +233,7 @@ class decoder {
 
   private:
     decoder_params             params_;
-    std::shared_ptr<step_runner> runner_;  // shared with sibling decoders; null while alone
+    std::shared_ptr<slot_batcher> batcher_;  // a slot's: shared with the other slots; null otherwise
 
     // what a generation runs, resolved once from its parameters and this decoder's models
     struct run_plan {

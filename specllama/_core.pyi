@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'log_set_level', 'quantize', 'quantize_types', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'vocab_check_compatible']
+__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'log_set_level', 'quantize', 'quantize_types', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'vocab_check_compatible']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -537,6 +537,28 @@ class Completion:
     @property
     def tokens(self) -> list[int]:
         ...
+class BatchDrafting:
+    """
+    How many tokens slots that share their decodes draft while several generate: rounds priced from merged decodes' costs by token count and the acceptance rate.
+    """
+    def __init__(self) -> None:
+        ...
+    def cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        the most tokens a slot drafts with the model while n_generating slots generate
+        """
+    def observe_decode(self, draft: bool, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        a merged decode of n_tokens on the draft (or the target) took ms
+        """
+    def observe_step(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        a slot's finished step
+        """
+    def rate(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown
+        """
 class DraftLengthModel:
     """
     The adaptive draft length's cost and acceptance estimates and its keep-drafting rule (what the decoding loop consults per drafted token).
@@ -626,9 +648,13 @@ class Decoder:
         """
     def reset(self) -> None:
         ...
-    def sibling(self, n_ctx: typing.SupportsInt | typing.SupportsIndex = 0) -> Decoder:
+    def slot_round_rates(self, n_generating: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
         """
-        Another decoder on these models (not loaded again) with its own caches of n_ctx positions (0: this one's). The two take turns, one step at a time, so they can generate in parallel threads without competing for the cores.
+        for a slot: its group's expected tokens per ms of a round of n_generating slots with k = 0, 1, ... drafts each (negative while not priced); empty for a decoder that is not a slot
+        """
+    def slots(self, n: typing.SupportsInt | typing.SupportsIndex, n_ctx: typing.SupportsInt | typing.SupportsIndex = 0, max_wait_us: typing.SupportsInt | typing.SupportsIndex = 3000) -> list:
+        """
+        n decoders on these models (not loaded again) whose caches, of n_ctx positions each (0: this one's), are sequences of one context per model. One native thread runs all their decodes and merges those sent at the same time: slots generating in parallel threads verify in one llama_decode and draft in one. max_wait_us: how long a decode is held for slots still busy between decodes.
         """
     def validate(self, options: GenerateOptions) -> None:
         """
@@ -641,6 +667,11 @@ class Decoder:
     def has_draft(self) -> bool:
         ...
     @property
+    def is_slot(self) -> bool:
+        """
+        whether this decoder is one of slots()'s
+        """
+    @property
     def n_ctx(self) -> int:
         ...
     @property
@@ -649,6 +680,16 @@ class Decoder:
     @property
     def shares_prefill(self) -> bool:
         ...
+    @property
+    def slot_chunks(self) -> int:
+        """
+        the slots' decodes merged into them (slot_chunks / slot_decodes: slots per decode)
+        """
+    @property
+    def slot_decodes(self) -> int:
+        """
+        llama_decode calls this slot's group has made
+        """
     @property
     def target_model(self) -> Model:
         ...

@@ -412,7 +412,7 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
                               chat_template=chat_template, cors_origins=cors_origins, model_name=name, defaults=defaults)
         _err(f"specllama serve: {what}")
         try:
-            run_server(dec, config, announce=_err)
+            run_server(dec, config, announce=_err, own_decoder=True)
         except KeyboardInterrupt:
             pass
         _err("specllama serve: stopped")

@@ -61,7 +61,7 @@ _PASSIVE = {"user", "metadata", "service_tier", "cache_prompt", "id_slot"}
 
 _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p",
            "stop", "seed", "stream", "stream_options", "n", "ignore_eos", "speculative", "n_draft", "drafter",
-           "response_format"}
+           "response_format", "return_tokens"}
 CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | set(_NEUTRAL) | _PASSIVE
 COMPLETION_FIELDS = _COMMON | {"prompt"} | set(_NEUTRAL) | _PASSIVE
 
@@ -78,6 +78,7 @@ class Request:
     model: Optional[str] = None
     messages: Optional[List[dict]] = None
     prompt: Any = None  # text or token ids (completions)
+    return_tokens: bool = False  # the answer's choice carries its token ids (llama-server's field)
     max_tokens: Optional[int] = None  # None: up to the end of the context
     template_kwargs: Dict[str, Any] = field(default_factory=dict)
 
@@ -182,8 +183,12 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> R
         param = next((p for p in opts if p in str(exc)), None)
         raise RequestError(str(exc), param, "invalid_value") from None
 
+    return_tokens = bool(_bool(body, "return_tokens"))
+    if return_tokens and stream:
+        raise RequestError("'return_tokens' applies to a whole answer, not a stream", "return_tokens",
+                           "invalid_value")
     req = Request(kind=kind, options=options, stream=stream, include_usage=include_usage, model=model,
-                  max_tokens=max_tokens)
+                  max_tokens=max_tokens, return_tokens=return_tokens)
     if kind == "chat":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -290,8 +295,9 @@ def timings(stats) -> Dict[str, Any]:
             "draft_n": stats.n_drafted, "draft_n_accepted": stats.n_accepted}
 
 
-def response(req: Request, rid: str, model: str, created: int, text: str, finish_reason: str, stats) -> Dict[str, Any]:
-    """The whole (non-streamed) answer."""
+def response(req: Request, rid: str, model: str, created: int, text: str, finish_reason: str, stats,
+             tokens: Optional[List[int]] = None) -> Dict[str, Any]:
+    """The whole (non-streamed) answer; with req.return_tokens its choice holds tokens."""
     if req.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                   "logprobs": None, "finish_reason": FINISH.get(finish_reason, finish_reason)}
@@ -299,6 +305,8 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH.get(finish_reason, finish_reason)}
         obj = "text_completion"
+    if req.return_tokens:
+        choice["tokens"] = list(tokens or [])
     return {"id": rid, "object": obj, "created": created, "model": model,
             "system_fingerprint": f"specllama-{__version__}", "choices": [choice], "usage": usage(stats),
             "timings": timings(stats)}
@@ -358,7 +366,8 @@ def run(dec, req: Request, model: str, template: Optional[str] = None):
     opts = options_for(dec, req, len(tokens))
     if not req.stream:
         out = dec.generate(tokens, opts)
-        return response(req, new_id(req.kind), model, int(time.time()), out.text, out.finish_reason, out.stats)
+        return response(req, new_id(req.kind), model, int(time.time()), out.text, out.finish_reason, out.stats,
+                        out.tokens)
     return _stream(dec.stream(tokens, opts), ChunkWriter(req, model))
 
 

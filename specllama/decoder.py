@@ -139,18 +139,37 @@ class SpeculativeDecoder:
                 raise _type_error(name, value, _DEFAULTS[name])
         self._core: Optional[_core.Decoder] = _core.Decoder(self.model_path, self.draft_path, **settings)
 
-    def new_slot(self, n_ctx: Optional[int] = None) -> "SpeculativeDecoder":
-        """Another decoder on this one's models (the weights are not loaded again) with its own KV
-        caches of n_ctx positions (default: this one's). Decoders made this way take turns, one
-        verification step at a time, so generations in several threads share the cores instead
-        of competing for them; a server gives each slot one."""
+    def slots(self, n: int, n_ctx: Optional[int] = None, *, max_wait_ms: float = 3.0) -> List["SpeculativeDecoder"]:
+        """n decoders for serving several users at once: the same models (not loaded again), and
+        KV caches of n_ctx positions each (default: this decoder's) held as sequences of one
+        llama.cpp context per model. One native thread runs every decode of the slots and merges
+        those sent at the same time, so slots generating in parallel threads verify their drafts
+        in one llama_decode and draft in one: N users cost little more than one. A decode is held
+        up to max_wait_ms for slots still busy between decodes. This decoder keeps its own caches;
+        close() it when only the slots are used (the models stay loaded while a slot is open)."""
+        if type(n) is not int or n < 1:
+            raise ValueError(f"n must be a positive int, got {n!r}")
         if n_ctx is not None and (type(n_ctx) is not int or n_ctx < 1):
             raise ValueError(f"n_ctx must be a positive int, got {n_ctx!r}")
-        slot = object.__new__(SpeculativeDecoder)
-        slot._lock = threading.RLock()
-        slot.model_path, slot.draft_path = self.model_path, self.draft_path
-        slot._core = self._native().sibling(n_ctx or 0)
-        return slot
+        if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, (int, float)) or not 0 <= max_wait_ms <= 60_000:
+            raise ValueError(f"max_wait_ms must be a number of milliseconds in [0, 60000], got {max_wait_ms!r}")
+        out = []
+        for native in self._native().slots(n, n_ctx or 0, int(round(max_wait_ms * 1000))):
+            slot = object.__new__(SpeculativeDecoder)
+            slot._lock = threading.RLock()
+            slot.model_path, slot.draft_path = self.model_path, self.draft_path
+            slot._core = native
+            out.append(slot)
+        return out
+
+    @property
+    def slot_batching(self) -> Optional[dict]:
+        """For one of slots()'s decoders: llama_decode calls its group has made ("decodes") and the
+        slots' decodes merged into them ("chunks"); None otherwise."""
+        core = self._native()
+        if not core.is_slot:
+            return None
+        return {"decodes": core.slot_decodes, "chunks": core.slot_chunks}
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@ sse-starlette, metrics with prometheus-client.
 
 Requests are checked and answered by specllama.completions (the layer the Python methods use).
 Each of --parallel slots is a decoder with its own KV caches on one loaded copy of the models;
-slots run their steps one at a time on one native thread (SpeculativeDecoder.new_slot). A request
+the slots' caches are sequences of one context per model, and one native thread merges the
+decodes of the slots generating at the same time into one llama_decode (SpeculativeDecoder.slots). A request
 goes to the free slot whose cache shares the longest prefix with its prompt (else the least
 recently used one); requests beyond the slots wait in a bounded queue, and a full queue is
 answered 503 with Retry-After. A client that goes away stops its generation within one
@@ -150,6 +151,13 @@ class Metrics:
         Gauge("specllama_queue_depth", "requests waiting for a slot", registry=r).set_function(lambda: pool.queued)
         Gauge("specllama_slots_busy", "slots generating", registry=r).set_function(lambda: pool.busy)
         Gauge("specllama_slots_total", "slots", registry=r).set_function(lambda: len(pool.slots))
+        Gauge("specllama_slots_per_decode", "slots' decodes merged per llama_decode call since start "
+              "(1 with one slot)", registry=r).set_function(lambda: self._per_decode(pool.slots[0]))
+
+    @staticmethod
+    def _per_decode(slot) -> float:
+        b = None if slot.closed else slot.slot_batching
+        return b["chunks"] / b["decodes"] if b and b["decodes"] else 1.0
 
     def _ratio(self, num: str, den: str) -> float:
         with self._lock:
@@ -177,10 +185,18 @@ def _error(status: int, message: str, kind: str = "invalid_request_error", code:
     return JSONResponse(RequestError(message, param, code, status, kind).body(), status_code=status, headers=headers)
 
 
-def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Optional[threading.Event] = None):
-    """The ASGI app serving decoder (and config.parallel - 1 slots made from it)."""
+def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Optional[threading.Event] = None,
+               own_decoder: bool = False):
+    """The ASGI app serving decoder, or config.parallel slots made from it (decoder.slots). With
+    own_decoder, a decoder that gave its models to slots is closed (its caches are not needed)."""
     stopping = stopping or threading.Event()
-    slots = [decoder] + [decoder.new_slot() for _ in range(config.parallel - 1)]
+    if config.parallel > 1:
+        slots = decoder.slots(config.parallel)
+        if own_decoder:
+            decoder.close()
+        decoder = slots[0]  # for the models' facts: every slot has the same
+    else:
+        slots = [decoder]
     pool = SlotPool(slots, config.queue_size)
     metrics = Metrics(pool)
     executor = ThreadPoolExecutor(max_workers=config.parallel, thread_name_prefix="specllama-slot")
@@ -194,6 +210,7 @@ def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Opti
 
     app = FastAPI(title="specllama", version=__version__, docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=lifespan)
+    app.state.n_ctx_slot = decoder.n_ctx
 
     if config.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
@@ -296,7 +313,7 @@ def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Opti
                 watcher.cancel()
             rid = completions.new_id(kind)
             return JSONResponse(completions.response(req, rid, config.model_name, int(time.time()), out.text,
-                                                     out.finish_reason, out.stats))
+                                                     out.finish_reason, out.stats, out.tokens))
 
         writer = completions.ChunkWriter(req, config.model_name)
 
@@ -399,13 +416,14 @@ async def _watch_disconnect(request, cancel: threading.Event) -> None:
             return
 
 
-def serve(decoder: SpeculativeDecoder, config: ServerConfig, announce=print) -> None:
+def serve(decoder: SpeculativeDecoder, config: ServerConfig, announce=print, own_decoder: bool = False) -> None:
     """Run the server until Ctrl-C (or SIGTERM): generations in flight then stop within one step
-    and end with their final event; queued requests are answered."""
+    and end with their final event; queued requests are answered. own_decoder: as create_app's."""
     import uvicorn
 
     stopping = threading.Event()
-    app = create_app(decoder, config, stopping)
+    app = create_app(decoder, config, stopping, own_decoder)
+    n_ctx = app.state.n_ctx_slot
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -428,7 +446,7 @@ def serve(decoder: SpeculativeDecoder, config: ServerConfig, announce=print) -> 
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     try:
         announce(f"specllama serve: http://{shown}:{port}/v1 (OpenAI API; model '{config.model_name}', "
-                 f"{config.parallel} slot(s) of {decoder.n_ctx} tokens{', API key required' if config.api_key else ''})")
+                 f"{config.parallel} slot(s) of {n_ctx} tokens{', API key required' if config.api_key else ''})")
     except BaseException:
         sock.close()
         raise

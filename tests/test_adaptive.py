@@ -304,3 +304,40 @@ def test_adaptive_rule_on_recorded_traces_is_within_3_percent_of_the_best_fixed_
         worst = min(res["prompts"].items(), key=lambda kv: kv[1]["adaptive_vs_best_of_all"])
         assert worst[1]["adaptive_vs_best_of_all"] >= 0.97, worst
         assert res["set"]["adaptive"] > max(res["set"][f"fixed_{n}"] for n in range(1, 13)), res["set"]
+
+
+# -- slots sharing their decodes: the group's draft length ---------------------------------------
+
+
+def _priced(target_ms, draft_ms, acceptance, n_max=10):
+    """A BatchDrafting rule given decode costs by token count (functions of n) and an acceptance rate."""
+    rule = _core.BatchDrafting()
+    for n in range(1, 4 * (n_max + 1) + 1):
+        rule.observe_decode(False, n, target_ms(n))
+    for n in range(1, 5):
+        rule.observe_decode(True, n, draft_ms(n))
+    rule.observe_step(100, round(100 * acceptance))
+    return rule
+
+
+def test_slots_draft_until_the_shared_batch_prices_it_out():
+    """Several slots merge their decodes: a draft whose decodes cost what the target's do gives
+    plain steps (no model drafts); a cheap draft before a target whose batches cost little more
+    than one token keeps drafting; one slot alone, or a rule not priced yet, leaves the slot's own
+    rule its n_max."""
+    as_costly = _priced(lambda n: 10.0 * n, lambda n: 10.0 * n, 0.95)
+    assert as_costly.cap(4, 10) == 0
+    assert as_costly.rate(4, 0) > as_costly.rate(4, 3) > 0
+    memory_bound = _priced(lambda n: 20.0 + 0.2 * n, lambda n: 2.0 + 0.1 * n, 0.95)
+    assert memory_bound.cap(4, 10) >= 4
+    assert memory_bound.rate(4, memory_bound.cap(4, 10)) > memory_bound.rate(4, 0)
+    # a compute-bound target: every token costs, and only a very good, very cheap draft pays
+    compute_bound = _priced(lambda n: 5.0 + 3.0 * n, lambda n: 1.0 + 0.5 * n, 0.6)
+    assert compute_bound.cap(4, 10) == 0
+    assert as_costly.cap(1, 10) == 10  # one slot: its own rule decides
+    assert _core.BatchDrafting().cap(4, 7) == 7  # no costs measured yet
+    # the caps the rule gives are the best of the rates it reports
+    for rule in (as_costly, memory_bound, compute_bound):
+        for n in (2, 3, 4):
+            rates = [rule.rate(n, k) for k in range(11)]
+            assert rule.cap(n, 10) == rates.index(max(rates))

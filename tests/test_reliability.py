@@ -18,26 +18,42 @@ import pytest
 import specllama
 from conftest import interrupt_at_step
 from specllama.chat import ChatSession, ContextFull
+from tiny_models import parts_only_at_near_ties
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ["the cat is", "she was out with", "what some of the", "they were all there and"]
 
 
-def test_slots_in_several_threads_match_running_alone(tiny, slow):
-    """Slots (new_slot: the same models, their own caches, steps in turn on one native thread)
-    generating at once in four threads, streaming or not, with a cancellation and a DSI run among
-    them, give exactly what each gives alone."""
+def test_slots_in_several_threads_share_decodes(tiny, slow):
+    """Slots (slots(): the same models, caches as sequences of one context per model, decodes
+    merged by one native thread) generating at once in four threads, streaming or not, with a
+    cancellation, seeded sampling and a DSI run among them: each slot alone gives exactly what a
+    decoder of its own gives; together, their decodes were merged (fewer llama_decode calls than
+    the slots sent) and every greedy output equals the one alone, or parts from it only where the
+    target's two best tokens are within 1% (merged decodes change the logits by llama.cpp's batch
+    numerics: attention over a shared cache)."""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as first:
-        slots = [first] + [first.new_slot() for _ in range(3)]
+        slots = first.slots(4, max_wait_ms=60_000)  # a decode waits for every generating slot
         assert all(s.target_model is first.target_model and s.n_ctx == 512 for s in slots)
-        assert first.new_slot(n_ctx=256).n_ctx == 256
+        assert first.slots(1, n_ctx=256)[0].n_ctx == 256
+        assert first.slot_batching is None and slots[0].slot_batching == {"decodes": 0, "chunks": 0}
         kinds = [dict(temperature=0, n_draft=4), dict(temperature=0, speculative=False),
                  dict(temperature=0.9, seed=3, adaptive=False), dict(temperature=0, mode="dsi", sp=2, lookahead=3)]
+        prompts = [first.tokenize(p) for p in PROMPTS]
+        all_in = threading.Barrier(4)
 
-        def run(i):
+        def run(i, together=False):
             slot, kw = slots[i], kinds[i]
             out = []
-            for p in PROMPTS:
+            if together:  # the four generate at once from here: each waits for the others' first step
+                first_step = [True]
+
+                def meet(*_):
+                    if first_step.pop() if first_step else False:
+                        all_in.wait(60)
+
+                slot.generate(prompts[i], max_tokens=12, ignore_eos=True, speculative=False, on_step=meet)
+            for p in prompts:
                 if i == 1:  # streamed, and one stream closed after its first step
                     chunks = slot.stream(p, max_tokens=40, ignore_eos=True, **kw)
                     out.append([t for c in chunks for t in c.tokens])
@@ -49,6 +65,11 @@ def test_slots_in_several_threads_match_running_alone(tiny, slow):
             return out
 
         alone = [run(i) for i in range(4)]
+        own = [[first.generate(p, max_tokens=40, ignore_eos=True, **kinds[i]).tokens for p in prompts]
+               for i in range(4)]
+        assert alone == own
+        before = slots[0].slot_batching
+        assert before["chunks"] == before["decodes"] > 0  # one slot at a time: nothing to merge
         for s in slots:
             s.reset()
         together = [None] * 4
@@ -56,7 +77,7 @@ def test_slots_in_several_threads_match_running_alone(tiny, slow):
 
         def worker(k):
             try:
-                together[k] = run(k)
+                together[k] = run(k, together=True)
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
 
@@ -66,7 +87,12 @@ def test_slots_in_several_threads_match_running_alone(tiny, slow):
         for t in threads:
             t.join()
         assert not errors, errors
-        assert together == alone
+        after = slots[0].slot_batching
+        assert after["chunks"] - before["chunks"] > after["decodes"] - before["decodes"]
+        for k in (0, 1, 3):  # greedy
+            for p, a, b in zip(prompts, alone[k], together[k]):
+                assert parts_only_at_near_ties(tiny.target_q, p, a, b), (k, a, b)
+        assert [len(t) for t in together[2]] == [40] * 4  # sampled: complete
 
 
 def test_several_decoders_in_several_threads_match_running_alone(tiny, slow):

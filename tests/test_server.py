@@ -20,6 +20,7 @@ import pytest
 from openai import OpenAI
 
 import specllama
+from tiny_models import parts_only_at_near_ties
 
 ROOT = Path(specllama.__file__).parent.parent
 CHAT = "/v1/chat/completions"
@@ -210,6 +211,7 @@ def test_metrics_count_what_was_served(server):
                  "specllama_slots_busy", "specllama_slots_total"):
         assert name in after
     assert after["specllama_slots_total"] == 2
+    assert after["specllama_slots_per_decode"] >= 1.0  # one request at a time: nothing merged, yet a ratio
 
 
 def _metrics(server):
@@ -286,22 +288,25 @@ def test_python_api_shares_the_layer(tiny):
 
 def test_eight_clients_two_hundred_requests(tiny):
     """8 concurrent clients, 200 requests: none lost or mixed up, each greedy reply equal to the
-    same request sent alone, and the server's resident memory flat over the run."""
+    same request sent alone (or parting from it only where the target's two best tokens are
+    within 1%: the slots' merged decodes change the logits by llama.cpp's batch numerics), and
+    the server's resident memory flat over the run."""
     prompts = [f"{a} {b}" for a in ("the cat", "she was", "what some", "they were", "the hot word")
                for b in ("is on", "out with", "of the", "all there")]
     with running([*_pair(tiny), "-c", "512", "-np", "4", "--queue-size", "16"]) as server:
         def ask(i):
             p = prompts[i % len(prompts)]
             if i % 2:
-                body = {"prompt": p, "temperature": 0, "max_tokens": 8}
+                body = {"prompt": p, "temperature": 0, "max_tokens": 8, "return_tokens": True}
                 return p, "text", server.http.post("/v1/completions", json=body)
-            body = {"messages": [{"role": "user", "content": p}], "temperature": 0, "max_tokens": 8}
+            body = {"messages": [{"role": "user", "content": p}], "temperature": 0, "max_tokens": 8,
+                    "return_tokens": True}
             return p, "chat", server.http.post(CHAT, json=body)
 
         def text_of(kind, r):
             assert r.status_code == 200, r.text
             c = r.json()["choices"][0]
-            return c["message"]["content"] if kind == "chat" else c["text"]
+            return c["message"]["content"] if kind == "chat" else c["text"], c["tokens"]
 
         alone = {}
         for i in range(2 * len(prompts)):
@@ -311,8 +316,13 @@ def test_eight_clients_two_hundred_requests(tiny):
         with ThreadPoolExecutor(max_workers=8) as pool:
             results = list(pool.map(ask, range(200)))
         assert len(results) == 200
-        for p, kind, r in results:
-            assert text_of(kind, r) == alone[(p, kind)], (p, kind)
+        with specllama.SpeculativeDecoder(tiny.target_q, n_ctx=512) as ref:
+            for p, kind, r in results:
+                (text, toks), (first, first_toks) = text_of(kind, r), alone[(p, kind)]
+                if text != first:
+                    prompt = (ref.chat_tokens([{"role": "user", "content": p}]) if kind == "chat"
+                              else ref.tokenize(p))
+                    assert parts_only_at_near_ties(tiny.target_q, prompt, first_toks, toks), (p, kind, first, text)
         growth_mib = (server.rss_kib() - rss_start) / 1024
         assert growth_mib < 16, f"resident memory grew by {growth_mib:.1f} MiB over 200 requests"
         assert server.health()["slots_processing"] == 0
@@ -430,8 +440,8 @@ def test_cors_is_off_unless_an_origin_is_named(tiny, server):
 
 @pytest.mark.default_pair
 def test_slots_share_one_copy_of_the_weights(default_pair):
-    """Three more slots on the default pair add their caches, not three more copies of the
-    538 MB target."""
+    """Three slots on the default pair add their caches, not three more copies of the 538 MB
+    target."""
     target, draft = default_pair
 
     def rss():
@@ -441,7 +451,7 @@ def test_slots_share_one_copy_of_the_weights(default_pair):
     with specllama.SpeculativeDecoder(target, draft, n_ctx=1024) as dec:
         dec.generate("hello", max_tokens=2, temperature=0)  # the weights are touched
         before = rss()
-        slots = [dec.new_slot() for _ in range(3)]
+        slots = dec.slots(3)
         for s in slots:
             assert s.target_model is dec.target_model
             s.generate("hello", max_tokens=2, temperature=0)

@@ -137,3 +137,16 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def parts_only_at_near_ties(model_path, prompt, a, b, tol=0.01):
+    """Two greedy continuations of prompt (token ids) are equal, or equal up to a position where
+    the target's logits after the common part put the two tokens within tol of the largest logit."""
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    if i is None:
+        return len(a) == len(b)
+    import specllama
+
+    ctx = specllama.Context(specllama.Model(model_path), n_ctx=512)
+    logits = ctx.decode(list(prompt) + list(a[:i]), all_logits=True)[-1]
+    return abs(float(logits[a[i]]) - float(logits[b[i]])) <= tol * max(1.0, float(abs(logits).max()))

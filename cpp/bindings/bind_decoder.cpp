@@ -234,6 +234,20 @@ void register_decoder(py::module_ & m) {
         m.attr("DECODER_DEFAULTS")     = defaults;
     }
 
+    // the slots' shared draft-length rule on its own, to check it with given costs
+    py::class_<batch_drafting>(m, "BatchDrafting",
+                               "How many tokens slots that share their decodes draft while several generate: "
+                               "rounds priced from merged decodes' costs by token count and the acceptance rate.")
+        .def(py::init<>())
+        .def("observe_decode", &batch_drafting::observe_decode, py::arg("draft"), py::arg("n_tokens"), py::arg("ms"),
+             "a merged decode of n_tokens on the draft (or the target) took ms")
+        .def("observe_step", &batch_drafting::observe_step, py::arg("n_drafted"), py::arg("n_accepted"),
+             "a slot's finished step")
+        .def("cap", &batch_drafting::cap, py::arg("n_generating"), py::arg("n_max"),
+             "the most tokens a slot drafts with the model while n_generating slots generate")
+        .def("rate", &batch_drafting::rate, py::arg("n_generating"), py::arg("k"),
+             "expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown");
+
     // the adaptive draft length's rule on its own, so that recorded traces can be replayed through
     // the exact policy the loop uses (benchmarks/replay_draft_length.py)
     py::class_<draft_length_model>(m, "DraftLengthModel",
@@ -356,15 +370,44 @@ void register_decoder(py::module_ & m) {
             d.reset();
         })
         .def(
-            "sibling",
-            [](decoder & d, int32_t n_ctx) {
-                py::gil_scoped_release nogil;  // waits for a running generation of d
-                return d.sibling(n_ctx);
+            "slots",
+            [](decoder & d, int32_t n, int32_t n_ctx, int32_t max_wait_us) {
+                std::vector<std::unique_ptr<decoder>> made;
+                {
+                    py::gil_scoped_release nogil;  // waits for a running generation of d
+                    made = d.slots(n, n_ctx, max_wait_us);
+                }
+                py::list out;
+                for (auto & s : made) {
+                    out.append(py::cast(std::move(s)));
+                }
+                return out;
             },
-            py::arg("n_ctx") = 0,
-            "Another decoder on these models (not loaded again) with its own caches of n_ctx positions "
-            "(0: this one's). The two take turns, one step at a time, so they can generate in parallel "
-            "threads without competing for the cores.")
+            py::arg("n"), py::arg("n_ctx") = 0, py::arg("max_wait_us") = 3000,
+            "n decoders on these models (not loaded again) whose caches, of n_ctx positions each (0: this "
+            "one's), are sequences of one context per model. One native thread runs all their decodes and "
+            "merges those sent at the same time: slots generating in parallel threads verify in one "
+            "llama_decode and draft in one. max_wait_us: how long a decode is held for slots still busy "
+            "between decodes.")
+        .def_property_readonly("is_slot", &decoder::is_slot, "whether this decoder is one of slots()'s")
+        .def_property_readonly("slot_decodes", &decoder::slot_decodes,
+                               "llama_decode calls this slot's group has made")
+        .def(
+            "slot_round_rates",
+            [](const decoder & d, int32_t n_generating) {
+                std::vector<double> out;
+                if (const batch_drafting * b = d.slot_drafting()) {
+                    for (int32_t k = 0; k <= d.n_draft(); ++k) {
+                        out.push_back(b->rate(n_generating, k));
+                    }
+                }
+                return out;
+            },
+            py::arg("n_generating"),
+            "for a slot: its group's expected tokens per ms of a round of n_generating slots with k = 0, 1, ... "
+            "drafts each (negative while not priced); empty for a decoder that is not a slot")
+        .def_property_readonly("slot_chunks", &decoder::slot_chunks,
+                               "the slots' decodes merged into them (slot_chunks / slot_decodes: slots per decode)")
         .def(
             "generate",
             [](decoder & d, const std::vector<llama_token> & prompt, const generate_params & options,

@@ -1,0 +1,64 @@
+// batch_drafting.h: how many tokens slots that share their decodes (slot_batcher.h) may draft
+// with the model while several of them generate. With one slot generating, its own adaptive rule
+// decides (draft_length.h). With N, a round is k merged draft decodes of N tokens and one merged
+// verification of N (k + 1) tokens, and a slot's own timings cannot tell what its drafts cost the
+// others: it waits as long for a merged decode whether its share is large or small. So the group
+// prices rounds from the merged decodes' measured costs, by their token counts, for the target and
+// the draft, and from the slots' acceptance rate a:
+//     plain:       N / (T(N) + g_T) tokens per ms
+//     k drafts:    N (1 - a^(k+1)) / (1 - a) / (k (D(N) + g_D) + T(N (k + 1)) + g_T)
+// where g_T and g_D are the measured gaps before a merged decode of the target and of the draft
+// (the slots' own work between decodes)
+// and caps every slot's draft length at the best k (0: no model drafts; prompt lookup, which
+// costs no draft decode, is left to each slot). Where small batches are already compute-bound
+// (a CPU), N plain steps in one decode can beat N slots drafting: then the slots stop drafting.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace specllama {
+
+// measured cost of a decode by its token count: an average per count, and between or beyond the
+// counts seen, the straight line through the nearest two
+class decode_costs {
+  public:
+    void add(int32_t n_tokens, double ms);
+    // estimated ms of a decode of n_tokens; negative while fewer than two counts were seen
+    double at(int32_t n_tokens) const;
+
+  private:
+    static constexpr double k_alpha = 0.2;  // weight of a new measurement
+    std::vector<double>  ms_;
+    std::vector<uint8_t> seen_;
+    int32_t              n_seen_ = 0;
+};
+
+class batch_drafting {
+  public:
+    // a merged decode of n_tokens on the target (draft false: on the draft) took ms
+    void observe_decode(bool draft, int32_t n_tokens, double ms);
+    // the time between the end of one merged decode and the start of the next (a draft decode,
+    // or the target's) while several slots generate: the slots' own work before it (drafting,
+    // or acceptance; waking up), which a round pays once per decode
+    void observe_gap(bool draft, double ms);
+    // a slot's finished step: drafts verified and kept
+    void observe_step(int32_t n_drafted, int32_t n_accepted);
+    // the most tokens a slot drafts with the model in a step while n_generating slots generate
+    // (n_max when fewer than two do, or while costs are not known yet)
+    int32_t cap(int32_t n_generating, int32_t n_max) const;
+    // the expected tokens per ms of a round with k drafts per slot (k = 0: plain); negative while unknown
+    double rate(int32_t n_generating, int32_t k) const;
+
+  private:
+    double rate_locked(int32_t n, int32_t k) const;
+
+    mutable std::mutex mutex_;
+    decode_costs       target_, draft_;
+    double             drafted_ = 0, accepted_ = 0;  // decayed counts
+    double             gap_ms_[2] = {0, 0};  // [target, draft]
+    bool               has_gap_[2] = {false, false};
+};
+
+}  // namespace specllama
