@@ -52,9 +52,13 @@ double decode_costs::at(int32_t n) const {
     return std::max(ms_[a], ms_[a] + std::max(0.0, slope) * (n - a));
 }
 
-void batch_drafting::observe_decode(bool draft, int32_t n_tokens, double ms) {
+void batch_drafting::observe_decode(bool draft, int32_t n_tokens, double ms, int32_t n_slots, int32_t n_generating) {
     std::lock_guard<std::mutex> lock(mutex_);
     (draft ? draft_ : target_).add(n_tokens, ms);
+    if (draft && n_generating >= 2 && n_slots >= 1) {
+        const double share = std::min(1.0, (double) n_slots / n_generating);
+        draft_share_ += 0.05 * (share - draft_share_);
+    }
 }
 
 void batch_drafting::observe_gap(bool draft, double ms) {
@@ -85,13 +89,14 @@ double batch_drafting::rate_locked(int32_t n, int32_t k) const {
     if (k == 0) {
         return n / (t + gap_ms_[0]);
     }
-    const double d = draft_.at(n);
+    const int32_t m = std::max(1, (int32_t) std::lround(draft_share_ * n));  // slots per draft decode
+    const double  d = draft_.at(m);
     if (d <= 0.0 || drafted_ <= 0.0) {
         return -1.0;
     }
     const double a      = std::min(0.999, accepted_ / drafted_);
     const double tokens = (1.0 - std::pow(a, k + 1)) / (1.0 - a);
-    return n * tokens / (k * (d + gap_ms_[1]) + t + gap_ms_[0]);
+    return n * tokens / (k * (double) n / m * (d + gap_ms_[1]) + t + gap_ms_[0]);
 }
 
 double batch_drafting::rate(int32_t n_generating, int32_t k) const {

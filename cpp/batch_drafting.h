@@ -6,9 +6,11 @@
 // prices rounds from the merged decodes' measured costs, by their token counts, for the target and
 // the draft, and from the slots' acceptance rate a:
 //     plain:       N / (T(N) + g_T) tokens per ms
-//     k drafts:    N (1 - a^(k+1)) / (1 - a) / (k (D(N) + g_D) + T(N (k + 1)) + g_T)
+//     k drafts:    N (1 - a^(k+1)) / (1 - a) / (k N/m (D(m) + g_D) + T(N (k + 1)) + g_T)
 // where g_T and g_D are the measured gaps before a merged decode of the target and of the draft
-// (the slots' own work between decodes)
+// (the slots' own work between decodes), and m the measured share of the generating slots that
+// a draft decode merges, times N: the slots stop drafting at different lengths, so a round has
+// more draft decodes, of fewer slots, than k
 // and caps every slot's draft length at the best k (0: no model drafts; prompt lookup, which
 // costs no draft decode, is left to each slot). Where small batches are already compute-bound
 // (a CPU), N plain steps in one decode can beat N slots drafting: then the slots stop drafting.
@@ -37,8 +39,9 @@ class decode_costs {
 
 class batch_drafting {
   public:
-    // a merged decode of n_tokens on the target (draft false: on the draft) took ms
-    void observe_decode(bool draft, int32_t n_tokens, double ms);
+    // a merged decode of n_tokens from n_slots slots on the target (draft false: on the draft)
+    // took ms; n_generating slots were generating
+    void observe_decode(bool draft, int32_t n_tokens, double ms, int32_t n_slots = 1, int32_t n_generating = 1);
     // the time between the end of one merged decode and the start of the next (a draft decode,
     // or the target's) while several slots generate: the slots' own work before it (drafting,
     // or acceptance; waking up), which a round pays once per decode
@@ -57,6 +60,7 @@ class batch_drafting {
     mutable std::mutex mutex_;
     decode_costs       target_, draft_;
     double             drafted_ = 0, accepted_ = 0;  // decayed counts
+    double             draft_share_ = 1.0;    // slots per draft decode / slots generating, averaged
     double             gap_ms_[2] = {0, 0};  // [target, draft]
     bool               has_gap_[2] = {false, false};
 };

@@ -256,7 +256,8 @@ int32_t slot_batcher::decode_jobs(shared_context * sc, const std::vector<job *> 
     if (ret == 0) {
         llama_synchronize(sc->ctx.get());  // on a GPU the decode was only queued
         drafting_.observe_decode(sc->rank == 0, n_tokens,
-                                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+                                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+                                 (int32_t) jobs.size(), gap_slots_);
     }
     const int32_t n_vocab = sc->mdl->n_vocab;
     for (size_t k = 0; k < jobs.size(); ++k) {

@@ -60,8 +60,11 @@ struct slot_chunk {
 
 class slot_batcher {
   public:
-    // max_wait: how long a waiting decode is held for slots that are still busy between decodes
-    explicit slot_batcher(std::chrono::microseconds max_wait = std::chrono::microseconds(3000));
+    // max_wait: how long a waiting decode is held for slots that are still busy between decodes.
+    // Their work between decodes takes well under a millisecond, but on a loaded machine a woken
+    // thread can wait for a core far longer: on the 2-core test machine, 4 slots' plain steps
+    // merged 3.0 slots per decode with 3 ms and 3.8 with 100 ms (benchmarks/slots_bench.py)
+    explicit slot_batcher(std::chrono::microseconds max_wait = std::chrono::microseconds(100000));
     ~slot_batcher();
     slot_batcher(const slot_batcher &)             = delete;
     slot_batcher & operator=(const slot_batcher &) = delete;

@@ -196,7 +196,7 @@ class decoder {
     // and merges those the slots send at the same time: slots generating in parallel threads verify
     // in one llama_decode and draft in one (slot_batcher.h). max_wait_us: how long a decode is held
     // for slots still busy between decodes.
-    std::vector<std::unique_ptr<decoder>> slots(int32_t n, int32_t n_ctx, int32_t max_wait_us = 3000);
+    std::vector<std::unique_ptr<decoder>> slots(int32_t n, int32_t n_ctx, int32_t max_wait_us = 100000);
     // whether this decoder is one of slots()'s, and its group's batching so far
     bool    is_slot() const { return batcher_ != nullptr; }
     int64_t slot_decodes() const { return batcher_ ? batcher_->n_decodes() : 0; }  // llama_decode calls

@@ -547,9 +547,9 @@ class BatchDrafting:
         """
         the most tokens a slot drafts with the model while n_generating slots generate
         """
-    def observe_decode(self, draft: bool, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def observe_decode(self, draft: bool, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, n_slots: typing.SupportsInt | typing.SupportsIndex = 1, n_generating: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
-        a merged decode of n_tokens on the draft (or the target) took ms
+        a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while n_generating slots generated
         """
     def observe_step(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -652,7 +652,7 @@ class Decoder:
         """
         for a slot: its group's expected tokens per ms of a round of n_generating slots with k = 0, 1, ... drafts each (negative while not priced); empty for a decoder that is not a slot
         """
-    def slots(self, n: typing.SupportsInt | typing.SupportsIndex, n_ctx: typing.SupportsInt | typing.SupportsIndex = 0, max_wait_us: typing.SupportsInt | typing.SupportsIndex = 3000) -> list:
+    def slots(self, n: typing.SupportsInt | typing.SupportsIndex, n_ctx: typing.SupportsInt | typing.SupportsIndex = 0, max_wait_us: typing.SupportsInt | typing.SupportsIndex = 100000) -> list:
         """
         n decoders on these models (not loaded again) whose caches, of n_ctx positions each (0: this one's), are sequences of one context per model. One native thread runs all their decodes and merges those sent at the same time: slots generating in parallel threads verify in one llama_decode and draft in one. max_wait_us: how long a decode is held for slots still busy between decodes.
         """

@@ -139,7 +139,7 @@ class SpeculativeDecoder:
                 raise _type_error(name, value, _DEFAULTS[name])
         self._core: Optional[_core.Decoder] = _core.Decoder(self.model_path, self.draft_path, **settings)
 
-    def slots(self, n: int, n_ctx: Optional[int] = None, *, max_wait_ms: float = 3.0) -> List["SpeculativeDecoder"]:
+    def slots(self, n: int, n_ctx: Optional[int] = None, *, max_wait_ms: float = 100.0) -> List["SpeculativeDecoder"]:
         """n decoders for serving several users at once: the same models (not loaded again), and
         KV caches of n_ctx positions each (default: this decoder's) held as sequences of one
         llama.cpp context per model. One native thread runs every decode of the slots and merges

@@ -240,7 +240,9 @@ void register_decoder(py::module_ & m) {
                                "rounds priced from merged decodes' costs by token count and the acceptance rate.")
         .def(py::init<>())
         .def("observe_decode", &batch_drafting::observe_decode, py::arg("draft"), py::arg("n_tokens"), py::arg("ms"),
-             "a merged decode of n_tokens on the draft (or the target) took ms")
+             py::arg("n_slots") = 1, py::arg("n_generating") = 1,
+             "a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while "
+             "n_generating slots generated")
         .def("observe_step", &batch_drafting::observe_step, py::arg("n_drafted"), py::arg("n_accepted"),
              "a slot's finished step")
         .def("cap", &batch_drafting::cap, py::arg("n_generating"), py::arg("n_max"),
@@ -383,7 +385,7 @@ void register_decoder(py::module_ & m) {
                 }
                 return out;
             },
-            py::arg("n"), py::arg("n_ctx") = 0, py::arg("max_wait_us") = 3000,
+            py::arg("n"), py::arg("n_ctx") = 0, py::arg("max_wait_us") = 100000,
             "n decoders on these models (not loaded again) whose caches, of n_ctx positions each (0: this "
             "one's), are sequences of one context per model. One native thread runs all their decodes and "
             "merges those sent at the same time: slots generating in parallel threads verify in one "
