@@ -15,16 +15,7 @@ import specllama
 from specllama.models import default_pair
 from specllama.provenance import provenance
 
-PROMPTS = [
-    "Name three rivers in Europe and say one thing about each.",
-    "Write a short poem about the sea.",
-    "Explain what a hash table is to a new programmer.",
-    "List five fruits and their colours.",
-    "Write a Python function that reverses a string, with a docstring.",
-    "Summarize the plot of Romeo and Juliet in a few sentences.",
-    "Give three tips for writing clear emails.",
-    "What causes the seasons on Earth?",
-]
+from serve_bench import PROMPTS  # the same mix of prompts as the server benchmark
 
 
 def main() -> None:
