@@ -116,8 +116,9 @@ int32_t batch_drafting::cap(int32_t n_generating, int32_t n_max) const {
         if (r < 0.0) {
             return n_max;  // not priced yet: the slots' own rules decide
         }
-        if (r > best) {
-            best   = r;
+        const double priced = k == 0 ? r : r / k_draft_margin;
+        if (priced > best) {
+            best   = priced;
             best_k = k;
         }
     }

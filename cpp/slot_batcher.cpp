@@ -69,23 +69,6 @@ slot_batcher::generating::~generating() {
     b.cv_.notify_all();  // a decode held for this slot can go
 }
 
-slot_batcher::outside::outside(slot_batcher * b) : b(b) {
-    if (b) {
-        {
-            std::lock_guard<std::mutex> lock(b->mutex_);
-            b->n_generating_ -= 1;
-        }
-        b->cv_.notify_all();
-    }
-}
-
-slot_batcher::outside::~outside() {
-    if (b) {
-        std::lock_guard<std::mutex> lock(b->mutex_);
-        b->n_generating_ += 1;
-    }
-}
-
 int64_t slot_batcher::n_decodes() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return n_decodes_;

@@ -363,11 +363,8 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         if (batcher_) {
             batcher_->drafting().observe_step(n, acc.n_accepted);
         }
-        if (on_step) {
-            slot_batcher::outside caller(batcher_.get());  // other slots' decodes do not wait for the callback
-            if (on_step(ev) && finish.empty()) {
-                finish = "cancelled";
-            }
+        if (on_step && on_step(ev) && finish.empty()) {
+            finish = "cancelled";
         }
     }
     res.finish_reason = finish;

@@ -77,11 +77,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
         ev.n_accepted = n_accepted - n_accepted_reported;
         n_checked_reported  = n_checked;
         n_accepted_reported = n_accepted;
-        if (!on_step) {
-            return false;
-        }
-        slot_batcher::outside caller(batcher_.get());  // other slots' decodes do not wait for the callback
-        return on_step(ev);
+        return on_step && on_step(ev);
     };
 
     dsi_callbacks cb;

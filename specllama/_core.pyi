@@ -541,6 +541,7 @@ class BatchDrafting:
     """
     How many tokens slots that share their decodes draft while several generate: rounds priced from merged decodes' costs by token count and the acceptance rate.
     """
+    draft_margin: typing.ClassVar[float] = 1.1
     def __init__(self) -> None:
         ...
     def cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:

@@ -336,8 +336,13 @@ def test_slots_draft_until_the_shared_batch_prices_it_out():
     assert compute_bound.cap(4, 10) == 0
     assert as_costly.cap(1, 10) == 10  # one slot: its own rule decides
     assert _core.BatchDrafting().cap(4, 7) == 7  # no costs measured yet
-    # the caps the rule gives are the best of the rates it reports
+    # the caps the rule gives are the best of the rates it reports, drafting only by a margin
+    margin = _core.BatchDrafting.draft_margin
+    assert margin > 1
     for rule in (as_costly, memory_bound, compute_bound):
         for n in (2, 3, 4):
-            rates = [rule.rate(n, k) for k in range(11)]
-            assert rule.cap(n, 10) == rates.index(max(rates))
+            priced = [rule.rate(n, k) / (margin if k else 1) for k in range(11)]
+            assert rule.cap(n, 10) == priced.index(max(priced))
+    barely = _priced(lambda n: 20.0 + 0.2 * n, lambda n: 2.0 + 0.1 * n, 0.95)
+    best = max(range(1, 11), key=lambda k: barely.rate(4, k))
+    assert (barely.cap(4, 10) > 0) == (barely.rate(4, best) > margin * barely.rate(4, 0))

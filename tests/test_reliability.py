@@ -33,7 +33,7 @@ def test_slots_in_several_threads_share_decodes(tiny, slow):
     target's two best tokens are within 1% (merged decodes change the logits by llama.cpp's batch
     numerics: attention over a shared cache)."""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as first:
-        slots = first.slots(4, max_wait_ms=60_000)  # a decode waits for every generating slot
+        slots = first.slots(4, max_wait_ms=2_000)  # a decode waits for every generating slot
         assert all(s.target_model is first.target_model and s.n_ctx == 512 for s in slots)
         assert first.slots(1, n_ctx=256)[0].n_ctx == 256
         assert first.slot_batching is None and slots[0].slot_batching == {"decodes": 0, "chunks": 0}

@@ -248,7 +248,10 @@ void register_decoder(py::module_ & m) {
         .def("cap", &batch_drafting::cap, py::arg("n_generating"), py::arg("n_max"),
              "the most tokens a slot drafts with the model while n_generating slots generate")
         .def("rate", &batch_drafting::rate, py::arg("n_generating"), py::arg("k"),
-             "expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown");
+             "expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown")
+        .def_property_readonly_static(
+            "draft_margin", [](const py::object &) { return batch_drafting::k_draft_margin; },
+            "drafting is chosen only where its rate beats plain steps' by this factor");
 
     // the adaptive draft length's rule on its own, so that recorded traces can be replayed through
     // the exact policy the loop uses (benchmarks/replay_draft_length.py)
