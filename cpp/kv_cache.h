@@ -87,8 +87,6 @@ class kv_cache {
     // before its next chunk's decode (the decodes it shares with other slots run to the end).
     void set_abort_flag(const std::atomic<bool> * flag);
     llama_context * get() const { return shared_ ? shared_->ctx.get() : ctx_.get(); }
-    // whether this is a slot's cache in a shared context
-    bool is_slot() const { return shared_ != nullptr; }
 
   private:
     void decode_slot(const llama_token * toks, int32_t n, int32_t n_out, float * out,

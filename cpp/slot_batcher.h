@@ -2,8 +2,10 @@
 // sequences of one llama_context per model, and one thread runs every llama.cpp call on those
 // contexts. It merges the decodes that the slots send while they wait for it: the verification
 // batches of all waiting slots go to the target in ONE llama_decode, their draft decodes to the
-// draft in one. A decode of a few tokens costs about as much as a decode of one (the weights are
-// read once either way), so N slots' steps cost little more than one slot's.
+// draft in one. The weights are read once per decode, not once per slot: where a decode is bound
+// by reading them (a GPU, a large model), N slots' steps cost little more than one slot's; on a
+// small CPU model each token still costs compute (the default pair on 2 cores: a 4-token target
+// decode about 1.7 times a 1-token one).
 // One thread also keeps llama.cpp's CPU thread pools from competing for the cores.
 // Not here: what a slot decodes (speculative.h), a cache's bookkeeping (kv_cache.h).
 #pragma once

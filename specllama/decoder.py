@@ -144,7 +144,7 @@ class SpeculativeDecoder:
         KV caches of n_ctx positions each (default: this decoder's) held as sequences of one
         llama.cpp context per model. One native thread runs every decode of the slots and merges
         those sent at the same time, so slots generating in parallel threads verify their drafts
-        in one llama_decode and draft in one: N users cost little more than one. A decode is held
+        in one llama_decode and draft in one (docs/server.md measures what that gains). A decode is held
         up to max_wait_ms for slots still busy between decodes. This decoder keeps its own caches;
         close() it when only the slots are used (the models stay loaded while a slot is open)."""
         if type(n) is not int or n < 1:
