@@ -8,6 +8,11 @@ per second (all tokens / wall time), median time to first token, and median per-
 second (tokens after the first / time after the first). Every request asks for the same number of
 tokens (ignore_eos), so the servers generate equal amounts.
 
+A shared machine's speed drifts by more than the differences measured here (on the 2-core test
+machine, the same run repeated varies by up to 15%), so each concurrency is measured --repeat times
+in rounds, the servers' order rotating from round to round, and each figure is the median of the
+rounds; every round's figures are in the report.
+
     python benchmarks/serve_bench.py                       # default pair, greedy
     python benchmarks/serve_bench.py --temp 0.8 --out bench-out
 llama-server comes from benchmarks/build_llama_cpp.sh (built from the llama-cpp-python 0.3.36 sdist).
@@ -66,7 +71,9 @@ def _wait_healthy(url: str, proc, timeout: float = 300) -> None:
 def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threads: int, llama_bin: Path):
     port = _free_port()
     if kind == "llama-server":
-        cmd = [str(llama_bin / "llama-server"), "-m", target, "-md", draft, "-np", str(n_parallel),
+        # -md alone only loads the draft: this llama.cpp speculates with the types --spec-type names
+        cmd = [str(llama_bin / "llama-server"), "-m", target, "-md", draft, "--spec-type", "draft-simple",
+               "-np", str(n_parallel),
                "-c", str(n_ctx * n_parallel), "-t", str(threads), "-td", str(threads), "-ngl", "0", "-ngld", "0",
                "--port", str(port), "--host", "127.0.0.1"]
     else:
@@ -127,7 +134,7 @@ def run_level(url: str, concurrency: int, per_client: int, n: int, temp: float) 
     drafted = sum(r["draft_n"] or 0 for r in results)
     return {"aggregate_tps": tokens / wall, "ttft_median_s": statistics.median(r["ttft_s"] for r in results),
             "per_request_tps_median": statistics.median(r["per_request_tps"] for r in results),
-            "requests": len(results), "tokens": tokens, "wall_s": wall,
+            "requests": len(results), "tokens": tokens, "wall_s": wall, "drafted": drafted,
             "acceptance": (sum(r["draft_n_accepted"] or 0 for r in results) / drafted) if drafted else None}
 
 
@@ -141,6 +148,7 @@ def main():
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--concurrency", default="1,2,4,8")
     ap.add_argument("--requests-per-client", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds per concurrency; figures are their medians")
     ap.add_argument("--servers", default="specllama,specllama-no-draft,llama-server")
     ap.add_argument("--out", default="bench-out")
     args = ap.parse_args()
@@ -161,17 +169,30 @@ def main():
     table = {}
     commands = {}
     for c in levels:
-        for kind in kinds:
-            proc, url, cmd = start(kind, target, draft, c, args.ctx_size, args.threads, llama_bin)
-            commands.setdefault(kind, portable(cmd))
-            try:
-                res = run_level(url, c, args.requests_per_client, args.n_predict, args.temp)
-            finally:
-                proc.send_signal(signal.SIGINT)
+        rounds = {kind: [] for kind in kinds}
+        for r in range(args.repeat):
+            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
+                proc, url, cmd = start(kind, target, draft, c, args.ctx_size, args.threads, llama_bin)
+                commands.setdefault(kind, portable(cmd))
                 try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                    res = run_level(url, c, args.requests_per_client, args.n_predict, args.temp)
+                finally:
+                    proc.send_signal(signal.SIGINT)
+                    try:
+                        proc.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                if kind != "specllama-no-draft" and not res["drafted"]:
+                    raise RuntimeError(f"{kind} drafted no token: its speculation is off ({portable(cmd)})")
+                rounds[kind].append(res)
+                print(f"  round {r + 1} concurrency {c} {kind:20s} aggregate {res['aggregate_tps']:6.1f} tok/s",
+                      flush=True)
+        for kind in kinds:
+            res = {key: statistics.median(x[key] for x in rounds[kind])
+                   for key in ("aggregate_tps", "ttft_median_s", "per_request_tps_median")}
+            acc = [x["acceptance"] for x in rounds[kind] if x["acceptance"] is not None]
+            res["acceptance"] = statistics.median(acc) if acc else None
+            res["rounds"] = rounds[kind]
             table.setdefault(str(c), {})[kind] = res
             print(f"concurrency {c} {kind:20s} aggregate {res['aggregate_tps']:6.1f} tok/s  ttft "
                   f"{res['ttft_median_s'] * 1000:6.0f} ms  per request {res['per_request_tps_median']:6.1f} tok/s"

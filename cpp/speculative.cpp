@@ -361,7 +361,8 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
 
         emit(acc, params, stream, seq, res, ev, finish);
         if (batcher_) {
-            batcher_->drafting().observe_step(n, acc.n_accepted);
+            const int32_t model_kept = std::min(acc.n_accepted, n_model);
+            batcher_->drafting().observe_step(n_model, model_kept, n - n_model, acc.n_accepted - model_kept);
         }
         if (on_step && on_step(ev) && finish.empty()) {
             finish = "cancelled";
@@ -407,6 +408,10 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
         const int32_t cap = batcher_->drafting().cap(batcher_->n_generating(), step.n_max);
         step.model        = cap > 0;
         step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
+    }
+    // and prompt lookup's drafts in a step without model drafts: each adds to the merged verification
+    if (!step.model && step.n_max > 0 && plan.use_lookup && batcher_ && plan.adaptive && !params.prices) {
+        step.n_max = batcher_->drafting().lookup_cap(batcher_->n_generating(), step.n_max);
     }
     st.n_paused_steps += model_wanted && !pricing && !step.model;  // (pricing steps are not pauses)
     if (pricing) {

@@ -548,13 +548,21 @@ class BatchDrafting:
         """
         the most tokens a slot drafts with the model while n_generating slots generate
         """
+    def lookup_cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        the most prompt-lookup drafts a slot adds to a step without model drafts while n_generating slots generate
+        """
+    def lookup_rate(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        expected tokens per ms of a round of plain steps where one slot adds k lookup drafts; negative while unknown
+        """
     def observe_decode(self, draft: bool, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, n_slots: typing.SupportsInt | typing.SupportsIndex = 1, n_generating: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
         """
         a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while n_generating slots generated
         """
-    def observe_step(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def observe_step(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, n_lookup_drafted: typing.SupportsInt | typing.SupportsIndex = 0, n_lookup_accepted: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        a slot's finished step
+        a slot's finished step: the model's drafts and prompt lookup's, verified and kept
         """
     def rate(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex) -> float:
         """
@@ -649,9 +657,9 @@ class Decoder:
         """
     def reset(self) -> None:
         ...
-    def slot_round_rates(self, n_generating: typing.SupportsInt | typing.SupportsIndex) -> list[float]:
+    def slot_round_rates(self, n_generating: typing.SupportsInt | typing.SupportsIndex) -> dict:
         """
-        for a slot: its group's expected tokens per ms of a round of n_generating slots with k = 0, 1, ... drafts each (negative while not priced); empty for a decoder that is not a slot
+        for a slot: its group's expected tokens per ms of a round of n_generating slots, by k = 0, 1, ...: 'model': every slot drafts k tokens with the model; 'lookup': one slot adds k prompt-lookup drafts to plain steps (negative while not priced; empty lists for a decoder that is not a slot)
         """
     def slots(self, n: typing.SupportsInt | typing.SupportsIndex, n_ctx: typing.SupportsInt | typing.SupportsIndex = 0, max_wait_us: typing.SupportsInt | typing.SupportsIndex = 100000) -> list:
         """

@@ -346,3 +346,58 @@ def test_slots_draft_until_the_shared_batch_prices_it_out():
     barely = _priced(lambda n: 20.0 + 0.2 * n, lambda n: 2.0 + 0.1 * n, 0.95)
     best = max(range(1, 11), key=lambda k: barely.rate(4, k))
     assert (barely.cap(4, 10) > 0) == (barely.rate(4, best) > margin * barely.rate(4, 0))
+
+
+def _expected_tokens(a, k):
+    return (1 - a ** (k + 1)) / (1 - a)
+
+
+def test_prompt_lookup_drafts_of_slots_are_priced_by_the_verification_they_add():
+    """A slot's prompt-lookup drafts cost no draft decode, but every one of them lengthens the merged
+    verification that all slots wait for: where each token costs compute (a CPU), lookup drafts
+    kept half the time are left out; where a longer batch costs little, they stay."""
+    def rule(target_ms, lookup_acceptance, n_max=10):
+        r = _priced(target_ms, lambda n: 1.0 + 0.5 * n, 0.9, n_max)
+        r.observe_step(0, 0, 100, round(100 * lookup_acceptance))
+        return r
+
+    compute_bound = rule(lambda n: 5.0 + 3.0 * n, 0.5)
+    assert compute_bound.lookup_cap(8, 10) == 0
+    assert compute_bound.lookup_rate(8, 0) > compute_bound.lookup_rate(8, 1) > 0
+    memory_bound = rule(lambda n: 20.0 + 0.2 * n, 0.5)
+    assert memory_bound.lookup_cap(8, 10) > 0
+    assert compute_bound.lookup_cap(1, 10) == 10  # one slot: its own rule decides
+    unpriced = _priced(lambda n: 5.0 + 3.0 * n, lambda n: 1.0 + 0.5 * n, 0.9)  # no lookup step seen
+    assert unpriced.lookup_cap(8, 6) == 6
+    # the cap is the best of the rounds' rates, lookup's extra tokens counted at 1 / margin
+    margin = _core.BatchDrafting.draft_margin
+    for r, t in ((compute_bound, lambda n: 5.0 + 3.0 * n), (memory_bound, lambda n: 20.0 + 0.2 * n)):
+        priced = [(8 + (_expected_tokens(0.5, k) - 1) / margin) / t(8 + k) for k in range(11)]
+        assert r.lookup_cap(8, 10) == priced.index(max(priced))
+    # the rate is the round's: one slot's expected extra tokens over the longer verification
+    t = lambda n: 20.0 + 0.2 * n  # noqa: E731
+    assert memory_bound.lookup_rate(8, 3) == pytest.approx((7 + _expected_tokens(0.5, 3)) / t(11), rel=1e-6)
+    # lookup's acceptance does not dilute the model's: the model's rates are those of a rule that
+    # saw no lookup step
+    assert memory_bound.rate(4, 3) == pytest.approx(
+        _priced(t, lambda n: 1.0 + 0.5 * n, 0.9).rate(4, 3), rel=1e-9)
+
+
+def test_slot_round_prices_hold_against_noisy_decode_costs():
+    """Decode costs measured with noise (the count a round of plain steps uses seen slow, the longer
+    ones fast, as a busy machine makes them) do not make drafting look better than it is: the rule
+    prices decodes by a line fitted through the counts near each, so one noisy count does not decide."""
+    true_ms = lambda n: 10.0 + 4.0 * n  # noqa: E731  (compute-bound)
+    noisy = {n: true_ms(n) * (1.15 if n == 8 else 0.85 if 9 <= n <= 16 else 1.0) for n in range(1, 45)}
+    r = _core.BatchDrafting()
+    for n, ms in noisy.items():
+        r.observe_decode(False, n, ms)
+    r.observe_step(0, 0, 100, 60)
+    # priced from the noisy table count by count, lookup drafts would look worth their cost
+    raw = [(7 + _expected_tokens(0.6, k)) / noisy[8 + k] for k in range(1, 9)]
+    assert max(raw) > _core.BatchDrafting.draft_margin * 8 / noisy[8]
+    # with the true costs they are not, and the rule follows the true costs
+    assert max((7 + _expected_tokens(0.6, k)) / true_ms(8 + k) for k in range(1, 9)) < 8 / true_ms(8)
+    assert r.lookup_cap(8, 8) == 0
+    for k in range(9):
+        assert r.lookup_rate(8, k) == pytest.approx((7 + _expected_tokens(0.6, k)) / true_ms(8 + k), rel=0.1)

@@ -244,11 +244,18 @@ void register_decoder(py::module_ & m) {
              "a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while "
              "n_generating slots generated")
         .def("observe_step", &batch_drafting::observe_step, py::arg("n_drafted"), py::arg("n_accepted"),
-             "a slot's finished step")
+             py::arg("n_lookup_drafted") = 0, py::arg("n_lookup_accepted") = 0,
+             "a slot's finished step: the model's drafts and prompt lookup's, verified and kept")
         .def("cap", &batch_drafting::cap, py::arg("n_generating"), py::arg("n_max"),
              "the most tokens a slot drafts with the model while n_generating slots generate")
         .def("rate", &batch_drafting::rate, py::arg("n_generating"), py::arg("k"),
              "expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown")
+        .def("lookup_cap", &batch_drafting::lookup_cap, py::arg("n_generating"), py::arg("n_max"),
+             "the most prompt-lookup drafts a slot adds to a step without model drafts while n_generating "
+             "slots generate")
+        .def("lookup_rate", &batch_drafting::lookup_rate, py::arg("n_generating"), py::arg("k"),
+             "expected tokens per ms of a round of plain steps where one slot adds k lookup drafts; negative "
+             "while unknown")
         .def_property_readonly_static(
             "draft_margin", [](const py::object &) { return batch_drafting::k_draft_margin; },
             "drafting is chosen only where its rate beats plain steps' by this factor");
@@ -400,17 +407,22 @@ void register_decoder(py::module_ & m) {
         .def(
             "slot_round_rates",
             [](const decoder & d, int32_t n_generating) {
-                std::vector<double> out;
+                py::dict             out;
+                std::vector<double> model, lookup;
                 if (const batch_drafting * b = d.slot_drafting()) {
                     for (int32_t k = 0; k <= d.n_draft(); ++k) {
-                        out.push_back(b->rate(n_generating, k));
+                        model.push_back(b->rate(n_generating, k));
+                        lookup.push_back(b->lookup_rate(n_generating, k));
                     }
                 }
+                out["model"]  = model;
+                out["lookup"] = lookup;
                 return out;
             },
             py::arg("n_generating"),
-            "for a slot: its group's expected tokens per ms of a round of n_generating slots with k = 0, 1, ... "
-            "drafts each (negative while not priced); empty for a decoder that is not a slot")
+            "for a slot: its group's expected tokens per ms of a round of n_generating slots, by k = 0, 1, ...: "
+            "'model': every slot drafts k tokens with the model; 'lookup': one slot adds k prompt-lookup drafts "
+            "to plain steps (negative while not priced; empty lists for a decoder that is not a slot)")
         .def_property_readonly("slot_chunks", &decoder::slot_chunks,
                                "the slots' decodes merged into them (slot_chunks / slot_decodes: slots per decode)")
         .def(
