@@ -75,9 +75,14 @@ double decode_costs::interpolated(int32_t n) const {
         b = lo;
         for (a = lo - 1; a >= 1 && weight_[a] <= 0.0; --a) {}
     }
-    const double slope = (ms_[b] - ms_[a]) / (double) (b - a);
     // a decode never costs less than a smaller one: no negative slopes from noise
-    return std::max(ms_[a], ms_[a] + std::max(0.0, slope) * (n - a));
+    const double slope = std::max(0.0, (ms_[b] - ms_[a]) / (double) (b - a));
+    if (n < a) {
+        // below every count seen (slots that have only drafted price their plain steps from
+        // here): down the line, and at least the per-token cost of the smallest count seen
+        return std::max(ms_[a] * n / a, ms_[a] + slope * (n - a));
+    }
+    return ms_[a] + slope * (n - a);
 }
 
 void batch_drafting::observe_decode(bool draft, int32_t n_tokens, double ms, int32_t n_slots, int32_t n_generating) {

@@ -401,3 +401,24 @@ def test_slot_round_prices_hold_against_noisy_decode_costs():
     assert r.lookup_cap(8, 8) == 0
     for k in range(9):
         assert r.lookup_rate(8, k) == pytest.approx((7 + _expected_tokens(0.6, k)) / true_ms(8 + k), rel=0.1)
+
+
+def test_slots_that_have_only_drafted_price_plain_steps_below_their_decodes():
+    """Slots that have drafted from their first merged round have seen only long verifications:
+    the cost of a round of plain steps is then read down the line of the costs seen, not taken as
+    the smallest decode's, which would price plain steps as dear as drafting and keep the slots
+    drafting on a machine where plain steps are faster."""
+    target_ms = lambda n: 5.0 + 3.0 * n  # noqa: E731  (compute-bound)
+    r = _core.BatchDrafting()
+    for n in range(12, 21):  # 4 slots verifying 2..4 drafts each
+        r.observe_decode(False, n, target_ms(n))
+    for n in range(1, 5):
+        r.observe_decode(True, n, 1.0 + 0.5 * n)
+    r.observe_step(100, 90)
+    assert r.rate(4, 0) == pytest.approx(4 / target_ms(4), rel=1e-6)
+    assert r.cap(4, 10) == 0
+    # never below the per-token cost of the smallest decode seen
+    steep = _core.BatchDrafting()
+    steep.observe_decode(False, 12, 12.0)
+    steep.observe_decode(False, 13, 30.0)
+    assert steep.rate(4, 0) == pytest.approx(4 / 4.0, rel=1e-6)
