@@ -14,23 +14,29 @@ void model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
     cache_.decode(seq.data() + n_common, n_end - n_common, false, nullptr, between_chunks);
 }
 
-void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks) {
+bool model_drafter::copy_target(const std::vector<llama_token> & seq, const kv_cache * target) {
+    const int32_t n_end = (int32_t) seq.size() - 1;
+    if (target == nullptr || target->n_past() != n_end ||
+        !std::equal(target->tokens().begin(), target->tokens().end(), seq.begin())) {
+        return false;
+    }
+    // a copy moves everything the target holds; decoding, only what this cache lacks
+    const int32_t n_common = cache_.keep_common_prefix(seq, n_end);
+    return copy_pays(n_end - n_common, n_end) && cache_.copy_from(*target);
+}
+
+void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
+                             const kv_cache * target) {
+    copy_target(seq, target);
     sync(seq, (int32_t) seq.size(), between_chunks);
 }
 
 int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
                                const kv_cache * target) {
-    const int32_t n_end = (int32_t) seq.size() - 1;
-    if (target != nullptr && target->n_past() == n_end &&
-        std::equal(target->tokens().begin(), target->tokens().end(), seq.begin())) {
-        // a copy moves everything the target holds; decoding, only what this cache lacks
-        const int32_t n_common = cache_.keep_common_prefix(seq, n_end);
-        const int32_t n_new    = n_end - n_common;
-        if (copy_pays(n_new, n_end) && cache_.copy_from(*target)) {
-            return n_end;
-        }
+    if (copy_target(seq, target)) {
+        return (int32_t) seq.size() - 1;
     }
-    sync(seq, n_end, between_chunks);
+    sync(seq, (int32_t) seq.size() - 1, between_chunks);
     return 0;
 }
 
@@ -60,7 +66,7 @@ llama_token top_with_margin(const float * logits, int32_t n_vocab, float & conf)
 
 void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
                           rng_t & rng, draft_result & out, const draft_continue & keep_going,
-                          const std::function<void()> & between_chunks) {
+                          const std::function<void()> & between_chunks, const kv_cache * target) {
     out.tokens.clear();
     out.conf.clear();
     out.catch_up_ms = 0.0;
@@ -68,7 +74,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         return;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    catch_up(seq, between_chunks);
+    catch_up(seq, between_chunks, target);
     out.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int32_t     n_vocab = cache_.n_vocab();

@@ -432,7 +432,8 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         if (plan.adaptive) {
             keep = [&](int32_t n_done, float conf) { return lengths_.keep_drafting(n_done, conf, p_reach); };
         }
-        drafter_->draft(seq, step.n_max, params.sampling, rng, drafted_, keep, check);
+        drafter_->draft(seq, step.n_max, params.sampling, rng, drafted_, keep, check,
+                        share_prefill_ ? tgt_cache_.get() : nullptr);
     }
     // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
     const int32_t n_model = (int32_t) drafted_.tokens.size();
