@@ -25,10 +25,11 @@ bool model_drafter::copy_target(const std::vector<llama_token> & seq, const kv_c
     return copy_pays(n_end - n_common, n_end) && cache_.copy_from(*target);
 }
 
-void model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
-                             const kv_cache * target) {
-    copy_target(seq, target);
+int32_t model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
+                                const kv_cache * target) {
+    const int32_t n_copied = copy_target(seq, target) ? (int32_t) seq.size() - 1 : 0;
     sync(seq, (int32_t) seq.size(), between_chunks);
+    return n_copied;
 }
 
 int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
@@ -70,11 +71,12 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     out.tokens.clear();
     out.conf.clear();
     out.catch_up_ms = 0.0;
+    out.n_copied    = 0;
     if (n_draft <= 0 || seq.empty()) {
         return;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    catch_up(seq, between_chunks, target);
+    out.n_copied    = catch_up(seq, between_chunks, target);
     out.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int32_t     n_vocab = cache_.n_vocab();

@@ -18,6 +18,7 @@ struct draft_result {
     // sampling, the probability it gave the token it drew
     std::vector<float>       conf;
     double                   catch_up_ms = 0.0;  // of the drafting time, the catch-up decode
+    int32_t                  n_copied    = 0;    // tokens the catch-up copied from the target's cache
 };
 
 // asked after each drafted token: draft another? (n drafted so far, confidence in the latest)
@@ -48,8 +49,9 @@ class model_drafter {
     // cheaper than decoding those, it copies them (on the 2-core test machine with the default
     // pair, a token's keys and values copy in about 21 us; five slots' merged catch-up of 489
     // tokens took the draft 1.8 s to decode)
-    void catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
-                  const kv_cache * target = nullptr);
+    // Returns how many tokens it copied (0: it decoded them).
+    int32_t catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
+                     const kv_cache * target = nullptr);
 
     kv_cache & cache() { return cache_; }
 

@@ -432,8 +432,13 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         if (plan.adaptive) {
             keep = [&](int32_t n_done, float conf) { return lengths_.keep_drafting(n_done, conf, p_reach); };
         }
+        // after the model sat out steps that brought more tokens than one step can, its catch-up
+        // may copy the target's cache instead (model_drafter::catch_up); never after a drafted
+        // step, so that what is measured of a draft is the draft's
+        const bool after_pause = (int32_t) seq.size() - dft_cache_->n_past() > plan.n_draft + 1;
         drafter_->draft(seq, step.n_max, params.sampling, rng, drafted_, keep, check,
-                        share_prefill_ ? tgt_cache_.get() : nullptr);
+                        share_prefill_ && after_pause ? tgt_cache_.get() : nullptr);
+        st.n_resume_shared += drafted_.n_copied;
     }
     // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
     const int32_t n_model = (int32_t) drafted_.tokens.size();

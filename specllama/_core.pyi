@@ -375,6 +375,11 @@ class Stats:
         prompt tokens the draft took from the target's cache instead of processing
         """
     @property
+    def n_resume_shared(self) -> int:
+        """
+        tokens the draft took from the target's cache instead of processing when the model drafted again after sitting out steps
+        """
+    @property
     def n_steps(self) -> int:
         """
         target verification passes

@@ -84,3 +84,30 @@ def test_cli_says_when_the_prompt_was_copied(tiny):
     assert "copied from the target" in shared.stderr
     assert "copied from the target" not in unshared.stderr
     assert shared.stdout == unshared.stdout
+
+
+def test_the_draft_resumes_from_the_targets_cache_after_a_pause(tiny):
+    """When the adaptive rule has left the model out of steps, the draft lacks every token since:
+    it copies the target's keys and values instead of decoding them, at the right positions (the
+    model as its own draft then keeps every draft), and the output is unchanged. Never without
+    sharing, and never without a pause (fixed draft lengths), so a draft's measured acceptance is
+    its own."""
+    prompt_text = "she was out with the one that was hot and they were all there"
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.target_q, n_ctx=512) as dec:
+        prompt = dec.tokenize(prompt_text)
+        plain = _gen(dec, prompt, n=60, speculative=False)
+        resumed = 0
+        for n_draft in (1, 2, 4, 8):
+            r = dec.generate(prompt, max_tokens=60, temperature=0, ignore_eos=True, n_draft=n_draft,
+                             drafter="model")
+            assert r.tokens == plain.tokens
+            assert r.stats.n_accepted == r.stats.n_drafted
+            resumed += r.stats.n_resume_shared
+        assert resumed > 0
+        fixed = _gen(dec, prompt, n=60, drafter="model")
+        assert fixed.stats.n_resume_shared == 0 and fixed.tokens == plain.tokens
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.target_q, n_ctx=512, share_prefill=False) as dec:
+        for n_draft in (1, 2, 4, 8):
+            r = dec.generate(prompt, max_tokens=60, temperature=0, ignore_eos=True, n_draft=n_draft,
+                             drafter="model")
+            assert r.stats.n_resume_shared == 0 and r.tokens == plain.tokens

@@ -150,6 +150,9 @@ void register_stats(py::module_ & m) {
         .def_readonly("n_prompt_cached", &gs::n_prompt_cached, "of which were reused from the cache")
         .def_readonly("n_prompt_shared", &gs::n_prompt_shared,
                       "prompt tokens the draft took from the target's cache instead of processing")
+        .def_readonly("n_resume_shared", &gs::n_resume_shared,
+                      "tokens the draft took from the target's cache instead of processing when the model "
+                      "drafted again after sitting out steps")
         .def_readonly("n_generated", &gs::n_generated, "tokens emitted")
         .def_readonly("n_steps", &gs::n_steps, "target verification passes")
         .def_readonly("n_drafted", &gs::n_drafted, "tokens proposed by the drafter")
