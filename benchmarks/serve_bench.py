@@ -1,6 +1,6 @@
-"""Server benchmark: specllama serve (speculative), specllama serve --no-draft, and llama-server
-with the same target and draft (-np equal to the concurrency), under 1, 2, 4 and 8 concurrent
-streaming clients sending a mix of prompts.
+"""Server benchmark: specllama serve (speculative), specllama serve --no-draft, llama-server with
+the same target and draft, and llama-server without the draft (-np equal to the concurrency), under
+1, 2, 4 and 8 concurrent streaming clients sending a mix of prompts.
 
 Each server is started fresh for each concurrency, warmed with one request, and then each client
 sends its requests back to back. Reported per server and concurrency: aggregate completion tokens
@@ -70,12 +70,13 @@ def _wait_healthy(url: str, proc, timeout: float = 300) -> None:
 
 def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threads: int, llama_bin: Path):
     port = _free_port()
-    if kind == "llama-server":
+    if kind.startswith("llama-server"):
         # -md alone only loads the draft: this llama.cpp speculates with the types --spec-type names
-        cmd = [str(llama_bin / "llama-server"), "-m", target, "-md", draft, "--spec-type", "draft-simple",
-               "-np", str(n_parallel),
-               "-c", str(n_ctx * n_parallel), "-t", str(threads), "-td", str(threads), "-ngl", "0", "-ngld", "0",
-               "--port", str(port), "--host", "127.0.0.1"]
+        spec = (["-md", draft, "--spec-type", "draft-simple", "-td", str(threads), "-ngld", "0"]
+                if kind == "llama-server" else [])
+        cmd = [str(llama_bin / "llama-server"), "-m", target, *spec, "-np", str(n_parallel),
+               "-c", str(n_ctx * n_parallel), "-t", str(threads), "-ngl", "0", "--port", str(port),
+               "--host", "127.0.0.1"]
     else:
         cmd = [sys.executable, "-m", "specllama", "serve", "-m", target, "-np", str(n_parallel), "-c", str(n_ctx),
                "-t", str(threads), "--port", str(port)]
@@ -149,7 +150,7 @@ def main():
     ap.add_argument("--concurrency", default="1,2,4,8")
     ap.add_argument("--requests-per-client", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3, help="rounds per concurrency; figures are their medians")
-    ap.add_argument("--servers", default="specllama,specllama-no-draft,llama-server")
+    ap.add_argument("--servers", default="specllama,specllama-no-draft,llama-server,llama-server-no-draft")
     ap.add_argument("--out", default="bench-out")
     args = ap.parse_args()
 
@@ -161,7 +162,7 @@ def main():
         target, draft = default_pair()
     kinds = args.servers.split(",")
     llama_bin = None
-    if "llama-server" in kinds:
+    if any(k.startswith("llama-server") for k in kinds):
         llama_bin = Path(subprocess.run(["bash", str(HERE / "build_llama_cpp.sh")], capture_output=True, text=True,
                                         check=True).stdout.strip().splitlines()[-1])
     source = provenance({"target": target, "draft": draft}, args.threads)
@@ -182,7 +183,7 @@ def main():
                         proc.wait(timeout=60)
                     except subprocess.TimeoutExpired:
                         proc.kill()
-                if kind != "specllama-no-draft" and not res["drafted"]:
+                if not kind.endswith("no-draft") and not res["drafted"]:
                     raise RuntimeError(f"{kind} drafted no token: its speculation is off ({portable(cmd)})")
                 rounds[kind].append(res)
                 print(f"  round {r + 1} concurrency {c} {kind:20s} aggregate {res['aggregate_tps']:6.1f} tok/s",
