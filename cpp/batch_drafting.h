@@ -76,7 +76,7 @@ class batch_drafting {
     // where its extra tokens, counted at 1 / this factor, make a better round): the formula's
     // independent acceptance and aligned rounds overstate drafting. With 4 and 8 streaming
     // clients on the 2-core machine, rounds the formula priced above plain made 4% and 10% fewer
-    // tokens per second than plain steps (docs/server.md)
+    // tokens per second than plain steps (benchmarks/serve_bench.py at commit d3f43ee)
     static constexpr double k_draft_margin = 1.1;
 
   private:
