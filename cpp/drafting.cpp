@@ -14,27 +14,27 @@ void model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
     cache_.decode(seq.data() + n_common, n_end - n_common, false, nullptr, between_chunks);
 }
 
-bool model_drafter::copy_target(const std::vector<llama_token> & seq, const kv_cache * target) {
+int32_t model_drafter::copy_target(const std::vector<llama_token> & seq, const kv_cache * target) {
     const int32_t n_end = (int32_t) seq.size() - 1;
     if (target == nullptr || target->n_past() != n_end ||
         !std::equal(target->tokens().begin(), target->tokens().end(), seq.begin())) {
-        return false;
+        return 0;
     }
     // a copy moves everything the target holds; decoding, only what this cache lacks
-    const int32_t n_common = cache_.keep_common_prefix(seq, n_end);
-    return copy_pays(n_end - n_common, n_end) && cache_.copy_from(*target);
+    const int32_t n_new = n_end - cache_.keep_common_prefix(seq, n_end);
+    return copy_pays(n_new, n_end) && cache_.copy_from(*target) ? n_new : 0;
 }
 
 int32_t model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
                                 const kv_cache * target) {
-    const int32_t n_copied = copy_target(seq, target) ? (int32_t) seq.size() - 1 : 0;
+    const int32_t n_copied = copy_target(seq, target);
     sync(seq, (int32_t) seq.size(), between_chunks);
     return n_copied;
 }
 
 int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
                                const kv_cache * target) {
-    if (copy_target(seq, target)) {
+    if (copy_target(seq, target) > 0) {
         return (int32_t) seq.size() - 1;
     }
     sync(seq, (int32_t) seq.size() - 1, between_chunks);

@@ -18,7 +18,7 @@ struct draft_result {
     // sampling, the probability it gave the token it drew
     std::vector<float>       conf;
     double                   catch_up_ms = 0.0;  // of the drafting time, the catch-up decode
-    int32_t                  n_copied    = 0;    // tokens the catch-up copied from the target's cache
+    int32_t                  n_copied    = 0;    // tokens the catch-up lacked and took from the target's cache
 };
 
 // asked after each drafted token: draft another? (n drafted so far, confidence in the latest)
@@ -49,7 +49,7 @@ class model_drafter {
     // cheaper than decoding those, it copies them (on the 2-core test machine with the default
     // pair, a token's keys and values copy in about 21 us; five slots' merged catch-up of 489
     // tokens took the draft 1.8 s to decode)
-    // Returns how many tokens it copied (0: it decoded them).
+    // Returns how many of the tokens it lacked came from a copy (0: it decoded them).
     int32_t catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
                      const kv_cache * target = nullptr);
 
@@ -57,8 +57,9 @@ class model_drafter {
 
   private:
     // cache all of seq but its last token by copying target's keys and values, where target holds
-    // exactly those and the copy is cheaper than decoding what the cache lacks; whether it did
-    bool copy_target(const std::vector<llama_token> & seq, const kv_cache * target);
+    // exactly those and the copy is cheaper than decoding what the cache lacks; returns how many
+    // tokens the cache lacked and took from the copy (0: no copy)
+    int32_t copy_target(const std::vector<llama_token> & seq, const kv_cache * target);
     // keep the cache's common prefix with seq and decode seq[..n_end)
     void sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks);
 

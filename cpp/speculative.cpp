@@ -403,14 +403,18 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     const bool pricing      = lengths_.pricing(plan.adaptive);
     step.model              = model_wanted && !pricing && lengths_.model_drafts(plan.adaptive);
     // slots that share their decodes: while several generate, the group prices their merged
-    // rounds and caps the draft length (batch_drafting.h); given prices keep the loop deterministic
-    if (step.model && batcher_ && plan.adaptive && !params.prices) {
+    // rounds and caps the draft length (batch_drafting.h); given prices keep the loop deterministic.
+    // Seeded sampling drafts fixed lengths so that its output is reproducible, but while several
+    // slots generate the merged decodes already make it depend on the other requests: the cap
+    // applies there too, unless adaptive=False was asked for
+    const bool group_caps = batcher_ && !params.prices && params.adaptive.value_or(true);
+    if (step.model && group_caps) {
         const int32_t cap = batcher_->drafting().cap(batcher_->n_generating(), step.n_max);
         step.model        = cap > 0;
         step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
     }
     // and prompt lookup's drafts in a step without model drafts: each adds to the merged verification
-    if (!step.model && step.n_max > 0 && plan.use_lookup && batcher_ && plan.adaptive && !params.prices) {
+    if (!step.model && step.n_max > 0 && plan.use_lookup && group_caps) {
         step.n_max = batcher_->drafting().lookup_cap(batcher_->n_generating(), step.n_max);
     }
     st.n_paused_steps += model_wanted && !pricing && !step.model;  // (pricing steps are not pauses)

@@ -112,7 +112,7 @@ struct generate_stats {
     int32_t              n_prompt        = 0;  // prompt tokens
     int32_t              n_prompt_cached = 0;  // of which were already in the target's cache
     int32_t              n_prompt_shared = 0;  // prompt tokens the draft took from the target's cache
-    int32_t              n_resume_shared = 0;  // tokens it took from there when the model drafted again after a pause
+    int32_t              n_resume_shared = 0;  // tokens it lacked and took from there when the model drafted again after a pause
     int32_t              n_generated     = 0;  // tokens emitted
     int32_t              n_steps         = 0;  // target verification passes
     int32_t              n_drafted       = 0;  // tokens the draft proposed

@@ -102,6 +102,8 @@ def test_the_draft_resumes_from_the_targets_cache_after_a_pause(tiny):
                              drafter="model")
             assert r.tokens == plain.tokens
             assert r.stats.n_accepted == r.stats.n_drafted
+            # what it lacked: tokens generated since a pause (and the prompt's last)
+            assert r.stats.n_resume_shared <= r.stats.n_generated + 1
             resumed += r.stats.n_resume_shared
         assert resumed > 0
         fixed = _gen(dec, prompt, n=60, drafter="model")
