@@ -142,7 +142,7 @@ double batch_drafting::rate_locked(int32_t n, int32_t k) const {
     return n * expected_tokens(accepted_ / drafted_, k) / (k * (double) n / m * (d + gap_ms_[1]) + t + gap_ms_[0]);
 }
 
-double batch_drafting::lookup_rate_locked(int32_t n, int32_t k) const {
+double batch_drafting::lookup_rate_locked(int32_t n, int32_t k, double extra_weight) const {
     const double t = target_.at(n + k);
     if (t <= 0.0) {
         return -1.0;
@@ -153,7 +153,8 @@ double batch_drafting::lookup_rate_locked(int32_t n, int32_t k) const {
     if (lookup_drafted_ <= 0.0) {
         return -1.0;
     }
-    return (n - 1 + expected_tokens(lookup_accepted_ / lookup_drafted_, k)) / (t + gap_ms_[0]);
+    const double extra = expected_tokens(lookup_accepted_ / lookup_drafted_, k) - 1.0;  // beyond the step's one
+    return (n + extra_weight * extra) / (t + gap_ms_[0]);
 }
 
 double batch_drafting::lookup_rate(int32_t n_generating, int32_t k) const {
@@ -166,7 +167,12 @@ double batch_drafting::rate(int32_t n_generating, int32_t k) const {
     return rate_locked(n_generating, k);
 }
 
-template <class Priced> int32_t batch_drafting::best_k(int32_t n_max, Priced priced) const {
+template <class Priced>
+int32_t batch_drafting::best_k(int32_t n_generating, int32_t n_max, Priced priced) const {
+    if (n_generating < 2) {
+        return n_max;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
     int32_t best_k = n_max;
     double  best   = -1.0;
     for (int32_t k = 0; k <= n_max; ++k) {
@@ -183,30 +189,16 @@ template <class Priced> int32_t batch_drafting::best_k(int32_t n_max, Priced pri
 }
 
 int32_t batch_drafting::cap(int32_t n_generating, int32_t n_max) const {
-    if (n_generating < 2) {
-        return n_max;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    return best_k(n_max, [&](int32_t k) {
+    return best_k(n_generating, n_max, [&](int32_t k) {
         const double r = rate_locked(n_generating, k);
         return k == 0 || r < 0.0 ? r : r / k_draft_margin;
     });
 }
 
 int32_t batch_drafting::lookup_cap(int32_t n_generating, int32_t n_max) const {
-    if (n_generating < 2) {
-        return n_max;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
     // the slot's extra tokens count at 1 / margin: the other slots' share of the round is no gain to discount
-    return best_k(n_max, [&](int32_t k) {
-        const double r = lookup_rate_locked(n_generating, k);
-        if (k == 0 || r < 0.0) {
-            return r;
-        }
-        const double extra = expected_tokens(lookup_accepted_ / lookup_drafted_, k) - 1.0;
-        return (n_generating + extra / k_draft_margin) / (target_.at(n_generating + k) + gap_ms_[0]);
-    });
+    return best_k(n_generating, n_max,
+                  [&](int32_t k) { return lookup_rate_locked(n_generating, k, 1.0 / k_draft_margin); });
 }
 
 }  // namespace specllama

@@ -81,9 +81,11 @@ class batch_drafting {
 
   private:
     double rate_locked(int32_t n, int32_t k) const;
-    double lookup_rate_locked(int32_t n, int32_t k) const;
-    // the k in 0..n_max of the highest priced(k); n_max while any is negative (not priced yet)
-    template <class Priced> int32_t best_k(int32_t n_max, Priced priced) const;
+    // extra_weight: what a lookup draft's extra token counts for (1: the expected rate)
+    double lookup_rate_locked(int32_t n, int32_t k, double extra_weight = 1.0) const;
+    // the k in 0..n_max of the highest priced(k), which runs under the lock; n_max while fewer than
+    // two slots generate or any priced(k) is negative (not priced yet)
+    template <class Priced> int32_t best_k(int32_t n_generating, int32_t n_max, Priced priced) const;
 
     mutable std::mutex mutex_;
     decode_costs       target_, draft_;
