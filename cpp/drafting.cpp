@@ -63,6 +63,22 @@ llama_token top_with_margin(const float * logits, int32_t n_vocab, float & conf)
     return (llama_token) best;
 }
 
+// q' over draft tokens -> the same q' over their target partners (masked tokens that a top-k
+// larger than the shared set let through carry no probability and are dropped)
+void to_target_ids(const vocab_map & map, token_dist & dist) {
+    size_t n = 0;
+    for (size_t j = 0; j < dist.ids.size(); ++j) {
+        const llama_token t = map.to_target(dist.ids[j]);
+        if (t >= 0 && dist.probs[j] > 0.0f) {
+            dist.ids[n]   = t;
+            dist.probs[n] = dist.probs[j];
+            ++n;
+        }
+    }
+    dist.ids.resize(n);
+    dist.probs.resize(n);
+}
+
 }  // namespace
 
 void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
@@ -86,16 +102,26 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     }
     for (int32_t i = 0; i < n_draft; ++i) {
         const float * logits = cache_.logits(0);
-        llama_token   tok;
-        float         conf;
+        if (map_ != nullptr) {  // q' of token-level intersection: only shared tokens, renormalized
+            masked_.assign(logits, logits + n_vocab);
+            for (const llama_token d : map_->unshared_draft_ids()) {
+                masked_[d] = -INFINITY;
+            }
+            logits = masked_.data();
+        }
+        llama_token tok;
+        float       conf;
         if (params.greedy()) {
             tok = top_with_margin(logits, n_vocab, conf);
         } else {
             sampling_distribution(logits, n_vocab, params, out.dists[i]);
             tok  = sample(out.dists[i], rng);
             conf = out.dists[i].prob_of(tok);
+            if (map_ != nullptr) {
+                to_target_ids(*map_, out.dists[i]);
+            }
         }
-        out.tokens.push_back(tok);
+        out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);
         out.conf.push_back(conf);
         // the last draft is not decoded here: the target verifies it, and the next step feeds it
         // to the draft together with the target's token if it is kept

@@ -7,6 +7,7 @@
 
 #include "kv_cache.h"
 #include "sampling.h"
+#include "vocab_map.h"
 
 namespace specllama {
 
@@ -26,7 +27,10 @@ using draft_continue = std::function<bool(int32_t n, float conf)>;
 
 class model_drafter {
   public:
-    explicit model_drafter(kv_cache & cache) : cache_(cache) {}
+    // map: where the draft's vocabulary is not the target's, the pairing its drafts go through
+    // (vocab_map.h): then draft() takes the draft's view of the sequence (draft_view) and proposes
+    // only shared tokens, returned as target tokens with q over target tokens
+    explicit model_drafter(kv_cache & cache, const vocab_map * map = nullptr) : cache_(cache), map_(map) {}
 
     // propose up to n_draft tokens to follow seq (catching up first); stops early at an
     // end-of-generation token or when keep_going says so. between_chunks: see kv_cache::decode.
@@ -63,7 +67,9 @@ class model_drafter {
     // keep the cache's common prefix with seq and decode seq[..n_end)
     void sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks);
 
-    kv_cache & cache_;
+    kv_cache &         cache_;
+    const vocab_map *  map_ = nullptr;
+    std::vector<float> masked_;  // the draft's logits with tokens outside the shared set masked
 };
 
 }  // namespace specllama

@@ -115,19 +115,15 @@ std::shared_ptr<model> model_load(const model_params & params) {
     return mdl;
 }
 
-void vocab_check_compatible(const model & target, const model & draft) {
+std::string vocab_difference(const model & target, const model & draft) {
     const llama_vocab * vt = target.vocab;
     const llama_vocab * vd = draft.vocab;
-    const std::string   suffix = " (draft " + draft.path + ", target " + target.path +
-                               "); the draft must share the target's tokenizer";
     if (llama_vocab_type(vt) != llama_vocab_type(vd)) {
-        throw std::invalid_argument("draft vocab type " + std::to_string(llama_vocab_type(vd)) +
-                                    " differs from target vocab type " +
-                                    std::to_string(llama_vocab_type(vt)) + suffix);
+        return "draft vocab type " + std::to_string(llama_vocab_type(vd)) + " differs from target vocab type " +
+               std::to_string(llama_vocab_type(vt));
     }
     if (target.n_vocab != draft.n_vocab) {
-        throw std::invalid_argument("draft vocab has " + std::to_string(draft.n_vocab) + " tokens, target " +
-                                    std::to_string(target.n_vocab) + suffix);
+        return "draft vocab has " + std::to_string(draft.n_vocab) + " tokens, target " + std::to_string(target.n_vocab);
     }
     const std::pair<const char *, std::pair<llama_token, llama_token>> specials[] = {
         {"BOS", {llama_vocab_bos(vt), llama_vocab_bos(vd)}},
@@ -136,24 +132,22 @@ void vocab_check_compatible(const model & target, const model & draft) {
     };
     for (const auto & s : specials) {
         if (s.second.first != s.second.second) {
-            throw std::invalid_argument(std::string("draft ") + s.first + " token is " +
-                                        std::to_string(s.second.second) + ", target's is " +
-                                        std::to_string(s.second.first) + suffix);
+            return std::string("draft ") + s.first + " token is " + std::to_string(s.second.second) + ", target's is " +
+                   std::to_string(s.second.first);
         }
     }
     if (llama_vocab_get_add_bos(vt) != llama_vocab_get_add_bos(vd)) {
-        throw std::invalid_argument(std::string("draft ") + (llama_vocab_get_add_bos(vd) ? "adds" : "does not add") +
-                                    " a BOS token and the target " +
-                                    (llama_vocab_get_add_bos(vt) ? "does" : "does not") + suffix);
+        return std::string("draft ") + (llama_vocab_get_add_bos(vd) ? "adds" : "does not add") +
+               " a BOS token and the target " + (llama_vocab_get_add_bos(vt) ? "does" : "does not");
     }
     for (llama_token id = 0; id < target.n_vocab; ++id) {
         const char * a = llama_vocab_get_text(vt, id);
         const char * b = llama_vocab_get_text(vd, id);
         if (std::strcmp(a ? a : "", b ? b : "") != 0) {
-            throw std::invalid_argument("draft token " + std::to_string(id) + " is '" + (b ? b : "") +
-                                        "', target's is '" + (a ? a : "") + "'" + suffix);
+            return "draft token " + std::to_string(id) + " is '" + (b ? b : "") + "', target's is '" + (a ? a : "") + "'";
         }
     }
+    return std::string();
 }
 
 namespace {

@@ -45,8 +45,10 @@ void log_set_level(int level);
 // loadable GGUF (the message carries llama.cpp's own reason where it gave one)
 std::shared_ptr<model> model_load(const model_params & params);
 
-// throws std::invalid_argument naming the first difference when a draft cannot serve target
-void vocab_check_compatible(const model & target, const model & draft);
+// the first difference between the draft's vocabulary and the target's, in words ("" when they are
+// one: same tokens with the same ids and texts, same special tokens, same BOS rule). A draft with
+// another vocabulary drafts through vocab_map.h.
+std::string vocab_difference(const model & target, const model & draft);
 
 // whether draft can be target in another number format: the same architecture with the same
 // attention shapes and parameter count, so that the target's keys and values can stand in for the

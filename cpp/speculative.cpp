@@ -108,6 +108,7 @@ void generate_params_validate(const generate_params & p) {
         if (p.rule != accept_rule::rejection) {
             throw std::invalid_argument("mode 'dsi' verifies with the rejection rule only");
         }
+
         if (p.n_draft || p.adaptive || p.prices) {
             throw std::invalid_argument("n_draft, adaptive and prices apply to mode 'si'; DSI drafts lookahead "
                                         "tokens per verification task");
@@ -150,7 +151,11 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
     }
     if (draft) {
         draft_ = std::move(draft);
-        vocab_check_compatible(*target_, *draft_);
+        if (slot && slot->vocab) {
+            vocab_map_ = slot->vocab;
+        } else if (!vocab_difference(*target_, *draft_).empty()) {
+            vocab_map_ = std::make_shared<const vocab_map>(*target_, *draft_);  // throws if too little is shared
+        }
         context_params dctx = params.ctx;
         dctx.n_ctx          = tgt_cache_->n_ctx();
         if (params.n_threads_draft > 0) {
@@ -161,8 +166,11 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         }
         dft_cache_ = slot ? std::make_unique<kv_cache>(slot->draft, slot->seq, dctx.n_ctx)
                           : std::make_unique<kv_cache>(draft_, dctx);
-        drafter_   = std::make_unique<model_drafter>(*dft_cache_);
-        share_prefill_ = copy_server_prefill_ && !on_gpu(params.draft->n_gpu_layers) &&
+        drafter_   = std::make_unique<model_drafter>(*dft_cache_, vocab_map_.get());
+        if (vocab_map_) {
+            view_ = std::make_unique<draft_view>(*vocab_map_);
+        }
+        share_prefill_ = copy_server_prefill_ && !on_gpu(params.draft->n_gpu_layers) && !vocab_map_ &&
                          kv_interchangeable(*target_, *draft_);
     }
 }
@@ -183,6 +191,7 @@ std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, i
     p.ctx.n_ctx      = n_ctx > 0 ? n_ctx : tgt_cache_->n_ctx();
     auto       batcher = std::make_shared<slot_batcher>(std::chrono::microseconds(max_wait_us));
     slot_place place;
+    place.vocab  = vocab_map_;
     place.target = make_shared_context(batcher, target_, n, p.ctx.n_ctx, p.ctx.n_batch, p.ctx.n_threads, 1);
     if (draft_) {
         const int32_t t_draft = n_threads_draft_ > 0 ? n_threads_draft_ : p.ctx.n_threads;
@@ -269,6 +278,10 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (params.mode == decode_mode::dsi && !has_draft) {
         throw std::invalid_argument("mode 'dsi' needs a draft model");
     }
+    if (params.mode == decode_mode::dsi && vocab_map_) {
+        throw std::invalid_argument("mode 'dsi' needs a draft with the target's vocabulary; this draft's differs "
+                                    "(mode 'si' drafts across vocabularies)");
+    }
     run_plan plan;
     plan.n_draft = params.n_draft ? *params.n_draft : n_draft_;
     if (plan.n_draft + 1 > tgt_cache_->n_batch()) {
@@ -329,6 +342,10 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.n_prompt         = (int32_t) prompt.size();
     st.accepted_hist.assign(plan.n_draft + 1, 0);
     st.drafter = plan.drafter();
+    if (plan.use_model) {
+        st.vocab        = vocab_map_ ? "intersection" : "same";
+        st.vocab_shared = vocab_map_ ? vocab_map_->draft_share() : 1.0;
+    }
     const auto t_start = clock_type::now();
 
     std::vector<llama_token> seq = prompt;
@@ -382,7 +399,7 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     st.n_prompt_cached     = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
     tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
     if (plan.use_model) {
-        st.n_prompt_shared = drafter_->prefill(seq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
+        st.n_prompt_shared = drafter_->prefill(draft_seq(seq), check, share_prefill_ ? tgt_cache_.get() : nullptr);
     }
 }
 
@@ -439,8 +456,9 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         // after the model sat out steps that brought more tokens than one step can, its catch-up
         // may copy the target's cache instead (model_drafter::catch_up); never after a drafted
         // step, so that what is measured of a draft is the draft's
-        const bool after_pause = (int32_t) seq.size() - dft_cache_->n_past() > plan.n_draft + 1;
-        drafter_->draft(seq, step.n_max, params.sampling, rng, drafted_, keep, check,
+        const std::vector<llama_token> & dseq = draft_seq(seq);
+        const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
+        drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
                         share_prefill_ && after_pause ? tgt_cache_.get() : nullptr);
         st.n_resume_shared += drafted_.n_copied;
     }

@@ -20,6 +20,7 @@
 #include "kv_cache.h"
 #include "lookup.h"
 #include "text.h"
+#include "vocab_map.h"
 #include "slot_batcher.h"
 
 namespace specllama {
@@ -122,6 +123,10 @@ struct generate_stats {
     int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
     std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
+    // how the draft model's tokens reach the target: "same" (one vocabulary) or "intersection"
+    // (another vocabulary, by token-level intersection: vocab_map.h); "none" without a draft model
+    std::string          vocab = "none";
+    double               vocab_shared = 0;      // intersection: share of the draft's tokens the target has
     double               t_prefill_ms = 0;      // prompt processing, both models (or the target and the copy)
     double               t_draft_ms   = 0;      // draft decodes and draft sampling
     double               t_verify_ms  = 0;      // target decodes
@@ -179,6 +184,7 @@ struct slot_place {
     std::shared_ptr<shared_context> target;
     std::shared_ptr<shared_context> draft;  // null without a draft model
     llama_seq_id                    seq = 0;
+    std::shared_ptr<const vocab_map> vocab;  // the slots' pairing of two vocabularies (null: one)
 };
 
 // most slots one decoder() makes
@@ -221,6 +227,8 @@ class decoder {
     int32_t n_ctx() const { return tgt_cache_->n_ctx(); }
     // whether the draft takes the prompt's keys and values from the target (decoder_params::share_prefill)
     bool shares_prefill() const { return share_prefill_; }
+    // the pairing of the draft's vocabulary with the target's when they differ (null: they are one)
+    const vocab_map * cross_vocab() const { return vocab_map_.get(); }
 
     // tokens held in the target's cache (what a following prompt can reuse)
     std::vector<llama_token> cached_tokens() const;
@@ -307,6 +315,12 @@ class decoder {
     std::unique_ptr<kv_cache> tgt_cache_;
     std::unique_ptr<kv_cache> dft_cache_;
     std::unique_ptr<model_drafter> drafter_;
+    std::shared_ptr<const vocab_map> vocab_map_;  // the draft's vocabulary is another (null: the same)
+    std::unique_ptr<draft_view>   view_;          // then the sequence in the draft's tokens
+    // the sequence as the draft reads it: seq itself, or its draft_view
+    const std::vector<llama_token> & draft_seq(const std::vector<llama_token> & seq) {
+        return view_ ? view_->update(seq) : seq;
+    }
     mutable std::mutex        mutex_;  // one generation at a time per decoder
     context_params            ctx_params_;
     int32_t                   n_threads_draft_ = 0;

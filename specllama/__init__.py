@@ -25,7 +25,7 @@ except ImportError as _exc:  # a source tree without the built extension, most o
     ) from _exc
 
 from ._core import Context, Model, accept_trials, log_set_level, quantize, quantize_types  # noqa: E402
-from ._core import sampling_distribution, supports_gpu_offload, vocab_check_compatible  # noqa: E402
+from ._core import sampling_distribution, supports_gpu_offload, vocab_difference  # noqa: E402
 from .decoder import Completion, DSIStats, GenerateOptions, SpeculativeDecoder, Stats, StepChunk  # noqa: E402
 from .decoder import PromptTooLong, StepPrices, as_dict  # noqa: E402
 from .templates import ChatTemplateError  # noqa: E402
@@ -58,5 +58,5 @@ __all__ = [
     "quantize_types",
     "sampling_distribution",
     "supports_gpu_offload",
-    "vocab_check_compatible",
+    "vocab_difference",
 ]

@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'log_set_level', 'quantize', 'quantize_types', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'vocab_check_compatible']
+__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'log_set_level', 'quantize', 'quantize_types', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -419,6 +419,16 @@ class Stats:
         """
         n_generated over the time after prefill
         """
+    @property
+    def vocab(self) -> str:
+        """
+        how the draft model's tokens reached the target: 'same' (one vocabulary), 'intersection' (another vocabulary: the tokens both share, by text) or 'none' (the model did not draft)
+        """
+    @property
+    def vocab_shared(self) -> float:
+        """
+        share of the draft's tokens that the target has (1.0 with one vocabulary)
+        """
 class DSIStats:
     """
     What the DSI orchestrator did. Server times are summed over servers, so they can exceed the wall time.
@@ -675,6 +685,11 @@ class Decoder:
         raise ValueError naming the first option this decoder cannot run with
         """
     @property
+    def cross_vocab(self) -> typing.Any:
+        """
+        None when the draft shares the target's vocabulary; else how the two pair: n_shared tokens, as shares of the draft's and of the target's tokens
+        """
+    @property
     def draft_model(self) -> Model:
         ...
     @property
@@ -743,9 +758,9 @@ def simulate_dsi(target_ms: typing.SupportsFloat | typing.SupportsIndex, drafter
     """
 def supports_gpu_offload() -> bool:
     ...
-def vocab_check_compatible(target: Model, draft: Model) -> None:
+def vocab_difference(target: Model, draft: Model) -> str:
     """
-    Raise ValueError naming the first difference if draft cannot serve as target's draft.
+    The first difference between draft's vocabulary and target's, in words; '' when they are one (a draft with another vocabulary drafts by token-level intersection).
     """
 DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True}
 MAX_DRAFT: int = 64

@@ -61,7 +61,8 @@ def model_options(fn):
         click.option("-m", "--model", type=click.Path(dir_okay=False), envvar="SPECLLAMA_MODEL",
                      help="Target GGUF (default: the default pair's F32 target)."),
         click.option("-d", "--draft", type=click.Path(dir_okay=False), envvar="SPECLLAMA_DRAFT",
-                     help="Draft GGUF with the target's vocabulary (default pair's Q4_1 draft when -m is not given)."),
+                     help="Draft GGUF, of the target's vocabulary or another (default pair's Q4_1 draft when -m is not "
+                          "given)."),
         click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
         click.option("--n-draft", type=int, default=DECODER_DEFAULTS["n_draft"], show_default=True,
                      help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
@@ -227,6 +228,9 @@ def _stats_line(stats) -> str:
         line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted})"
                  + lookup_note(stats)
                  + f", {stats.mean_accepted_length:.2f} tokens per target pass")
+    if stats.vocab == "intersection":
+        line += (f"; the draft's vocabulary differs: it drafts the tokens both share "
+                 f"({stats.vocab_shared:.0%} of its own)")
     return line + paused_note(stats)
 
 

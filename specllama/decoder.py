@@ -88,7 +88,9 @@ class StepChunk:
 
 
 class SpeculativeDecoder:
-    """Speculative decoding with a target and a draft GGUF model that share a vocabulary.
+    """Speculative decoding with a target and a draft GGUF model. A draft with another vocabulary
+    drafts the tokens both vocabularies share (token-level intersection; `cross_vocab` says how
+    many); the output is the target's either way.
 
     With no model_path, the default pair is used (built once into the user's cache: see
     specllama.models). With a model_path and no draft_path, it decodes plainly on the target.
@@ -213,6 +215,12 @@ class SpeculativeDecoder:
         """Whether the draft takes the prompt's keys and values from the target (share_prefill, and
         the draft has the target's architecture, shapes and parameter count)."""
         return self._native().shares_prefill
+
+    @property
+    def cross_vocab(self) -> Optional[dict]:
+        """None when the draft shares the target's vocabulary; else how the two pair:
+        {"n_shared", "draft_share", "target_share"} (tokens both have, by text)."""
+        return self._native().cross_vocab
 
     @property
     def target_model(self) -> _core.Model:

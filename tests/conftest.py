@@ -22,6 +22,7 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     far_draft   unrelated weights (same vocab): disagrees often
     target_q / draft_q   Q4_1 copies, whose batched and one-token logits are bitwise equal
     other_vocab same shape, one token's text differs; bigger_vocab: 10 more tokens
+    alien_vocab shares only the special tokens with the target (too little to draft with)
     """
     d: Path = tmp_path_factory.mktemp("tiny")
     toks = vocab()
@@ -33,6 +34,8 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     ns.other_vocab = str(write_model(d / "other_vocab.gguf", vocab(rename={300: "\u2581teh"}), w))
     big = vocab(extra_words=10)
     ns.bigger_vocab = str(write_model(d / "bigger_vocab.gguf", big, random_weights(len(big), seed=4)))
+    alien = toks[:5] + [f"\u2581x{i}" for i in range(300)] + [chr(c) for c in range(0x3B1, 0x3C9)]
+    ns.alien_vocab = str(write_model(d / "alien_vocab.gguf", alien, random_weights(len(alien), seed=9)))
     ns.target_q = str(d / "target_q4_1.gguf")
     ns.draft_q = str(d / "draft_q4_1.gguf")
     specllama.quantize(ns.target, ns.target_q, "q4_1")

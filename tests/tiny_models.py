@@ -85,9 +85,10 @@ def perturbed(weights: Dict[str, np.ndarray], seed: int, noise: float) -> Dict[s
 
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
                 n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
-                chat_template: Optional[str] = CHATML) -> Path:
+                chat_template: Optional[str] = CHATML, add_bos: bool = True, eos: int = 2) -> Path:
     """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests);
-    chat_template None leaves the template out."""
+    chat_template None leaves the template out; add_bos and eos set the tokenizer's BOS rule and
+    end-of-sequence token."""
     n_vocab, n_embd = weights["token_embd.weight"].shape
     n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
     n_ff = weights["blk.0.ffn_up.weight"].shape[0]
@@ -120,10 +121,10 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     writer.add_token_scores(scores)
     writer.add_token_types(types)
     writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
+    writer.add_eos_token_id(eos)
     writer.add_unk_token_id(0)
     writer.add_eot_token_id(4)
-    writer.add_add_bos_token(True)
+    writer.add_add_bos_token(add_bos)
     writer.add_add_eos_token(False)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
@@ -150,3 +151,29 @@ def parts_only_at_near_ties(model_path, prompt, a, b, tol=0.01):
     ctx = specllama.Context(specllama.Model(model_path), n_ctx=512)
     logits = ctx.decode(list(prompt) + list(a[:i]), all_logits=True)[-1]
     return abs(float(logits[a[i]]) - float(logits[b[i]])) <= tol * max(1.0, float(abs(logits).max()))
+
+
+def reindexed(weights: Dict[str, np.ndarray], tokens: List[str], new_tokens: List[str],
+              seed: int) -> Dict[str, np.ndarray]:
+    """The same model for another vocabulary: a token both lists hold keeps its embedding and
+    output rows; a token only new_tokens holds gets random ones."""
+    rng = np.random.default_rng(seed)
+    index = {t: i for i, t in enumerate(tokens)}
+    out = dict(weights)
+    for name in ("token_embd.weight", "output.weight"):
+        a = weights[name]
+        rows = [a[index[t]] if t in index else (rng.standard_normal(a.shape[1]) * a.std()).astype(np.float32)
+                for t in new_tokens]
+        out[name] = np.stack(rows).astype(np.float32)
+    return out
+
+
+def other_vocab(tokens: List[str]) -> List[str]:
+    """Another tokenizer over the same text: the specials first as before, then the words in
+    reverse order with every fourth one dropped (spelled from letters instead), words the first
+    does not have, and the letters and byte tokens last: most ids differ, a few tokens are its own."""
+    specials, rest = tokens[:5], tokens[5:]
+    words = [t for t in rest if t.startswith("\u2581") and len(t) > 1]
+    others = [t for t in rest if t not in words]
+    kept = [w for i, w in enumerate(reversed(words)) if i % 4 != 1]
+    return specials + kept + ["\u2581cat", "\u2581dog", "\u2581sun"] + others

@@ -163,6 +163,11 @@ void register_stats(py::module_ & m) {
                       "steps the adaptive rule took without the draft model (drafting did not pay)")
         .def_readonly("accepted_hist", &gs::accepted_hist, "accepted_hist[k]: steps that kept k drafted tokens")
         .def_readonly("drafter", &gs::drafter, "who drafted: 'model', 'lookup', 'model+lookup' or 'none'")
+        .def_readonly("vocab", &gs::vocab,
+                      "how the draft model's tokens reached the target: 'same' (one vocabulary), 'intersection' "
+                      "(another vocabulary: the tokens both share, by text) or 'none' (the model did not draft)")
+        .def_readonly("vocab_shared", &gs::vocab_shared,
+                      "share of the draft's tokens that the target has (1.0 with one vocabulary)")
         .def_readonly("t_prefill_ms", &gs::t_prefill_ms, "prompt processing")
         .def_readonly("t_draft_ms", &gs::t_draft_ms, "draft decodes and draft sampling")
         .def_readonly("t_verify_ms", &gs::t_verify_ms, "target decodes")
@@ -348,6 +353,21 @@ void register_decoder(py::module_ & m) {
         .def_property_readonly("n_draft", &decoder::n_draft)
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("shares_prefill", &decoder::shares_prefill)
+        .def_property_readonly(
+            "cross_vocab",
+            [](const decoder & d) -> py::object {
+                const vocab_map * v = d.cross_vocab();
+                if (v == nullptr) {
+                    return py::none();
+                }
+                py::dict out;
+                out["n_shared"]     = v->n_shared();
+                out["draft_share"]  = v->draft_share();
+                out["target_share"] = v->target_share();
+                return out;
+            },
+            "None when the draft shares the target's vocabulary; else how the two pair: n_shared tokens, "
+            "as shares of the draft's and of the target's tokens")
         .def_property_readonly("has_draft", [](const decoder & d) { return d.draft() != nullptr; })
         .def_property_readonly("target_model", &decoder::target_shared)
         .def_property_readonly("draft_model", &decoder::draft_shared)

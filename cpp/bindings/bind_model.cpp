@@ -85,8 +85,9 @@ void register_model(py::module_ & m) {
                  return to_str(llama_vocab_get_text(mdl.vocab, t));
              });
 
-    m.def("vocab_check_compatible", &vocab_check_compatible, py::arg("target"), py::arg("draft"),
-          "Raise ValueError naming the first difference if draft cannot serve as target's draft.");
+    m.def("vocab_difference", &vocab_difference, py::arg("target"), py::arg("draft"),
+          "The first difference between draft's vocabulary and target's, in words; '' when they are one "
+          "(a draft with another vocabulary drafts by token-level intersection).");
     m.def(
         "chat_apply_template",
         [](const text & tmpl, const std::vector<std::pair<text, text>> & messages, bool add_assistant) {

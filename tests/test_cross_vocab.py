@@ -1,0 +1,185 @@
+"""Drafts with another vocabulary (token-level intersection): the output stays the target's.
+
+The target is the tiny Q4_1 target (batch invariant, so greedy speculative output must equal plain
+output token for token). The drafts are the tiny target's weights with noise, moved to other
+vocabularies built over the same text:
+* other:   the words reordered, a quarter of them missing (spelled from letters), three words of
+           its own; most ids differ
+* subset:  no words at all, only specials, letters and bytes
+* no_bos:  `other` whose tokenizer adds no BOS
+* new_eos: `other` whose end-of-sequence token is another token with other text
+and a draft that shares almost nothing with the target, which is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import interrupt_at_step
+from test_sampling_end_to_end import N, SETTINGS, _pvalue, two_token_distributions
+from tiny_models import other_vocab, perturbed, random_weights, reindexed, vocab, write_model
+
+import specllama
+
+PROMPTS = ["the cat is", "she was out with", "what some of the", "<|im_start|>user\nhi<|im_end|>\n"]
+GREEDY = dict(temperature=0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def cross(tiny, tmp_path_factory):
+    d = tmp_path_factory.mktemp("cross")
+    toks = vocab()
+    close = perturbed(random_weights(len(toks), seed=1), seed=2, noise=0.15)  # the tiny draft's weights
+    ov = other_vocab(toks)
+    sub = toks[:5] + [t for t in toks[5:] if not (t.startswith("\u2581") and len(t) > 1)]
+    eos = ov[:2] + ["<|endoftext|>"] + ov[3:]
+    ns = SimpleNamespace(target=tiny.target_q, tokens=toks, other_tokens=ov)
+    ns.other = str(write_model(d / "other.gguf", ov, reindexed(close, toks, ov, seed=7)))
+    ns.subset = str(write_model(d / "subset.gguf", sub, reindexed(close, toks, sub, seed=7)))
+    ns.no_bos = str(write_model(d / "no_bos.gguf", ov, reindexed(close, toks, ov, seed=7), add_bos=False))
+    ns.new_eos = str(write_model(d / "new_eos.gguf", eos, reindexed(close, toks, eos, seed=7)))
+    # the target's weights with much noise in the other vocabulary, with 20 more words of its own
+    # that it favours: the rejection rule corrects many of its drafts, and the tokens the target
+    # lacks hold much of its probability (which q' must leave out and renormalize)
+    ns.far_tokens = ov + [f"\u2581zz{i}" for i in range(20)]
+    far = reindexed(perturbed(random_weights(len(toks), seed=1), seed=3, noise=0.6), toks, ns.far_tokens, seed=8)
+    far["output.weight"][len(ov):] *= 3.0
+    ns.far = str(write_model(d / "far.gguf", ns.far_tokens, far))
+    ns.alien = tiny.alien_vocab
+    return ns
+
+
+def _keys(tokens):
+    """What the pairing compares: each token's bytes, control tokens apart; one token per text
+    (a byte token whose byte is also a text token's adds nothing); <unk> stands for no text."""
+    def key(t):
+        if t.startswith("<0x") and len(t) == 6:
+            return b"T" + bytes([int(t[3:5], 16)])
+        return (b"C" if t.startswith("<") else b"T") + t.replace("\u2581", " ").encode()
+    return {key(t) for t in tokens[1:]}
+
+
+def test_vocabularies_pair_by_text(tiny, cross):
+    target = specllama.Model(cross.target)
+    assert specllama.vocab_difference(target, specllama.Model(tiny.draft_q)) == ""
+    assert "draft vocab has 320 tokens, target 327" in specllama.vocab_difference(target, specllama.Model(cross.other))
+    with specllama.SpeculativeDecoder(cross.target, cross.other) as dec:
+        cv = dec._native().cross_vocab
+        shared = _keys(cross.tokens) & _keys(cross.other_tokens)
+        assert cv["n_shared"] == len(shared) == len(_keys(cross.other_tokens)) - 3  # all but its own 3 words
+        assert cv["draft_share"] == pytest.approx(len(shared) / len(_keys(cross.other_tokens)))
+        assert not dec._native().shares_prefill
+    with specllama.SpeculativeDecoder(cross.target, tiny.draft_q) as dec:
+        assert dec._native().cross_vocab is None
+
+
+@pytest.mark.parametrize("pair", ["other", "subset", "no_bos", "new_eos"])
+def test_greedy_output_is_the_targets(cross, pair):
+    """Greedy speculative output equals plain greedy output, token for token, at every draft
+    length, with drafts that the rejection rule both keeps and corrects."""
+    drafted = accepted = 0
+    with specllama.SpeculativeDecoder(cross.target, getattr(cross, pair), n_ctx=512) as dec:
+        for prompt in PROMPTS:
+            plain = dec.generate(prompt, max_tokens=80, speculative=False, **GREEDY)
+            for n_draft in (1, 3, 6):
+                r = dec.generate(prompt, max_tokens=80, n_draft=n_draft, drafter="model", adaptive=False, **GREEDY)
+                assert r.tokens == plain.tokens, (prompt, n_draft)
+                assert r.stats.vocab == "intersection" and r.stats.vocab_shared > 0.25
+                drafted += r.stats.n_drafted
+                accepted += r.stats.n_accepted
+    assert accepted >= 50 and drafted - accepted >= 50, (drafted, accepted)  # both branches of the rule
+
+
+def test_adaptive_lookup_and_stop_strings(cross):
+    """The default drafter (the model, then prompt lookup) with the adaptive length, a stop
+    string and a reply that goes on across calls (the caches keep their common prefix)."""
+    n_stops = 0
+    with specllama.SpeculativeDecoder(cross.target, cross.other, n_ctx=512) as dec:
+        for text in PROMPTS:
+            prompt = dec.target_model.tokenize(text)
+            plain = dec.generate(prompt, max_tokens=60, speculative=False, **GREEDY)
+            spec = dec.generate(prompt, max_tokens=60, **GREEDY)
+            assert spec.tokens == plain.tokens and spec.text == plain.text
+            words = re.findall(r"[a-z]{2,}", plain.text[5:])  # (the tiny model's text is mostly bytes)
+            if words:
+                stop = words[0]
+                a = dec.generate(prompt, max_tokens=60, stop=[stop], speculative=False, **GREEDY)
+                b = dec.generate(prompt, max_tokens=60, stop=[stop], n_draft=4, adaptive=False, **GREEDY)
+                assert a.text == b.text and a.finish_reason == b.finish_reason == "stop"
+                n_stops += 1
+            more = dec.generate(prompt + plain.tokens[:20], max_tokens=30, n_draft=3, adaptive=False, **GREEDY)
+            assert more.tokens == plain.tokens[20:50]
+    assert n_stops >= 2
+
+
+def test_slots_draft_across_vocabularies(cross):
+    """Slots sharing their decodes (the server's) draft through the same pairing."""
+    with specllama.SpeculativeDecoder(cross.target, cross.other, n_ctx=512) as dec:
+        plain = [dec.generate(p, max_tokens=40, speculative=False, **GREEDY).tokens for p in PROMPTS[:2]]
+        slots = dec.slots(2)
+        for slot, prompt, want in zip(slots, PROMPTS, plain):
+            r = slot.generate(prompt, max_tokens=40, n_draft=3, drafter="model", adaptive=False, **GREEDY)
+            assert r.tokens == want and r.stats.n_drafted > 0
+
+
+def _draft_to_target(tokens, draft_tokens):
+    index = {t: i for i, t in enumerate(tokens)}
+    return np.array([index.get(t, -1) for t in draft_tokens])
+
+
+@pytest.mark.slow
+def test_sampling_follows_the_targets_distribution(cross):
+    """At temperature 1 with a draft that disagrees often: the first drafted token (the second
+    emitted; the first step is plain) follows the target's marginal, by chi-square. The draft's
+    own distribution, moved to target ids, is clearly rejected by the same test (its power)."""
+    prompt, p1, p2, _ = two_token_distributions(cross.target, cross.target, "the cat is on the")
+    draft = specllama.Model(cross.far)
+    q1_draft = specllama.sampling_distribution(
+        specllama.Context(draft, n_ctx=128).decode(draft.tokenize("the cat is on the"), all_logits=False)[-1],
+        **SETTINGS)
+    q1 = np.zeros_like(p1)
+    d2t = _draft_to_target(cross.tokens, cross.far_tokens)
+    assert q1_draft[d2t < 0].sum() > 0.3, "the draft's own tokens must matter for this test to mean anything"
+    for d in np.flatnonzero(q1_draft):
+        if d2t[d] >= 0:
+            q1[d2t[d]] += q1_draft[d]
+    firsts, seconds, n_rejected = [], [], 0
+    with specllama.SpeculativeDecoder(cross.target, cross.far, n_ctx=128) as dec:
+        for seed in range(N):
+            r = dec.generate(prompt, max_tokens=3, n_draft=2, drafter="model", seed=seed, ignore_eos=True, **SETTINGS)
+            assert len(r.tokens) == 3
+            firsts.append(r.tokens[0])
+            seconds.append(r.tokens[1])
+            n_rejected += r.stats.n_drafted - r.stats.n_accepted
+    assert n_rejected > N // 4, "the pair must disagree often for this test to mean anything"
+    assert _pvalue(np.array(firsts), p1) > 1e-4
+    assert _pvalue(np.array(seconds), p2) > 1e-4
+    with pytest.raises(AssertionError):
+        assert _pvalue(np.array(firsts), q1 / q1.sum()) > 1e-4
+
+
+def test_a_draft_sharing_too_little_is_refused(cross):
+    with pytest.raises(ValueError, match=r"the draft .*alien_vocab\.gguf shares \d+ tokens \(\d+\.\d% of its \d+\) with "
+                                         r"the target .*; at least 25\.0% are needed"):
+        specllama.SpeculativeDecoder(cross.target, cross.alien)
+
+
+def test_dsi_needs_one_vocabulary(cross):
+    with specllama.SpeculativeDecoder(cross.target, cross.other) as dec:
+        with pytest.raises(ValueError, match="mode 'dsi' needs a draft with the target's vocabulary"):
+            dec.generate("the cat", max_tokens=4, mode="dsi")
+        assert dec.generate("the cat", max_tokens=4, **GREEDY).tokens  # still usable
+
+
+def test_ctrl_c_leaves_the_decoder_usable(cross):
+    kw = dict(max_tokens=60, n_draft=3, drafter="model", adaptive=False, **GREEDY)
+    with specllama.SpeculativeDecoder(cross.target, cross.other, n_ctx=512) as dec:
+        ref = dec.generate(PROMPTS[0], **kw)
+        for step in (2, 5):
+            with pytest.raises(KeyboardInterrupt):
+                dec.generate(PROMPTS[1], max_tokens=4000, temperature=0, ignore_eos=True, n_draft=3,
+                             drafter="model", adaptive=False, on_step=interrupt_at_step(step))
+            assert dec.generate(PROMPTS[0], **kw).tokens == ref.tokens
