@@ -518,16 +518,35 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
 @click.option("-n", "--n-predict", type=click.IntRange(1), default=64, show_default=True,
               help="Tokens per prompt when measuring (--sweep).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep report as JSON.")
+@click.option("--vocab-top", type=click.IntRange(1), default=None, metavar="N",
+              help="Keep only the first N tokens of TARGET's BPE vocabulary (the most frequent merges) in the "
+                   "draft: a smaller output layer; it drafts the tokens it shares with the target.")
 @_library_errors
-def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_json):
+def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_json, vocab_top):
     """Make a quantized draft of TARGET with llama.cpp's quantizer (or find the best with --sweep)."""
     from .draft_sweep import format_sweep, make_draft, sweep_drafts
 
     qtype = qtype.lower()
+    if vocab_top is not None and sweep:
+        raise click.UsageError("--vocab-top makes one draft; it does not combine with --sweep")
     if not sweep:
-        out = output or _default_draft_name(target, qtype)
+        out = output or _default_draft_name(target, qtype, vocab_top)
         _err(f"specllama: quantizing {target} to {qtype} -> {out}")
-        make_draft(target, out, qtype, n_threads=threads)
+        if vocab_top is None:
+            make_draft(target, out, qtype, n_threads=threads)
+        else:
+            from .vocab_trim import trim_vocab
+
+            whole = out + ".whole.tmp"
+            try:
+                make_draft(target, whole, qtype, n_threads=threads)
+                info = trim_vocab(whole, out, vocab_top)
+            except ValueError as e:
+                raise click.BadParameter(str(e), param_hint="--vocab-top") from None
+            finally:
+                Path(whole).unlink(missing_ok=True)
+            _err(f"specllama: kept {info['n_keep']} of {info['n_vocab']} tokens and {info['n_merges_kept']} of "
+                 f"{info['n_merges']} merges")
         _err(f"specllama: wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)")
         return
     out_dir = Path(output) if output else Path(target).parent
@@ -544,9 +563,10 @@ def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_
     click.echo(format_sweep(report, Path(target).name))
 
 
-def _default_draft_name(target: str, qtype: str) -> str:
+def _default_draft_name(target: str, qtype: str, vocab_top=None) -> str:
     p = Path(target)
-    return str(p.with_name(f"{p.stem}.{qtype}.gguf"))
+    top = f".top{vocab_top}" if vocab_top else ""
+    return str(p.with_name(f"{p.stem}.{qtype}{top}.gguf"))
 
 
 @main.command()

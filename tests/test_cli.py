@@ -266,6 +266,8 @@ def test_errors_are_one_line(runner, tiny, tmp_path, args, message):
     (["draft", "{target}", "--type", "q9_9"], "--type"),
     (["draft", "{target}", "--sweep", "--types", "q8_0,q9_9"], "unknown quantization type(s) q9_9"),
     (["bench", "--sweep-n-draft", "0-3"], "n_draft values"),
+    (["draft", "{target}", "--vocab-top", "100"], "--vocab-top"),  # (an SPM vocabulary has no merges to cut)
+    (["draft", "{target}", "--vocab-top", "100", "--sweep"], "--sweep"),
 ])
 def test_bad_parameter_is_a_usage_error(runner, tiny, args, option):
     r = runner.invoke(main, [a.format(target=tiny.target) for a in args] + ["-m", tiny.target][: 2 * (args[0] != "draft")])

@@ -183,3 +183,49 @@ def test_ctrl_c_leaves_the_decoder_usable(cross):
                 dec.generate(PROMPTS[1], max_tokens=4000, temperature=0, ignore_eos=True, n_draft=3,
                              drafter="model", adaptive=False, on_step=interrupt_at_step(step))
             assert dec.generate(PROMPTS[0], **kw).tokens == ref.tokens
+
+
+@pytest.fixture(scope="module")
+def trimmed_pair(default_pair, tmp_path_factory):
+    """The default pair with its draft's vocabulary cut to the first 32768 of 49152 tokens: the
+    same weights, another tokenizer (fewer merges), a smaller output layer."""
+    from specllama.vocab_trim import trim_vocab
+
+    target, draft = default_pair
+    out = tmp_path_factory.mktemp("trimmed") / "draft.top32768.gguf"
+    info = trim_vocab(draft, str(out), 32768)
+    assert info["n_merges_kept"] < info["n_merges"] and info["bytes_kept"] < info["bytes"]
+    return target, str(out)
+
+
+@pytest.mark.default_pair
+@pytest.mark.slow
+def test_real_pair_with_another_tokenizer(trimmed_pair):
+    """Greedy output on the default target with the trimmed draft equals plain decoding, up to the
+    target's batched-versus-one-token numerics (test_greedy_equivalence.py), and the draft's
+    tokenizer really differs: it splits a word the target keeps whole."""
+    from test_greedy_equivalence import CHAT_PROMPTS, near_tie_reference
+
+    target, draft = trimmed_pair
+    t, d = specllama.Model(target), specllama.Model(draft)
+    rare = next(i for i in range(40000, t.n_vocab) if t.token_text(i)[:1] == "\u0120" and t.token_text(i)[1:].isalpha())
+    word = " " + t.token_text(rare)[1:]  # (GPT-2 byte-level BPE writes a space as U+0120)
+    assert t.tokenize(word, add_special=False) == [rare] and len(d.tokenize(word, add_special=False)) > 1
+    drafted = accepted = 0
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=2048) as dec:
+        assert dec.cross_vocab["target_share"] == pytest.approx(32768 / 49152)
+        for question in CHAT_PROMPTS:
+            prompt, check = near_tie_reference(dec, question, 64)
+            for kw in (dict(n_draft=4, adaptive=False), dict()):
+                r = dec.generate(prompt, max_tokens=64, temperature=0, drafter="model", **kw)
+                check(r.tokens, str(kw))
+                drafted += r.stats.n_drafted
+                accepted += r.stats.n_accepted
+    assert accepted > 0.3 * drafted
+
+
+def test_trimming_needs_a_bpe_vocabulary(tiny, tmp_path):
+    from specllama.vocab_trim import trim_vocab
+
+    with pytest.raises(ValueError, match="needs a BPE vocabulary with merges"):
+        trim_vocab(tiny.target, str(tmp_path / "x.gguf"), 100)
