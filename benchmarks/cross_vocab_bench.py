@@ -1,0 +1,130 @@
+"""Drafts of another vocabulary on the default pair, in one run: plain decoding, the same-vocabulary
+Q4_1 draft, and drafts whose vocabulary differs from the target's:
+  renamed    the same draft with one token's text changed: the pairing's own cost (identical weights
+             and output layer, every other token shared)
+  topN       the draft cut to its first N tokens (specllama draft --vocab-top N): fewer merges, a
+             smaller output layer
+Each configuration runs the same chat prompts, greedy, rotated over rounds; figures are medians of
+the rounds' aggregate tokens/s. Also reported: acceptance, and the draft's time per drafted token
+(renamed against same: what masking the unshared tokens and converting tokens costs).
+
+    python benchmarks/cross_vocab_bench.py [--rounds 3] [-n 128] [--top 32768,24576]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import gguf
+
+import specllama
+from specllama.models import default_pair
+from specllama.provenance import provenance
+from specllama.vocab_trim import trim_vocab
+
+PROMPTS = ["Write a short story about a robot who learns to paint.", "Explain how a bicycle works.",
+           "List five facts about the moon.", "What is the capital of France and why is it famous?"]
+
+
+def renamed_copy(src: str, dst: str) -> None:
+    """src with the text of its last token changed (no tensor changes)."""
+    reader = gguf.GGUFReader(src)
+    arch = str(reader.fields["general.architecture"].contents())
+    writer = gguf.GGUFWriter(dst, arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name == "tokenizer.ggml.tokens":
+            value = list(value)
+            value[-1] = value[-1] + "\u2603"
+        writer.add_key_value(field.name, value, vtype, sub_type=sub)
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.close()
+
+
+def run(dec, prompts, n, speculative):
+    gen = dec_tokens = 0
+    secs = draft_ms = 0.0
+    drafted = accepted = 0
+    for p in prompts:
+        r = dec.generate(p, max_tokens=n, temperature=0, ignore_eos=True, speculative=speculative)
+        s = r.stats
+        gen += s.n_generated
+        secs += (s.t_total_ms - s.t_prefill_ms) / 1000
+        draft_ms += s.t_draft_ms
+        drafted += s.n_drafted
+        accepted += s.n_accepted
+        dec_tokens += len(r.tokens)
+    return {"tps": gen / secs, "drafted": drafted, "accepted": accepted, "draft_ms": draft_ms}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("-n", type=int, default=128, help="tokens per prompt")
+    ap.add_argument("--top", default="32768,24576", help="vocabulary sizes of the cut drafts")
+    ap.add_argument("-t", "--threads", type=int, default=0)
+    ap.add_argument("--out", default=None, help="write the report as JSON here")
+    args = ap.parse_args()
+
+    target, draft = default_pair()
+    tmp = Path(tempfile.mkdtemp(prefix="specllama-xvocab-"))
+    drafts = {"same": draft}
+    renamed_copy(draft, str(tmp / "renamed.gguf"))
+    drafts["renamed"] = str(tmp / "renamed.gguf")
+    for n in [int(x) for x in args.top.split(",") if x]:
+        trim_vocab(draft, str(tmp / f"top{n}.gguf"), n)
+        drafts[f"top{n}"] = str(tmp / f"top{n}.gguf")
+
+    decoders = {name: specllama.SpeculativeDecoder(target, path, n_ctx=2048, n_threads=args.threads)
+                for name, path in drafts.items()}
+    prompts = [decoders["same"].chat_tokens([{"role": "user", "content": p}]) for p in PROMPTS]
+    configs = ["plain"] + list(drafts)
+    rounds = {c: [] for c in configs}
+    for r in range(args.rounds):
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
+        for c in order:
+            dec = decoders["same" if c == "plain" else c]
+            res = run(dec, prompts, args.n, speculative=c != "plain")
+            rounds[c].append(res)
+            print(f"round {r + 1} {c:10s} {res['tps']:6.1f} tok/s", file=sys.stderr, flush=True)
+    report = {"target": Path(target).name, "draft": Path(draft).name, "n": args.n, "rounds": args.rounds,
+              "provenance": provenance({"target": target, "draft": draft}, args.threads or None),
+              "configs": {}}
+    plain = statistics.median(x["tps"] for x in rounds["plain"])
+    print(f"{'draft':10s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'draft ms/token':>15s} {'shared':>8s}")
+    for c in configs:
+        tps = statistics.median(x["tps"] for x in rounds[c])
+        dr = sum(x["drafted"] for x in rounds[c])
+        ac = sum(x["accepted"] for x in rounds[c])
+        ms = sum(x["draft_ms"] for x in rounds[c])
+        cv = decoders[c].cross_vocab if c in decoders and c != "same" else None
+        shared = f"{cv['target_share']:.0%}" if cv else ("-" if c == "plain" else "100%")
+        row = {"tps": tps, "vs_plain": tps / plain, "acceptance": ac / dr if dr else None,
+               "draft_ms_per_token": ms / dr if dr else None, "target_share": cv["target_share"] if cv else None}
+        report["configs"][c] = row
+        acc = f"{row['acceptance']:.3f}" if dr else "-"
+        dms = f"{row['draft_ms_per_token']:.2f}" if dr else "-"
+        print(f"{c:10s} {tps:7.1f} {tps / plain:8.2f}x {acc:>11s} {dms:>15s} {shared:>8s}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    for d in decoders.values():
+        d.close()
+
+
+if __name__ == "__main__":
+    main()
