@@ -6,7 +6,8 @@ Q4_1 draft, and drafts whose vocabulary differs from the target's:
              smaller output layer
 Each configuration runs the same chat prompts, greedy, rotated over rounds; figures are medians of
 the rounds' aggregate tokens/s. Also reported: acceptance, and the draft's time per drafted token
-(renamed against same: what masking the unshared tokens and converting tokens costs).
+(renamed against same: what masking the unshared tokens and converting tokens costs), and the
+pairing's own measured time (Stats.t_vocab_ms) as a share of the generation time after the prompt.
 
     python benchmarks/cross_vocab_bench.py [--rounds 3] [-n 128] [--top 32768,24576]
 """
@@ -58,7 +59,7 @@ def renamed_copy(src: str, dst: str) -> None:
 
 def run(dec, prompts, n, speculative):
     gen = dec_tokens = 0
-    secs = draft_ms = 0.0
+    secs = draft_ms = vocab_ms = 0.0
     drafted = accepted = 0
     for p in prompts:
         r = dec.generate(p, max_tokens=n, temperature=0, ignore_eos=True, speculative=speculative)
@@ -66,10 +67,12 @@ def run(dec, prompts, n, speculative):
         gen += s.n_generated
         secs += (s.t_total_ms - s.t_prefill_ms) / 1000
         draft_ms += s.t_draft_ms
+        vocab_ms += s.t_vocab_ms
         drafted += s.n_drafted
         accepted += s.n_accepted
         dec_tokens += len(r.tokens)
-    return {"tps": gen / secs, "drafted": drafted, "accepted": accepted, "draft_ms": draft_ms}
+    return {"tps": gen / secs, "drafted": drafted, "accepted": accepted, "draft_ms": draft_ms,
+            "vocab_ms": vocab_ms, "loop_ms": secs * 1000}
 
 
 def main() -> None:
@@ -106,20 +109,23 @@ def main() -> None:
               "provenance": provenance({"target": target, "draft": draft}, args.threads or None),
               "configs": {}}
     plain = statistics.median(x["tps"] for x in rounds["plain"])
-    print(f"{'draft':10s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'draft ms/token':>15s} {'shared':>8s}")
+    print(f"{'draft':10s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'draft ms/token':>15s} {'shared':>8s} "
+          f"{'pairing':>8s}")
     for c in configs:
         tps = statistics.median(x["tps"] for x in rounds[c])
         dr = sum(x["drafted"] for x in rounds[c])
         ac = sum(x["accepted"] for x in rounds[c])
         ms = sum(x["draft_ms"] for x in rounds[c])
+        vocab_share = sum(x["vocab_ms"] for x in rounds[c]) / sum(x["loop_ms"] for x in rounds[c])
         cv = decoders[c].cross_vocab if c in decoders and c != "same" else None
         shared = f"{cv['target_share']:.0%}" if cv else ("-" if c == "plain" else "100%")
         row = {"tps": tps, "vs_plain": tps / plain, "acceptance": ac / dr if dr else None,
-               "draft_ms_per_token": ms / dr if dr else None, "target_share": cv["target_share"] if cv else None}
+               "draft_ms_per_token": ms / dr if dr else None, "target_share": cv["target_share"] if cv else None,
+               "vocab_share_of_time": vocab_share}
         report["configs"][c] = row
         acc = f"{row['acceptance']:.3f}" if dr else "-"
         dms = f"{row['draft_ms_per_token']:.2f}" if dr else "-"
-        print(f"{c:10s} {tps:7.1f} {tps / plain:8.2f}x {acc:>11s} {dms:>15s} {shared:>8s}")
+        print(f"{c:10s} {tps:7.1f} {tps / plain:8.2f}x {acc:>11s} {dms:>15s} {shared:>8s} {vocab_share:8.2%}")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))
     for d in decoders.values():

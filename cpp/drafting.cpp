@@ -87,6 +87,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     out.tokens.clear();
     out.conf.clear();
     out.catch_up_ms = 0.0;
+    out.vocab_ms    = 0.0;
     out.n_copied    = 0;
     if (n_draft <= 0 || seq.empty()) {
         return;
@@ -103,11 +104,13 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     for (int32_t i = 0; i < n_draft; ++i) {
         const float * logits = cache_.logits(0);
         if (map_ != nullptr) {  // q' of token-level intersection: only shared tokens, renormalized
+            const auto t_mask = std::chrono::steady_clock::now();
             masked_.assign(logits, logits + n_vocab);
             for (const llama_token d : map_->unshared_draft_ids()) {
                 masked_[d] = -INFINITY;
             }
             logits = masked_.data();
+            out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_mask).count();
         }
         llama_token tok;
         float       conf;
@@ -118,7 +121,9 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
             tok  = sample(out.dists[i], rng);
             conf = out.dists[i].prob_of(tok);
             if (map_ != nullptr) {
+                const auto t_map = std::chrono::steady_clock::now();
                 to_target_ids(*map_, out.dists[i]);
+                out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_map).count();
             }
         }
         out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);

@@ -19,6 +19,7 @@ struct draft_result {
     // sampling, the probability it gave the token it drew
     std::vector<float>       conf;
     double                   catch_up_ms = 0.0;  // of the drafting time, the catch-up decode
+    double                   vocab_ms    = 0.0;  // of the drafting time, masking and converting tokens (vocab_map)
     int32_t                  n_copied    = 0;    // tokens the catch-up lacked and took from the target's cache
 };
 

@@ -456,11 +456,14 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         // after the model sat out steps that brought more tokens than one step can, its catch-up
         // may copy the target's cache instead (model_drafter::catch_up); never after a drafted
         // step, so that what is measured of a draft is the draft's
-        const std::vector<llama_token> & dseq = draft_seq(seq);
+        const auto                       t_view = clock_type::now();
+        const std::vector<llama_token> & dseq   = draft_seq(seq);
+        st.t_vocab_ms += view_ ? ms_since(t_view) : 0.0;
         const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
         drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
                         share_prefill_ && after_pause ? tgt_cache_.get() : nullptr);
         st.n_resume_shared += drafted_.n_copied;
+        st.t_vocab_ms += drafted_.vocab_ms;
     }
     // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
     const int32_t n_model = (int32_t) drafted_.tokens.size();

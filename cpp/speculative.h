@@ -129,6 +129,7 @@ struct generate_stats {
     double               vocab_shared = 0;      // intersection: share of the draft's tokens the target has
     double               t_prefill_ms = 0;      // prompt processing, both models (or the target and the copy)
     double               t_draft_ms   = 0;      // draft decodes and draft sampling
+    double               t_vocab_ms   = 0;      // of which pairing two vocabularies: masking, converting tokens
     double               t_verify_ms  = 0;      // target decodes
     double               t_accept_ms  = 0;      // target sampling and acceptance
     double               t_total_ms   = 0;      // the whole call

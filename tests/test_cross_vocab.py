@@ -8,12 +8,18 @@ vocabularies built over the same text:
 * subset:  no words at all, only specials, letters and bytes
 * no_bos:  `other` whose tokenizer adds no BOS
 * new_eos: `other` whose end-of-sequence token is another token with other text
+* ascii:   `other` without byte tokens above 0x7F: the target's bytes of other UTF-8 characters
+           (which the tiny target emits often) reach it as nothing
 and a draft that shares almost nothing with the target, which is refused.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -41,6 +47,8 @@ def cross(tiny, tmp_path_factory):
     ns.subset = str(write_model(d / "subset.gguf", sub, reindexed(close, toks, sub, seed=7)))
     ns.no_bos = str(write_model(d / "no_bos.gguf", ov, reindexed(close, toks, ov, seed=7), add_bos=False))
     ns.new_eos = str(write_model(d / "new_eos.gguf", eos, reindexed(close, toks, eos, seed=7)))
+    ascii_ = [t for t in ov if not (t.startswith("<0x") and len(t) == 6 and int(t[3:5], 16) >= 0x80)]
+    ns.ascii = str(write_model(d / "ascii.gguf", ascii_, reindexed(close, toks, ascii_, seed=7)))
     # the target's weights with much noise in the other vocabulary, with 20 more words of its own
     # that it favours: the rejection rule corrects many of its drafts, and the tokens the target
     # lacks hold much of its probability (which q' must leave out and renormalize)
@@ -76,7 +84,7 @@ def test_vocabularies_pair_by_text(tiny, cross):
         assert dec._native().cross_vocab is None
 
 
-@pytest.mark.parametrize("pair", ["other", "subset", "no_bos", "new_eos"])
+@pytest.mark.parametrize("pair", ["other", "subset", "no_bos", "new_eos", "ascii"])
 def test_greedy_output_is_the_targets(cross, pair):
     """Greedy speculative output equals plain greedy output, token for token, at every draft
     length, with drafts that the rejection rule both keeps and corrects."""
@@ -229,3 +237,39 @@ def test_trimming_needs_a_bpe_vocabulary(tiny, tmp_path):
 
     with pytest.raises(ValueError, match="needs a BPE vocabulary with merges"):
         trim_vocab(tiny.target, str(tmp_path / "x.gguf"), 100)
+
+
+def test_server_and_cli_with_a_draft_of_another_vocabulary(cross, tmp_path):
+    """`specllama serve` and `specllama generate` with the `other` draft: greedy replies equal
+    `specllama generate --no-draft`, the drafts went through the pairing, and the stats line says so."""
+    from test_server import CHAT, ROOT, running
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+
+    def generate(*args):
+        out = subprocess.run([sys.executable, "-m", "specllama", "generate", *args, "-m", cross.target, "-n", "24",
+                              "--temp", "0", "-c", "512"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out
+
+    plain = json.loads(generate("--chat", "the cat is on", "--no-draft", "--json").stdout)["text"]
+    spec = generate("--chat", "the cat is on", "-d", cross.other, "--n-draft", "3", "--fixed-draft",
+                    "--drafter", "model")
+    assert spec.stdout.rstrip("\n") == plain
+    assert "the draft's vocabulary differs: it drafts the tokens both share" in spec.stderr
+    with running(["-m", cross.target, "-d", cross.other, "-c", "512", "-np", "2"]) as server:
+        drafted = accepted = 0
+        for n_draft in (None, 3):
+            body = {"messages": [{"role": "user", "content": "the cat is on"}], "temperature": 0, "max_tokens": 24}
+            if n_draft:
+                body.update(n_draft=n_draft, drafter="model")
+            r = server.post(CHAT, body).json()
+            assert r["choices"][0]["message"]["content"] == plain
+            drafted += r["timings"]["draft_n"]
+            accepted += r["timings"]["draft_n_accepted"]
+        for prompt in PROMPTS:
+            r = server.post("/v1/completions", {"prompt": prompt, "temperature": 0, "max_tokens": 40}).json()
+            drafted += r["timings"]["draft_n"]
+            accepted += r["timings"]["draft_n_accepted"]
+        assert 0 < accepted < drafted

@@ -170,6 +170,9 @@ void register_stats(py::module_ & m) {
                       "share of the draft's tokens that the target has (1.0 with one vocabulary)")
         .def_readonly("t_prefill_ms", &gs::t_prefill_ms, "prompt processing")
         .def_readonly("t_draft_ms", &gs::t_draft_ms, "draft decodes and draft sampling")
+        .def_readonly("t_vocab_ms", &gs::t_vocab_ms,
+                      "of t_draft_ms, pairing a draft of another vocabulary with the target: masking the tokens "
+                      "they do not share and converting tokens")
         .def_readonly("t_verify_ms", &gs::t_verify_ms, "target decodes")
         .def_readonly("t_accept_ms", &gs::t_accept_ms, "target sampling and the acceptance rule")
         .def_readonly("t_total_ms", &gs::t_total_ms, "the whole call")
