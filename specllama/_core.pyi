@@ -415,6 +415,11 @@ class Stats:
         target decodes
         """
     @property
+    def t_vocab_ms(self) -> float:
+        """
+        of t_draft_ms, pairing a draft of another vocabulary with the target: masking the tokens they do not share and converting tokens
+        """
+    @property
     def tokens_per_second(self) -> float:
         """
         n_generated over the time after prefill

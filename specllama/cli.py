@@ -518,17 +518,22 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
 @click.option("-n", "--n-predict", type=click.IntRange(1), default=64, show_default=True,
               help="Tokens per prompt when measuring (--sweep).")
 @click.option("--json", "as_json", is_flag=True, help="Print the sweep report as JSON.")
+@click.option("--candidate", "candidates", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="With --sweep: a draft GGUF already on disk, of any vocabulary, measured beside the types "
+                   "(repeatable; --types '' measures only these).")
 @click.option("--vocab-top", type=click.IntRange(1), default=None, metavar="N",
               help="Keep only the first N tokens of TARGET's BPE vocabulary (the most frequent merges) in the "
                    "draft: a smaller output layer; it drafts the tokens it shares with the target.")
 @_library_errors
-def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_json, vocab_top):
+def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_json, candidates, vocab_top):
     """Make a quantized draft of TARGET with llama.cpp's quantizer (or find the best with --sweep)."""
     from .draft_sweep import format_sweep, make_draft, sweep_drafts
 
     qtype = qtype.lower()
     if vocab_top is not None and sweep:
         raise click.UsageError("--vocab-top makes one draft; it does not combine with --sweep")
+    if candidates and not sweep:
+        raise click.UsageError("--candidate drafts are measured by --sweep")
     if not sweep:
         out = output or _default_draft_name(target, qtype, vocab_top)
         _err(f"specllama: quantizing {target} to {qtype} -> {out}")
@@ -552,11 +557,12 @@ def draft_cmd(target, qtype, output, sweep, sweep_types, threads, n_predict, as_
     out_dir = Path(output) if output else Path(target).parent
     types = [t.strip().lower() for t in sweep_types.split(",") if t.strip()]
     unknown = [t for t in types if t not in _QUANT_TYPES]
-    if unknown or not types:
+    if unknown or not (types or candidates):
         raise click.BadParameter(f"unknown quantization type(s) {', '.join(unknown)}; choose from "
                                  f"{', '.join(_QUANT_TYPES)}", param_hint="--types")
-    with click.progressbar(length=len(types) + 1, label="measuring drafts", file=sys.stderr) as bar:
-        report = sweep_drafts(target, types, out_dir, n_predict=n_predict, n_threads=threads, progress=bar.update)
+    with click.progressbar(length=len(types) + len(candidates) + 1, label="measuring drafts", file=sys.stderr) as bar:
+        report = sweep_drafts(target, types, out_dir, n_predict=n_predict, n_threads=threads, progress=bar.update,
+                              candidates=list(candidates))
     if as_json:
         click.echo(json.dumps(report))
         return

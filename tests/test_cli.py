@@ -241,7 +241,26 @@ def test_draft_sweep(runner, tiny, tmp_path):
     rep = json.loads(r.stdout)
     assert [d["type"] for d in rep["drafts"]] == ["q8_0", "q4_0"]
     assert rep["recommended"]["type"] in ("q8_0", "q4_0")
-    assert all(0 <= d["acceptance_rate"] <= 1 and d["cost_ratio"] > 0 for d in rep["drafts"])
+    assert all(0 <= d["acceptance_rate"] <= 1 and d["cost_ratio"] > 0 and d["measured_speedup"] > 0
+               for d in rep["drafts"])
+
+
+def test_draft_sweep_measures_candidates_of_any_vocabulary(runner, tiny, tmp_path):
+    """--candidate drafts already on disk, one of the target's vocabulary and one of another, are
+    measured beside a quantized type and ranked; the table names each one's vocabulary."""
+    args = ["draft", tiny.target, "--sweep", "--types", "q8_0", "--candidate", tiny.draft_q, "--candidate",
+            tiny.bigger_vocab, "-n", "8", "-o", str(tmp_path)]
+    r = runner.invoke(main, args + ["--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert [(d["name"], d["vocab"]) for d in rep["drafts"]] == [
+        ("q8_0", "same"), ("draft_q4_1.gguf", "same"), ("bigger_vocab.gguf", "intersection")]
+    assert rep["drafts"][2]["vocab_target_share"] > 0.9 and rep["drafts"][2]["path"] == tiny.bigger_vocab
+    assert rep["fastest_measured"]["name"] in [d["name"] for d in rep["drafts"]]
+    r = runner.invoke(main, ["draft", tiny.target, "--sweep", "--types", "", "--candidate", tiny.bigger_vocab,
+                             "-n", "8"])
+    assert r.exit_code == 0, r.output
+    assert "bigger_vocab.gguf" in r.stdout and "other (" in r.stdout and "fastest measured" in r.stdout
 
 
 @pytest.mark.parametrize("args, message", [
