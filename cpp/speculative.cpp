@@ -210,6 +210,25 @@ std::vector<llama_token> decoder::cached_tokens() const {
     return tgt_cache_->tokens();
 }
 
+std::vector<llama_token> decoder::draft_cached_tokens() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return dft_cache_ ? dft_cache_->tokens() : std::vector<llama_token>();
+}
+
+std::vector<llama_token> decoder::draft_view_of(const std::vector<llama_token> & target_tokens) const {
+    if (!vocab_map_) {
+        return target_tokens;
+    }
+    for (const llama_token t : target_tokens) {
+        if (t < 0 || t >= target_->n_vocab) {
+            throw std::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary of " +
+                                        std::to_string(target_->n_vocab));
+        }
+    }
+    draft_view view(*vocab_map_);
+    return view.update(target_tokens);
+}
+
 void decoder::reset() {
     std::lock_guard<std::mutex> lock(mutex_);
     tgt_cache_->rollback(0);

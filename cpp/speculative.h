@@ -233,6 +233,11 @@ class decoder {
 
     // tokens held in the target's cache (what a following prompt can reuse)
     std::vector<llama_token> cached_tokens() const;
+    // tokens held in the draft's cache (empty without a draft model)
+    std::vector<llama_token> draft_cached_tokens() const;
+    // target tokens as the draft reads them: themselves with one vocabulary, else their draft_view
+    // (vocab_map.h), converted afresh
+    std::vector<llama_token> draft_view_of(const std::vector<llama_token> & target_tokens) const;
     // forget both caches
     void reset();
 

@@ -667,6 +667,14 @@ class Decoder:
         """
         The adaptive draft length's estimates: ms per draft token, ms per catch-up, ms per verification batch, the long-run tokens per ms, and the chance of acceptance by draft confidence.
         """
+    def draft_cached_tokens(self) -> list[int]:
+        """
+        tokens in the draft's cache (its own vocabulary's)
+        """
+    def draft_view_of(self, target_tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> list[int]:
+        """
+        target tokens as the draft reads them: the same tokens with one vocabulary, else each as its partner in the draft's vocabulary or spelled with draft tokens
+        """
     def drafter_name(self, options: GenerateOptions) -> str:
         """
         who drafts in a generation with these options: 'model', 'lookup', 'model+lookup' or 'none'

@@ -273,3 +273,43 @@ def test_server_and_cli_with_a_draft_of_another_vocabulary(cross, tmp_path):
             drafted += r["timings"]["draft_n"]
             accepted += r["timings"]["draft_n_accepted"]
         assert 0 < accepted < drafted
+
+
+def test_the_drafts_cache_follows_the_text_across_rejections(cross):
+    """After every generation, whatever drafts were rejected and wherever the two tokenizers cut
+    the text differently, the draft's cache holds a prefix of the draft's reading of the target's
+    tokens (the last token or two are fed at the next step), never a rejected draft."""
+    with specllama.SpeculativeDecoder(cross.target, cross.ascii, n_ctx=512) as dec:
+        native = dec._native()
+        rejected = spelled = 0
+        for seed, prompt in enumerate(PROMPTS * 2):
+            kw = dict(temperature=0) if seed < len(PROMPTS) else dict(temperature=1.0, seed=seed)
+            r = dec.generate(prompt, max_tokens=50, n_draft=4, drafter="model", adaptive=False, ignore_eos=True, **kw)
+            rejected += r.stats.n_drafted - r.stats.n_accepted
+            target = native.cached_tokens()
+            view = native.draft_view_of(target)
+            cached = native.draft_cached_tokens()
+            assert 0 <= len(view) - len(cached) <= 8 and cached == view[: len(cached)]
+            spelled += len(view) != len(target) + (0 if target[0] == 1 else 1)  # a token spelled by several, or none
+        assert rejected > 20 and spelled > 0
+    with specllama.SpeculativeDecoder(cross.target, cross.other) as dec:
+        toks = dec.target_model.tokenize("the cat")
+        assert dec._native().draft_view_of(toks) == [1] + [cross.other_tokens.index(cross.tokens[t]) for t in toks[1:]]
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            dec._native().draft_view_of([10**6])
+
+
+def test_a_chat_with_a_draft_of_another_vocabulary(cross):
+    """Three turns of a chat session: each reply equals plain decoding's, and each turn reuses the
+    caches' common prefix (the draft's too, through its reading of the target's tokens)."""
+    from specllama.chat import ChatSession
+
+    turns = ["the cat is on", "and she was", "what of it"]
+    with specllama.SpeculativeDecoder(cross.target, cross.other, n_ctx=1024) as dec:
+        spec = ChatSession(dec)
+        replies = ["".join(c.text for c in spec.send(t, max_tokens=30, temperature=0, n_draft=3)) for t in turns]
+        last = list(spec.send("the end", max_tokens=10, temperature=0))[-1]
+        assert last.stats.n_prompt_cached > 0 and last.stats.vocab == "intersection"
+    with specllama.SpeculativeDecoder(cross.target, n_ctx=1024) as plain_dec:
+        plain = ChatSession(plain_dec)
+        assert replies == ["".join(c.text for c in plain.send(t, max_tokens=30, temperature=0)) for t in turns]

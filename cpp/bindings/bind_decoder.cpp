@@ -378,6 +378,13 @@ void register_decoder(py::module_ & m) {
             py::gil_scoped_release nogil;
             return d.cached_tokens();
         })
+        .def("draft_cached_tokens", [](const decoder & d) {
+            py::gil_scoped_release nogil;
+            return d.draft_cached_tokens();
+        }, "tokens in the draft's cache (its own vocabulary's)")
+        .def("draft_view_of", &decoder::draft_view_of, py::arg("target_tokens"),
+             "target tokens as the draft reads them: the same tokens with one vocabulary, else each as its "
+             "partner in the draft's vocabulary or spelled with draft tokens")
         .def("cost_model",
              [](const decoder & d) {
                  draft_length_model m = d.cost_model();
