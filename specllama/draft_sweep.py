@@ -156,7 +156,8 @@ def sweep_drafts(target: str, types: List[str], out_dir: Path, n_predict: int = 
 
 
 def format_sweep(report: dict, target_name: str) -> str:
-    """The sweep report as the table `specllama draft --sweep` prints."""
+    """The sweep report as the table `specllama draft --sweep` prints: the drafts ranked by
+    predicted speedup, with the measured one beside it."""
     out = []
     out.append(f"target {target_name}: {report['target_size_mb']:.1f} MB, "
                f"{report['target_ms_per_token']:.1f} ms per token")
@@ -165,7 +166,7 @@ def format_sweep(report: dict, target_name: str) -> str:
     width = max([7] + [len(e["name"]) for e in report["drafts"]])
     out.append(f"{'draft':<{width}} size MB  cost ratio  acceptance  best n_draft  predicted speedup  "
                f"(Leviathan, verify = 1 decode)  measured  vocabulary")
-    for e in report["drafts"]:
+    for e in sorted(report["drafts"], key=lambda e: -e["predicted_speedup"]):  # best first
         vocab = "target's" if e["vocab"] == "same" else f"other ({e['vocab_target_share']:.0%} of the target's shared)"
         out.append(f"{e['name']:<{width}} {e['size_mb']:>7.1f}  {e['cost_ratio']:>10.2f}  {e['acceptance_rate']:>10.1%}  "
                    f"{e['best_n_draft']:>12}  {e['predicted_speedup']:>16.2f}x  {e['predicted_speedup_leviathan']:>29.2f}x  "
