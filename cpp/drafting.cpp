@@ -96,6 +96,9 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     out.n_copied    = catch_up(seq, between_chunks, target);
     out.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
+    if (n_draft > 1) {
+        cache_.checkpoint();  // a recurrent draft comes back here if its drafts are not all kept
+    }
     const int32_t     n_vocab = cache_.n_vocab();
     const llama_vocab * vocab = cache_.mdl().vocab;
     if ((int32_t) out.dists.size() < n_draft) {

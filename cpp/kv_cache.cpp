@@ -2,6 +2,8 @@
 // one message per llama_decode return code, and tail removal for rollback.
 #include "kv_cache.h"
 
+#include <chrono>
+
 #include "cpu.h"
 
 #include <algorithm>
@@ -39,10 +41,7 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     if (params.n_threads < 0) {
         throw std::invalid_argument("n_threads must be >= 0 (0 = all), got " + std::to_string(params.n_threads));
     }
-    if (llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get())) {
-        throw std::invalid_argument("recurrent and hybrid models cannot drop a rejected draft from their state; "
-                                    "specllama supports attention-only models: " + mdl_->path);
-    }
+    recurrent_ = llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get());
     llama_context_params cparams = llama_context_default_params();
     cparams.n_ctx           = (uint32_t) params.n_ctx;
     cparams.n_batch         = (uint32_t) params.n_batch;
@@ -69,6 +68,10 @@ kv_cache::kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int
     if (seq < 0 || seq >= shared_->n_seq) {
         throw std::invalid_argument("slot " + std::to_string(seq) + " outside the context's " +
                                     std::to_string(shared_->n_seq) + " slots");
+    }
+    if (llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get())) {
+        throw std::invalid_argument("slots (SpeculativeDecoder.slots, the server's --parallel above 1) do not run "
+                                    "recurrent or hybrid models yet; use one decoder (--parallel 1): " + mdl_->path);
     }
     n_ctx_   = n_ctx;
     n_batch_ = shared_->n_batch;
@@ -242,6 +245,35 @@ void kv_cache::rollback(int32_t n_keep) {
     if (n_keep >= n_past()) {
         return;
     }
+    if (recurrent_) {
+        const auto t0 = std::chrono::steady_clock::now();
+        llama_memory_t mem = llama_get_memory(ctx_.get());
+        const int32_t  from = ckpt_pos_ >= 0 && ckpt_pos_ <= n_keep ? ckpt_pos_ : 0;
+        if (from > 0) {
+            // the recurrent part comes back whole; then (its last position now before from) a
+            // hybrid's attention part drops its tail, which llama.cpp refuses while the recurrent
+            // state is still past from
+            const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+            if (llama_state_seq_set_data_ext(ctx_.get(), ckpt_.data(), ckpt_.size(), 0, flags) != ckpt_.size() ||
+                !llama_memory_seq_rm(mem, 0, from, -1)) {
+                llama_memory_seq_rm(mem, 0, -1, -1);
+                tokens_.clear();
+                ckpt_pos_ = -1;
+                throw std::runtime_error("failed to restore a checkpoint of " + mdl_->path + "; its cache was cleared");
+            }
+        } else {
+            llama_memory_seq_rm(mem, 0, -1, -1);
+            ckpt_pos_ = -1;
+        }
+        const std::vector<llama_token> redo(tokens_.begin() + from, tokens_.begin() + n_keep);
+        tokens_.resize(from);
+        n_outputs_ = 0;
+        decode(redo.data(), (int32_t) redo.size(), false);
+        n_outputs_ = 0;
+        n_redecoded_ += (int64_t) redo.size();
+        rollback_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        return;
+    }
     if (shared_) {  // applied by the batcher before this slot's next call (no other slot reads it)
         trim_from_ = trim_from_ < 0 ? n_keep : std::min<llama_pos>(trim_from_, n_keep);
         tokens_.resize(n_keep);
@@ -253,6 +285,22 @@ void kv_cache::rollback(int32_t n_keep) {
     }
     tokens_.resize(n_keep);
     n_outputs_ = 0;
+}
+
+void kv_cache::checkpoint() {
+    if (!recurrent_) {
+        return;
+    }
+    const auto   t0    = std::chrono::steady_clock::now();
+    const auto   flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+    const size_t n     = llama_state_seq_get_size_ext(ctx_.get(), 0, flags);
+    ckpt_.resize(n);
+    if (llama_state_seq_get_data_ext(ctx_.get(), ckpt_.data(), n, 0, flags) != n) {
+        ckpt_pos_ = -1;
+        throw std::runtime_error("failed to save a checkpoint of " + mdl_->path);
+    }
+    ckpt_pos_ = n_past();
+    rollback_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 int32_t kv_cache::keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max) {
@@ -295,6 +343,7 @@ bool kv_cache::copy_from(const kv_cache & src) {
         copy();
     }
     n_outputs_ = 0;
+    ckpt_pos_  = -1;
     tokens_    = ok ? src.tokens_ : std::vector<llama_token>{};
     return ok;
 }

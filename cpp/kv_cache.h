@@ -68,9 +68,19 @@ class kv_cache {
     // logits of output i of the last decode (i counts the positions that asked for logits)
     const float * logits(int32_t i) const;
 
-    // keep the first n_keep tokens and drop the rest; throws if the model cannot drop a partial tail.
-    // (A slot's cache drops them on the batcher's thread, before its next decode or copy.)
+    // keep the first n_keep tokens and drop the rest. (A slot's cache drops them on the batcher's
+    // thread, before its next decode or copy.) A recurrent or hybrid model's state cannot drop a
+    // tail: it goes back to the last checkpoint at or before n_keep and decodes the tokens from
+    // there to n_keep again; with no such checkpoint, it decodes all n_keep again.
     void rollback(int32_t n_keep);
+    // whether this cache's memory is recurrent or hybrid (rollback by checkpoint), decided at load
+    bool recurrent() const { return recurrent_; }
+    // a recurrent or hybrid model: save the state's recurrent part now (llama.cpp's partial
+    // sequence state), for rollback to any length from here on; a no-op for a KV cache
+    void checkpoint();
+    // time spent taking checkpoints, restoring them and decoding tokens again after a restore
+    double rollback_ms() const { return rollback_ms_; }
+    int64_t n_redecoded() const { return n_redecoded_; }  // tokens decoded again
 
     // roll back to the longest common prefix with seq, keeping at most n_max tokens; returns its length
     int32_t keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max);
@@ -101,6 +111,11 @@ class kv_cache {
     int32_t                  n_outputs_ = 0;  // outputs of the last decode
     int32_t                  out_base_  = 0;  // batch index of the first of them in the last chunk
     std::vector<uint8_t>     state_buf_;      // copy_from's staging buffer, reused
+    bool                     recurrent_ = false;
+    std::vector<uint8_t>     ckpt_;           // the recurrent state at ckpt_pos_
+    int32_t                  ckpt_pos_  = -1;  // -1: no checkpoint
+    double                   rollback_ms_ = 0;
+    int64_t                  n_redecoded_ = 0;
     std::shared_ptr<shared_context> shared_;  // a slot's cache: the shared context, and
     llama_seq_id             seq_       = 0;   // its sequence there
     mutable llama_pos        trim_from_ = -1;  // rollback still to apply on the batcher's thread (-1: none)

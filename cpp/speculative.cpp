@@ -297,6 +297,9 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (params.mode == decode_mode::dsi && !has_draft) {
         throw std::invalid_argument("mode 'dsi' needs a draft model");
     }
+    if (params.mode == decode_mode::dsi && (tgt_cache_->recurrent() || (dft_cache_ && dft_cache_->recurrent()))) {
+        throw std::invalid_argument("mode 'dsi' does not run recurrent or hybrid models yet (mode 'si' does)");
+    }
     if (params.mode == decode_mode::dsi && vocab_map_) {
         throw std::invalid_argument("mode 'dsi' needs a draft with the target's vocabulary; this draft's differs "
                                     "(mode 'si' drafts across vocabularies)");
@@ -365,6 +368,10 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         st.vocab        = vocab_map_ ? "intersection" : "same";
         st.vocab_shared = vocab_map_ ? vocab_map_->draft_share() : 1.0;
     }
+    const bool recurrent = tgt_cache_->recurrent() || (plan.use_model && dft_cache_->recurrent());
+    st.rollback          = recurrent ? "checkpoint" : "kv";
+    const auto rollback_ms = [&] { return tgt_cache_->rollback_ms() + (dft_cache_ ? dft_cache_->rollback_ms() : 0.0); };
+    const double rollback_ms0 = rollback_ms();
     const auto t_start = clock_type::now();
 
     std::vector<llama_token> seq = prompt;
@@ -406,6 +413,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     }
     res.finish_reason = finish;
     res.text          = stream.text();
+    st.t_rollback_ms  = rollback_ms() - rollback_ms0;
     st.t_total_ms     = ms_since(t_start);
     return res;
 }
@@ -500,6 +508,9 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     auto          t     = clock_type::now();
     batch_.assign(1, seq.back());
     batch_.insert(batch_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+    if (n > 0) {
+        tgt_cache_->checkpoint();  // a recurrent target comes back here if not every draft is kept
+    }
     tgt_cache_->decode(batch_.data(), (int32_t) batch_.size(), true);
     verify_ms = ms_since(t);
     st.t_verify_ms += verify_ms;

@@ -127,6 +127,11 @@ struct generate_stats {
     // (another vocabulary, by token-level intersection: vocab_map.h); "none" without a draft model
     std::string          vocab = "none";
     double               vocab_shared = 0;      // intersection: share of the draft's tokens the target has
+    // how rejected drafts leave the models' memory: "kv" (the KV cache drops its tail) or
+    // "checkpoint" (a recurrent or hybrid model goes back to a saved state and decodes the kept
+    // tokens again); t_rollback_ms is the time checkpoints, restores and those decodes took
+    std::string          rollback = "kv";
+    double               t_rollback_ms = 0;
     double               t_prefill_ms = 0;      // prompt processing, both models (or the target and the copy)
     double               t_draft_ms   = 0;      // draft decodes and draft sampling
     double               t_vocab_ms   = 0;      // of which pairing two vocabularies: masking, converting tokens

@@ -68,13 +68,17 @@ class Context:
     """
     def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 2048, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         ...
+    def checkpoint(self) -> None:
+        """
+        A recurrent or hybrid model: save its state now, for rollback to any length from here on (a no-op for a KV cache).
+        """
     def decode(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], all_logits: bool = True) -> numpy.typing.NDArray[numpy.float32]:
         """
         Append tokens to the cache; return logits as float32 [n, n_vocab] (all_logits) or [1, n_vocab].
         """
     def rollback(self, n_keep: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
-        Keep the first n_keep cached tokens and drop the rest.
+        Keep the first n_keep cached tokens and drop the rest (a recurrent or hybrid model: back to the last checkpoint at or before n_keep, then the tokens from there decoded again)
         """
     def set_n_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -87,6 +91,11 @@ class Context:
     @property
     def n_past(self) -> int:
         ...
+    @property
+    def recurrent(self) -> bool:
+        """
+        whether the model's memory is recurrent or hybrid (rollback by checkpoint)
+        """
     @property
     def tokens(self) -> list[int]:
         ...
@@ -385,6 +394,11 @@ class Stats:
         target verification passes
         """
     @property
+    def rollback(self) -> str:
+        """
+        how rejected drafts leave the models' memory: 'kv' (the KV cache drops its tail) or 'checkpoint' (a recurrent or hybrid model restores a saved state and decodes the kept tokens again)
+        """
+    @property
     def t_accept_ms(self) -> float:
         """
         target sampling and the acceptance rule
@@ -403,6 +417,11 @@ class Stats:
     def t_prefill_ms(self) -> float:
         """
         prompt processing
+        """
+    @property
+    def t_rollback_ms(self) -> float:
+        """
+        time of checkpoints, restores and the decodes after them (both models)
         """
     @property
     def t_total_ms(self) -> float:

@@ -228,6 +228,8 @@ def _stats_line(stats) -> str:
         line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted})"
                  + lookup_note(stats)
                  + f", {stats.mean_accepted_length:.2f} tokens per target pass")
+    if stats.rollback == "checkpoint":
+        line += f"; recurrent memory: rejected drafts undone from checkpoints ({stats.t_rollback_ms:.0f} ms)"
     if stats.vocab == "intersection":
         line += (f"; the draft's vocabulary differs: it drafts the tokens both share "
                  f"({stats.vocab_shared:.0%} of its own)")

@@ -83,6 +83,30 @@ def perturbed(weights: Dict[str, np.ndarray], seed: int, noise: float) -> Dict[s
     return out
 
 
+def _add_tokenizer(writer: "gguf.GGUFWriter", tokens: List[str], add_bos: bool, eos: int) -> None:
+    """The tiny models' SPM tokenizer: specials, byte tokens, pieces scored to prefer longer ones."""
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    scores = [0.0] * len(tokens)
+    types = [gguf.TokenType.NORMAL] * len(tokens)
+    for i, text in enumerate(tokens):
+        if text.startswith("<0x") and len(text) == 6:
+            types[i] = gguf.TokenType.BYTE
+        elif i == 0:
+            types[i] = gguf.TokenType.UNKNOWN
+        elif text.startswith("<") and text.endswith(">") and len(text) > 2:
+            types[i] = gguf.TokenType.CONTROL
+        else:
+            scores[i] = -float(len(tokens) - i) / len(tokens) + len(text)  # prefer longer pieces
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(eos)
+    writer.add_unk_token_id(0)
+    writer.add_eot_token_id(4)
+    writer.add_add_bos_token(add_bos)
+
+
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
                 n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
                 chat_template: Optional[str] = CHATML, add_bos: bool = True, eos: int = 2) -> Path:
@@ -105,26 +129,7 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    scores = [0.0] * len(tokens)
-    types = [gguf.TokenType.NORMAL] * len(tokens)
-    for i, text in enumerate(tokens):
-        if text.startswith("<0x") and len(text) == 6:
-            types[i] = gguf.TokenType.BYTE
-        elif i == 0:
-            types[i] = gguf.TokenType.UNKNOWN
-        elif text.startswith("<") and text.endswith(">") and len(text) > 2:
-            types[i] = gguf.TokenType.CONTROL
-        else:
-            scores[i] = -float(len(tokens) - i) / len(tokens) + len(text)  # prefer longer pieces
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(eos)
-    writer.add_unk_token_id(0)
-    writer.add_eot_token_id(4)
-    writer.add_add_bos_token(add_bos)
+    _add_tokenizer(writer, tokens, add_bos, eos)
     writer.add_add_eos_token(False)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
@@ -177,3 +182,60 @@ def other_vocab(tokens: List[str]) -> List[str]:
     others = [t for t in rest if t not in words]
     kept = [w for i, w in enumerate(reversed(words)) if i % 4 != 1]
     return specials + kept + ["\u2581cat", "\u2581dog", "\u2581sun"] + others
+
+
+def mamba_weights(n_vocab: int, seed: int, n_embd: int = 64, n_layer: int = 2, d_inner: int = 128,
+                  d_state: int = 16, d_conv: int = 4, dt_rank: int = 4) -> Dict[str, np.ndarray]:
+    """Random weights of a Mamba (selective state space) model: a purely recurrent memory."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape, std=0.08):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    t = {"token_embd.weight": w(n_vocab, n_embd, std=1.0), "output_norm.weight": np.ones(n_embd, np.float32),
+         "output.weight": w(n_vocab, n_embd, std=0.5)}
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = np.ones(n_embd, np.float32)
+        t[p + "ssm_in.weight"] = w(2 * d_inner, n_embd)
+        t[p + "ssm_conv1d.weight"] = w(d_inner, d_conv, std=0.3)
+        t[p + "ssm_conv1d.bias"] = w(d_inner, std=0.1)
+        t[p + "ssm_x.weight"] = w(dt_rank + 2 * d_state, d_inner)
+        t[p + "ssm_dt.weight"] = w(d_inner, dt_rank, std=0.3)
+        t[p + "ssm_dt.bias"] = w(d_inner, std=0.1)
+        t[p + "ssm_a"] = -np.exp(w(d_inner, d_state, std=0.5))
+        t[p + "ssm_d"] = np.ones(d_inner, np.float32)
+        t[p + "ssm_out.weight"] = w(n_embd, d_inner)
+    return t
+
+
+def write_mamba(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], d_state: int = 16, d_conv: int = 4,
+                dt_rank: int = 4) -> Path:
+    """A Mamba GGUF with the tiny models' SPM tokenizer (the keys llama.cpp's converter writes)."""
+    n_vocab, n_embd = weights["token_embd.weight"].shape
+    n_layer = sum(1 for k in weights if k.endswith("ssm_in.weight"))
+    d_inner = weights["blk.0.ssm_in.weight"].shape[0] // 2
+    assert len(tokens) == n_vocab
+    writer = gguf.GGUFWriter(str(path), "mamba")
+    writer.add_name("specllama-tiny-mamba")
+    writer.add_context_length(2048)
+    writer.add_embedding_length(n_embd)
+    writer.add_feed_forward_length(0)
+    writer.add_head_count(0)
+    writer.add_block_count(n_layer)
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(d_inner)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_ssm_dt_b_c_rms(False)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    _add_tokenizer(writer, tokens, add_bos=True, eos=2)
+    writer.add_chat_template(CHATML)
+    for name, a in weights.items():
+        writer.add_tensor(name, a)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

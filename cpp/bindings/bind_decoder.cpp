@@ -166,6 +166,12 @@ void register_stats(py::module_ & m) {
         .def_readonly("vocab", &gs::vocab,
                       "how the draft model's tokens reached the target: 'same' (one vocabulary), 'intersection' "
                       "(another vocabulary: the tokens both share, by text) or 'none' (the model did not draft)")
+        .def_readonly("rollback", &gs::rollback,
+                      "how rejected drafts leave the models' memory: 'kv' (the KV cache drops its tail) or "
+                      "'checkpoint' (a recurrent or hybrid model restores a saved state and decodes the kept "
+                      "tokens again)")
+        .def_readonly("t_rollback_ms", &gs::t_rollback_ms,
+                      "time of checkpoints, restores and the decodes after them (both models)")
         .def_readonly("vocab_shared", &gs::vocab_shared,
                       "share of the draft's tokens that the target has (1.0 with one vocabulary)")
         .def_readonly("t_prefill_ms", &gs::t_prefill_ms, "prompt processing")

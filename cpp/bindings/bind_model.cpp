@@ -184,7 +184,20 @@ void register_model(py::module_ & m) {
                 std::lock_guard<std::mutex> lock(c.mutex);
                 c.cache.rollback(n_keep);
             },
-            py::arg("n_keep"), "Keep the first n_keep cached tokens and drop the rest.")
+            py::arg("n_keep"),
+            "Keep the first n_keep cached tokens and drop the rest (a recurrent or hybrid model: back to the last "
+            "checkpoint at or before n_keep, then the tokens from there decoded again)")
+        .def_property_readonly("recurrent", [](const py_context & c) { return c.cache.recurrent(); },
+                               "whether the model's memory is recurrent or hybrid (rollback by checkpoint)")
+        .def(
+            "checkpoint",
+            [](py_context & c) {
+                py::gil_scoped_release      nogil;
+                std::lock_guard<std::mutex> lock(c.mutex);
+                c.cache.checkpoint();
+            },
+            "A recurrent or hybrid model: save its state now, for rollback to any length from here on (a no-op "
+            "for a KV cache).")
         .def("set_n_threads", [](py_context & c, int32_t n) {
             py::gil_scoped_release      nogil;
             std::lock_guard<std::mutex> lock(c.mutex);
