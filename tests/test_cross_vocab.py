@@ -277,8 +277,9 @@ def test_server_and_cli_with_a_draft_of_another_vocabulary(cross, tmp_path):
 
 def test_the_drafts_cache_follows_the_text_across_rejections(cross):
     """After every generation, whatever drafts were rejected and wherever the two tokenizers cut
-    the text differently, the draft's cache holds a prefix of the draft's reading of the target's
-    tokens (the last token or two are fed at the next step), never a rejected draft."""
+    the text differently, the draft's cache agrees with the draft's reading of the target's tokens
+    up to its last few positions: what it lacks is fed at its next catch-up, and the drafts of the
+    last drafting step that were rejected (at most n_draft - 1 were decoded) are dropped there."""
     with specllama.SpeculativeDecoder(cross.target, cross.ascii, n_ctx=512) as dec:
         native = dec._native()
         rejected = spelled = 0
@@ -289,7 +290,8 @@ def test_the_drafts_cache_follows_the_text_across_rejections(cross):
             target = native.cached_tokens()
             view = native.draft_view_of(target)
             cached = native.draft_cached_tokens()
-            assert 0 <= len(view) - len(cached) <= 8 and cached == view[: len(cached)]
+            common = next((i for i, (a, b) in enumerate(zip(cached, view)) if a != b), min(len(cached), len(view)))
+            assert len(cached) - common <= 3 and len(view) - common <= 8, (len(cached), len(view), common)
             spelled += len(view) != len(target) + (0 if target[0] == 1 else 1)  # a token spelled by several, or none
         assert rejected > 20 and spelled > 0
     with specllama.SpeculativeDecoder(cross.target, cross.other) as dec:
