@@ -536,7 +536,13 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
                   : accept_sampled(drafted_.tokens.data(), n, drafted_.dists, p_, target_->n_vocab, rng, scratch_);
     }
     // keep seq[:-1], last and the accepted drafts; the draft cache is trimmed on its next catch-up
+    const auto t_rollback = clock_type::now();
     tgt_cache_->rollback(n_seq + acc.n_accepted);
+    if (tgt_cache_->recurrent()) {
+        // a recurrent target's rollback (restore, decode the kept tokens again) is part of what a
+        // step of this length costs: the adaptive length prices it with the verification
+        verify_ms += ms_since(t_rollback);
+    }
     st.t_accept_ms += ms_since(t);
     return acc;
 }

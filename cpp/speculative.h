@@ -299,6 +299,7 @@ class decoder {
                        const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
                        const interrupt_check & check);
     // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
+    // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length)
     acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
                                         rng_t & rng, double & verify_ms, generate_stats & st);
     // emit: the accepted drafts and the target's token into res and seq, until a stop; fills ev

@@ -1,0 +1,129 @@
+"""Speculative decoding on a recurrent (Mamba) target: what rollback by checkpoint costs, and
+speculative against plain decoding, in one run.
+
+No recurrent model is available from a package registry here, so the pair is built: a Mamba
+target of Mamba-130M's shape (width 768, inner 1536, state 16, 24 layers; the tiny test
+vocabulary), random weights, whose last layers barely change the residual stream, and as its
+draft the target's first layers alone (so the two agree often, as a real pair does). Both Q4_1.
+
+Reported:
+  checkpoint_ms    saving the state's recurrent part (before each verification with drafts)
+  restore_ms[k]    going back to it and decoding k kept tokens again (k = 0: the restore alone)
+  plain, fixed n_draft and adaptive: tokens/s, acceptance, rollback time per step
+
+    python benchmarks/recurrent_bench.py [-n 128] [--rounds 3] [--out report.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from tiny_models import mamba_weights, vocab, write_mamba  # noqa: E402
+
+import specllama  # noqa: E402
+from specllama.provenance import provenance  # noqa: E402
+
+SHAPE = dict(n_embd=768, d_inner=1536, d_state=16, d_conv=4, dt_rank=48)
+PROMPTS = ["the cat is on the", "she was out with a", "what some of the", "they have one word for"]
+
+
+def build(d: Path, n_base: int, n_layer: int):
+    toks = vocab()
+    w = mamba_weights(len(toks), seed=21, n_layer=n_layer, **SHAPE)
+    for i in range(n_base, n_layer):  # the later layers barely change the residual stream
+        w[f"blk.{i}.ssm_out.weight"] *= 0.05
+    base = {k: v for k, v in w.items() if not k.startswith("blk.") or int(k.split(".")[1]) < n_base}
+    paths = {}
+    for name, weights in (("target", w), ("draft", base)):
+        f32 = write_mamba(d / f"{name}.f32.gguf", toks, weights, d_state=SHAPE["d_state"], d_conv=SHAPE["d_conv"],
+                          dt_rank=SHAPE["dt_rank"])
+        paths[name] = str(d / f"{name}.q4_1.gguf")
+        specllama.quantize(str(f32), paths[name], "q4_1")
+        f32.unlink()
+    return paths
+
+
+def rollback_costs(path: str, repeats: int = 20) -> dict:
+    m = specllama.Model(path)
+    ctx = specllama.Context(m, n_ctx=512)
+    prompt = m.tokenize(" ".join(PROMPTS))
+    ctx.decode(prompt, all_logits=False)
+    n = ctx.n_past
+    ck, restore = [], {k: [] for k in range(5)}
+    for _ in range(repeats):
+        for k in range(5):
+            t = time.perf_counter()
+            ctx.checkpoint()
+            ck.append((time.perf_counter() - t) * 1000)
+            ctx.decode([100, 101, 102, 103, 104, 105])
+            t = time.perf_counter()
+            ctx.rollback(n + k)
+            restore[k].append((time.perf_counter() - t) * 1000)
+            ctx.rollback(n)
+    return {"checkpoint_ms": statistics.median(ck), "restore_ms": {k: statistics.median(v) for k, v in restore.items()}}
+
+
+def run(dec, n, **kw):
+    gen = steps = 0
+    ms = roll = 0.0
+    drafted = accepted = 0
+    for p in PROMPTS:
+        dec.reset()
+        s = dec.generate(p, max_tokens=n, temperature=0, ignore_eos=True, **kw).stats
+        gen += s.n_generated
+        steps += s.n_steps
+        ms += s.t_total_ms - s.t_prefill_ms
+        roll += s.t_rollback_ms
+        drafted += s.n_drafted
+        accepted += s.n_accepted
+    return {"tps": gen * 1000 / ms, "steps": steps, "rollback_ms_per_step": roll / steps,
+            "acceptance": accepted / drafted if drafted else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--base-layers", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    d = Path(tempfile.mkdtemp(prefix="specllama-mamba-"))
+    paths = build(d, args.base_layers, args.layers)
+    costs = rollback_costs(paths["target"])
+    print(f"checkpoint {costs['checkpoint_ms']:.2f} ms; restore and decode again k tokens: "
+          + ", ".join(f"k={k} {v:.2f} ms" for k, v in costs["restore_ms"].items()))
+    configs = {"plain": dict(speculative=False), "n_draft 2": dict(n_draft=2, adaptive=False, drafter="model"),
+               "n_draft 4": dict(n_draft=4, adaptive=False, drafter="model"), "adaptive": dict(drafter="model")}
+    rounds = {c: [] for c in configs}
+    with specllama.SpeculativeDecoder(paths["target"], paths["draft"], n_ctx=1024) as dec:
+        for r in range(args.rounds):
+            names = list(configs)
+            for c in names[r % len(names):] + names[:r % len(names)]:
+                rounds[c].append(run(dec, args.n, **configs[c]))
+                print(f"round {r + 1} {c:10s} {rounds[c][-1]['tps']:7.1f} tok/s", file=sys.stderr, flush=True)
+    plain = statistics.median(x["tps"] for x in rounds["plain"])
+    report = {"provenance": provenance(paths), "shape": SHAPE, "layers": args.layers, "base_layers": args.base_layers,
+              "n": args.n, "rounds": args.rounds, **costs, "configs": {}}
+    print(f"{'config':10s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'rollback ms/step':>17s}")
+    for c, rs in rounds.items():
+        tps = statistics.median(x["tps"] for x in rs)
+        acc = rs[-1]["acceptance"]
+        rb = statistics.median(x["rollback_ms_per_step"] for x in rs)
+        report["configs"][c] = {"tps": tps, "vs_plain": tps / plain, "acceptance": acc, "rollback_ms_per_step": rb}
+        print(f"{c:10s} {tps:7.1f} {tps / plain:8.2f}x {acc if acc is None else round(acc, 3)!s:>11s} {rb:17.2f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
