@@ -1,12 +1,12 @@
 // kv_cache.cpp: decode with size checks (llama.cpp aborts the process on an oversized batch),
-// one message per llama_decode return code, and tail removal for rollback.
+// one message per llama_decode return code, and rollback: tail removal, or for a recurrent state a
+// checkpoint restored and the kept tokens decoded again.
 #include "kv_cache.h"
-
-#include <chrono>
 
 #include "cpu.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 namespace specllama {
@@ -270,7 +270,6 @@ void kv_cache::rollback(int32_t n_keep) {
         n_outputs_ = 0;
         decode(redo.data(), (int32_t) redo.size(), false);
         n_outputs_ = 0;
-        n_redecoded_ += (int64_t) redo.size();
         rollback_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         return;
     }

@@ -80,7 +80,6 @@ class kv_cache {
     void checkpoint();
     // time spent taking checkpoints, restoring them and decoding tokens again after a restore
     double rollback_ms() const { return rollback_ms_; }
-    int64_t n_redecoded() const { return n_redecoded_; }  // tokens decoded again
 
     // roll back to the longest common prefix with seq, keeping at most n_max tokens; returns its length
     int32_t keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max);
@@ -115,7 +114,6 @@ class kv_cache {
     std::vector<uint8_t>     ckpt_;           // the recurrent state at ckpt_pos_
     int32_t                  ckpt_pos_  = -1;  // -1: no checkpoint
     double                   rollback_ms_ = 0;
-    int64_t                  n_redecoded_ = 0;
     std::shared_ptr<shared_context> shared_;  // a slot's cache: the shared context, and
     llama_seq_id             seq_       = 0;   // its sequence there
     mutable llama_pos        trim_from_ = -1;  // rollback still to apply on the batcher's thread (-1: none)
