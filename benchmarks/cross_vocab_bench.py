@@ -26,7 +26,7 @@ import gguf
 import specllama
 from specllama.models import default_pair
 from specllama.provenance import provenance
-from specllama.vocab_trim import trim_vocab
+from specllama.vocab_trim import rewrite_gguf, trim_vocab
 
 PROMPTS = ["Write a short story about a robot who learns to paint.", "Explain how a bicycle works.",
            "List five facts about the moon.", "What is the capital of France and why is it famous?"]
@@ -34,27 +34,10 @@ PROMPTS = ["Write a short story about a robot who learns to paint.", "Explain ho
 
 def renamed_copy(src: str, dst: str) -> None:
     """src with the text of its last token changed (no tensor changes)."""
-    reader = gguf.GGUFReader(src)
-    arch = str(reader.fields["general.architecture"].contents())
-    writer = gguf.GGUFWriter(dst, arch, endianess=reader.endianess)
-    for field in reader.fields.values():
-        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        if field.name == "tokenizer.ggml.tokens":
-            value = list(value)
-            value[-1] = value[-1] + "\u2603"
-        writer.add_key_value(field.name, value, vtype, sub_type=sub)
-    for t in reader.tensors:
-        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
-    writer.close()
+    def change(name, value):
+        return list(value[:-1]) + [value[-1] + "\u2603"] if name == "tokenizer.ggml.tokens" else value
+
+    rewrite_gguf(gguf.GGUFReader(src), dst, change)
 
 
 def run(dec, prompts, n, speculative):

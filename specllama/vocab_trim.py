@@ -13,6 +13,7 @@ the output layer, where the model has its own) cut to match. Quantized rows are 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Callable, Optional, Tuple
 
 import gguf
 import numpy as np
@@ -23,6 +24,33 @@ _MERGES = "tokenizer.ggml.merges"
 _SCORES = "tokenizer.ggml.scores"
 _PER_TOKEN = {_TOKENS, _TYPES, _SCORES}
 _ROWS_PER_TOKEN = {"token_embd.weight", "output.weight"}
+
+
+def rewrite_gguf(reader: "gguf.GGUFReader", dst: str, change: Callable[[str, Any], Any],
+                 n_rows: Optional[int] = None) -> Tuple[int, int]:
+    """Write dst as the GGUF reader holds, each metadata value passed through change(name, value),
+    and the token embedding and output tensors cut to their first n_rows rows (None: whole).
+    Returns the tensor bytes read and written."""
+    arch = str(reader.fields["general.architecture"].contents())
+    writer = gguf.GGUFWriter(dst, arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, change(field.name, field.contents()), vtype, sub_type=sub)
+    cut = n_rows is not None
+    datas = [np.ascontiguousarray(t.data[:n_rows]) if cut and t.name in _ROWS_PER_TOKEN else t.data
+             for t in reader.tensors]
+    for t, data in zip(reader.tensors, datas):
+        writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for data in datas:
+        writer.write_tensor_data(data, tensor_endianess=reader.endianess)
+    writer.close()
+    return sum(t.n_bytes for t in reader.tensors), sum(d.nbytes for d in datas)
 
 
 def trim_vocab(src: str, dst: str, n_keep: int) -> dict:
@@ -38,10 +66,14 @@ def trim_vocab(src: str, dst: str, n_keep: int) -> dict:
     if not 0 < n_keep < len(tokens):
         raise ValueError(f"--vocab-top must be in [1, {len(tokens) - 1}] for a vocabulary of {len(tokens)}, "
                          f"got {n_keep}")
-    # every special token and every token no merge makes (the base bytes) must stay
+    # every special token, every token the tokenizer names by id, and every token no merge makes
+    # (the base bytes) must stay
     merges = [str(m) for m in fields[_MERGES].contents()]
     made = {a + b for a, b in (m.split(" ", 1) for m in merges)}
     needed = max((i for i, (t, ty) in enumerate(zip(tokens, types)) if ty != 1 or t not in made), default=0)
+    named = [int(f.contents()) for name, f in fields.items()  # BOS, EOS, padding, ... by id
+             if name.startswith("tokenizer.ggml.") and name.endswith("_token_id")]
+    needed = max([needed] + [i for i in named if i < len(tokens)])
     if n_keep <= needed:
         raise ValueError(f"--vocab-top {n_keep} would drop token {needed} ({tokens[needed]!r}), a special or "
                          f"base token: keep at least {needed + 1}")
@@ -49,37 +81,11 @@ def trim_vocab(src: str, dst: str, n_keep: int) -> dict:
     new_merges = [m for m in merges if all(p in kept for p in m.split(" ", 1)) and m.replace(" ", "", 1) in kept]
 
     arch = str(fields["general.architecture"].contents())
-    writer = gguf.GGUFWriter(dst, arch, endianess=reader.endianess)
-    for field in fields.values():
-        name = field.name
-        if name == gguf.Keys.General.ARCHITECTURE or name.startswith("GGUF."):
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
-        if name in _PER_TOKEN:
-            value = value[:n_keep]
-        elif name == _MERGES:
-            value = new_merges
-        elif name == f"{arch}.vocab_size":
-            value = n_keep
-        elif name.startswith("tokenizer.ggml.") and name.endswith("_token_id") and int(value) >= n_keep:
-            continue  # (checked above: special tokens stay)
-        writer.add_key_value(name, value, vtype, sub_type=sub)
-    bytes_before = bytes_after = 0
-    for t in reader.tensors:
-        data = t.data
-        bytes_before += t.n_bytes
-        if t.name in _ROWS_PER_TOKEN:
-            data = np.ascontiguousarray(data[:n_keep])
-        bytes_after += data.nbytes
-        writer.add_tensor_info(t.name, data.shape, data.dtype, data.nbytes, t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_ti_data_to_file()
-    for t in reader.tensors:
-        data = t.data[:n_keep] if t.name in _ROWS_PER_TOKEN else t.data
-        writer.write_tensor_data(np.ascontiguousarray(data), tensor_endianess=reader.endianess)
-    writer.close()
+    per_field = {_MERGES: new_merges, f"{arch}.vocab_size": n_keep}
+
+    def change(name, value):
+        return value[:n_keep] if name in _PER_TOKEN else per_field.get(name, value)
+
+    bytes_before, bytes_after = rewrite_gguf(reader, dst, change, n_keep)
     return {"n_vocab": len(tokens), "n_keep": n_keep, "n_merges": len(merges), "n_merges_kept": len(new_merges),
             "bytes": bytes_before, "bytes_kept": bytes_after, "path": str(Path(dst))}

@@ -92,3 +92,15 @@ def interrupt_at_step(k: int):
         return False
 
     return on_step
+
+
+def assert_ctrl_c_leaves_usable(target: str, draft: str, n_ctx: int, prompts) -> None:
+    """Ctrl-C at the 2nd and the 5th step of a long greedy generation with fixed drafts raises
+    KeyboardInterrupt, and the next generation equals the one before the interruptions."""
+    kw = dict(n_draft=3, drafter="model", adaptive=False, temperature=0, ignore_eos=True)
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=n_ctx) as dec:
+        ref = dec.generate(prompts[0], max_tokens=60, **kw)
+        for step in (2, 5):
+            with pytest.raises(KeyboardInterrupt):
+                dec.generate(prompts[1], max_tokens=n_ctx - 100, on_step=interrupt_at_step(step), **kw)
+            assert dec.generate(prompts[0], max_tokens=60, **kw).tokens == ref.tokens

@@ -24,8 +24,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import interrupt_at_step
-from test_sampling_end_to_end import N, SETTINGS, _pvalue, two_token_distributions
+from conftest import assert_ctrl_c_leaves_usable
+from test_sampling_end_to_end import N, SETTINGS, _pvalue, first_two_tokens, two_token_distributions
 from tiny_models import other_vocab, perturbed, random_weights, reindexed, vocab, write_model
 
 import specllama
@@ -154,19 +154,12 @@ def test_sampling_follows_the_targets_distribution(cross):
     for d in np.flatnonzero(q1_draft):
         if d2t[d] >= 0:
             q1[d2t[d]] += q1_draft[d]
-    firsts, seconds, n_rejected = [], [], 0
-    with specllama.SpeculativeDecoder(cross.target, cross.far, n_ctx=128) as dec:
-        for seed in range(N):
-            r = dec.generate(prompt, max_tokens=3, n_draft=2, drafter="model", seed=seed, ignore_eos=True, **SETTINGS)
-            assert len(r.tokens) == 3
-            firsts.append(r.tokens[0])
-            seconds.append(r.tokens[1])
-            n_rejected += r.stats.n_drafted - r.stats.n_accepted
+    firsts, seconds, n_rejected = first_two_tokens(cross.target, cross.far, prompt, drafter="model")
     assert n_rejected > N // 4, "the pair must disagree often for this test to mean anything"
-    assert _pvalue(np.array(firsts), p1) > 1e-4
-    assert _pvalue(np.array(seconds), p2) > 1e-4
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
     with pytest.raises(AssertionError):
-        assert _pvalue(np.array(firsts), q1 / q1.sum()) > 1e-4
+        assert _pvalue(firsts, q1 / q1.sum()) > 1e-4
 
 
 def test_a_draft_sharing_too_little_is_refused(cross):
@@ -183,14 +176,7 @@ def test_dsi_needs_one_vocabulary(cross):
 
 
 def test_ctrl_c_leaves_the_decoder_usable(cross):
-    kw = dict(max_tokens=60, n_draft=3, drafter="model", adaptive=False, **GREEDY)
-    with specllama.SpeculativeDecoder(cross.target, cross.other, n_ctx=512) as dec:
-        ref = dec.generate(PROMPTS[0], **kw)
-        for step in (2, 5):
-            with pytest.raises(KeyboardInterrupt):
-                dec.generate(PROMPTS[1], max_tokens=4000, temperature=0, ignore_eos=True, n_draft=3,
-                             drafter="model", adaptive=False, on_step=interrupt_at_step(step))
-            assert dec.generate(PROMPTS[0], **kw).tokens == ref.tokens
+    assert_ctrl_c_leaves_usable(cross.target, cross.other, 512, PROMPTS)
 
 
 @pytest.fixture(scope="module")

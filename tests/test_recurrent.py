@@ -18,8 +18,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import interrupt_at_step
-from test_sampling_end_to_end import N, SETTINGS, _pvalue, two_token_distributions
+from conftest import assert_ctrl_c_leaves_usable
+from test_sampling_end_to_end import N, _pvalue, first_two_tokens, two_token_distributions
 from tiny_models import mamba_weights, perturbed, vocab, write_mamba
 
 import specllama
@@ -145,29 +145,16 @@ def test_sampling_follows_the_targets_distribution(mamba):
     """A recurrent target and a recurrent draft that disagrees often, at temperature 1: the first
     drafted token follows the target's marginal (chi-square)."""
     prompt, p1, p2, q1 = two_token_distributions(mamba.target, mamba.far, "the cat is on the")
-    firsts, seconds, n_rejected = [], [], 0
-    with specllama.SpeculativeDecoder(mamba.target, mamba.far, n_ctx=128) as dec:
-        for seed in range(N):
-            r = dec.generate(prompt, max_tokens=3, n_draft=2, drafter="model", seed=seed, ignore_eos=True, **SETTINGS)
-            firsts.append(r.tokens[0])
-            seconds.append(r.tokens[1])
-            n_rejected += r.stats.n_drafted - r.stats.n_accepted
+    firsts, seconds, n_rejected = first_two_tokens(mamba.target, mamba.far, prompt, drafter="model")
     assert n_rejected > N // 4
-    assert _pvalue(np.array(firsts), p1) > 1e-4
-    assert _pvalue(np.array(seconds), p2) > 1e-4
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
     with pytest.raises(AssertionError):
-        assert _pvalue(np.array(firsts), q1) > 1e-4
+        assert _pvalue(firsts, q1) > 1e-4
 
 
 def test_ctrl_c_leaves_the_decoder_usable(mamba):
-    kw = dict(max_tokens=60, n_draft=3, drafter="model", adaptive=False, **GREEDY)
-    with specllama.SpeculativeDecoder(mamba.target, mamba.draft, n_ctx=4096) as dec:
-        ref = dec.generate(PROMPTS[0], **kw)
-        for step in (2, 5):
-            with pytest.raises(KeyboardInterrupt):
-                dec.generate(PROMPTS[1], max_tokens=3000, temperature=0, ignore_eos=True, n_draft=3,
-                             drafter="model", adaptive=False, on_step=interrupt_at_step(step))
-            assert dec.generate(PROMPTS[0], **kw).tokens == ref.tokens
+    assert_ctrl_c_leaves_usable(mamba.target, mamba.draft, 4096, PROMPTS)
 
 
 def test_what_does_not_run_them_yet_says_so(mamba):

@@ -39,6 +39,20 @@ def _pvalue(samples, p):
     return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
+def first_two_tokens(target_path, draft_path, prompt, **kw):
+    """N seeded generations of 3 tokens with n_draft 2: the first and second tokens (numpy arrays)
+    and how many drafts the rejection rule corrected."""
+    firsts, seconds, n_rejected = [], [], 0
+    with specllama.SpeculativeDecoder(target_path, draft_path, n_ctx=128) as dec:
+        for seed in range(N):
+            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, **SETTINGS, **kw)
+            assert len(r.tokens) == 3
+            firsts.append(r.tokens[0])
+            seconds.append(r.tokens[1])
+            n_rejected += r.stats.n_drafted - r.stats.n_accepted
+    return np.array(firsts), np.array(seconds), n_rejected
+
+
 def two_token_distributions(target_path, draft_path, text):
     """The prompt's tokens, the target's p1 after it, the target's marginal of the second token
     sum_x p1(x) p2(. | prompt x), and the draft's q1."""
@@ -55,16 +69,8 @@ def two_token_distributions(target_path, draft_path, text):
 def test_speculative_sampling_follows_target(tiny):
     prompt, p1, p2, q1 = two_token_distributions(tiny.target, tiny.far_draft, "the cat is on the")
 
-    firsts, seconds, n_rejected = [], [], 0
-    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=128) as dec:
-        for seed in range(N):
-            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, **SETTINGS)
-            assert len(r.tokens) == 3
-            firsts.append(r.tokens[0])
-            seconds.append(r.tokens[1])
-            n_rejected += r.stats.n_drafted - r.stats.n_accepted
+    firsts, seconds, n_rejected = first_two_tokens(tiny.target, tiny.far_draft, prompt)
     assert n_rejected > N // 4, "the pair must disagree often for this test to mean anything"
-    firsts, seconds = np.array(firsts), np.array(seconds)
     assert _pvalue(firsts, p1) > 1e-4
     assert _pvalue(seconds, p2) > 1e-4
     # the draft's own distribution is clearly rejected by the same test

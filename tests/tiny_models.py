@@ -107,6 +107,16 @@ def _add_tokenizer(writer: "gguf.GGUFWriter", tokens: List[str], add_bos: bool, 
     writer.add_add_bos_token(add_bos)
 
 
+def _write_tensors(writer: "gguf.GGUFWriter", weights: Dict[str, np.ndarray], path: Path) -> Path:
+    for name, a in weights.items():
+        writer.add_tensor(name, a)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
                 n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
                 chat_template: Optional[str] = CHATML, add_bos: bool = True, eos: int = 2) -> Path:
@@ -136,13 +146,7 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     for key, value in (extra_u32 or {}).items():
         writer.add_uint32(key, value)
 
-    for name, a in weights.items():
-        writer.add_tensor(name, a)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return _write_tensors(writer, weights, path)
 
 
 def parts_only_at_near_ties(model_path, prompt, a, b, tol=0.01):
@@ -232,10 +236,4 @@ def write_mamba(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], d
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     _add_tokenizer(writer, tokens, add_bos=True, eos=2)
     writer.add_chat_template(CHATML)
-    for name, a in weights.items():
-        writer.add_tensor(name, a)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return _write_tensors(writer, weights, path)
