@@ -237,3 +237,68 @@ def write_mamba(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], d
     _add_tokenizer(writer, tokens, add_bos=True, eos=2)
     writer.add_chat_template(CHATML)
     return _write_tensors(writer, weights, path)
+
+
+def jamba_weights(n_vocab: int, seed: int, n_embd: int = 64, n_ff: int = 128, d_state: int = 16, d_conv: int = 4,
+                  dt_rank: int = 4, layers: str = "ma") -> Dict[str, np.ndarray]:
+    """Random weights of a Jamba model, a hybrid: per layer of `layers`, "m" a Mamba block (a
+    recurrent state) or "a" an attention block (a KV cache), each followed by a feed-forward block."""
+    rng = np.random.default_rng(seed)
+    d_inner = 2 * n_embd  # the only expansion llama.cpp's Jamba supports
+
+    def w(*shape, std=0.08):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    t = {"token_embd.weight": w(n_vocab, n_embd, std=1.0), "output_norm.weight": np.ones(n_embd, np.float32),
+         "output.weight": w(n_vocab, n_embd, std=0.5)}
+    for i, kind in enumerate(layers):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = np.ones(n_embd, np.float32)
+        if kind == "m":
+            t[p + "ssm_in.weight"] = w(2 * d_inner, n_embd)
+            t[p + "ssm_conv1d.weight"] = w(d_inner, d_conv, std=0.3)
+            t[p + "ssm_conv1d.bias"] = w(d_inner, std=0.1)
+            t[p + "ssm_x.weight"] = w(dt_rank + 2 * d_state, d_inner)
+            t[p + "ssm_dt_norm.weight"] = np.ones(dt_rank, np.float32)
+            t[p + "ssm_dt.weight"] = w(d_inner, dt_rank, std=0.3)
+            t[p + "ssm_dt.bias"] = w(d_inner, std=0.1)
+            t[p + "ssm_b_norm.weight"] = np.ones(d_state, np.float32)
+            t[p + "ssm_c_norm.weight"] = np.ones(d_state, np.float32)
+            t[p + "ssm_a"] = -np.exp(w(d_inner, d_state, std=0.5))
+            t[p + "ssm_d"] = np.ones(d_inner, np.float32)
+            t[p + "ssm_out.weight"] = w(n_embd, d_inner)
+        else:
+            for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+                t[p + name + ".weight"] = w(n_embd, n_embd)
+        t[p + "ffn_norm.weight"] = np.ones(n_embd, np.float32)
+        t[p + "ffn_gate.weight"] = w(n_ff, n_embd)
+        t[p + "ffn_up.weight"] = w(n_ff, n_embd)
+        t[p + "ffn_down.weight"] = w(n_embd, n_ff)
+    return t
+
+
+def write_jamba(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4, d_state: int = 16,
+                d_conv: int = 4, dt_rank: int = 4) -> Path:
+    """A Jamba GGUF (layers with ssm_in are Mamba blocks, the others attention) with the tiny
+    models' SPM tokenizer."""
+    n_vocab, n_embd = weights["token_embd.weight"].shape
+    n_layer = sum(1 for k in weights if k.endswith("ffn_norm.weight"))
+    recurrent = [f"blk.{i}.ssm_in.weight" in weights for i in range(n_layer)]
+    assert len(tokens) == n_vocab
+    writer = gguf.GGUFWriter(str(path), "jamba")
+    writer.add_name("specllama-tiny-jamba")
+    writer.add_context_length(2048)
+    writer.add_embedding_length(n_embd)
+    writer.add_feed_forward_length(weights["blk.0.ffn_up.weight"].shape[0])
+    writer.add_block_count(n_layer)
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv([0 if r else n_head for r in recurrent])  # 0: a recurrent layer
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(2 * n_embd)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    _add_tokenizer(writer, tokens, add_bos=True, eos=2)
+    writer.add_chat_template(CHATML)
+    return _write_tensors(writer, weights, path)
