@@ -34,11 +34,12 @@ int32_t model_drafter::catch_up(const std::vector<llama_token> & seq, const std:
 
 int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
                                const kv_cache * target) {
-    if (copy_target(seq, target) > 0) {
-        return (int32_t) seq.size() - 1;
+    const int32_t n_shared = copy_target(seq, target) > 0 ? (int32_t) seq.size() - 1 : 0;
+    if (n_shared == 0) {
+        sync(seq, (int32_t) seq.size() - 1, between_chunks);
     }
-    sync(seq, (int32_t) seq.size() - 1, between_chunks);
-    return 0;
+    cache_.keep_checkpoint();  // a state that cannot drop a tail comes back here for the next turn
+    return n_shared;
 }
 
 namespace {

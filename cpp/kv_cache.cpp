@@ -42,7 +42,9 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
         throw std::invalid_argument("n_threads must be >= 0 (0 = all), got " + std::to_string(params.n_threads));
     }
     recurrent_ = llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get());
+    window_    = params.swa_full ? 0 : std::max<int32_t>(0, llama_model_n_swa(mdl_->get()));
     llama_context_params cparams = llama_context_default_params();
+    cparams.swa_full        = params.swa_full;
     cparams.n_ctx           = (uint32_t) params.n_ctx;
     cparams.n_batch         = (uint32_t) params.n_batch;
     cparams.n_ubatch        = (uint32_t) params.n_batch;  // a verification batch is never split
@@ -151,9 +153,12 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
         }
         const int32_t ret = llama_decode(ctx_.get(), batch_);
         if (ret != 0) {
-            // drop whatever part of the failed batch reached the cache
-            llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, n_past(), -1);
             n_outputs_ = 0;
+            if (recurrent_) {  // a state stopped mid-batch is neither before nor after it
+                recover_after_failed_decode();
+            } else {  // drop whatever part of the failed batch reached the cache
+                llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, n_past(), -1);
+            }
             throw_decode_error(ret, n_chunk, n_past());
         }
         tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
@@ -245,32 +250,13 @@ void kv_cache::rollback(int32_t n_keep) {
     if (n_keep >= n_past()) {
         return;
     }
-    if (recurrent_) {
-        const auto t0 = std::chrono::steady_clock::now();
-        llama_memory_t mem = llama_get_memory(ctx_.get());
-        const int32_t  from = ckpt_pos_ >= 0 && ckpt_pos_ <= n_keep ? ckpt_pos_ : 0;
-        if (from > 0) {
-            // the recurrent part comes back whole; then (its last position now before from) a
-            // hybrid's attention part drops its tail, which llama.cpp refuses while the recurrent
-            // state is still past from
-            const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
-            if (llama_state_seq_set_data_ext(ctx_.get(), ckpt_.data(), ckpt_.size(), 0, flags) != ckpt_.size() ||
-                !llama_memory_seq_rm(mem, 0, from, -1)) {
-                llama_memory_seq_rm(mem, 0, -1, -1);
-                tokens_.clear();
-                ckpt_pos_ = -1;
-                throw std::runtime_error("failed to restore a checkpoint of " + mdl_->path + "; its cache was cleared");
-            }
-        } else {
-            llama_memory_seq_rm(mem, 0, -1, -1);
-            ckpt_pos_ = -1;
+    for (saved_state * c : {&step_ckpt_, &kept_ckpt_}) {
+        if (c->pos > n_keep) {  // it follows tokens that are being dropped
+            c->pos = -1;
         }
-        const std::vector<llama_token> redo(tokens_.begin() + from, tokens_.begin() + n_keep);
-        tokens_.resize(from);
-        n_outputs_ = 0;
-        decode(redo.data(), (int32_t) redo.size(), false);
-        n_outputs_ = 0;
-        rollback_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    if (recurrent_) {
+        restore_and_redecode(n_keep);
         return;
     }
     if (shared_) {  // applied by the batcher before this slot's next call (no other slot reads it)
@@ -279,27 +265,98 @@ void kv_cache::rollback(int32_t n_keep) {
         n_outputs_ = 0;
         return;
     }
-    if (!llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, n_keep, -1)) {
+    llama_memory_t mem = llama_get_memory(ctx_.get());
+    // the token after n_keep attends to the window before it: still held, or gone with older positions
+    if (window_ > 0 && llama_memory_seq_pos_min(mem, 0) > std::max(0, n_keep - window_)) {
+        restore_and_redecode(n_keep);
+        return;
+    }
+    if (!llama_memory_seq_rm(mem, 0, n_keep, -1)) {
         throw std::runtime_error("this model's cache cannot drop a partial sequence: " + mdl_->path);
     }
     tokens_.resize(n_keep);
     n_outputs_ = 0;
 }
 
-void kv_cache::checkpoint() {
-    if (!recurrent_) {
-        return;
+kv_cache::saved_state * kv_cache::latest_checkpoint(int32_t n) {
+    saved_state * best = nullptr;
+    for (saved_state * c : {&step_ckpt_, &kept_ckpt_}) {
+        if (c->pos > 0 && c->pos <= n && (best == nullptr || c->pos > best->pos)) {
+            best = c;
+        }
     }
+    return best;
+}
+
+bool kv_cache::restore(const saved_state & c) {
+    // the partial state comes back whole; then (its last position now before c.pos) the rest of
+    // the memory (a hybrid's attention, the full-attention layers) drops its tail, which
+    // llama.cpp refuses while a recurrent state is still past it
+    const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+    return llama_state_seq_set_data_ext(ctx_.get(), c.data.data(), c.data.size(), 0, flags) == c.data.size() &&
+           llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, c.pos, -1);
+}
+
+void kv_cache::restore_and_redecode(int32_t n_keep) {
+    const auto          t0   = std::chrono::steady_clock::now();
+    const saved_state * from = latest_checkpoint(n_keep);
+    if (from != nullptr && !restore(*from)) {
+        llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, -1, -1);
+        tokens_.clear();
+        step_ckpt_.pos = kept_ckpt_.pos = -1;
+        throw std::runtime_error("failed to restore a checkpoint of " + mdl_->path + "; its cache was cleared");
+    }
+    if (from == nullptr) {
+        llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, -1, -1);
+    }
+    const int32_t                  start = from != nullptr ? from->pos : 0;
+    const std::vector<llama_token> redo(tokens_.begin() + start, tokens_.begin() + n_keep);
+    tokens_.resize(start);
+    n_outputs_ = 0;
+    decode(redo.data(), (int32_t) redo.size(), false);
+    n_outputs_ = 0;
+    n_redecoded_ += (int64_t) redo.size();
+    rollback_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void kv_cache::recover_after_failed_decode() {
+    const saved_state * from = latest_checkpoint(n_past());
+    if (from != nullptr && restore(*from)) {
+        tokens_.resize(from->pos);
+    } else {
+        llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, -1, -1);
+        tokens_.clear();
+    }
+    for (saved_state * c : {&step_ckpt_, &kept_ckpt_}) {
+        if (c->pos > n_past()) {
+            c->pos = -1;
+        }
+    }
+}
+
+void kv_cache::save(saved_state & into) {
     const auto   t0    = std::chrono::steady_clock::now();
     const auto   flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
     const size_t n     = llama_state_seq_get_size_ext(ctx_.get(), 0, flags);
-    ckpt_.resize(n);
-    if (llama_state_seq_get_data_ext(ctx_.get(), ckpt_.data(), n, 0, flags) != n) {
-        ckpt_pos_ = -1;
+    into.data.resize(n);
+    if (llama_state_seq_get_data_ext(ctx_.get(), into.data.data(), n, 0, flags) != n) {
+        into.pos = -1;
         throw std::runtime_error("failed to save a checkpoint of " + mdl_->path);
     }
-    ckpt_pos_ = n_past();
+    into.pos = n_past();
     rollback_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void kv_cache::checkpoint() {
+    if (recurrent_ && n_past() > 0) {
+        save(step_ckpt_);
+    }
+}
+
+void kv_cache::keep_checkpoint() {
+    if ((recurrent_ || window_ > 0) && !shared_ && n_past() > 0 && kept_ckpt_.pos != n_past()) {
+        save(kept_ckpt_);
+    }
 }
 
 int32_t kv_cache::keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max) {
@@ -341,9 +398,9 @@ bool kv_cache::copy_from(const kv_cache & src) {
     } else {
         copy();
     }
-    n_outputs_ = 0;
-    ckpt_pos_  = -1;
-    tokens_    = ok ? src.tokens_ : std::vector<llama_token>{};
+    n_outputs_     = 0;
+    step_ckpt_.pos = kept_ckpt_.pos = -1;
+    tokens_        = ok ? src.tokens_ : std::vector<llama_token>{};
     return ok;
 }
 

@@ -19,6 +19,10 @@ struct context_params {
     int32_t n_ctx     = 4096;  // positions the KV cache holds (0 = the model's training context)
     int32_t n_batch   = 512;   // tokens per llama_decode call; verification batches must fit in one
     int32_t n_threads = 0;     // CPU threads, 0 = all hardware threads
+    // a sliding-window model (Gemma 2/3 style): true keeps every position in its window layers'
+    // cache, so rollback drops a tail as for any KV cache; false keeps only the window (less
+    // memory), and rollback goes back to a checkpoint of it as for a recurrent state
+    bool    swa_full  = true;
 };
 
 // llama_decode stopped because the abort flag was set (see kv_cache::set_abort_flag)
@@ -69,17 +73,28 @@ class kv_cache {
     const float * logits(int32_t i) const;
 
     // keep the first n_keep tokens and drop the rest. (A slot's cache drops them on the batcher's
-    // thread, before its next decode or copy.) A recurrent or hybrid model's state cannot drop a
-    // tail: it goes back to the last checkpoint at or before n_keep and decodes the tokens from
+    // thread, before its next decode or copy.) A memory that cannot drop a tail (a recurrent or
+    // hybrid model's state; a sliding-window cache that no longer holds the window before
+    // n_keep) goes back to the latest checkpoint at or before n_keep and decodes the tokens from
     // there to n_keep again; with no such checkpoint, it decodes all n_keep again.
     void rollback(int32_t n_keep);
-    // whether this cache's memory is recurrent or hybrid (rollback by checkpoint), decided at load
+    // whether the memory is recurrent or hybrid: every rollback goes back to a checkpoint, so one
+    // is taken before each batch that may be rolled back (checkpoint()); decided at load
     bool recurrent() const { return recurrent_; }
+    // whether the memory keeps only a sliding window (swa_full false): rollback drops a tail while
+    // the window before the new end is still held, and goes back to a checkpoint further back
+    bool window_only() const { return window_ > 0; }
     // a recurrent or hybrid model: save the state's recurrent part now (llama.cpp's partial
-    // sequence state), for rollback to any length from here on; a no-op for a KV cache
+    // sequence state), for rollback to any length from here on; a no-op otherwise. Replaces the
+    // previous one of these.
     void checkpoint();
+    // save a checkpoint that later checkpoint() calls leave in place (where a prompt ends, so that
+    // the next turn or a retry of the reply comes back there): recurrent and window-only memories
+    void keep_checkpoint();
     // time spent taking checkpoints, restoring them and decoding tokens again after a restore
     double rollback_ms() const { return rollback_ms_; }
+    // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
+    int64_t n_redecoded() const { return n_redecoded_; }
 
     // roll back to the longest common prefix with seq, keeping at most n_max tokens; returns its length
     int32_t keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max);
@@ -110,10 +125,26 @@ class kv_cache {
     int32_t                  n_outputs_ = 0;  // outputs of the last decode
     int32_t                  out_base_  = 0;  // batch index of the first of them in the last chunk
     std::vector<uint8_t>     state_buf_;      // copy_from's staging buffer, reused
+    struct saved_state {
+        std::vector<uint8_t> data;      // llama.cpp's partial sequence state
+        int32_t              pos = -1;  // the tokens it follows (-1: none saved)
+    };
+    void save(saved_state & into);
+    // the latest checkpoint at or before position n (nullptr: none)
+    saved_state * latest_checkpoint(int32_t n);
+    // back to checkpoint c (false: llama.cpp refused)
+    bool restore(const saved_state & c);
+    // back to a checkpoint at or before n_keep (or to nothing), then decode up to n_keep again
+    void restore_and_redecode(int32_t n_keep);
+    // after a failed decode of a recurrent state: back to the latest checkpoint, or empty
+    void recover_after_failed_decode();
+
     bool                     recurrent_ = false;
-    std::vector<uint8_t>     ckpt_;           // the recurrent state at ckpt_pos_
-    int32_t                  ckpt_pos_  = -1;  // -1: no checkpoint
+    int32_t                  window_    = 0;  // the sliding window of a window-only cache (0: none)
+    saved_state              step_ckpt_;      // checkpoint()
+    saved_state              kept_ckpt_;      // keep_checkpoint()
     double                   rollback_ms_ = 0;
+    int64_t                  n_redecoded_ = 0;
     std::shared_ptr<shared_context> shared_;  // a slot's cache: the shared context, and
     llama_seq_id             seq_       = 0;   // its sequence there
     mutable llama_pos        trim_from_ = -1;  // rollback still to apply on the batcher's thread (-1: none)

@@ -25,7 +25,12 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     cparams.n_batch         = (uint32_t) n_batch;
     cparams.n_ubatch        = (uint32_t) n_batch;  // one graph per decode: a slot's verification is never split
     cparams.n_seq_max       = (uint32_t) n_seq;
-    cparams.kv_unified      = true;  // sequences of any lengths share one ubatch
+    // sequences of any lengths share one ubatch. Not with a sliding window: in one cache for all
+    // sequences llama.cpp reuses a cell another sequence's window has left, and that sequence's
+    // rollback then needs it again; a cache per sequence reuses only its own, behind the window
+    // of every length rollback keeps (llama.cpp then splits a decode into one ubatch per run of
+    // sequences with equal token counts)
+    cparams.kv_unified      = llama_model_n_swa(sc->mdl->get()) == 0;
     const int32_t threads   = n_threads > 0 ? n_threads : default_threads();
     cparams.n_threads       = threads;
     cparams.n_threads_batch = threads;

@@ -372,6 +372,8 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.rollback          = recurrent ? "checkpoint" : "kv";
     const auto rollback_ms = [&] { return tgt_cache_->rollback_ms() + (dft_cache_ ? dft_cache_->rollback_ms() : 0.0); };
     const double rollback_ms0 = rollback_ms();
+    const auto   redecoded    = [&] { return tgt_cache_->n_redecoded() + (dft_cache_ ? dft_cache_->n_redecoded() : 0); };
+    const int64_t redecoded0  = redecoded();
     const auto t_start = clock_type::now();
 
     std::vector<llama_token> seq = prompt;
@@ -414,6 +416,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     res.finish_reason = finish;
     res.text          = stream.text();
     st.t_rollback_ms  = rollback_ms() - rollback_ms0;
+    st.n_redecoded    = redecoded() - redecoded0;
     st.t_total_ms     = ms_since(t_start);
     return res;
 }
@@ -425,6 +428,7 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     const int32_t n_prompt = (int32_t) seq.size();
     st.n_prompt_cached     = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
     tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
+    tgt_cache_->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next turn
     if (plan.use_model) {
         st.n_prompt_shared = drafter_->prefill(draft_seq(seq), check, share_prefill_ ? tgt_cache_.get() : nullptr);
     }

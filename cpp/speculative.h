@@ -129,9 +129,11 @@ struct generate_stats {
     double               vocab_shared = 0;      // intersection: share of the draft's tokens the target has
     // how rejected drafts leave the models' memory: "kv" (the KV cache drops its tail) or
     // "checkpoint" (a recurrent or hybrid model goes back to a saved state and decodes the kept
-    // tokens again); t_rollback_ms is the time checkpoints, restores and those decodes took
+    // tokens again); t_rollback_ms is the time checkpoints, restores and those decodes took,
+    // n_redecoded the tokens decoded again (both models; also a window-only cache's, see kv_cache.h)
     std::string          rollback = "kv";
     double               t_rollback_ms = 0;
+    int64_t              n_redecoded   = 0;
     double               t_prefill_ms = 0;      // prompt processing, both models (or the target and the copy)
     double               t_draft_ms   = 0;      // draft decodes and draft sampling
     double               t_vocab_ms   = 0;      // of which pairing two vocabularies: masking, converting tokens

@@ -66,15 +66,19 @@ class Context:
     """
     A context on a Model: its KV cache, batch decoding with logits, and rollback.
     """
-    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 2048, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def __init__(self, model: Model, n_ctx: typing.SupportsInt | typing.SupportsIndex = 2048, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, swa_full: bool = True) -> None:
         ...
     def checkpoint(self) -> None:
         """
-        A recurrent or hybrid model: save its state now, for rollback to any length from here on (a no-op for a KV cache).
+        A recurrent or hybrid model: save its state now, for rollback to any length from here on (a no-op for other memories); replaces the previous one.
         """
     def decode(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], all_logits: bool = True) -> numpy.typing.NDArray[numpy.float32]:
         """
         Append tokens to the cache; return logits as float32 [n, n_vocab] (all_logits) or [1, n_vocab].
+        """
+    def keep_checkpoint(self) -> None:
+        """
+        A recurrent, hybrid or window-only memory: save its state now in a checkpoint that checkpoint() leaves in place (where a prompt ends); a no-op for a KV cache.
         """
     def rollback(self, n_keep: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
@@ -92,13 +96,23 @@ class Context:
     def n_past(self) -> int:
         ...
     @property
+    def n_redecoded(self) -> int:
+        """
+        tokens decoded again after restoring a checkpoint, or from the start where none was saved
+        """
+    @property
     def recurrent(self) -> bool:
         """
-        whether the model's memory is recurrent or hybrid (rollback by checkpoint)
+        whether the model's memory is recurrent or hybrid (every rollback by checkpoint)
         """
     @property
     def tokens(self) -> list[int]:
         ...
+    @property
+    def window_only(self) -> bool:
+        """
+        whether a sliding-window model's window layers keep only the window (swa_full=False): rollback further back than the window goes back to a checkpoint
+        """
 class StepPrices:
     """
     Prices (ms) the adaptive draft length uses instead of measured times: the same prices give the same draft lengths on any machine and under any load.
@@ -382,6 +396,11 @@ class Stats:
     def n_prompt_shared(self) -> int:
         """
         prompt tokens the draft took from the target's cache instead of processing
+        """
+    @property
+    def n_redecoded(self) -> int:
+        """
+        tokens decoded again after restoring a checkpoint, or from the start where none was saved (both models)
         """
     @property
     def n_resume_shared(self) -> int:
@@ -678,7 +697,7 @@ class Decoder:
     """
     A target model, an optional draft model, and their KV caches.
     """
-    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True) -> None:
+    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True) -> None:
         ...
     def cached_tokens(self) -> list[int]:
         ...
@@ -794,6 +813,6 @@ def vocab_difference(target: Model, draft: Model) -> str:
     """
     The first difference between draft's vocabulary and target's, in words; '' when they are one (a draft with another vocabulary drafts by token-level intersection).
     """
-DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True}
+DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True, 'swa_full': True}
 MAX_DRAFT: int = 64
 MAX_SERVERS: int = 64

@@ -85,9 +85,13 @@ def model_options(fn):
                      help="When the draft is the target in another number format (same architecture and shapes), "
                           "copy the prompt's keys and values from the target instead of processing the prompt "
                           "twice (CPU only). The output is the same either way."),
+        click.option("--swa-full/--no-swa-full", default=True, show_default=True,
+                     help="Sliding-window models (Gemma 2/3 style): keep every position in the window layers' "
+                          "caches, or only the window (less memory; a new prompt that shares only part of the "
+                          "cached one is processed again from an earlier point). The output is the same either way."),
     ]
     names = ["model", "draft", "no_draft", "n_draft", "drafter", "fixed_draft", "ctx_size", "threads", "threads_draft",
-             "n_gpu_layers", "n_gpu_layers_draft", "share_prefill"]
+             "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full"]
 
     @functools.wraps(fn)
     def gather(*args, **kwargs):
@@ -192,7 +196,7 @@ def _open_decoder(mo: dict, need_draft: bool = False):
         dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
                                  n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
                                  n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft,
-                                 share_prefill=mo["share_prefill"])
+                                 share_prefill=mo["share_prefill"], swa_full=mo["swa_full"])
     for w in caught:
         _err(f"specllama: warning: {w.message}")
     return dec, _describe(dec, mo, draft)

@@ -104,6 +104,10 @@ class SpeculativeDecoder:
     share_prefill: when the draft is the target in another number format (same architecture and
     shapes), copy the prompt's keys and values from the target's cache into the draft's instead of
     processing the prompt with both models (see shares_prefill); the output is unchanged.
+    swa_full: a sliding-window model (Gemma 2/3 style) keeps every position in its window layers'
+    caches (True), or only the window (False: less memory; going back further than the window,
+    as a new prompt that shares only part of the cached one does, needs a checkpoint there or
+    processes the text again). The output is the same either way.
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class SpeculativeDecoder:
         n_gpu_layers_draft: int = _DEFAULTS["n_gpu_layers_draft"],
         n_draft: int = _DEFAULTS["n_draft"],
         share_prefill: bool = _DEFAULTS["share_prefill"],
+        swa_full: bool = _DEFAULTS["swa_full"],
     ) -> None:
         if model_path is None:
             if draft_path is not None:
@@ -135,7 +140,7 @@ class SpeculativeDecoder:
         self.draft_path = os.fspath(draft_path) if draft_path is not None else None
         settings = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_draft=n_threads_draft,
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
-                        share_prefill=bool(share_prefill))
+                        share_prefill=bool(share_prefill), swa_full=bool(swa_full))
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise _type_error(name, value, _DEFAULTS[name])

@@ -144,6 +144,29 @@ def test_chat_turns_reuse_the_prompt(rec):
         assert replies == ["".join(c.text for c in plain.send(t, max_tokens=30, temperature=0)) for t in turns]
 
 
+def test_a_retry_comes_back_to_the_prompts_checkpoint(rec):
+    """The same prompt again (a retried reply): both models go back to the checkpoint kept where
+    the prompt ended, so the retry decodes again only what its steps' rollbacks do, as the first
+    did; a Context without that checkpoint decodes the prompt again."""
+    prompt = "the cat is on the hot word and she was out with what some of the"
+    kw = dict(GREEDY, max_tokens=40, n_draft=3, drafter="model", adaptive=False)
+    with specllama.SpeculativeDecoder(rec.target, rec.draft, n_ctx=512) as dec:
+        first = dec.generate(prompt, **kw)
+        retry = dec.generate(prompt, **kw)
+        assert retry.tokens == first.tokens
+        assert retry.stats.n_prompt_cached == len(dec.tokenize(prompt)) - 1
+        assert retry.stats.n_redecoded == first.stats.n_redecoded > 0
+    m = specllama.Model(rec.target)
+    ctx = specllama.Context(m, n_ctx=256)
+    p = m.tokenize(prompt)
+    ctx.decode(p, all_logits=False)
+    ctx.checkpoint()
+    ctx.decode(m.tokenize(" the cat", add_special=False), all_logits=False)
+    ctx.checkpoint()  # replaces the one before
+    ctx.rollback(len(p) - 1)
+    assert ctx.n_redecoded == len(p) - 1
+
+
 @pytest.mark.slow
 def test_sampling_follows_the_targets_distribution(rec):
     """A recurrent target and a recurrent draft that disagrees often, at temperature 1: the first

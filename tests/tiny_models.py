@@ -302,3 +302,53 @@ def write_jamba(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     _add_tokenizer(writer, tokens, add_bos=True, eos=2)
     writer.add_chat_template(CHATML)
     return _write_tensors(writer, weights, path)
+
+
+def gemma3_weights(n_vocab: int, seed: int, n_embd: int = 64, n_layer: int = 2, n_ff: int = 128,
+                   head_dim: int = 16) -> Dict[str, np.ndarray]:
+    """Random weights of a Gemma 3 model (sliding-window and global attention layers)."""
+    rng = np.random.default_rng(seed)
+
+    def w(*shape, std=0.08):
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    t = {"token_embd.weight": w(n_vocab, n_embd, std=0.15), "output_norm.weight": np.ones(n_embd, np.float32),
+         "output.weight": w(n_vocab, n_embd, std=0.5)}
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        for name in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm"):
+            t[p + name + ".weight"] = np.ones(n_embd, np.float32)
+        t[p + "attn_q_norm.weight"] = np.ones(head_dim, np.float32)
+        t[p + "attn_k_norm.weight"] = np.ones(head_dim, np.float32)
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            t[p + name + ".weight"] = w(n_embd, n_embd)
+        t[p + "ffn_gate.weight"] = w(n_ff, n_embd)
+        t[p + "ffn_up.weight"] = w(n_ff, n_embd)
+        t[p + "ffn_down.weight"] = w(n_embd, n_ff)
+    return t
+
+
+def write_gemma3(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4, window: int = 8,
+                 pattern: int = 2) -> Path:
+    """A Gemma 3 GGUF whose layers attend to the last `window` positions, except every
+    `pattern`-th, which attends to all, with the tiny models' SPM tokenizer."""
+    n_vocab, n_embd = weights["token_embd.weight"].shape
+    n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
+    assert len(tokens) == n_vocab
+    writer = gguf.GGUFWriter(str(path), "gemma3")
+    writer.add_name("specllama-tiny-gemma3")
+    writer.add_context_length(2048)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(weights["blk.0.ffn_up.weight"].shape[0])
+    writer.add_head_count(n_head)
+    writer.add_head_count_kv(n_head)
+    writer.add_key_length(n_embd // n_head)
+    writer.add_value_length(n_embd // n_head)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_sliding_window(window)
+    writer.add_uint32("gemma3.attention.sliding_window_pattern", pattern)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    _add_tokenizer(writer, tokens, add_bos=True, eos=2)
+    writer.add_chat_template(CHATML)
+    return _write_tensors(writer, weights, path)

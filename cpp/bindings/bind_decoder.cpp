@@ -172,6 +172,9 @@ void register_stats(py::module_ & m) {
                       "tokens again)")
         .def_readonly("t_rollback_ms", &gs::t_rollback_ms,
                       "time of checkpoints, restores and the decodes after them (both models)")
+        .def_readonly("n_redecoded", &gs::n_redecoded,
+                      "tokens decoded again after restoring a checkpoint, or from the start where none was "
+                      "saved (both models)")
         .def_readonly("vocab_shared", &gs::vocab_shared,
                       "share of the draft's tokens that the target has (1.0 with one vocabulary)")
         .def_readonly("t_prefill_ms", &gs::t_prefill_ms, "prompt processing")
@@ -248,6 +251,7 @@ void register_decoder(py::module_ & m) {
         defaults["n_gpu_layers_draft"] = d.target.n_gpu_layers;
         defaults["n_draft"]            = d.n_draft;
         defaults["share_prefill"]      = d.share_prefill;
+        defaults["swa_full"]           = d.ctx.swa_full;
         m.attr("DECODER_DEFAULTS")     = defaults;
     }
 
@@ -334,7 +338,7 @@ void register_decoder(py::module_ & m) {
     py::class_<decoder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
         .def(py::init([](const fs_path & target, std::optional<fs_path> draft, int32_t n_ctx,
                          int32_t n_batch, int32_t n_threads, int32_t n_threads_draft, int32_t n_gpu_layers,
-                         int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill) {
+                         int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill, bool swa_full) {
                  decoder_params p;
                  p.target.path         = target.value;
                  p.target.n_gpu_layers = n_gpu_layers;
@@ -347,6 +351,7 @@ void register_decoder(py::module_ & m) {
                  p.ctx.n_ctx       = n_ctx;
                  p.ctx.n_batch     = n_batch;
                  p.ctx.n_threads   = n_threads;
+                 p.ctx.swa_full    = swa_full;
                  p.n_threads_draft = n_threads_draft;
                  p.n_draft         = n_draft;
                  p.share_prefill   = share_prefill;
@@ -358,7 +363,7 @@ void register_decoder(py::module_ & m) {
              py::arg("n_threads_draft") = decoder_params{}.n_threads_draft,
              py::arg("n_gpu_layers") = model_params{}.n_gpu_layers,
              py::arg("n_gpu_layers_draft") = model_params{}.n_gpu_layers, py::arg("n_draft") = decoder_params{}.n_draft,
-             py::arg("share_prefill") = decoder_params{}.share_prefill)
+             py::arg("share_prefill") = decoder_params{}.share_prefill, py::arg("swa_full") = context_params{}.swa_full)
         .def_property_readonly("n_draft", &decoder::n_draft)
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("shares_prefill", &decoder::shares_prefill)

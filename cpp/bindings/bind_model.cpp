@@ -138,15 +138,18 @@ void register_model(py::module_ & m) {
 
     py::class_<py_context>(m, "Context",
                            "A context on a Model: its KV cache, batch decoding with logits, and rollback.")
-        .def(py::init([](std::shared_ptr<model> mdl, int32_t n_ctx, int32_t n_batch, int32_t n_threads) {
+        .def(py::init([](std::shared_ptr<model> mdl, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
+                         bool swa_full) {
                  context_params p;
                  p.n_ctx     = n_ctx;
                  p.n_batch   = n_batch;
                  p.n_threads = n_threads;
+                 p.swa_full  = swa_full;
                  py::gil_scoped_release nogil;
                  return std::make_unique<py_context>(mdl, p);
              }),
-             py::arg("model"), py::arg("n_ctx") = 2048, py::arg("n_batch") = 512, py::arg("n_threads") = 0)
+             py::arg("model"), py::arg("n_ctx") = 2048, py::arg("n_batch") = 512, py::arg("n_threads") = 0,
+             py::arg("swa_full") = true)
         .def_property_readonly("model", [](const py_context & c) { return c.mdl; })
         .def_property_readonly("n_ctx", [](const py_context & c) { return c.cache.n_ctx(); })
         .def_property_readonly("n_past", [](py_context & c) {
@@ -188,7 +191,15 @@ void register_model(py::module_ & m) {
             "Keep the first n_keep cached tokens and drop the rest (a recurrent or hybrid model: back to the last "
             "checkpoint at or before n_keep, then the tokens from there decoded again)")
         .def_property_readonly("recurrent", [](const py_context & c) { return c.cache.recurrent(); },
-                               "whether the model's memory is recurrent or hybrid (rollback by checkpoint)")
+                               "whether the model's memory is recurrent or hybrid (every rollback by checkpoint)")
+        .def_property_readonly("window_only", [](const py_context & c) { return c.cache.window_only(); },
+                               "whether a sliding-window model's window layers keep only the window (swa_full=False): "
+                               "rollback further back than the window goes back to a checkpoint")
+        .def_property_readonly("n_redecoded", [](py_context & c) {
+            py::gil_scoped_release      nogil;
+            std::lock_guard<std::mutex> lock(c.mutex);
+            return c.cache.n_redecoded();
+        }, "tokens decoded again after restoring a checkpoint, or from the start where none was saved")
         .def(
             "checkpoint",
             [](py_context & c) {
@@ -197,7 +208,16 @@ void register_model(py::module_ & m) {
                 c.cache.checkpoint();
             },
             "A recurrent or hybrid model: save its state now, for rollback to any length from here on (a no-op "
-            "for a KV cache).")
+            "for other memories); replaces the previous one.")
+        .def(
+            "keep_checkpoint",
+            [](py_context & c) {
+                py::gil_scoped_release      nogil;
+                std::lock_guard<std::mutex> lock(c.mutex);
+                c.cache.keep_checkpoint();
+            },
+            "A recurrent, hybrid or window-only memory: save its state now in a checkpoint that checkpoint() "
+            "leaves in place (where a prompt ends); a no-op for a KV cache.")
         .def("set_n_threads", [](py_context & c, int32_t n) {
             py::gil_scoped_release      nogil;
             std::lock_guard<std::mutex> lock(c.mutex);
