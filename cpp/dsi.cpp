@@ -26,6 +26,7 @@ struct task {
     int32_t                     first = 0, last = 0;  // predictions for indices first..last
     uint64_t                    epoch = 0;            // the restart it was built in
     std::vector<llama_token>    seq;                  // the text and drafts before index last
+    int32_t                     n_verified = 0;       // of which verified text
     std::atomic<bool>           cancel{false};
     bool                        ok = false;
     std::vector<dsi_prediction> preds;
@@ -125,6 +126,7 @@ class orchestrator {
                 return;
             }
             snapshot         = spec_;
+            const int32_t  v = L_;
             const uint64_t e = epoch_;
             draft_cancel_    = false;
             lock.unlock();
@@ -132,7 +134,7 @@ class orchestrator {
             llama_token tok = -1;
             bool        ok  = false;
             try {
-                ok = drafter_.propose(snapshot, sampling_, rng, draft_cancel_, tok, q);
+                ok = drafter_.propose(snapshot, v, sampling_, rng, draft_cancel_, tok, q);
             } catch (...) {
                 lock.lock();
                 error_ = std::current_exception();
@@ -164,7 +166,7 @@ class orchestrator {
             lock.unlock();
             const auto t0 = clock_type::now();
             try {
-                t->ok = servers_[s]->verify(t->seq, t->first, sampling_, t->cancel, t->preds);
+                t->ok = servers_[s]->verify(t->seq, t->first, t->n_verified, sampling_, t->cancel, t->preds);
             } catch (...) {
                 lock.lock();
                 error_       = std::current_exception();
@@ -214,6 +216,7 @@ class orchestrator {
             t->last  = b;
             t->epoch = epoch_;
             t->seq.assign(spec_.begin(), spec_.begin() + b);
+            t->n_verified = std::min(L_, b);
             assigned_[s] = t;
             in_flight_.push_back(t);
             busy_ += 1;

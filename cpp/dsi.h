@@ -40,17 +40,20 @@ class dsi_drafter {
     virtual ~dsi_drafter() = default;
     // the next token after seq (drawn from q, which it fills when sampling). Returns false when
     // cancel was set meanwhile (the result is not used); may be called again with another seq.
-    virtual bool propose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
-                         const std::atomic<bool> & cancel, llama_token & token, token_dist & q) = 0;
+    // seq's first n_verified tokens are verified text: a restart never goes back before them.
+    virtual bool propose(const std::vector<llama_token> & seq, int32_t n_verified, const sampling_params & params,
+                         rng_t & rng, const std::atomic<bool> & cancel, llama_token & token, token_dist & q) = 0;
 };
 
 class dsi_server {
   public:
     virtual ~dsi_server() = default;
     // the target's predictions at indices first .. seq.size() given seq (preds[i] is for index
-    // first + i; first >= 1). Returns false when cancel was set meanwhile.
-    virtual bool verify(const std::vector<llama_token> & seq, int32_t first, const sampling_params & params,
-                        const std::atomic<bool> & cancel, std::vector<dsi_prediction> & preds) = 0;
+    // first + i; first >= 1; seq's first n_verified tokens are verified text). Returns false when
+    // cancel was set meanwhile.
+    virtual bool verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
+                        const sampling_params & params, const std::atomic<bool> & cancel,
+                        std::vector<dsi_prediction> & preds) = 0;
 };
 
 struct dsi_params {

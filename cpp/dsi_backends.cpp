@@ -21,6 +21,18 @@ class abort_scope {
     kv_cache & cache_;
 };
 
+// a memory that cannot drop a tail (kv_cache::recurrent) saves its step checkpoint where the verified
+// text ends, at most at limit: decoded up to there first, unless the checkpoint is there already
+void checkpoint_verified(kv_cache & cache, const std::vector<llama_token> & seq, int32_t n_verified, int32_t limit) {
+    const int32_t at = std::min(n_verified, limit);
+    if (!cache.recurrent() || at <= 0 || cache.checkpoint_pos() == at) {
+        return;
+    }
+    const int32_t n_keep = cache.keep_common_prefix(seq, at);
+    cache.decode(seq.data() + n_keep, at - n_keep, false);
+    cache.checkpoint();
+}
+
 uint64_t splitmix64(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -30,10 +42,13 @@ uint64_t splitmix64(uint64_t x) {
 
 }  // namespace
 
-bool model_dsi_drafter::propose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
-                                const std::atomic<bool> & cancel, llama_token & token, token_dist & q) {
+bool model_dsi_drafter::propose(const std::vector<llama_token> & seq, int32_t n_verified,
+                                const sampling_params & params, rng_t & rng, const std::atomic<bool> & cancel,
+                                llama_token & token, token_dist & q) {
     abort_scope scope(cache_, cancel);
     try {
+        // the draft decodes its last token itself (its logits draw the next)
+        checkpoint_verified(cache_, seq, n_verified, (int32_t) seq.size() - 1);
         drafter_.draft(seq, 1, params, rng, out_);
     } catch (const decode_aborted &) {
         return false;
@@ -48,17 +63,19 @@ bool model_dsi_drafter::propose(const std::vector<llama_token> & seq, const samp
     return true;
 }
 
-bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t first, const sampling_params & params,
-                              const std::atomic<bool> & cancel, std::vector<dsi_prediction> & preds) {
+bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
+                              const sampling_params & params, const std::atomic<bool> & cancel,
+                              std::vector<dsi_prediction> & preds) {
     const int32_t n = (int32_t) seq.size();
     if (first < 1 || first > n) {
         throw std::invalid_argument("a verification task must predict indices in [1, " + std::to_string(n) + "]");
     }
     abort_scope scope(cache_, cancel);
     // the logits at input index first - 1 predict index first: decode from there on at least
-    const int32_t n_keep = cache_.keep_common_prefix(seq, first - 1);
-    const int32_t n_out  = n - (first - 1);
+    const int32_t n_out = n - (first - 1);
     try {
+        checkpoint_verified(cache_, seq, n_verified, first - 1);
+        const int32_t n_keep = cache_.keep_common_prefix(seq, first - 1);
         cache_.decode_outputs(seq.data() + n_keep, n - n_keep, n_out);
     } catch (const decode_aborted &) {
         return false;
@@ -106,7 +123,7 @@ bool simulated_world::on_truth(const std::vector<llama_token> & seq, int32_t end
     return true;
 }
 
-bool simulated_drafter::propose(const std::vector<llama_token> & seq, const sampling_params &, rng_t &,
+bool simulated_drafter::propose(const std::vector<llama_token> & seq, int32_t, const sampling_params &, rng_t &,
                                 const std::atomic<bool> & cancel, llama_token & token, token_dist &) {
     if (!wait_unless_cancelled(latency_ms_, cancel)) {
         return false;
@@ -118,7 +135,7 @@ bool simulated_drafter::propose(const std::vector<llama_token> & seq, const samp
     return true;
 }
 
-bool simulated_server::verify(const std::vector<llama_token> & seq, int32_t first, const sampling_params &,
+bool simulated_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t, const sampling_params &,
                               const std::atomic<bool> & cancel, std::vector<dsi_prediction> & preds) {
     if (!wait_unless_cancelled(latency_ms_, cancel)) {
         return false;

@@ -17,8 +17,8 @@ namespace specllama {
 class model_dsi_drafter : public dsi_drafter {
   public:
     explicit model_dsi_drafter(kv_cache & cache) : cache_(cache), drafter_(cache) {}
-    bool propose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
-                 const std::atomic<bool> & cancel, llama_token & token, token_dist & q) override;
+    bool propose(const std::vector<llama_token> & seq, int32_t n_verified, const sampling_params & params,
+                 rng_t & rng, const std::atomic<bool> & cancel, llama_token & token, token_dist & q) override;
 
   private:
     kv_cache &    cache_;
@@ -26,12 +26,15 @@ class model_dsi_drafter : public dsi_drafter {
     draft_result  out_;
 };
 
-// a target server: catches its cache up on what it has not seen and verifies, in one batch
+// a target server: catches its cache up on what it has not seen and verifies, in one batch.
+// Both keep a recurrent or hybrid state's checkpoint where the verified text ends: a restart
+// after a rejection comes back there.
 class model_dsi_server : public dsi_server {
   public:
     explicit model_dsi_server(kv_cache & cache) : cache_(cache) {}
-    bool verify(const std::vector<llama_token> & seq, int32_t first, const sampling_params & params,
-                const std::atomic<bool> & cancel, std::vector<dsi_prediction> & preds) override;
+    bool verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
+                const sampling_params & params, const std::atomic<bool> & cancel,
+                std::vector<dsi_prediction> & preds) override;
 
   private:
     kv_cache & cache_;
@@ -53,8 +56,8 @@ struct simulated_world {
 class simulated_drafter : public dsi_drafter {
   public:
     simulated_drafter(const simulated_world & world, double latency_ms) : world_(world), latency_ms_(latency_ms) {}
-    bool propose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
-                 const std::atomic<bool> & cancel, llama_token & token, token_dist & q) override;
+    bool propose(const std::vector<llama_token> & seq, int32_t n_verified, const sampling_params & params,
+                 rng_t & rng, const std::atomic<bool> & cancel, llama_token & token, token_dist & q) override;
 
   private:
     const simulated_world & world_;
@@ -64,8 +67,9 @@ class simulated_drafter : public dsi_drafter {
 class simulated_server : public dsi_server {
   public:
     simulated_server(const simulated_world & world, double latency_ms) : world_(world), latency_ms_(latency_ms) {}
-    bool verify(const std::vector<llama_token> & seq, int32_t first, const sampling_params & params,
-                const std::atomic<bool> & cancel, std::vector<dsi_prediction> & preds) override;
+    bool verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
+                const sampling_params & params, const std::atomic<bool> & cancel,
+                std::vector<dsi_prediction> & preds) override;
 
   private:
     const simulated_world & world_;

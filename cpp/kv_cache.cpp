@@ -71,10 +71,7 @@ kv_cache::kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int
         throw std::invalid_argument("slot " + std::to_string(seq) + " outside the context's " +
                                     std::to_string(shared_->n_seq) + " slots");
     }
-    if (llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get())) {
-        throw std::invalid_argument("slots (SpeculativeDecoder.slots, the server's --parallel above 1) do not run "
-                                    "recurrent or hybrid models yet; use one decoder (--parallel 1): " + mdl_->path);
-    }
+    recurrent_ = llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get());
     n_ctx_   = n_ctx;
     n_batch_ = shared_->n_batch;
 }
@@ -218,6 +215,9 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
         const int32_t ret = shared_->batcher->decode(c);
         trim_from_        = -1;  // applied, whatever the outcome
         if (ret != 0) {
+            if (recurrent_ && ret != 2) {  // a state stopped mid-batch (code 2: the chunk never ran)
+                recover_after_failed_decode();
+            }
             throw_decode_error(ret, n_chunk, n_past());
         }
         tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
@@ -288,26 +288,42 @@ kv_cache::saved_state * kv_cache::latest_checkpoint(int32_t n) {
     return best;
 }
 
+void kv_cache::on_context(const std::function<void()> & fn) const {
+    if (shared_) {  // a slot's context is used by the batcher's thread only
+        shared_->batcher->run(fn);
+    } else {
+        fn();
+    }
+}
+
 bool kv_cache::restore(const saved_state & c) {
     // the partial state comes back whole; then (its last position now before c.pos) the rest of
     // the memory (a hybrid's attention, the full-attention layers) drops its tail, which
     // llama.cpp refuses while a recurrent state is still past it
-    const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
-    return llama_state_seq_set_data_ext(ctx_.get(), c.data.data(), c.data.size(), 0, flags) == c.data.size() &&
-           llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, c.pos, -1);
+    bool ok = false;
+    on_context([&] {
+        const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+        ok = llama_state_seq_set_data_ext(get(), c.data.data(), c.data.size(), seq_, flags) == c.data.size() &&
+             llama_memory_seq_rm(llama_get_memory(get()), seq_, c.pos, -1);
+    });
+    return ok;
+}
+
+void kv_cache::clear_memory() {
+    on_context([&] { llama_memory_seq_rm(llama_get_memory(get()), seq_, -1, -1); });
 }
 
 void kv_cache::restore_and_redecode(int32_t n_keep) {
     const auto          t0   = std::chrono::steady_clock::now();
     const saved_state * from = latest_checkpoint(n_keep);
     if (from != nullptr && !restore(*from)) {
-        llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, -1, -1);
+        clear_memory();
         tokens_.clear();
         step_ckpt_.pos = kept_ckpt_.pos = -1;
         throw std::runtime_error("failed to restore a checkpoint of " + mdl_->path + "; its cache was cleared");
     }
     if (from == nullptr) {
-        llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, -1, -1);
+        clear_memory();
     }
     const int32_t                  start = from != nullptr ? from->pos : 0;
     const std::vector<llama_token> redo(tokens_.begin() + start, tokens_.begin() + n_keep);
@@ -324,7 +340,7 @@ void kv_cache::recover_after_failed_decode() {
     if (from != nullptr && restore(*from)) {
         tokens_.resize(from->pos);
     } else {
-        llama_memory_seq_rm(llama_get_memory(ctx_.get()), 0, -1, -1);
+        clear_memory();
         tokens_.clear();
     }
     for (saved_state * c : {&step_ckpt_, &kept_ckpt_}) {
@@ -335,11 +351,15 @@ void kv_cache::recover_after_failed_decode() {
 }
 
 void kv_cache::save(saved_state & into) {
-    const auto   t0    = std::chrono::steady_clock::now();
-    const auto   flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
-    const size_t n     = llama_state_seq_get_size_ext(ctx_.get(), 0, flags);
-    into.data.resize(n);
-    if (llama_state_seq_get_data_ext(ctx_.get(), into.data.data(), n, 0, flags) != n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    bool       ok = false;
+    on_context([&] {
+        const auto   flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+        const size_t n     = llama_state_seq_get_size_ext(get(), seq_, flags);
+        into.data.resize(n);
+        ok = llama_state_seq_get_data_ext(get(), into.data.data(), n, seq_, flags) == n;
+    });
+    if (!ok) {
         into.pos = -1;
         throw std::runtime_error("failed to save a checkpoint of " + mdl_->path);
     }
@@ -354,7 +374,7 @@ void kv_cache::checkpoint() {
 }
 
 void kv_cache::keep_checkpoint() {
-    if ((recurrent_ || window_ > 0) && !shared_ && n_past() > 0 && kept_ckpt_.pos != n_past()) {
+    if ((recurrent_ || window_ > 0) && n_past() > 0 && kept_ckpt_.pos != n_past()) {
         save(kept_ckpt_);
     }
 }

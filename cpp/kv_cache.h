@@ -91,6 +91,8 @@ class kv_cache {
     // save a checkpoint that later checkpoint() calls leave in place (where a prompt ends, so that
     // the next turn or a retry of the reply comes back there): recurrent and window-only memories
     void keep_checkpoint();
+    // where checkpoint() last saved (the tokens it follows; -1: none, or dropped by a rollback before it)
+    int32_t checkpoint_pos() const { return step_ckpt_.pos; }
     // time spent taking checkpoints, restoring them and decoding tokens again after a restore
     double rollback_ms() const { return rollback_ms_; }
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
@@ -134,6 +136,10 @@ class kv_cache {
     saved_state * latest_checkpoint(int32_t n);
     // back to checkpoint c (false: llama.cpp refused)
     bool restore(const saved_state & c);
+    // empty this cache's sequence in llama.cpp's memory (tokens() unchanged)
+    void clear_memory();
+    // run fn where this cache's context may be used: here, or a slot's on the batcher's thread
+    void on_context(const std::function<void()> & fn) const;
     // back to a checkpoint at or before n_keep (or to nothing), then decode up to n_keep again
     void restore_and_redecode(int32_t n_keep);
     // after a failed decode of a recurrent state: back to the latest checkpoint, or empty

@@ -297,9 +297,6 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (params.mode == decode_mode::dsi && !has_draft) {
         throw std::invalid_argument("mode 'dsi' needs a draft model");
     }
-    if (params.mode == decode_mode::dsi && (tgt_cache_->recurrent() || (dft_cache_ && dft_cache_->recurrent()))) {
-        throw std::invalid_argument("mode 'dsi' does not run recurrent or hybrid models yet (mode 'si' does)");
-    }
     if (params.mode == decode_mode::dsi && vocab_map_) {
         throw std::invalid_argument("mode 'dsi' needs a draft with the target's vocabulary; this draft's differs "
                                     "(mode 'si' drafts across vocabularies)");

@@ -50,6 +50,16 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     generate_stats &    st = res.stats;
     st.n_prompt            = n_prompt;
     st.drafter             = plan.drafter();
+    // every server's rollbacks and the drafter's (kv_cache::rollback): how, what they cost
+    std::vector<kv_cache *> all = caches;
+    all.push_back(dft_cache_.get());
+    double  rollback_ms0 = 0;
+    int64_t redecoded0   = 0;
+    for (kv_cache * c : all) {
+        st.rollback = c->recurrent() ? "checkpoint" : st.rollback;
+        rollback_ms0 += c->rollback_ms();
+        redecoded0 += c->n_redecoded();
+    }
     const auto t_start     = clock_type::now();
 
     dsi_prefill(caches, prompt, st, check);
@@ -126,6 +136,12 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     st.n_accepted     = rep.stats.n_accepted;
     st.t_draft_ms     = rep.stats.t_draft_ms;
     st.t_verify_ms    = rep.stats.t_verify_ms;
+    for (kv_cache * c : all) {
+        st.t_rollback_ms += c->rollback_ms();
+        st.n_redecoded += c->n_redecoded();
+    }
+    st.t_rollback_ms -= rollback_ms0;
+    st.n_redecoded -= redecoded0;
     st.t_total_ms     = ms_since(t_start);
     res.dsi           = rep;
     return res;
@@ -174,11 +190,13 @@ void decoder::dsi_prefill(const std::vector<kv_cache *> & caches, const std::vec
         const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
         if (c == tgt_cache_.get()) {
             st.n_prompt_cached = n_keep;
-        } else if (copy_server_prefill_ && copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) &&
-                   c->copy_from(*tgt_cache_)) {
-            continue;
         }
-        c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
+        const bool copied = c != tgt_cache_.get() && copy_server_prefill_ &&
+                            copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) && c->copy_from(*tgt_cache_);
+        if (!copied) {
+            c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
+        }
+        c->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next run
     }
     st.n_prompt_shared = drafter_->prefill(prompt, check, share_prefill_ ? tgt_cache_.get() : nullptr);
 }
