@@ -9,7 +9,10 @@ draft the target's first layers alone (so the two agree often, as a real pair do
 Reported:
   checkpoint_ms    saving the state's recurrent part (before each verification with drafts)
   restore_ms[k]    going back to it and decoding k kept tokens again (k = 0: the restore alone)
-  plain, fixed n_draft and adaptive: tokens/s, acceptance, rollback time per step
+  plain, fixed n_draft and adaptive: tokens/s, acceptance, rollback time per step (one decoder
+                   for every round, so the adaptive rule has learned what drafting earns here)
+  fresh:           plain and adaptive on a new decoder each time, on one prompt (what one
+                   `specllama generate` pays, the adaptive rule's first steps included)
 
     python benchmarks/recurrent_bench.py [-n 128] [--rounds 3] [--out report.json]
 """
@@ -72,6 +75,14 @@ def rollback_costs(path: str, repeats: int = 20) -> dict:
     return {"checkpoint_ms": statistics.median(ck), "restore_ms": {k: statistics.median(v) for k, v in restore.items()}}
 
 
+def run_fresh(paths, n, **kw):
+    with specllama.SpeculativeDecoder(paths["target"], paths["draft"], n_ctx=1024) as dec:
+        s = dec.generate(PROMPTS[0], max_tokens=n, temperature=0, ignore_eos=True, **kw).stats
+    return {"tps": s.n_generated * 1000 / (s.t_total_ms - s.t_prefill_ms), "steps": s.n_steps,
+            "rollback_ms_per_step": s.t_rollback_ms / s.n_steps,
+            "acceptance": s.n_accepted / s.n_drafted if s.n_drafted else None}
+
+
 def run(dec, n, **kw):
     gen = steps = 0
     ms = roll = 0.0
@@ -110,17 +121,25 @@ def main() -> None:
             names = list(configs)
             for c in names[r % len(names):] + names[:r % len(names)]:
                 rounds[c].append(run(dec, args.n, **configs[c]))
-                print(f"round {r + 1} {c:10s} {rounds[c][-1]['tps']:7.1f} tok/s", file=sys.stderr, flush=True)
+                print(f"round {r + 1} {c:16s} {rounds[c][-1]['tps']:7.1f} tok/s", file=sys.stderr, flush=True)
+    fresh = {"plain, fresh": dict(speculative=False), "adaptive, fresh": dict(drafter="model")}
+    for r in range(args.rounds):
+        for c in list(fresh)[r % 2:] + list(fresh)[:r % 2]:
+            rounds.setdefault(c, []).append(run_fresh(paths, args.n, **fresh[c]))
+            print(f"round {r + 1} {c:16s} {rounds[c][-1]['tps']:7.1f} tok/s", file=sys.stderr, flush=True)
     plain = statistics.median(x["tps"] for x in rounds["plain"])
+    plain_fresh = statistics.median(x["tps"] for x in rounds["plain, fresh"])
     report = {"provenance": provenance(paths), "shape": SHAPE, "layers": args.layers, "base_layers": args.base_layers,
               "n": args.n, "rounds": args.rounds, **costs, "configs": {}}
-    print(f"{'config':10s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'rollback ms/step':>17s}")
+    print(f"{'config':16s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'rollback ms/step':>17s}")
     for c, rs in rounds.items():
         tps = statistics.median(x["tps"] for x in rs)
+        base = plain_fresh if c.endswith("fresh") else plain
         acc = rs[-1]["acceptance"]
         rb = statistics.median(x["rollback_ms_per_step"] for x in rs)
-        report["configs"][c] = {"tps": tps, "vs_plain": tps / plain, "acceptance": acc, "rollback_ms_per_step": rb}
-        print(f"{c:10s} {tps:7.1f} {tps / plain:8.2f}x {acc if acc is None else round(acc, 3)!s:>11s} {rb:17.2f}")
+        report["configs"][c] = {"tps": tps, "vs_plain": tps / base, "acceptance": acc, "rollback_ms_per_step": rb,
+                                "rounds_tps": [x["tps"] for x in rs]}
+        print(f"{c:16s} {tps:7.1f} {tps / base:8.2f}x {acc if acc is None else round(acc, 3)!s:>11s} {rb:17.2f}")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))
 

@@ -112,7 +112,12 @@ bool draft_length_model::keep_going(int32_t n, double p_reach) const {
 
 bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost) const {
     if (sw_ == 0.0 || step_ms_ == 0.0 || (draft_cost && !has_draft_ms_)) {
-        return true;  // no costs or steps measured yet: draft the maximum once
+        // no costs or steps measured yet: draft a short batch once, to price a batch against a
+        // plain step. Short, since what a batch costs per token is not known before: a little on
+        // a transformer, nearly a whole decode on a recurrent model (Mamba-130M's shape on the
+        // 2-core CPU: one token 7 ms, four 21 ms), where a first batch of 10 drafts made the first
+        // 128 tokens 1.4 times slower than plain decoding (benchmarks/recurrent_bench.py)
+        return n < k_first_batch_drafts;
     }
     // drafting token n+1 costs a draft decode (none for lookup) and one more verified position
     // (the first one also turns a plain step into a batch, and the next plain step pays for that),
