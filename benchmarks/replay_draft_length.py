@@ -30,9 +30,14 @@ is priced too high there and the replayed speedups are not the live ones.
 
     PYTHONPATH=. python benchmarks/replay_draft_length.py [-n 256] [--held-out] [--json out.json]
     PYTHONPATH=. python benchmarks/replay_draft_length.py --replay tests/data/replay_draft_length.json
+    PYTHONPATH=. python benchmarks/replay_draft_length.py --replay tests/data/replay_draft_length.json \
+        --prices 1.15,1.2,1.15,0.01
 
 The second replays a recorded run's traces and prices through the rule as it is now (seconds, no
-models): how a change of the rule would have done on that run's work at that run's prices.
+models): how a change of the rule would have done on that run's work at that run's prices. The
+third replays the same traces at other prices: those above are an H100's for the default pair
+(docs/gpu.md: either model's one-token decode about 1.15 ms, launch-bound, so a batch of a dozen
+tokens costs little more), where no draft length can pay.
 """
 
 from __future__ import annotations
@@ -276,6 +281,10 @@ def main() -> int:
     ap.add_argument("--json", help="write the traces, costs and results here")
     ap.add_argument("--replay", metavar="JSON",
                     help="replay the traces and prices recorded in an earlier --json file (no measuring)")
+    ap.add_argument("--prices", metavar="D1,D2,V1,VTOK",
+                    help="with --replay: replay at these prices instead of the recorded ones (ms: a one-token and a "
+                         "two-token draft decode, a one-token verification, each further verified token), to ask "
+                         "how the rule does on another machine's costs")
     args = ap.parse_args()
     n_max = max(args.n_max, args.n_draft, max(BENCH_SWEEP))
 
@@ -284,6 +293,9 @@ def main() -> int:
             rec = json.load(f)
         traces = {name: Trace(t["match"], t["conf"], t.get("top_prob")) for name, t in rec["traces"].items()}
         recorded = [Costs(**r["costs"]) for r in rec["rounds"]]
+        if args.prices:
+            d1, d2, v1, vt = (float(x) for x in args.prices.split(","))
+            recorded = [Costs(d1, d2, [0.0] + [v1 + vt * k for k in range(n_max + 2)])]
         n_max = min(n_max, min(len(c.verify_ms) for c in recorded) - 2)
     else:
         target, draft = default_pair()

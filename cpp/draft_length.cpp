@@ -132,9 +132,10 @@ bool draft_length_model::draft_pays() const {
         return true;  // too little measured yet to stop drafting
     }
     // the tokens per ms the model's steps made (their draft decodes, adaptive stops and rejections
-    // as they happened) against a plain step's one token per steady one-token verification
-    // (with a margin: near a tie the loop keeps drafting rather than pause on noise, or because
-    // the machine got busier since plain steps were last priced, which only a pause shows)
+    // as they happened) against a plain step's one token per steady one-token verification, with
+    // a small margin: within 3% of plain steps the loop keeps drafting rather than pause on noise
+    // (or because the machine got busier since plain steps were last priced, which only a pause
+    // shows); below that it pauses, so that a draft that does not pay costs at most about 3%
     return drafted_tokens_ * v1_ms_ > k_pause_margin * drafted_ms_;
 }
 

@@ -142,7 +142,7 @@ class draft_length_model {
     static constexpr int32_t k_max_probe_gap   = 128;
     static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
     static constexpr int32_t k_first_batch_drafts = 3;  // drafts in the first batch, before any is priced
-    static constexpr double  k_pause_margin    = 0.8;   // pause below 80% of the plain rate
+    static constexpr double  k_pause_margin    = 0.97;  // pause below 97% of the plain rate
     bool    probing_   = false;
     int32_t skipped_   = 0;
     int32_t probe_gap_ = k_first_probe_gap;
