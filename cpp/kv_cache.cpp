@@ -72,6 +72,7 @@ kv_cache::kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int
                                     std::to_string(shared_->n_seq) + " slots");
     }
     recurrent_ = llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get());
+    window_    = shared_->swa_full ? 0 : std::max<int32_t>(0, llama_model_n_swa(mdl_->get()));
     n_ctx_   = n_ctx;
     n_batch_ = shared_->n_batch;
 }
@@ -259,7 +260,18 @@ void kv_cache::rollback(int32_t n_keep) {
         restore_and_redecode(n_keep);
         return;
     }
-    if (shared_) {  // applied by the batcher before this slot's next call (no other slot reads it)
+    if (shared_) {
+        if (window_ > 0) {
+            // the token after n_keep attends to the window before it: still held, or gone
+            llama_pos pos_min = 0;
+            on_context([&] { pos_min = llama_memory_seq_pos_min(llama_get_memory(get()), seq_); });
+            if (pos_min > std::max(0, n_keep - window_)) {
+                trim_from_ = -1;  // the restore drops everything from the checkpoint on
+                restore_and_redecode(n_keep);
+                return;
+            }
+        }
+        // applied by the batcher before this slot's next call (no other slot reads it)
         trim_from_ = trim_from_ < 0 ? n_keep : std::min<llama_pos>(trim_from_, n_keep);
         tokens_.resize(n_keep);
         n_outputs_ = 0;

@@ -19,10 +19,59 @@ struct file_not_found : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// where a model's weights and KV cache live, spelled as llama.cpp's flags spell it (-dev, -sm, -ts, -mg)
+struct placement {
+    // device names as list_devices() gives them (case-insensitive), or an rpc-server's HOST:PORT for
+    // every device it serves; "none" (or "cpu"): no offload. Empty: llama.cpp's default, every GPU.
+    std::vector<std::string> devices;
+    std::string              split_mode = "layer";  // none | layer | row: how a model spans several devices
+    int32_t                  main_gpu   = 0;        // with split_mode none: which of the devices holds the model
+    std::vector<float>       tensor_split;          // each device's share of the layers; empty: by free memory
+
+    bool operator==(const placement & o) const {
+        return devices == o.devices && split_mode == o.split_mode && main_gpu == o.main_gpu &&
+               tensor_split == o.tensor_split;
+    }
+};
+
 struct model_params {
     std::string path;
     int32_t n_gpu_layers = 0;  // layers to offload to the GPU backend, -1 = all; no effect on a CPU-only build
+    placement place;
 };
+
+// one device the installed libllama can use
+struct device_info {
+    std::string name;         // what placement::devices names it by ("CPU", "CUDA0", "RPC0", ...)
+    std::string description;  // the hardware (an rpc-server's device: its HOST:PORT)
+    std::string type;         // cpu | gpu | igpu | accel
+    size_t      memory_free  = 0;
+    size_t      memory_total = 0;
+};
+
+// every device llama.cpp knows of, the CPU and the rpc-servers registered so far included
+std::vector<device_info> list_devices();
+
+// whether loading with these parameters puts any layer on a device other than the CPU
+bool offloads(const model_params & params);
+
+// whether the installed libllama was built with llama.cpp's RPC backend (-DGGML_RPC=ON)
+bool supports_rpc();
+
+// register rpc-servers (HOST:PORT each) so that their devices can be named; each is reached first
+// with a plain TCP connect bounded by timeout_ms, so that an unreachable one is an error here
+// (std::invalid_argument), not inside llama.cpp. Returns the names of the servers' devices.
+std::vector<std::string> rpc_add_servers(const std::vector<std::string> & endpoints, int32_t timeout_ms = 5000);
+
+// serve this machine's devices (names; empty: every GPU, else the CPU) to llama.cpp's RPC clients
+// at HOST:PORT: llama.cpp's rpc-server, run in this thread. n_threads: the CPU device's threads (0:
+// half the cores, as rpc-server); cache_dir: where received tensors are cached ("" for none).
+// Returns only when it could not start (std::runtime_error).
+void rpc_serve(const std::string & endpoint, int32_t n_threads, const std::vector<std::string> & devices,
+               const std::string & cache_dir);
+
+// "a,b,c" split at commas, spaces trimmed, empty parts refused (what = the option, for the message)
+std::vector<std::string> split_list(const std::string & s, const std::string & what);
 
 struct model {
     llama_model_ptr     ptr;

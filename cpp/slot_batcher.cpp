@@ -13,7 +13,7 @@ namespace specllama {
 
 std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher> batcher, std::shared_ptr<model> mdl,
                                                     int32_t n_seq, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
-                                                    int32_t rank) {
+                                                    int32_t rank, bool swa_full) {
     if (n_seq < 1 || n_ctx < 1 || n_batch < 1) {
         throw std::invalid_argument("slots need n_seq, n_ctx and n_batch >= 1");
     }
@@ -31,6 +31,7 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     // of every length rollback keeps (llama.cpp then splits a decode into one ubatch per run of
     // sequences with equal token counts)
     cparams.kv_unified      = llama_model_n_swa(sc->mdl->get()) == 0;
+    cparams.swa_full        = swa_full;
     const int32_t threads   = n_threads > 0 ? n_threads : default_threads();
     cparams.n_threads       = threads;
     cparams.n_threads_batch = threads;
@@ -43,6 +44,7 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     sc->ctx.reset(raw);
     sc->n_seq   = n_seq;
     sc->n_batch = (int32_t) llama_n_batch(raw);
+    sc->swa_full = swa_full;
     sc->rank    = rank;
     return sc;
 }

@@ -139,8 +139,7 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
     }
     // copying a sequence's keys and values goes through host memory: it pays against decoding on
     // a CPU (kv_cache.h), and was not measured against a GPU's batched prompt processing
-    const auto on_gpu = [](int32_t n_gpu_layers) { return n_gpu_layers != 0 && llama_supports_gpu_offload(); };
-    copy_server_prefill_ = params.share_prefill && !on_gpu(params.target.n_gpu_layers);
+    copy_server_prefill_ = params.share_prefill && !offloads(params.target);
     target_    = std::move(target);
     tgt_cache_ = slot ? std::make_unique<kv_cache>(slot->target, slot->seq, params.ctx.n_ctx)
                       : std::make_unique<kv_cache>(target_, params.ctx);
@@ -170,7 +169,7 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         if (vocab_map_) {
             view_ = std::make_unique<draft_view>(*vocab_map_);
         }
-        share_prefill_ = copy_server_prefill_ && !on_gpu(params.draft->n_gpu_layers) && !vocab_map_ &&
+        share_prefill_ = copy_server_prefill_ && !offloads(*params.draft) && !vocab_map_ &&
                          kv_interchangeable(*target_, *draft_);
     }
 }
@@ -192,10 +191,12 @@ std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, i
     auto       batcher = std::make_shared<slot_batcher>(std::chrono::microseconds(max_wait_us));
     slot_place place;
     place.vocab  = vocab_map_;
-    place.target = make_shared_context(batcher, target_, n, p.ctx.n_ctx, p.ctx.n_batch, p.ctx.n_threads, 1);
+    place.target = make_shared_context(batcher, target_, n, p.ctx.n_ctx, p.ctx.n_batch, p.ctx.n_threads, 1,
+                                       p.ctx.swa_full);
     if (draft_) {
         const int32_t t_draft = n_threads_draft_ > 0 ? n_threads_draft_ : p.ctx.n_threads;
-        place.draft = make_shared_context(batcher, draft_, n, p.ctx.n_ctx, p.ctx.n_batch, t_draft, 0);
+        place.draft = make_shared_context(batcher, draft_, n, p.ctx.n_ctx, p.ctx.n_batch, t_draft, 0,
+                                          p.ctx.swa_full);
     }
     std::vector<std::unique_ptr<decoder>> out;
     for (int32_t s = 0; s < n; ++s) {

@@ -35,6 +35,10 @@ struct decoder_params {
     // prompt's keys and values from the target's cache instead of processing the prompt again;
     // likewise DSI's extra target servers. Only where neither model is offloaded to a GPU.
     bool                        share_prefill = true;
+    // where DSI's target servers beyond the first run (the first is the decoder's target context):
+    // server s + 1 on dsi_servers[s], every layer offloaded there, its own copy of the target's
+    // weights; servers past the list share the target's weights and placement
+    std::vector<placement>      dsi_servers;
 };
 
 // who proposes the drafts
@@ -342,6 +346,7 @@ class decoder {
     bool                      share_prefill_   = false;  // the draft copies the target's prompt KV
     bool                      copy_server_prefill_ = false;  // DSI servers copy the first server's
     std::vector<std::unique_ptr<kv_cache>> dsi_servers_;  // DSI's target servers beyond the first
+    std::vector<std::shared_ptr<model>>    dsi_models_;   // the target loaded where dsi_servers places it
 
     draft_length_model        lengths_;  // costs and calibration, kept across generations
 

@@ -159,8 +159,31 @@ decoder::dsi_setup decoder::dsi_prepare(const dsi_options & options) {
     context_params sctx = ctx_params_;
     sctx.n_ctx          = tgt_cache_->n_ctx();
     sctx.n_threads      = t_server;
+    const auto & places = params_.dsi_servers;
+    if (!places.empty() && (int32_t) places.size() > options.sp - 1) {
+        throw std::invalid_argument("the decoder places " + std::to_string(places.size()) +
+                                    " DSI servers beyond the target, but sp " + std::to_string(options.sp) +
+                                    " runs " + std::to_string(options.sp - 1));
+    }
     while ((int32_t) dsi_servers_.size() < options.sp - 1) {
-        dsi_servers_.push_back(std::make_unique<kv_cache>(target_, sctx));
+        const size_t           s   = dsi_servers_.size();
+        std::shared_ptr<model> mdl = target_;
+        if (s < places.size()) {
+            // one copy of the weights per distinct placement
+            for (size_t o = 0; o < s; ++o) {
+                if (places[o] == places[s]) {
+                    mdl = dsi_models_[o];
+                }
+            }
+            if (mdl == target_) {
+                model_params mp = params_.target;
+                mp.place        = places[s];
+                mp.n_gpu_layers = -1;
+                mdl             = model_load(mp);
+            }
+            dsi_models_.push_back(mdl);
+        }
+        dsi_servers_.push_back(std::make_unique<kv_cache>(mdl, sctx));
     }
     std::vector<kv_cache *> & caches = out.caches;
     caches.push_back(tgt_cache_.get());

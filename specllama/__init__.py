@@ -26,6 +26,7 @@ except ImportError as _exc:  # a source tree without the built extension, most o
 
 from ._core import Context, Model, accept_trials, log_set_level, quantize, quantize_types  # noqa: E402
 from ._core import sampling_distribution, supports_gpu_offload, vocab_difference  # noqa: E402
+from ._core import list_devices, rpc_add_servers, rpc_serve, supports_rpc  # noqa: E402
 from .decoder import Completion, DSIStats, GenerateOptions, SpeculativeDecoder, Stats, StepChunk  # noqa: E402
 from .decoder import PromptTooLong, StepPrices, as_dict  # noqa: E402
 from .templates import ChatTemplateError  # noqa: E402
@@ -53,10 +54,14 @@ __all__ = [
     "accept_trials",
     "as_dict",
     "chat_templates",
+    "list_devices",
     "log_set_level",
     "quantize",
     "quantize_types",
+    "rpc_add_servers",
+    "rpc_serve",
     "sampling_distribution",
     "supports_gpu_offload",
+    "supports_rpc",
     "vocab_difference",
 ]

@@ -7,15 +7,17 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'log_set_level', 'quantize', 'quantize_types', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'vocab_difference']
+__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'list_devices', 'log_set_level', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
     """
     A GGUF model loaded by llama.cpp.
     """
-    def __init__(self, path: str | os.PathLike, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
-        ...
+    def __init__(self, path: str | os.PathLike, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, device: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        Load a GGUF. device: where its offloaded layers go ('CUDA0', 'CUDA0,CUDA1', an rpc-server's 'HOST:PORT', 'none'; None: every GPU), split_mode / tensor_split / main_gpu: how it spans several (as llama.cpp's -sm, -ts, -mg).
+        """
     def detokenize(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], special: bool = False) -> str:
         ...
     def is_eog(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> bool:
@@ -697,7 +699,7 @@ class Decoder:
     """
     A target model, an optional draft model, and their KV caches.
     """
-    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True) -> None:
+    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True, device: typing.Any = None, device_draft: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0, dsi_devices: collections.abc.Sequence[typing.Any] = []) -> None:
         ...
     def cached_tokens(self) -> list[int]:
         ...
@@ -791,6 +793,10 @@ def cpu_cores() -> tuple[int, int]:
     """
     (physical, logical) cores this process may run on; the default thread count is the physical.
     """
+def list_devices() -> list:
+    """
+    Every device the installed libllama can use (the CPU, GPUs, the rpc-servers added so far): name, description, type (cpu, gpu, igpu, accel), memory_free and memory_total in bytes.
+    """
 def log_set_level(level: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
     Show llama.cpp messages at or above level (0 none, 1 debug, 2 info, 3 warn, 4 error).
@@ -799,6 +805,14 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, type: str, n_thread
     ...
 def quantize_types() -> list[str]:
     ...
+def rpc_add_servers(endpoints: typing.Any, timeout_ms: typing.SupportsInt | typing.SupportsIndex = 5000) -> list[str]:
+    """
+    Register rpc-servers ('HOST:PORT,...' or a list); returns their device names. An unreachable one is a ValueError.
+    """
+def rpc_serve(endpoint: str, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, device: typing.Any = None, cache_dir: str = '') -> None:
+    """
+    Serve this machine's devices to llama.cpp's RPC clients at HOST:PORT (llama.cpp's own rpc-server); returns only if the server fails to start.
+    """
 def sampling_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806) -> numpy.typing.NDArray[numpy.float32]:
     """
     The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax.
@@ -809,6 +823,10 @@ def simulate_dsi(target_ms: typing.SupportsFloat | typing.SupportsIndex, drafter
     """
 def supports_gpu_offload() -> bool:
     ...
+def supports_rpc() -> bool:
+    """
+    Whether the installed libllama has llama.cpp's RPC backend (built with -DGGML_RPC=ON).
+    """
 def vocab_difference(target: Model, draft: Model) -> str:
     """
     The first difference between draft's vocabulary and target's, in words; '' when they are one (a draft with another vocabulary drafts by token-level intersection).

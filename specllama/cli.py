@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from . import encoding
+from . import _core, encoding
 from ._core import DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
 from .decoder import SpeculativeDecoder, as_dict, make_options
@@ -55,6 +55,35 @@ encoding_option = click.option(
          "text in it are an error.")
 
 
+def _device_table() -> str:
+    """The devices the installed libllama can use, one line each."""
+    mib = 1024 * 1024
+    lines = []
+    for d in _core.list_devices():
+        mem = f"{d['memory_total'] // mib} MiB, {d['memory_free'] // mib} MiB free" if d["memory_total"] else "memory unknown"
+        lines.append(f"  {d['name']:<8} {d['type']:<5} {d['description']} ({mem})")
+    rpc = "yes" if _core.supports_rpc() else "no (build llama-cpp-python with -DGGML_RPC=ON)"
+    return ("Devices (name, type, description, memory):\n" + "\n".join(lines) +
+            f"\nRPC backend: {rpc}\nName them with -dev/--device and -devd/--device-draft; the CPU is always used "
+            "for layers not offloaded (--device none: every layer).")
+
+
+def _list_devices_flag(ctx, param, value):
+    if value and not ctx.resilient_parsing:
+        click.echo(_device_table())
+        ctx.exit(0)
+
+
+def _tensor_split(text):
+    if text is None:
+        return None
+    try:
+        shares = [float(x) for x in text.replace("/", ",").split(",")]
+    except ValueError:
+        raise click.BadParameter(f"expected numbers separated by commas, got {text!r}", param_hint="'-ts'")
+    return shares
+
+
 def model_options(fn):
     """Options every model-running command shares (llama.cpp's names where it has one)."""
     opts = [
@@ -77,10 +106,30 @@ def model_options(fn):
                      help="Context size in tokens (0 = the model's)."),
         click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = the physical cores)."),
         click.option("--threads-draft", type=click.IntRange(0), default=0, help="CPU threads for the draft (0 = --threads)."),
-        click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=0, show_default=True,
-                     help="Target layers to offload to the GPU (-1 = all; needs a GPU build of llama-cpp-python)."),
-        click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=int, default=0, show_default=True,
-                     help="Draft layers to offload to the GPU."),
+        click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=None,
+                     help="Target layers to offload (-1 = all; default: all when -dev or --rpc names a device, "
+                          "else 0). Needs a GPU (or RPC) build of llama-cpp-python."),
+        click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=int, default=None,
+                     help="Draft layers to offload (default: all when -devd names a device, else 0)."),
+        click.option("-dev", "--device", envvar="SPECLLAMA_DEVICE",
+                     help="Devices for the target, comma-separated (CUDA0,CUDA1; an rpc-server's HOST:PORT; none = "
+                          "CPU only). Default: every GPU. See --list-devices."),
+        click.option("-devd", "--device-draft", envvar="SPECLLAMA_DEVICE_DRAFT",
+                     help="Devices for the draft, as --device (none: the draft on the CPU)."),
+        click.option("-sm", "--split-mode", type=click.Choice(["none", "layer", "row"]), default="layer",
+                     show_default=True, help="How the target spans several devices."),
+        click.option("-ts", "--tensor-split", metavar="N0,N1,...",
+                     help="Each device's share of the target's layers, e.g. 3,1 (default: by free memory)."),
+        click.option("-mg", "--main-gpu", type=click.IntRange(0), default=0, show_default=True,
+                     help="With --split-mode none: which of the target's devices holds it."),
+        click.option("--rpc", metavar="HOST:PORT,...", envvar="SPECLLAMA_RPC",
+                     help="llama.cpp rpc-servers (`specllama rpc-server`) whose devices the target uses when "
+                          "--device does not name others."),
+        click.option("--dsi-device", "dsi_devices", multiple=True, metavar="DEVICES",
+                     help="With --mode dsi: the devices of one target server beyond the first, as --device; "
+                          "repeat it per server. Each such server loads its own copy of the target."),
+        click.option("--list-devices", is_flag=True, expose_value=False, is_eager=True, callback=_list_devices_flag,
+                     help="List the devices the installed libllama can use, and exit."),
         click.option("--share-prefill/--no-share-prefill", default=True, show_default=True,
                      help="When the draft is the target in another number format (same architecture and shapes), "
                           "copy the prompt's keys and values from the target instead of processing the prompt "
@@ -91,7 +140,8 @@ def model_options(fn):
                           "cached one is processed again from an earlier point). The output is the same either way."),
     ]
     names = ["model", "draft", "no_draft", "n_draft", "drafter", "fixed_draft", "ctx_size", "threads", "threads_draft",
-             "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full"]
+             "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "device", "device_draft", "split_mode",
+             "tensor_split", "main_gpu", "rpc", "dsi_devices"]
 
     @functools.wraps(fn)
     def gather(*args, **kwargs):
@@ -196,7 +246,10 @@ def _open_decoder(mo: dict, need_draft: bool = False):
         dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
                                  n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
                                  n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft,
-                                 share_prefill=mo["share_prefill"], swa_full=mo["swa_full"])
+                                 share_prefill=mo["share_prefill"], swa_full=mo["swa_full"], device=mo["device"],
+                                 device_draft=mo["device_draft"] if draft else None, split_mode=mo["split_mode"],
+                                 tensor_split=_tensor_split(mo["tensor_split"]), main_gpu=mo["main_gpu"],
+                                 rpc=mo["rpc"], dsi_devices=list(mo["dsi_devices"]) or None)
     for w in caught:
         _err(f"specllama: warning: {w.message}")
     return dec, _describe(dec, mo, draft)
@@ -627,6 +680,42 @@ def models(verify):
     click.echo(f"cache:  {cache_dir()}")
     click.echo(f"target: {target} ({os.path.getsize(target) / 1e6:.1f} MB, F32)")
     click.echo(f"draft:  {draft} ({os.path.getsize(draft) / 1e6:.1f} MB, Q4_1)")
+
+
+
+@main.command()
+@click.option("--rpc", metavar="HOST:PORT,...", help="Add these rpc-servers first, to list their devices too.")
+@_library_errors
+def devices(rpc):
+    """List the devices the installed libllama can use, with their memory."""
+    if rpc:
+        _core.rpc_add_servers(rpc)
+    click.echo(_device_table())
+
+
+@main.command("rpc-server")
+@click.option("-H", "--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on. The RPC protocol has no authentication: never expose it to a network "
+                   "you do not trust.")
+@click.option("-p", "--port", type=click.IntRange(1, 65535), default=50052, show_default=True)
+@click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0: half the cores, as llama.cpp).")
+@click.option("-dev", "--device", help="Devices to serve, comma-separated (default: every GPU, else the CPU).")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Cache received tensors here, so that a model sent again loads faster.")
+@_library_errors
+def rpc_server(host, port, threads, device, cache_dir):
+    """Serve this machine's devices to llama.cpp RPC clients (llama.cpp's rpc-server, from the installed
+    libllama): other machines run a target on them with --rpc. Ctrl-C stops it."""
+    import signal
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        _err(f"specllama: warning: serving on {host}: anyone who reaches this port can run code on these devices' "
+             "memory; the RPC protocol has no authentication")
+    endpoint = f"{host}:{port}"
+    _err(f"specllama: rpc-server on {endpoint}")
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # the server's accept loop never returns to Python
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _core.rpc_serve(endpoint, threads, device, cache_dir or "")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,22 @@ class StepChunk:
     dsi: Optional[DSIStats] = field(default=None, repr=False)
 
 
+Devices = Union[str, Sequence[str], None]
+
+
+def _layers(n: Optional[int], device: Devices, name: str) -> int:
+    """n_gpu_layers as given; when not given, every layer where a device other than the CPU is
+    named, none otherwise (llama.cpp's default device list, every GPU, then holds nothing)."""
+    if n is not None:
+        if type(n) is not int:
+            raise _type_error(name, n, 0)
+        return n
+    if device is None:
+        return 0
+    names = device.split(",") if isinstance(device, str) else list(device)
+    return 0 if [str(d).strip().lower() for d in names] in (["none"], ["cpu"]) else -1
+
+
 class SpeculativeDecoder:
     """Speculative decoding with a target and a draft GGUF model. A draft with another vocabulary
     drafts the tokens both vocabularies share (token-level intersection; `cross_vocab` says how
@@ -99,8 +115,17 @@ class SpeculativeDecoder:
     n_threads / n_threads_draft: CPU threads (0 = the physical cores; more threads than the
     machine's cores warn, as they make decoding much slower); n_gpu_layers / n_gpu_layers_draft:
     layers to offload when llama-cpp-python was built with a GPU backend (-1 = all; a warning
-    when the installed build has none); n_draft: tokens drafted per step, at most (adaptive) or
-    exactly, where a generation does not say.
+    when the installed build has none; default: all where the model's device is named, else
+    none); n_draft: tokens drafted per step, at most (adaptive) or exactly, where a generation
+    does not say.
+    device / device_draft: where each model's offloaded layers go, named as list_devices() names
+    them ("CUDA0", "CUDA0,CUDA1" or a list; an rpc-server's "HOST:PORT"; "none" or "cpu": no
+    offload; None: every GPU, as llama.cpp). split_mode ("none", "layer", "row"), tensor_split
+    (each device's share, e.g. [3, 1]) and main_gpu: how the target spans several devices, as
+    llama.cpp's -sm, -ts and -mg. rpc: rpc-servers ("HOST:PORT,...") whose devices the target
+    uses when device is not given (an unreachable one is a ValueError). dsi_devices: one device
+    (or device list) per DSI target server beyond the first; each loads its own copy of the
+    target there.
     share_prefill: when the draft is the target in another number format (same architecture and
     shapes), copy the prompt's keys and values from the target's cache into the draft's instead of
     processing the prompt with both models (see shares_prefill); the output is unchanged.
@@ -119,11 +144,18 @@ class SpeculativeDecoder:
         n_batch: int = _DEFAULTS["n_batch"],
         n_threads: int = _DEFAULTS["n_threads"],
         n_threads_draft: int = _DEFAULTS["n_threads_draft"],
-        n_gpu_layers: int = _DEFAULTS["n_gpu_layers"],
-        n_gpu_layers_draft: int = _DEFAULTS["n_gpu_layers_draft"],
+        n_gpu_layers: Optional[int] = None,
+        n_gpu_layers_draft: Optional[int] = None,
         n_draft: int = _DEFAULTS["n_draft"],
         share_prefill: bool = _DEFAULTS["share_prefill"],
         swa_full: bool = _DEFAULTS["swa_full"],
+        device: Devices = None,
+        device_draft: Devices = None,
+        split_mode: str = "layer",
+        tensor_split: Optional[Sequence[float]] = None,
+        main_gpu: int = 0,
+        rpc: Devices = None,
+        dsi_devices: Optional[Sequence[Devices]] = None,
     ) -> None:
         if model_path is None:
             if draft_path is not None:
@@ -131,6 +163,12 @@ class SpeculativeDecoder:
             from .models import default_pair
 
             model_path, draft_path = default_pair()
+        if rpc is not None:
+            rpc_devices = _core.rpc_add_servers(rpc)
+            if device is None:
+                device = list(rpc_devices)
+        n_gpu_layers = _layers(n_gpu_layers, device, "n_gpu_layers")
+        n_gpu_layers_draft = _layers(n_gpu_layers_draft, device_draft, "n_gpu_layers_draft")
         if (n_gpu_layers or (draft_path is not None and n_gpu_layers_draft)) and not _core.supports_gpu_offload():
             warnings.warn("n_gpu_layers has no effect: the installed llama-cpp-python was built without GPU "
                           "offload (docs/gpu.md says how to install a GPU build)", RuntimeWarning, stacklevel=2)
@@ -144,7 +182,22 @@ class SpeculativeDecoder:
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise _type_error(name, value, _DEFAULTS[name])
-        self._core: Optional[_core.Decoder] = _core.Decoder(self.model_path, self.draft_path, **settings)
+        if type(split_mode) is not str or split_mode not in ("none", "layer", "row"):
+            raise ValueError(f"split_mode must be 'none', 'layer' or 'row', got {split_mode!r}")
+        if type(main_gpu) is not int or main_gpu < 0:
+            raise ValueError(f"main_gpu must be an int >= 0, got {main_gpu!r}")
+        if tensor_split is not None:
+            if isinstance(tensor_split, str):
+                tensor_split = [float(x) for x in tensor_split.replace("/", ",").split(",")]
+            tensor_split = [float(x) for x in tensor_split]
+        if dsi_devices is not None and (isinstance(dsi_devices, str) or not isinstance(dsi_devices, Sequence)):
+            raise TypeError("dsi_devices must be a list with one device (or device list) per DSI server beyond "
+                            f"the first, got {dsi_devices!r}")
+        if draft_path is None and device_draft is not None:
+            raise ValueError("device_draft needs a draft model")
+        self._core: Optional[_core.Decoder] = _core.Decoder(
+            self.model_path, self.draft_path, **settings, device=device, device_draft=device_draft,
+            split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, dsi_devices=list(dsi_devices or []))
 
     def slots(self, n: int, n_ctx: Optional[int] = None, *, max_wait_ms: float = 100.0) -> List["SpeculativeDecoder"]:
         """n decoders for serving several users at once: the same models (not loaded again), and

@@ -6,7 +6,7 @@ the oldest cells. A rollback by a verification batch or less still finds the win
 new end; a longer one (a new prompt sharing only part of the cached text) goes back to a
 checkpoint taken where a prompt ended, or decodes the text again. Slots share one context per
 model; with a sliding window each slot's sequence gets a cache of its own there, since one cache
-for all reuses a cell another sequence's window has left.
+for all reuses a cell another sequence's window has left, and swa_full applies to it as well.
 
 The fixture is a tiny random Gemma 3 quantized to Q4_1, window 8, layers alternating window and
 full attention. Its contexts run on one thread: with more, llama.cpp splits a one-token decode's
@@ -149,6 +149,21 @@ def test_slots_alone_equal_a_decoder_of_their_own(swa):
         for _ in range(2):
             for slot in slots:
                 assert [slot.generate(p, **kw).tokens for p in prompts] == want
+
+
+def test_slots_holding_only_the_window_generate_the_targets_text(swa):
+    """swa_full off reaches the slots: each slot's window layers hold only the window, generations
+    run longer than that cache with drafts kept and rejected, and a prompt that shares only the
+    start of a slot's cached text goes back to where that slot's last prompt ended. Every output is
+    the target's greedy choice at every token."""
+    kw = dict(GREEDY, max_tokens=300, n_draft=4, adaptive=False, drafter="model")
+    with specllama.SpeculativeDecoder(swa.target, swa.draft, n_ctx=1024, swa_full=False, **ONE_THREAD) as dec:
+        slots = dec.slots(2)
+        for prompt in ["the cat is", "the cat is on the hot", "she was out with"]:
+            for slot in slots:
+                r = slot.generate(prompt, **kw)
+                assert _greedy_at_every_token(swa.target, dec.tokenize(prompt), r.tokens), prompt
+                assert 0 < r.stats.n_accepted < r.stats.n_drafted
 
 
 def test_slots_together_generate_the_targets_text(swa):

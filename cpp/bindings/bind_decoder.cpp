@@ -338,15 +338,28 @@ void register_decoder(py::module_ & m) {
     py::class_<decoder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
         .def(py::init([](const fs_path & target, std::optional<fs_path> draft, int32_t n_ctx,
                          int32_t n_batch, int32_t n_threads, int32_t n_threads_draft, int32_t n_gpu_layers,
-                         int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill, bool swa_full) {
+                         int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill, bool swa_full,
+                         const py::object & device, const py::object & device_draft, const std::string & split_mode,
+                         const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu,
+                         const std::vector<py::object> & dsi_devices) {
                  decoder_params p;
                  p.target.path         = target.value;
                  p.target.n_gpu_layers = n_gpu_layers;
+                 p.target.place        = to_placement(device, split_mode, tensor_split, main_gpu);
                  if (draft) {
                      model_params d;
-                     d.path         = draft->value;
-                     d.n_gpu_layers = n_gpu_layers_draft;
-                     p.draft        = d;
+                     d.path          = draft->value;
+                     d.n_gpu_layers  = n_gpu_layers_draft;
+                     d.place.devices = to_devices(device_draft, "device_draft");
+                     p.draft         = d;
+                 }
+                 for (const auto & dev : dsi_devices) {
+                     placement pl;
+                     pl.devices = to_devices(dev, "dsi_devices");
+                     if (pl.devices.empty()) {
+                         throw py::value_error("dsi_devices: each server needs a device ('none' for the CPU)");
+                     }
+                     p.dsi_servers.push_back(pl);
                  }
                  p.ctx.n_ctx       = n_ctx;
                  p.ctx.n_batch     = n_batch;
@@ -363,7 +376,10 @@ void register_decoder(py::module_ & m) {
              py::arg("n_threads_draft") = decoder_params{}.n_threads_draft,
              py::arg("n_gpu_layers") = model_params{}.n_gpu_layers,
              py::arg("n_gpu_layers_draft") = model_params{}.n_gpu_layers, py::arg("n_draft") = decoder_params{}.n_draft,
-             py::arg("share_prefill") = decoder_params{}.share_prefill, py::arg("swa_full") = context_params{}.swa_full)
+             py::arg("share_prefill") = decoder_params{}.share_prefill, py::arg("swa_full") = context_params{}.swa_full,
+             py::arg("device") = py::none(), py::arg("device_draft") = py::none(),
+             py::arg("split_mode") = placement{}.split_mode, py::arg("tensor_split") = py::none(),
+             py::arg("main_gpu") = placement{}.main_gpu, py::arg("dsi_devices") = std::vector<py::object>{})
         .def_property_readonly("n_draft", &decoder::n_draft)
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("shares_prefill", &decoder::shares_prefill)

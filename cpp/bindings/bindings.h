@@ -16,6 +16,14 @@ void register_sampling(pybind11::module_ & m);
 void register_decoder(pybind11::module_ & m);
 void register_dsi(pybind11::module_ & m);
 
+// a device list from Python: None (llama.cpp's default), "CUDA0,CUDA1" or a sequence of names;
+// what names the argument in errors
+std::vector<std::string> to_devices(const pybind11::object & devices, const std::string & what);
+
+// a model's placement from the keyword arguments that spell it
+specllama::placement to_placement(const pybind11::object & device, const std::string & split_mode,
+                                  const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu);
+
 // on_step(tokens, text, n_drafted, n_accepted) -> bool, with a Ctrl-C check before each call
 specllama::step_callback make_step_callback(const std::optional<pybind11::function> & on_step);
 

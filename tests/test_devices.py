@@ -1,0 +1,249 @@
+"""Placement per model (llama.cpp's device list, -dev / -devd / -sm / -ts / -mg), `specllama
+devices`, and llama.cpp's RPC backend: the target, or DSI's servers, on rpc-servers started as
+users start them (`specllama rpc-server`, real processes on loopback ports)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import specllama
+from specllama import _core
+
+ROOT = Path(specllama.__file__).parent.parent
+needs_rpc = pytest.mark.skipif(not _core.supports_rpc(),
+                               reason="the installed llama-cpp-python was built without -DGGML_RPC=ON (docs/gpu.md)")
+
+
+def _cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "specllama", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=tempfile.gettempdir(),
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def _greedy(dec, **kw):
+    return dec.generate("the cat is", max_tokens=24, temperature=0, ignore_eos=True, **kw).tokens
+
+
+# --- devices and placement (on any build) ---
+
+def test_the_device_list_names_the_cpu_and_the_cli_prints_it():
+    devs = _core.list_devices()
+    cpu = [d for d in devs if d["type"] == "cpu"]
+    assert len(cpu) == 1 and cpu[0]["name"] == "CPU" and cpu[0]["memory_total"] > 0
+    assert all(set(d) == {"name", "description", "type", "memory_free", "memory_total"} for d in devs)
+    out = _cli("devices")
+    assert out.returncode == 0, out.stderr
+    assert "CPU" in out.stdout and "RPC backend: " + ("yes" if _core.supports_rpc() else "no") in out.stdout
+    # llama.cpp's --list-devices, on every model-running command: prints the same and exits
+    flag = _cli("generate", "--list-devices")
+    assert flag.returncode == 0 and flag.stdout == out.stdout
+
+
+def test_the_cpu_placement_gives_the_same_output(tiny):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        default = _greedy(dec)
+    for device, device_draft in (("none", "cpu"), (["CPU"], None)):
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=device,
+                                          device_draft=device_draft) as dec:
+            assert _greedy(dec) == default
+            assert dec.shares_prefill  # nothing offloaded: the draft still copies the target's prompt
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(device="NOPE"), "no device 'NOPE'; this libllama has: CPU"),
+    (dict(device="none,NOPE"), "cannot be combined"),
+    (dict(device=[]), "device is empty"),
+    (dict(device="CPU,"), "empty entry"),
+    (dict(split_mode="diagonal"), "split_mode must be"),
+    (dict(tensor_split=[-1.0]), "tensor_split shares must be finite and >= 0"),
+    (dict(tensor_split=[0.0]), "some device a share above 0"),
+    (dict(main_gpu=-1), "main_gpu must be"),
+    (dict(rpc="localhost"), "HOST:PORT" if _core.supports_rpc() else "-DGGML_RPC=ON"),
+])
+def test_a_bad_placement_is_a_clear_error(tiny, kwargs, message):
+    with pytest.raises(ValueError) as err:
+        specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, **kwargs)
+    assert message in str(err.value)
+
+
+def test_a_bad_placement_on_the_command_line_is_one_line(tiny):
+    out = _cli("generate", "-m", tiny.target_q, "-d", tiny.draft_q, "-n", "4", "-dev", "NOPE", "hi")
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == ["Error: no device 'NOPE'; this libllama has: CPU (none or cpu: no "
+                                               "offload; HOST:PORT: an rpc-server)"]
+    out = _cli("generate", "-m", tiny.target_q, "-n", "4", "-ts", "3,x", "hi")
+    assert out.returncode == 2 and "'-ts': expected numbers separated by commas" in out.stderr
+
+
+def test_dsi_servers_placed_on_their_own_devices_are_lossless(tiny):
+    """A server placed on a device loads its own copy of the target there (here the CPU); DSI's
+    output is still plain decoding's."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, dsi_devices=["none", "cpu"]) as dec:
+        plain = _greedy(dec, speculative=False)
+        assert _greedy(dec, mode="dsi", sp=3, lookahead=3) == plain
+        with pytest.raises(ValueError, match="places 2 DSI servers beyond the target, but sp 2 runs 1"):
+            _greedy(dec, mode="dsi", sp=2)
+    with pytest.raises(TypeError, match="dsi_devices must be a list"):
+        specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, dsi_devices="none")
+
+
+# --- llama.cpp's RPC backend ---
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def rpc_server():
+    """`specllama rpc-server` on a free loopback port, as a user starts it; killed afterwards."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "specllama", "rpc-server", "-p", str(port), "-t", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # listening once a connect succeeds (a bare connect is not a client: it is dropped)
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=5):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("rpc-server did not start: " + proc.stderr.read())
+                time.sleep(0.05)
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def rpc_pair():
+    """Two rpc-servers for this process (each serves one client at a time: this one, from here on).
+    They live as long as the test session: llama.cpp keeps every rpc-server a process has reached
+    in its device registry, and llama-cpp-python's models (tests/test_templates.py) use every
+    registered device by default, a dead one included."""
+    with rpc_server() as (a, _), rpc_server() as (b, _):
+        yield a, b
+
+
+@pytest.mark.skipif(_core.supports_rpc(), reason="this build has the RPC backend")
+def test_rpc_without_the_rpc_build_says_how_to_get_it(tiny):
+    with pytest.raises(ValueError, match=r'CMAKE_ARGS="-DGGML_RPC=ON"'):
+        specllama.SpeculativeDecoder(tiny.target_q, rpc="127.0.0.1:50052")
+
+
+@needs_rpc
+def test_an_unreachable_or_silent_rpc_server_is_a_clear_error_in_bounded_time(tiny):
+    with pytest.raises(ValueError, match=r"cannot reach rpc-server 127\.0\.0\.1:\d+: Connection refused"):
+        specllama.SpeculativeDecoder(tiny.target_q, rpc=f"127.0.0.1:{_free_port()}")
+    # something listens but does not speak RPC (or an rpc-server busy with another client)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        ep = "127.0.0.1:%d" % silent.getsockname()[1]
+        with pytest.raises(ValueError, match="gave no RPC answer within 300 ms"):
+            _core.rpc_add_servers(ep, timeout_ms=300)
+
+
+@needs_rpc
+def test_a_target_split_across_two_rpc_servers_gives_the_local_output(tiny, rpc_pair):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        local = _greedy(dec)
+    names = _core.rpc_add_servers(list(rpc_pair))
+    assert len(names) == 2 and all(n.startswith("RPC") for n in names)
+    by_name = {d["name"]: d for d in _core.list_devices()}
+    assert [by_name[n]["description"] for n in names] == list(rpc_pair)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, rpc=",".join(rpc_pair),
+                                      tensor_split=[1, 1]) as dec:
+        assert not dec.shares_prefill  # the target's cache is remote: the draft processes the prompt itself
+        assert _greedy(dec) == local
+        assert _greedy(dec, speculative=False) == local
+    # the same devices by name, the draft on the CPU
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=names,
+                                      device_draft="none") as dec:
+        assert _greedy(dec) == local
+
+
+@needs_rpc
+def test_dsi_with_servers_on_rpc_endpoints_is_lossless(tiny, rpc_pair):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, dsi_devices=list(rpc_pair)) as dec:
+        plain = _greedy(dec, speculative=False)
+        res = dec.generate("the cat is", max_tokens=24, temperature=0, ignore_eos=True, mode="dsi", sp=3,
+                           lookahead=3)
+        assert res.tokens == plain
+        assert res.dsi.n_tasks > 0
+
+
+@needs_rpc
+def test_the_cli_runs_the_target_on_an_rpc_server(tiny):
+    local = _cli("generate", "-m", tiny.target_q, "-d", tiny.draft_q, "-n", "16", "--temp", "0", "the cat is")
+    assert local.returncode == 0, local.stderr
+    with rpc_server() as (ep, _):
+        remote = _cli("generate", "-m", tiny.target_q, "-d", tiny.draft_q, "-n", "16", "--temp", "0", "--rpc", ep,
+                      "the cat is")
+        assert remote.returncode == 0, remote.stderr
+        assert remote.stdout == local.stdout
+        # llama.cpp's rpc-server serves one client at a time: while another holds it, a new one is
+        # refused in bounded time instead of waiting without end
+        # the holder runs in a child process, so that this process's own connections stay free
+        holder = subprocess.Popen([sys.executable, "-c",
+                                   "import sys, specllama; d = specllama.SpeculativeDecoder(sys.argv[1], rpc=sys.argv[2],"
+                                   " n_ctx=64); print('ready', flush=True); sys.stdin.read()", tiny.target_q, ep],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
+                                  env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        try:
+            assert holder.stdout.readline().strip() == "ready"
+            busy = _cli("generate", "-m", tiny.target_q, "-n", "4", "--rpc", ep, "hi")
+            assert busy.returncode == 1
+            assert "serves one client at a time" in busy.stderr and "Traceback" not in busy.stderr
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=60)
+            holder.stdout.close()
+
+
+@needs_rpc
+def test_models_placed_elsewhere_do_not_use_the_rpc_servers_this_process_reached(tiny):
+    """rpc-servers serve the models placed on them only: llama.cpp's default placement (every GPU)
+    leaves them out, so a decoder on the default placement still runs after one of them is gone.
+    In a process of its own: llama.cpp's device registry is per process, and other libraries'
+    models (llama-cpp-python's) do take every registered device by default."""
+    code = """if True:
+        import sys, specllama
+        target, draft, ep = sys.argv[1:]
+        with specllama.SpeculativeDecoder(target, rpc=ep, n_ctx=64) as dec:
+            remote = dec.generate("the cat is", max_tokens=24, temperature=0, ignore_eos=True).tokens
+        print("gone?", flush=True)
+        sys.stdin.readline()
+        with specllama.SpeculativeDecoder(target, draft, n_ctx=256) as dec:
+            assert dec.shares_prefill  # nothing offloaded
+            local = dec.generate("the cat is", max_tokens=24, temperature=0, ignore_eos=True, speculative=False)
+        print("same" if local.tokens == remote else "differs", flush=True)
+    """
+    with rpc_server() as (ep, server):
+        child = subprocess.Popen([sys.executable, "-c", code, tiny.target_q, tiny.draft_q, ep], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
+                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        try:
+            assert child.stdout.readline().strip() == "gone?"
+            server.kill()
+            server.wait()
+            out, err = child.communicate("\n", timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        assert child.returncode == 0, err
+        assert out.strip() == "same"
