@@ -11,6 +11,7 @@ the same vocabulary.
 
 from __future__ import annotations
 
+import json
 import threading
 from types import SimpleNamespace
 
@@ -116,6 +117,34 @@ def test_cli_names_the_rollback(rec):
                                   "--temp", "0", "--n-draft", "3", "--fixed-draft"])
     assert r.exit_code == 0, r.output
     assert "recurrent memory: rejected drafts undone from checkpoints" in r.stderr
+
+
+def test_cli_chat_and_bench_on_recurrent_pairs(rec, tmp_path):
+    """`specllama chat` (two turns, the history kept in the state) prints plain decoding's replies;
+    `specllama bench` with the recurrent model as target and as draft measures outputs identical
+    to plain decoding's, with drafts rejected and undone."""
+    from click.testing import CliRunner
+
+    from specllama.chat import ChatSession
+    from specllama.cli import main
+
+    with specllama.SpeculativeDecoder(rec.target, n_ctx=512) as plain_dec:
+        plain = ChatSession(plain_dec)
+        want = ["".join(c.text for c in plain.send(q, max_tokens=16, temperature=0)) for q in ("the cat", "and she")]
+    r = CliRunner().invoke(main, ["chat", "-m", rec.target, "-d", rec.draft, "-n", "16", "--temp", "0", "-c", "512"],
+                           input="the cat\nand she\n/exit\n")
+    assert r.exit_code == 0, r.output
+    assert r.stdout == want[0] + "\n" + want[1] + "\n"
+    for target, draft in ((rec.target, rec.draft), (rec.llama_target, rec.target)):
+        r = CliRunner().invoke(main, ["bench", "-m", target, "-d", draft, "-n", "24", "--prompts", "code,list",
+                                      "--sweep-n-draft", "3", "-o", str(tmp_path), "--json"])
+        assert r.exit_code == 0, r.output
+        rep = json.loads(r.stdout)
+        for e in rep["sweep"]:
+            assert e["outputs_identical"] == len(e["per_prompt"]) == 2, e
+        fixed = [run["stats"] for run in rep["runs"] if run["mode"] == "fixed"]
+        assert sum(s["n_drafted"] - s["n_accepted"] for s in fixed) > 0
+        assert {s["rollback"] for s in fixed} == {"checkpoint"}  # the recurrent model's, target or draft
 
 
 def test_llama_pair_keeps_kv_rollback(rec):
