@@ -99,7 +99,12 @@ def _layers(n: Optional[int], device: Devices, name: str) -> int:
         return n
     if device is None:
         return 0
-    names = device.split(",") if isinstance(device, str) else list(device)
+    if isinstance(device, str):
+        names = device.split(",")
+    elif isinstance(device, Sequence):
+        names = list(device)
+    else:
+        return -1  # the core refuses the device with a TypeError that names it
     return 0 if [str(d).strip().lower() for d in names] in (["none"], ["cpu"]) else -1
 
 

@@ -92,6 +92,8 @@ def test_dsi_servers_placed_on_their_own_devices_are_lossless(tiny):
         assert _greedy(dec, mode="dsi", sp=3, lookahead=3) == plain
         with pytest.raises(ValueError, match="places 2 DSI servers beyond the target, but sp 2 runs 1"):
             _greedy(dec, mode="dsi", sp=2)
+    with pytest.raises(TypeError, match="device must be a str"):
+        specllama.SpeculativeDecoder(tiny.target_q, device=5)
     with pytest.raises(TypeError, match="dsi_devices must be a list"):
         specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, dsi_devices="none")
 
