@@ -258,6 +258,17 @@ ggml_backend_reg_t rpc_reg() {
     return llama_supports_rpc() ? ggml_backend_reg_by_name("RPC") : nullptr;
 }
 
+// the device named name (case-insensitive) for which usable(dev) holds, or nullptr
+template <typename Usable> ggml_backend_dev_t find_device(const std::string & name, Usable usable) {
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        if (iequals(ggml_backend_dev_name(dev), name) && usable(dev)) {
+            return dev;
+        }
+    }
+    return nullptr;
+}
+
 std::string known_devices() {
     std::string out;
     for (const auto & d : list_devices()) {
@@ -366,13 +377,9 @@ void rpc_serve(const std::string & endpoint, int32_t n_threads, const std::vecto
     }
     std::vector<ggml_backend_dev_t> devs;
     for (const auto & name : devices) {
-        ggml_backend_dev_t found = nullptr;
-        for (size_t i = 0; i < ggml_backend_dev_count() && found == nullptr; ++i) {
-            ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-            if (iequals(ggml_backend_dev_name(dev), name) && ggml_backend_dev_backend_reg(dev) != reg) {
-                found = dev;
-            }
-        }
+        ggml_backend_dev_t found = find_device(name, [&](ggml_backend_dev_t dev) {
+            return ggml_backend_dev_backend_reg(dev) != reg;  // not an rpc-server's
+        });
         if (found == nullptr) {
             throw std::invalid_argument("no device '" + name + "' to serve; this libllama has: " + known_devices());
         }
@@ -454,13 +461,9 @@ std::vector<ggml_backend_dev_t> resolve_devices(const std::vector<std::string> &
             }
             continue;
         }
-        ggml_backend_dev_t found = nullptr;
-        for (size_t i = 0; i < ggml_backend_dev_count() && found == nullptr; ++i) {
-            ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-            if (iequals(ggml_backend_dev_name(dev), name) && ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
-                found = dev;
-            }
-        }
+        ggml_backend_dev_t found = find_device(name, [](ggml_backend_dev_t dev) {
+            return ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU;  // the CPU is "none"
+        });
         if (found == nullptr) {
             throw std::invalid_argument("no device '" + name + "'; this libllama has: " + known_devices() +
                                         " (none or cpu: no offload; HOST:PORT: an rpc-server)");

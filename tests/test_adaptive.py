@@ -262,6 +262,18 @@ def test_the_first_lookup_token_of_a_plain_step_pays_for_leaving_plain_steps():
     assert m.keep_going_p(1, 1.0, 0.5, False)  # the second token leaves nothing
 
 
+def _plain_fixed_adaptive(target, draft, prices):
+    """200 tokens at the given prices from one decoder: plainly, drafting 4 every step, and adaptively
+    (at most 4), in that order; each speculative output is checked to be plain decoding's."""
+    kw = dict(max_tokens=200, temperature=0, ignore_eos=True, prices=prices)
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=512) as dec:
+        plain = dec.generate("the cat is", speculative=False, **kw)
+        fixed = dec.generate("the cat is", drafter="model", n_draft=4, adaptive=False, **kw)
+        adaptive = dec.generate("the cat is", drafter="model", n_draft=4, **kw)
+    assert fixed.tokens == plain.tokens and adaptive.tokens == plain.tokens
+    return plain, fixed, adaptive
+
+
 @pytest.mark.slow
 def test_a_draft_that_does_not_pay_is_paused_and_the_output_is_unchanged(slow):
     """An unrelated draft (nearly always wrong) for the slow target: after the first steps have
@@ -269,14 +281,7 @@ def test_a_draft_that_does_not_pay_is_paused_and_the_output_is_unchanged(slow):
     drafting drafts every step; the output is plain decoding's either way."""
     # a draft at a fifth of the target's cost: a wrong draft then loses more than it could gain
     prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=2.0)
-    with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
-        plain = dec.generate("the cat is", max_tokens=200, temperature=0, speculative=False, ignore_eos=True,
-                             prices=prices)
-        fixed = dec.generate("the cat is", max_tokens=200, temperature=0, ignore_eos=True, drafter="model",
-                             n_draft=4, adaptive=False, prices=prices)
-        adaptive = dec.generate("the cat is", max_tokens=200, temperature=0, ignore_eos=True, drafter="model",
-                                n_draft=4, prices=prices)
-    assert fixed.tokens == plain.tokens and adaptive.tokens == plain.tokens
+    plain, fixed, adaptive = _plain_fixed_adaptive(slow.target, slow.far, prices)
     assert fixed.stats.n_accepted < 0.2 * fixed.stats.n_drafted  # it is a bad draft
     assert fixed.stats.n_drafted >= 4 * (fixed.stats.n_steps - 4)  # fewer only where max_tokens caps it
     # the decoder priced plain steps and this draft's steps in the two runs before: from its first
@@ -298,14 +303,7 @@ def test_a_draft_as_costly_as_the_target_is_left_out_even_where_it_agrees(slow):
     target more often than not is left out of every step but the probes, so that the loop runs at plain
     decoding's speed; the output is plain decoding's."""
     prices = specllama.StepPrices(draft_ms=1.0, verify_ms=1.0, verify_token_ms=0.02)
-    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=512) as dec:
-        plain = dec.generate("the cat is", max_tokens=200, temperature=0, speculative=False, ignore_eos=True,
-                             prices=prices)
-        fixed = dec.generate("the cat is", max_tokens=200, temperature=0, ignore_eos=True, drafter="model",
-                             n_draft=4, adaptive=False, prices=prices)
-        adaptive = dec.generate("the cat is", max_tokens=200, temperature=0, ignore_eos=True, drafter="model",
-                                n_draft=4, prices=prices)
-    assert fixed.tokens == plain.tokens and adaptive.tokens == plain.tokens
+    plain, fixed, adaptive = _plain_fixed_adaptive(slow.target, slow.draft, prices)
     assert fixed.stats.n_accepted > 0.5 * fixed.stats.n_drafted  # a useful draft, yet not worth its price
     # priced at these prices, the run's cost: a draft decode per drafted token, a verification per step
     def cost(st):
