@@ -11,6 +11,7 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cctype>
 #include <cstring>
@@ -253,6 +254,40 @@ std::string try_connect(const std::string & host, const std::string & port, int3
 std::mutex                                                    g_rpc_mutex;
 std::unordered_map<std::string, std::vector<std::string>>     g_rpc_devices;  // endpoint -> its device names
 
+std::atomic<uint64_t> g_rpc_failures{0};
+std::mutex            g_rpc_failure_mutex;
+std::string           g_rpc_failure_message;
+ggml_abort_callback_t g_previous_abort = nullptr;
+std::atomic<bool>     g_park_rpc_breaks{false};
+
+// ggml_abort's hook: see rpc_failures() in model.h
+void on_ggml_abort(const char * message) {
+    const bool rpc_break = std::strstr(message, "Remote RPC server crashed") != nullptr ||
+                           std::strstr(message, "Failed to connect to") != nullptr ||
+                           std::strstr(message, "RPC handshake failed") != nullptr;
+    if (!rpc_break || !g_park_rpc_breaks.load()) {
+        if (g_previous_abort != nullptr) {
+            g_previous_abort(message);
+        } else {
+            std::fprintf(stderr, "%s\n", message);
+        }
+        return;  // ggml_abort aborts
+    }
+    {
+        std::lock_guard<std::mutex> lock(g_rpc_failure_mutex);
+        g_rpc_failure_message = message;
+    }
+    g_rpc_failures.fetch_add(1);
+    for (;;) {
+        std::this_thread::sleep_for(std::chrono::hours(24));
+    }
+}
+
+void hook_rpc_aborts() {
+    static std::once_flag once;
+    std::call_once(once, [] { g_previous_abort = ggml_set_abort_callback(on_ggml_abort); });
+}
+
 ggml_backend_reg_t rpc_reg() {
     backend_init();
     return llama_supports_rpc() ? ggml_backend_reg_by_name("RPC") : nullptr;
@@ -359,6 +394,30 @@ std::vector<std::string> rpc_add_servers(const std::vector<std::string> & endpoi
         names.insert(names.end(), mine.begin(), mine.end());
     }
     return names;
+}
+
+void rpc_park_breaks() {
+    hook_rpc_aborts();
+    g_park_rpc_breaks = true;
+}
+
+uint64_t rpc_failures() { return g_rpc_failures.load(); }
+
+std::string rpc_failure_message() {
+    std::lock_guard<std::mutex> lock(g_rpc_failure_mutex);
+    return g_rpc_failure_message;
+}
+
+std::string rpc_endpoint(const std::string & device) {
+    std::lock_guard<std::mutex> lock(g_rpc_mutex);
+    for (const auto & [ep, names] : g_rpc_devices) {
+        if (iequals(ep, device) || std::any_of(names.begin(), names.end(), [&](const std::string & n) {
+                return iequals(n, device);
+            })) {
+            return ep;
+        }
+    }
+    return "";
 }
 
 void rpc_serve(const std::string & endpoint, int32_t n_threads, const std::vector<std::string> & devices,

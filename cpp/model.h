@@ -63,6 +63,21 @@ bool supports_rpc();
 // (std::invalid_argument), not inside llama.cpp. Returns the names of the servers' devices.
 std::vector<std::string> rpc_add_servers(const std::vector<std::string> & endpoints, int32_t timeout_ms = 5000);
 
+// llama.cpp's RPC client ends the process when a connection to an rpc-server breaks (ggml-rpc.cpp,
+// "Remote RPC server crashed or returned malformed response", raised in the thread that owns the
+// connection, or in the loading thread when it cannot connect). After rpc_park_breaks(), that abort
+// is intercepted: the thread that met it is parked for good (llama.cpp's client cannot go on with
+// the connection, and returning would abort), and the break is counted, so that whoever waits on
+// that connection can give up on it. Only for callers that watch rpc_failures() while they wait
+// (specllama.rpc_guard): anyone else waiting on the connection waits for ever. Other aborts keep
+// their course.
+void        rpc_park_breaks();
+uint64_t    rpc_failures();
+std::string rpc_failure_message();  // the latest break's message ("" when none)
+
+// the rpc-server (HOST:PORT) that serves the device named name, or "" when no registered one does
+std::string rpc_endpoint(const std::string & device);
+
 // serve this machine's devices (names; empty: every GPU, else the CPU) to llama.cpp's RPC clients
 // at HOST:PORT: llama.cpp's rpc-server, run in this thread. n_threads: the CPU device's threads (0:
 // half the cores, as rpc-server); cache_dir: where received tensors are cached ("" for none).

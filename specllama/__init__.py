@@ -29,6 +29,7 @@ from ._core import sampling_distribution, supports_gpu_offload, vocab_difference
 from ._core import list_devices, rpc_add_servers, rpc_serve, supports_rpc  # noqa: E402
 from .decoder import Completion, DSIStats, GenerateOptions, SpeculativeDecoder, Stats, StepChunk  # noqa: E402
 from .decoder import PromptTooLong, StepPrices, as_dict  # noqa: E402
+from .rpc_guard import RPCConnectionLost  # noqa: E402
 from .templates import ChatTemplateError  # noqa: E402
 from .completions import RequestError  # noqa: E402
 from .templates import builtin_names as chat_templates  # noqa: E402
@@ -46,6 +47,7 @@ __all__ = [
     "GenerateOptions",
     "Model",
     "PromptTooLong",
+    "RPCConnectionLost",
     "RequestError",
     "SpeculativeDecoder",
     "Stats",

@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'list_devices', 'log_set_level', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'list_devices', 'log_set_level', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -808,6 +808,22 @@ def quantize_types() -> list[str]:
 def rpc_add_servers(endpoints: typing.Any, timeout_ms: typing.SupportsInt | typing.SupportsIndex = 5000) -> list[str]:
     """
     Register rpc-servers ('HOST:PORT,...' or a list); returns their device names. An unreachable one is a ValueError.
+    """
+def rpc_endpoint(device: str) -> str:
+    """
+    The rpc-server (HOST:PORT) serving the device named device, or '' for a device of this machine.
+    """
+def rpc_failure_message() -> str:
+    """
+    llama.cpp's message for the latest broken RPC connection.
+    """
+def rpc_failures() -> int:
+    """
+    Connections to rpc-servers that broke in this process so far (llama.cpp's client would have aborted; the thread that met the break is parked instead).
+    """
+def rpc_park_breaks() -> None:
+    """
+    From now on, a broken connection to an rpc-server parks the thread that met it and is counted (rpc_failures), instead of aborting the process as llama.cpp does; for callers that watch the count while they wait (specllama.rpc_guard).
     """
 def rpc_serve(endpoint: str, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, device: typing.Any = None, cache_dir: str = '') -> None:
     """

@@ -2,7 +2,9 @@
 
 One call to generate() is one native call: drafting, verification, acceptance and rollback all
 run in specllama._core with the GIL released. stream() runs the same call on a worker thread and
-hands each verification step's text to the caller as it lands.
+hands each verification step's text to the caller as it lands. A decoder placed on rpc-servers
+runs each call through specllama.rpc_guard, which turns a broken connection into
+RPCConnectionLost instead of a wait without end.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import queue
 import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional, Sequence, Union
+from typing import Callable, Iterator, List, Optional, Sequence, TypeVar, Union
 
 from . import _core
+from . import rpc_guard
+from .rpc_guard import Guard, RPCConnectionLost, endpoints_of
 
 Prompt = Union[str, Sequence[int]]
+_T = TypeVar("_T")
 Completion = _core.Completion  # text, tokens, finish_reason, context_full, stats, dsi
 Stats = _core.Stats
 DSIStats = _core.DSIStats
@@ -168,8 +173,11 @@ class SpeculativeDecoder:
             from .models import default_pair
 
             model_path, draft_path = default_pair()
+        endpoints = endpoints_of(rpc, device, device_draft, dsi_devices)
+        self._guard: Optional[Guard] = Guard(endpoints) if endpoints else None
+        self._core: Optional[_core.Decoder] = None
         if rpc is not None:
-            rpc_devices = _core.rpc_add_servers(rpc)
+            rpc_devices = self._call(lambda: _core.rpc_add_servers(rpc))
             if device is None:
                 device = list(rpc_devices)
         n_gpu_layers = _layers(n_gpu_layers, device, "n_gpu_layers")
@@ -200,9 +208,21 @@ class SpeculativeDecoder:
                             f"the first, got {dsi_devices!r}")
         if draft_path is None and device_draft is not None:
             raise ValueError("device_draft needs a draft model")
-        self._core: Optional[_core.Decoder] = _core.Decoder(
+        self._core = self._call(lambda: _core.Decoder(
             self.model_path, self.draft_path, **settings, device=device, device_draft=device_draft,
-            split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, dsi_devices=list(dsi_devices or []))
+            split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, dsi_devices=list(dsi_devices or [])))
+        if self._guard is not None:
+            self._guard.cover(self._core)
+
+    def _call(self, fn: Callable[[], "_T"], cancel: Optional[threading.Event] = None) -> "_T":
+        """fn(), through the rpc guard where this decoder is on rpc-servers."""
+        return fn() if self._guard is None else self._guard.call(fn, cancel)
+
+    @property
+    def lost(self) -> Optional[str]:
+        """Why this decoder cannot run any more (a connection to an rpc-server it is placed on
+        broke: RPCConnectionLost), or None."""
+        return None if self._guard is None else self._guard.lost
 
     def slots(self, n: int, n_ctx: Optional[int] = None, *, max_wait_ms: float = 100.0) -> List["SpeculativeDecoder"]:
         """n decoders for serving several users at once: the same models (not loaded again), and
@@ -219,11 +239,15 @@ class SpeculativeDecoder:
         if isinstance(max_wait_ms, bool) or not isinstance(max_wait_ms, (int, float)) or not 0 <= max_wait_ms <= 60_000:
             raise ValueError(f"max_wait_ms must be a number of milliseconds in [0, 60000], got {max_wait_ms!r}")
         out = []
-        for native in self._native().slots(n, n_ctx or 0, int(round(max_wait_ms * 1000))):
+        native_parent = self._native()
+        for native in self._call(lambda: native_parent.slots(n, n_ctx or 0, int(round(max_wait_ms * 1000)))):
             slot = object.__new__(SpeculativeDecoder)
             slot._lock = threading.RLock()
             slot.model_path, slot.draft_path = self.model_path, self.draft_path
             slot._core = native
+            slot._guard = self._guard
+            if self._guard is not None:
+                self._guard.cover(native)
             out.append(slot)
         return out
 
@@ -240,7 +264,21 @@ class SpeculativeDecoder:
 
     def close(self) -> None:
         """Free both models and their caches (waits for a running generation to finish)."""
-        with self._lock:
+        if self._guard is None:
+            with self._lock:
+                self._core = None
+            return
+        if self._guard.lost is not None:
+            self._core = None  # kept for ever by the guard
+            return
+
+        def free() -> None:
+            with self._lock:
+                self._core = None
+
+        try:
+            self._guard.call(free)
+        except RPCConnectionLost:
             self._core = None
 
     def __enter__(self) -> "SpeculativeDecoder":
@@ -328,8 +366,13 @@ class SpeculativeDecoder:
 
     def reset(self) -> None:
         """Empty both KV caches."""
-        with self._lock:
-            self._native().reset()
+        native = self._native()
+
+        def reset() -> None:
+            with self._lock:
+                native.reset()
+
+        self._call(reset)
 
     # -- generation --------------------------------------------------------------------------
 
@@ -386,8 +429,21 @@ class SpeculativeDecoder:
         """
         tokens = self._prompt_tokens(prompt)
         opts = self.options(options, **fields)
-        with self._lock:
-            return self._native().generate(tokens, opts, _wrap_on_step(on_step))
+        native = self._native()
+        if self._guard is None:
+            with self._lock:
+                return native.generate(tokens, opts, _wrap_on_step(on_step))
+        cancel = threading.Event()  # Ctrl-C, seen by the caller's thread: the generation stops at its next step
+        wrapped = _wrap_on_step(on_step)
+
+        def step(tokens_, text, n_drafted, n_accepted):
+            return (wrapped is not None and wrapped(tokens_, text, n_drafted, n_accepted)) or cancel.is_set()
+
+        def run() -> Completion:
+            with self._lock:
+                return native.generate(tokens, opts, step)
+
+        return self._guard.call(run, cancel)
 
     def stream(self, prompt: Prompt, options: Optional[GenerateOptions] = None, **fields) -> Iterator[StepChunk]:
         """Like generate(), yielding each verification step's text as it lands; the last chunk
@@ -395,6 +451,8 @@ class SpeculativeDecoder:
         within one step. Bad options raise here, before anything runs."""
         tokens = self._prompt_tokens(prompt)
         opts = self.options(options, **fields)
+        if self._guard is not None:
+            self._guard.check()
         return self._stream(self._native(), tokens, opts)
 
     # -- OpenAI-shaped completions (llama-cpp-python's method names) ----------------------------
@@ -439,12 +497,25 @@ class SpeculativeDecoder:
             finally:
                 chunks.put(done)
 
+        guard = self._guard
+        seen = _core.rpc_failures()
         thread = threading.Thread(target=worker, name="specllama-stream", daemon=True)
         thread.start()
         try:
             while True:
-                item = chunks.get()
+                if guard is None:
+                    item = chunks.get()
+                else:
+                    try:
+                        item = chunks.get(timeout=rpc_guard.POLL_S)
+                    except queue.Empty:
+                        if guard.broken_since(seen) and thread.is_alive():
+                            guard.lose()
+                            raise RPCConnectionLost(guard.lost) from None
+                        continue
                 if item is done:
+                    if guard is not None and guard.broken_since(seen):
+                        guard.lose()  # the generation ended, but a thread of this decoder may wait on a broken connection
                     break
                 if isinstance(item, BaseException):
                     raise item
@@ -455,7 +526,10 @@ class SpeculativeDecoder:
                     yield item
         finally:
             stop_flag.set()
-            thread.join()
+            if guard is None:
+                thread.join()
+            elif guard.lost is None:
+                guard.join(thread, seen)
 
 
 def _warn_threads(**counts) -> None:

@@ -8,7 +8,9 @@ decodes of the slots generating at the same time into one llama_decode (Speculat
 goes to the free slot whose cache shares the longest prefix with its prompt (else the least
 recently used one); requests beyond the slots wait in a bounded queue, and a full queue is
 answered 503 with Retry-After. A client that goes away stops its generation within one
-verification step.
+verification step. Models on rpc-servers whose connection breaks fail the requests they held
+(500, code "rpc_connection_lost"; a stream ends with an error event), refuse new ones, and
+/health says so (503).
 """
 
 import asyncio
@@ -36,6 +38,7 @@ from . import __version__, completions
 from ._core import GenerateOptions
 from .completions import RequestError
 from .decoder import SpeculativeDecoder
+from .rpc_guard import RPCConnectionLost
 
 
 @dataclass
@@ -270,8 +273,14 @@ def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Opti
         headers = {"Retry-After": "1"} if exc.status == 503 else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
+    def lost_error(why: str) -> RequestError:
+        return RequestError(f"the model cannot run: {why}; restart the server", None, "rpc_connection_lost", 500,
+                            "server_error")
+
     async def complete(request: Request, kind: str):
         try:
+            if decoder.lost is not None:
+                raise lost_error(decoder.lost)
             req = completions.parse(await read_json(request), kind, config.defaults)
             check_model(req.model)
             tokens = await run_in_threadpool(completions.prompt_tokens, slots[0], req, config.chat_template)
@@ -309,6 +318,8 @@ def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Opti
             watcher = asyncio.ensure_future(_watch_disconnect(request, cancel))
             try:
                 out = await asyncio.shield(fut)
+            except RPCConnectionLost as exc:
+                return answer_error(lost_error(str(exc)))
             finally:
                 watcher.cancel()
             rid = completions.new_id(kind)
@@ -327,7 +338,11 @@ def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Opti
                         break
                     for c in writer.text(text):
                         yield json.dumps(c)
-                out = await asyncio.shield(fut)
+                try:
+                    out = await asyncio.shield(fut)
+                except RPCConnectionLost as exc:
+                    yield json.dumps(lost_error(str(exc)).body())
+                    return
                 for c in writer.end(out.finish_reason, out.stats):
                     yield json.dumps(c)
                 yield "[DONE]"
@@ -359,6 +374,8 @@ def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Opti
     @app.get("/health")
     @app.get("/v1/health")
     async def health():
+        if decoder.lost is not None:
+            return JSONResponse({"status": "error", "error": decoder.lost}, status_code=503)
         return {"status": "ok", "slots_idle": len(pool.free), "slots_processing": pool.busy,
                 "requests_queued": pool.queued}
 

@@ -5,11 +5,14 @@ users start them (`specllama rpc-server`, real processes on loopback ports)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -249,3 +252,151 @@ def test_models_placed_elsewhere_do_not_use_the_rpc_servers_this_process_reached
                 child.wait()
         assert child.returncode == 0, err
         assert out.strip() == "same"
+
+
+# --- an rpc-server that dies in the middle of a generation ---
+
+_KILLED_MID_GENERATION = """if True:
+    import sys, threading, specllama
+    target, draft, ep_a, ep_b, ep_c, mode = sys.argv[1:]
+    kw = dict(max_tokens=200, temperature=0, ignore_eos=True)
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=512) as local:
+        plain = local.generate("the cat is", speculative=False, **kw).tokens
+        if mode == "dsi":  # DSI's first target server on b (the first that a task goes to), the second on a
+            dec = specllama.SpeculativeDecoder(target, draft, n_ctx=512, device=ep_b, dsi_devices=[ep_a])
+            run = dict(kw, mode="dsi", sp=2, lookahead=2)
+        else:  # the target across both rpc-servers
+            dec = specllama.SpeculativeDecoder(target, draft, n_ctx=512, rpc=ep_a + "," + ep_b)
+            run = dict(kw)
+        asked = []
+
+        def kill_b(*step):
+            if not asked:  # the parent kills rpc-server b now; the next step needs it
+                asked.append(1)
+                print("kill b", flush=True)
+                sys.stdin.readline()
+
+        try:
+            if mode == "stream":  # b dies while the decoder is idle; a stream meets it
+                kill_b()
+                for chunk in dec.stream("the cat is", **run):
+                    pass
+            else:
+                dec.generate("the cat is", on_step=kill_b, **run)
+            print("no error")
+        except specllama.RPCConnectionLost as exc:
+            print("lost:", exc, flush=True)
+        assert dec.lost is not None
+        try:
+            dec.generate("the cat is", **kw)
+            print("ran again")
+        except specllama.RPCConnectionLost:
+            print("refused again", flush=True)
+        dec.close()
+        # the rest of the process goes on: a decoder on this machine
+        print("local same" if local.generate("the cat is", **kw).tokens == plain else "local differs", flush=True)
+        # the broken rpc-server is not used again; another one is
+        try:
+            specllama.SpeculativeDecoder(target, n_ctx=512, rpc=ep_b)
+            print("reused b")
+        except specllama.RPCConnectionLost as exc:
+            print("b refused:", exc, flush=True)
+        with specllama.SpeculativeDecoder(target, draft, n_ctx=512, rpc=ep_c) as again:
+            print("reloaded same" if again.generate("the cat is", **kw).tokens == plain else "reloaded differs",
+                  flush=True)
+"""
+
+
+@needs_rpc
+@pytest.mark.parametrize("mode", ["split", "dsi", "stream"])
+def test_an_rpc_server_killed_mid_generation_is_a_clear_error_and_the_process_goes_on(tiny, mode):
+    """llama.cpp's RPC client aborts the process on a broken connection; here the decoder raises
+    RPCConnectionLost instead, refuses to run again, and everything else in the process goes on,
+    a decoder reloaded on another rpc-server included. In a process of its own; rpc-server b is
+    killed by the parent at the first verification step (event-driven), or before a stream starts;
+    communicate()'s timeout bounds a hang."""
+    with rpc_server() as (ep_a, _), rpc_server() as (ep_b, server_b), rpc_server() as (ep_c, _):
+        child = subprocess.Popen([sys.executable, "-c", _KILLED_MID_GENERATION, tiny.target_q, tiny.draft_q, ep_a,
+                                  ep_b, ep_c, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
+                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        try:
+            assert child.stdout.readline().strip() == "kill b", child.stderr.read()
+            server_b.kill()
+            server_b.wait()
+            out, err = child.communicate("\n", timeout=300)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert child.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("lost: a connection to an rpc-server") and "Remote RPC server crashed" in lines[0], out
+    assert lines[1:3] == ["refused again", "local same"], out
+    assert lines[3].startswith(f"b refused: the connection to rpc-server {ep_b} broke earlier"), out
+    assert lines[4:] == ["reloaded same"], out
+
+
+@needs_rpc
+def test_the_server_fails_the_requests_a_dead_rpc_server_held_and_health_says_so(tiny):
+    from test_server import CHAT, running
+
+    with rpc_server() as (ep, rpc_proc):
+        with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "4096", "-np", "2", "--rpc", ep]) as server:
+            assert server.health()["status"] == "ok"
+            body = {"messages": [{"role": "user", "content": "Count."}], "max_tokens": 4000, "ignore_eos": True,
+                    "stream": True}
+            events = []
+            with server.http.stream("POST", CHAT, json=body) as response:
+                assert response.status_code == 200
+                for line in response.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    events.append(line[6:])
+                    if len(events) == 2:  # the reply's first text is out: the rpc-server dies
+                        rpc_proc.send_signal(signal.SIGSTOP)  # it answers nothing from here on
+                        rpc_proc.kill()
+                        rpc_proc.wait()
+            last = json.loads(events[-1])
+            assert last["error"]["code"] == "rpc_connection_lost", events[-3:]
+            assert "Remote RPC server crashed" in last["error"]["message"]
+            health = server.http.get("/health")
+            assert health.status_code == 503 and health.json()["status"] == "error"
+            again = server.post(CHAT, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+            assert again.status_code == 500 and again.json()["error"]["code"] == "rpc_connection_lost"
+            tokens = server.post("/tokenize", {"content": "the cat"})  # what needs no model pass still works
+            assert tokens.status_code == 200 and tokens.json()["tokens"]
+        assert server.proc.returncode == 0  # stopped by Ctrl-C as ever
+
+
+@needs_rpc
+def test_ctrl_c_stops_a_generation_on_rpc_servers_and_the_decoder_goes_on(tiny, rpc_pair):
+    """A decoder on rpc-servers runs each call in a helper thread (rpc_guard): Ctrl-C reaches the
+    waiting caller, which stops the generation at a coming step and raises KeyboardInterrupt."""
+    kw = dict(max_tokens=400, temperature=0, ignore_eos=True)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512, rpc=",".join(rpc_pair)) as dec:
+        full = []
+        expected = dec.generate("the cat is", on_step=lambda *step: full.append(1), **kw).tokens
+        handled = threading.Event()
+
+        def on_sigint(signum, frame):
+            handled.set()
+            raise KeyboardInterrupt
+
+        steps = []
+
+        def on_step(*step):
+            steps.append(1)
+            if len(steps) == 2:
+                os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: the main thread gets it
+            if len(steps) >= 2:
+                assert handled.wait(60)  # no step past the second until the caller has seen Ctrl-C
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                dec.generate("the cat is", on_step=on_step, **kw)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        assert 2 <= len(steps) < len(full) // 2  # it stopped once the caller had seen Ctrl-C
+        assert dec.lost is None and dec.generate("the cat is", **kw).tokens == expected

@@ -30,6 +30,21 @@ step_callback make_step_callback(const std::optional<py::function> & on_step) {
 
 namespace {
 
+// A decoder is freed with the GIL released: freeing a model or context on an rpc-server talks to
+// the server, which may wait (specllama.rpc_guard gives up on such a wait; a wait with the GIL
+// held would stop every Python thread).
+struct gil_free_delete {
+    void operator()(decoder * d) const {
+        if (PyGILState_Check()) {
+            py::gil_scoped_release nogil;
+            delete d;
+        } else {
+            delete d;
+        }
+    }
+};
+using decoder_holder = std::unique_ptr<decoder, gil_free_delete>;
+
 // GenerateOptions(**fields): every field of generate_params by name; an unknown name is a TypeError
 void set_options(py::object self, const py::kwargs & fields) {
     for (const auto & kv : fields) {
@@ -335,7 +350,7 @@ void register_decoder(py::module_ & m) {
         .def_property_readonly("catch_up_ms", &draft_length_model::catch_up_ms)
         .def_property_readonly("acceptance", &draft_length_model::acceptance);
 
-    py::class_<decoder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
+    py::class_<decoder, decoder_holder>(m, "Decoder", "A target model, an optional draft model, and their KV caches.")
         .def(py::init([](const fs_path & target, std::optional<fs_path> draft, int32_t n_ctx,
                          int32_t n_batch, int32_t n_threads, int32_t n_threads_draft, int32_t n_gpu_layers,
                          int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill, bool swa_full,
@@ -369,7 +384,7 @@ void register_decoder(py::module_ & m) {
                  p.n_draft         = n_draft;
                  p.share_prefill   = share_prefill;
                  py::gil_scoped_release nogil;
-                 return std::make_unique<decoder>(p);
+                 return decoder_holder(new decoder(p));
              }),
              py::arg("target"), py::arg("draft") = py::none(), py::arg("n_ctx") = context_params{}.n_ctx,
              py::arg("n_batch") = context_params{}.n_batch, py::arg("n_threads") = context_params{}.n_threads,
@@ -451,7 +466,7 @@ void register_decoder(py::module_ & m) {
                 }
                 py::list out;
                 for (auto & s : made) {
-                    out.append(py::cast(std::move(s)));
+                    out.append(py::cast(decoder_holder(s.release())));
                 }
                 return out;
             },

@@ -190,6 +190,16 @@ void register_model(py::module_ & m) {
         py::arg("endpoints"), py::arg("timeout_ms") = 5000,
         "Register rpc-servers ('HOST:PORT,...' or a list); returns their device names. An unreachable one is "
         "a ValueError.");
+    m.def("rpc_park_breaks", &rpc_park_breaks,
+          "From now on, a broken connection to an rpc-server parks the thread that met it and is counted "
+          "(rpc_failures), instead of aborting the process as llama.cpp does; for callers that watch the count "
+          "while they wait (specllama.rpc_guard).");
+    m.def("rpc_failures", &rpc_failures,
+          "Connections to rpc-servers that broke in this process so far (llama.cpp's client would have aborted; "
+          "the thread that met the break is parked instead).");
+    m.def("rpc_failure_message", &rpc_failure_message, "llama.cpp's message for the latest broken RPC connection.");
+    m.def("rpc_endpoint", &rpc_endpoint, py::arg("device"),
+          "The rpc-server (HOST:PORT) serving the device named device, or '' for a device of this machine.");
     m.def(
         "rpc_serve",
         [](const std::string & endpoint, int32_t n_threads, const py::object & device, const std::string & cache_dir) {
