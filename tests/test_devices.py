@@ -179,6 +179,11 @@ def test_a_target_split_across_two_rpc_servers_gives_the_local_output(tiny, rpc_
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=names,
                                       device_draft="none") as dec:
         assert _greedy(dec) == local
+    # both models on one device; the draft on a device and the target here
+    for device, device_draft in ((names[0], names[0]), ("none", names[1])):
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=device,
+                                          device_draft=device_draft) as dec:
+            assert dec.lost is None and _greedy(dec) == local
 
 
 @needs_rpc
