@@ -9,8 +9,10 @@ draft the target's first layers alone (so the two agree often, as a real pair do
 Reported:
   checkpoint_ms    saving the state's recurrent part (before each verification with drafts)
   restore_ms[k]    going back to it and decoding k kept tokens again (k = 0: the restore alone)
-  plain, fixed n_draft and adaptive: tokens/s, acceptance, rollback time per step (one decoder
-                   for every round, so the adaptive rule has learned what drafting earns here)
+  plain, fixed n_draft and adaptive: tokens/s after the prompt, acceptance, rollback time per
+                   step, and the prompt's time (both models'; a paused draft skips it) per
+                   generation (one decoder for every round, so the adaptive rule has learned
+                   what drafting earns here)
   fresh:           plain and adaptive on a new decoder each time, on one prompt (what one
                    `specllama generate` pays, the adaptive rule's first steps included)
 
@@ -79,13 +81,13 @@ def run_fresh(paths, n, **kw):
     with specllama.SpeculativeDecoder(paths["target"], paths["draft"], n_ctx=1024) as dec:
         s = dec.generate(PROMPTS[0], max_tokens=n, temperature=0, ignore_eos=True, **kw).stats
     return {"tps": s.n_generated * 1000 / (s.t_total_ms - s.t_prefill_ms), "steps": s.n_steps,
-            "rollback_ms_per_step": s.t_rollback_ms / s.n_steps,
+            "prefill_ms": s.t_prefill_ms, "rollback_ms_per_step": s.t_rollback_ms / s.n_steps,
             "acceptance": s.n_accepted / s.n_drafted if s.n_drafted else None}
 
 
 def run(dec, n, **kw):
     gen = steps = 0
-    ms = roll = 0.0
+    ms = roll = prefill = 0.0
     drafted = accepted = 0
     for p in PROMPTS:
         dec.reset()
@@ -93,10 +95,12 @@ def run(dec, n, **kw):
         gen += s.n_generated
         steps += s.n_steps
         ms += s.t_total_ms - s.t_prefill_ms
+        prefill += s.t_prefill_ms
         roll += s.t_rollback_ms
         drafted += s.n_drafted
         accepted += s.n_accepted
-    return {"tps": gen * 1000 / ms, "steps": steps, "rollback_ms_per_step": roll / steps,
+    return {"tps": gen * 1000 / ms, "steps": steps, "prefill_ms": prefill / len(PROMPTS),
+            "rollback_ms_per_step": roll / steps,
             "acceptance": accepted / drafted if drafted else None}
 
 
@@ -131,15 +135,18 @@ def main() -> None:
     plain_fresh = statistics.median(x["tps"] for x in rounds["plain, fresh"])
     report = {"provenance": provenance(paths), "shape": SHAPE, "layers": args.layers, "base_layers": args.base_layers,
               "n": args.n, "rounds": args.rounds, **costs, "configs": {}}
-    print(f"{'config':16s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'rollback ms/step':>17s}")
+    print(f"{'config':16s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'rollback ms/step':>17s} "
+          f"{'prompt ms':>10s}")
     for c, rs in rounds.items():
         tps = statistics.median(x["tps"] for x in rs)
         base = plain_fresh if c.endswith("fresh") else plain
         acc = rs[-1]["acceptance"]
         rb = statistics.median(x["rollback_ms_per_step"] for x in rs)
+        pf = statistics.median(x["prefill_ms"] for x in rs)
         report["configs"][c] = {"tps": tps, "vs_plain": tps / base, "acceptance": acc, "rollback_ms_per_step": rb,
-                                "rounds_tps": [x["tps"] for x in rs]}
-        print(f"{c:16s} {tps:7.1f} {tps / base:8.2f}x {acc if acc is None else round(acc, 3)!s:>11s} {rb:17.2f}")
+                                "prefill_ms": pf, "rounds_tps": [x["tps"] for x in rs]}
+        print(f"{c:16s} {tps:7.1f} {tps / base:8.2f}x {acc if acc is None else round(acc, 3)!s:>11s} {rb:17.2f} "
+              f"{pf:10.1f}")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))
 

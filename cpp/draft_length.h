@@ -67,6 +67,8 @@ class draft_length_model {
     bool draft_this_step();
     // whether drafting pays at the current estimates (no state change)
     bool draft_pays() const;
+    // whether the model is left out of steps now, but for probes (drafting priced, and not paying)
+    bool paused() const { return !draft_pays(); }
     // steps without the model since drafting last paid or was probed (0 while it pays)
     int32_t skipped_steps() const { return skipped_; }
 

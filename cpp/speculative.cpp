@@ -427,7 +427,9 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     st.n_prompt_cached     = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
     tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
     tgt_cache_->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next turn
-    if (plan.use_model) {
+    // a draft model the adaptive rule has paused takes the prompt in at its next probe instead (its
+    // catch-up): while drafting does not pay, a prompt pass through it now would buy nothing
+    if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
         st.n_prompt_shared = drafter_->prefill(draft_seq(seq), check, share_prefill_ ? tgt_cache_.get() : nullptr);
     }
 }

@@ -446,3 +446,27 @@ def test_slots_that_have_only_drafted_price_plain_steps_below_their_decodes():
     steep.observe_decode(False, 12, 12.0)
     steep.observe_decode(False, 13, 30.0)
     assert steep.rate(4, 0) == pytest.approx(4 / 4.0, rel=1e-6)
+
+
+def test_a_paused_draft_model_takes_the_prompt_in_only_when_it_probes(tiny):
+    """While drafting does not pay, a new prompt is not run through the draft model: the model
+    catches up at its next probe (with everything it missed), and the output is plain decoding's.
+    Injected prices (a draft as costly as the target) make the pause certain."""
+    prices = specllama.StepPrices(draft_ms=1.0, verify_ms=1.0, verify_token_ms=0.02)
+    kw = dict(temperature=0, ignore_eos=True, prices=prices, drafter="model", n_draft=4)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
+        native = dec._native()
+        plain = dec.generate("the dog", max_tokens=200, temperature=0, ignore_eos=True, speculative=False).tokens
+        priced = dec.generate("the cat is", max_tokens=100, **kw)  # prices plain and drafting steps: a pause
+        assert priced.stats.n_paused_steps > 0
+        prompt = dec.tokenize("the dog")
+        first = dec.generate("the dog", max_tokens=1, **kw)  # one plain step: no probe
+        assert first.stats.n_drafted == 0
+        assert native.draft_cached_tokens()[:len(prompt) - 1] != prompt[:-1]  # the draft never saw it
+        # drafting every step (adaptive=False) runs the prompt through the draft as before
+        dec.generate("a bird", max_tokens=1, **dict(kw, adaptive=False))
+        bird = dec.tokenize("a bird")
+        assert native.draft_cached_tokens()[:len(bird) - 1] == bird[:-1]
+        # a generation long enough for probes: the draft catches up on the prompt and what followed
+        res = dec.generate("the dog", max_tokens=200, **kw)
+        assert res.stats.n_drafted > 0 and res.tokens == plain
