@@ -110,12 +110,20 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def rpc_server():
-    """`specllama rpc-server` on a free loopback port, as a user starts it; killed afterwards."""
+def rpc_server(memory_bytes=None):
+    """`specllama rpc-server` on a free loopback port, as a user starts it; killed afterwards.
+    memory_bytes: cap its address space (RLIMIT_AS), so that its device has that little room."""
+
+    def cap():
+        if memory_bytes is not None:
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "specllama", "rpc-server", "-p", str(port), "-t", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), preexec_fn=cap)
     try:
         deadline = time.monotonic() + 60
         while True:  # listening once a connect succeeds (a bare connect is not a client: it is dropped)
@@ -184,6 +192,21 @@ def test_a_target_split_across_two_rpc_servers_gives_the_local_output(tiny, rpc_
         with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=device,
                                           device_draft=device_draft) as dec:
             assert dec.lost is None and _greedy(dec) == local
+
+
+@needs_rpc
+def test_a_model_that_does_not_fit_on_its_device_is_a_clear_error(default_pair, tiny):
+    """The default pair's target (538 MB of F32 weights) on an rpc-server with 400 MB of address
+    space: its device cannot hold the weights, and the load is a ValueError that says so; the
+    process goes on, and a small model fits on the same rpc-server."""
+    target = default_pair[0]
+    with rpc_server(memory_bytes=400 * 2**20) as (ep, server):
+        with pytest.raises(ValueError, match=r"failed to allocate RPC\d+\[127\.0\.0\.1:\d+\] buffer .*"
+                                             r"\(it does not fit on its devices: offload fewer layers, or name more"):
+            specllama.SpeculativeDecoder(target, n_ctx=256, rpc=ep)
+        assert server.poll() is None
+        with specllama.SpeculativeDecoder(tiny.target_q, n_ctx=256, rpc=ep) as dec:
+            assert dec.generate("the cat is", max_tokens=4, temperature=0, ignore_eos=True).stats.n_generated == 4
 
 
 @needs_rpc
