@@ -110,9 +110,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def rpc_server(memory_bytes=None):
-    """`specllama rpc-server` on a free loopback port, as a user starts it; killed afterwards.
-    memory_bytes: cap its address space (RLIMIT_AS), so that its device has that little room."""
+def rpc_server(memory_bytes=None, program=None):
+    """`specllama rpc-server` (or program, llama.cpp's rpc-server) on a free loopback port, as a user
+    starts it; killed afterwards. memory_bytes: cap its address space (RLIMIT_AS), so that its
+    device has that little room."""
 
     def cap():
         if memory_bytes is not None:
@@ -121,7 +122,8 @@ def rpc_server(memory_bytes=None):
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "specllama", "rpc-server", "-p", str(port), "-t", "1"],
+    command = [str(program)] if program else [sys.executable, "-m", "specllama", "rpc-server"]
+    proc = subprocess.Popen([*command, "-p", str(port), "-t", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
                             env=dict(os.environ, PYTHONPATH=str(ROOT)), preexec_fn=cap)
     try:
@@ -192,6 +194,28 @@ def test_a_target_split_across_two_rpc_servers_gives_the_local_output(tiny, rpc_
         with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=device,
                                           device_draft=device_draft) as dec:
             assert dec.lost is None and _greedy(dec) == local
+
+
+# llama.cpp's own rpc-server, built from the same llama-cpp-python sdist by benchmarks/build_llama_cpp.sh
+LLAMA_CPP_RPC_SERVER = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.get(
+    "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
+    / "llama.cpp-0.3.36" / "build" / "bin")) / "ggml-rpc-server"
+
+
+@needs_rpc
+@pytest.mark.skipif(not LLAMA_CPP_RPC_SERVER.exists(),
+                    reason=f"no {LLAMA_CPP_RPC_SERVER}: SPECLLAMA_LLAMA_CPP_TARGETS=ggml-rpc-server "
+                           "bash benchmarks/build_llama_cpp.sh builds it")
+def test_llama_cpps_own_rpc_server_program_runs_the_target(tiny):
+    """llama.cpp's rpc-server program, built from the pinned sdist, serves specllama's target as
+    `specllama rpc-server` does: the same output as on this machine, and DSI with a server on it."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        local = _greedy(dec)
+    with rpc_server(program=LLAMA_CPP_RPC_SERVER) as (ep, _):
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, rpc=ep) as dec:
+            assert _greedy(dec) == local
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, dsi_devices=[ep]) as dec:
+            assert _greedy(dec, mode="dsi", sp=2, lookahead=2) == local
 
 
 @needs_rpc
