@@ -70,7 +70,9 @@ std::vector<std::string> rpc_add_servers(const std::vector<std::string> & endpoi
 // the connection, and returning would abort), and the break is counted, so that whoever waits on
 // that connection can give up on it. Only for callers that watch rpc_failures() while they wait
 // (specllama.rpc_guard): anyone else waiting on the connection waits for ever. Other aborts keep
-// their course.
+// their course. (llama.cpp opens its connection to an rpc-server once, right after
+// rpc_add_servers' own handshake; a server that dies in that instant parks a thread that holds
+// llama.cpp's lock on its connections, and later loads on rpc-servers in the process then wait.)
 void        rpc_park_breaks();
 uint64_t    rpc_failures();
 std::string rpc_failure_message();  // the latest break's message ("" when none)

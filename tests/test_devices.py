@@ -144,6 +144,14 @@ def rpc_server(memory_bytes=None, program=None):
 
 
 @pytest.fixture(scope="session")
+def session_rpc_servers():
+    """Start rpc-servers (rpc_server's arguments) that live as long as the test session, as every
+    rpc-server this process reaches must (rpc_pair says why)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **kw: stack.enter_context(rpc_server(**kw))[0]
+
+
+@pytest.fixture(scope="session")
 def rpc_pair():
     """Two rpc-servers for this process (each serves one client at a time: this one, from here on).
     They live as long as the test session: llama.cpp keeps every rpc-server a process has reached
@@ -206,31 +214,30 @@ LLAMA_CPP_RPC_SERVER = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.en
 @pytest.mark.skipif(not LLAMA_CPP_RPC_SERVER.exists(),
                     reason=f"no {LLAMA_CPP_RPC_SERVER}: SPECLLAMA_LLAMA_CPP_TARGETS=ggml-rpc-server "
                            "bash benchmarks/build_llama_cpp.sh builds it")
-def test_llama_cpps_own_rpc_server_program_runs_the_target(tiny):
+def test_llama_cpps_own_rpc_server_program_runs_the_target(tiny, session_rpc_servers):
     """llama.cpp's rpc-server program, built from the pinned sdist, serves specllama's target as
     `specllama rpc-server` does: the same output as on this machine, and DSI with a server on it."""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
         local = _greedy(dec)
-    with rpc_server(program=LLAMA_CPP_RPC_SERVER) as (ep, _):
-        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, rpc=ep) as dec:
-            assert _greedy(dec) == local
-        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, dsi_devices=[ep]) as dec:
-            assert _greedy(dec, mode="dsi", sp=2, lookahead=2) == local
+    ep = session_rpc_servers(program=LLAMA_CPP_RPC_SERVER)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, rpc=ep) as dec:
+        assert _greedy(dec) == local
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, dsi_devices=[ep]) as dec:
+        assert _greedy(dec, mode="dsi", sp=2, lookahead=2) == local
 
 
 @needs_rpc
-def test_a_model_that_does_not_fit_on_its_device_is_a_clear_error(default_pair, tiny):
+def test_a_model_that_does_not_fit_on_its_device_is_a_clear_error(default_pair, tiny, session_rpc_servers):
     """The default pair's target (538 MB of F32 weights) on an rpc-server with 400 MB of address
     space: its device cannot hold the weights, and the load is a ValueError that says so; the
     process goes on, and a small model fits on the same rpc-server."""
     target = default_pair[0]
-    with rpc_server(memory_bytes=400 * 2**20) as (ep, server):
-        with pytest.raises(ValueError, match=r"failed to allocate RPC\d+\[127\.0\.0\.1:\d+\] buffer .*"
-                                             r"\(it does not fit on its devices: offload fewer layers, or name more"):
-            specllama.SpeculativeDecoder(target, n_ctx=256, rpc=ep)
-        assert server.poll() is None
-        with specllama.SpeculativeDecoder(tiny.target_q, n_ctx=256, rpc=ep) as dec:
-            assert dec.generate("the cat is", max_tokens=4, temperature=0, ignore_eos=True).stats.n_generated == 4
+    ep = session_rpc_servers(memory_bytes=400 * 2**20)
+    with pytest.raises(ValueError, match=r"failed to allocate RPC\d+\[127\.0\.0\.1:\d+\] buffer .*"
+                                         r"\(it does not fit on its devices: offload fewer layers, or name more"):
+        specllama.SpeculativeDecoder(target, n_ctx=256, rpc=ep)
+    with specllama.SpeculativeDecoder(tiny.target_q, n_ctx=256, rpc=ep) as dec:
+        assert dec.generate("the cat is", max_tokens=4, temperature=0, ignore_eos=True).stats.n_generated == 4
 
 
 @needs_rpc
@@ -290,20 +297,27 @@ def test_models_placed_elsewhere_do_not_use_the_rpc_servers_this_process_reached
         print("same" if local.tokens == remote else "differs", flush=True)
     """
     with rpc_server() as (ep, server):
-        child = subprocess.Popen([sys.executable, "-c", code, tiny.target_q, tiny.draft_q, ep], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
-                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        try:
-            assert child.stdout.readline().strip() == "gone?"
-            server.kill()
-            server.wait()
-            out, err = child.communicate("\n", timeout=120)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-        assert child.returncode == 0, err
-        assert out.strip() == "same"
+        rc, out, err = _kill_when_asked(server, "gone?", code, tiny.target_q, tiny.draft_q, ep)
+    assert rc == 0, err
+    assert out.strip() == "same"
+
+
+def _kill_when_asked(server, ask, code, *args, timeout=300):
+    """Run code in a Python process of its own; when it prints the line ask, kill server and answer
+    it with a line. Returns its exit status, stdout (after ask) and stderr; timeout bounds a hang."""
+    child = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert child.stdout.readline().strip() == ask, child.stderr.read()
+        server.kill()
+        server.wait()
+        out, err = child.communicate("\n", timeout=timeout)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return child.returncode, out, err
 
 
 # --- an rpc-server that dies in the middle of a generation ---
@@ -368,20 +382,9 @@ def test_an_rpc_server_killed_mid_generation_is_a_clear_error_and_the_process_go
     killed by the parent at the first verification step (event-driven), or before a stream starts;
     communicate()'s timeout bounds a hang."""
     with rpc_server() as (ep_a, _), rpc_server() as (ep_b, server_b), rpc_server() as (ep_c, _):
-        child = subprocess.Popen([sys.executable, "-c", _KILLED_MID_GENERATION, tiny.target_q, tiny.draft_q, ep_a,
-                                  ep_b, ep_c, mode], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(),
-                                 env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        try:
-            assert child.stdout.readline().strip() == "kill b", child.stderr.read()
-            server_b.kill()
-            server_b.wait()
-            out, err = child.communicate("\n", timeout=300)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-    assert child.returncode == 0, err
+        rc, out, err = _kill_when_asked(server_b, "kill b", _KILLED_MID_GENERATION, tiny.target_q, tiny.draft_q,
+                                        ep_a, ep_b, ep_c, mode)
+    assert rc == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("lost: a connection to an rpc-server") and "Remote RPC server crashed" in lines[0], out
     assert lines[1:3] == ["refused again", "local same"], out
