@@ -227,6 +227,7 @@ def test_llama_cpps_own_rpc_server_program_runs_the_target(tiny, session_rpc_ser
 
 
 @needs_rpc
+@pytest.mark.default_pair
 def test_a_model_that_does_not_fit_on_its_device_is_a_clear_error(default_pair, tiny, session_rpc_servers):
     """The default pair's target (538 MB of F32 weights) on an rpc-server with 400 MB of address
     space: its device cannot hold the weights, and the load is a ValueError that says so; the
