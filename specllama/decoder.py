@@ -264,22 +264,14 @@ class SpeculativeDecoder:
 
     def close(self) -> None:
         """Free both models and their caches (waits for a running generation to finish)."""
-        if self._guard is None:
-            with self._lock:
-                self._core = None
-            return
-        if self._guard.lost is not None:
-            self._core = None  # kept for ever by the guard
-            return
-
         def free() -> None:
             with self._lock:
                 self._core = None
 
         try:
-            self._guard.call(free)
+            self._call(free)
         except RPCConnectionLost:
-            self._core = None
+            self._core = None  # the guard keeps the native objects for ever
 
     def __enter__(self) -> "SpeculativeDecoder":
         return self
