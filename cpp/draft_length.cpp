@@ -2,6 +2,7 @@
 #include "draft_length.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace specllama {
 
@@ -27,7 +28,8 @@ void draft_length_model::observe_catch_up(double ms) {
 }
 
 void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
-    const double predicted = verify_ms(n_tokens);
+    // (a first batch is taken as measured: nothing measured predicts it yet)
+    const double predicted = n_tokens == 1 || sw_ > 0.0 ? verify_ms(n_tokens) : 0.0;
     if (predicted > 0.0) {
         ms = std::min(ms, k_outlier * predicted);
     }
@@ -55,7 +57,7 @@ double draft_length_model::verify_ms(int32_t n_tokens) const {
         return v1_ms_;
     }
     if (sw_ == 0.0) {
-        return n_v1_ > 0 ? v1_ms_ : 0.0;
+        return n_v1_ > 0 ? v1_ms_ + prompt_token_ms_ * (n_tokens - 1) : 0.0;
     }
     const double mean_k = sk_ / sw_;
     const double mean_y = sy_ / sw_;
@@ -101,6 +103,10 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
         drafted_ms_     = d * drafted_ms_ + ms;
         drafted_w_      = d * drafted_w_ + 1.0;
         drafted_steps_ += 1;
+        if (probing_ && n_v1_ > 0) {
+            probe_excess_ms_[n_probes_ % 2] = ms - tokens * v1_ms_;
+            n_probes_ += 1;
+        }
     }
     probing_ = false;
 }
@@ -117,7 +123,18 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
         // a transformer, nearly a whole decode on a recurrent model (Mamba-130M's shape on the
         // 2-core CPU: one token 7 ms, four 21 ms), where a first batch of 10 drafts made the first
         // 128 tokens 1.4 times slower than plain decoding (benchmarks/recurrent_bench.py)
-        return n < k_first_batch_drafts;
+        if (n >= k_first_batch_drafts) {
+            return false;
+        }
+        // and shorter where a batch's further tokens are priced already (by a batch, or by the
+        // prompt): drafting on must pay at that price, the draft decodes counted at nothing while
+        // none is measured
+        if (step_ms_ > 0.0 && n_v1_ > 0 && (sw_ > 0.0 || prompt_token_ms_ > 0.0)) {
+            const double cost_more = (draft_cost && has_draft_ms_ ? draft_ms_ : 0.0) +
+                                     (verify_ms(n + 2) - verify_ms(n + 1)) + (n == 0 ? leave_ms() : 0.0);
+            return p_reach * p_next > rate() * cost_more;
+        }
+        return true;
     }
     // drafting token n+1 costs a draft decode (none for lookup) and one more verified position
     // (the first one also turns a plain step into a batch, and the next plain step pays for that),
@@ -139,14 +156,33 @@ bool draft_length_model::draft_pays() const {
     return drafted_tokens_ * v1_ms_ > k_pause_margin * drafted_ms_;
 }
 
+int32_t draft_length_model::probe_gap() const {
+    // a probe's cost beyond the plain steps that would have made its tokens: the lesser of the
+    // pause's last two probes (one probe may be unlucky: a draft rejected at its first token; and
+    // the steps before the pause may have been slowed by a busy spell that is over)
+    if (n_probes_ < 2 || v1_ms_ <= 0.0) {
+        return probe_gap_;
+    }
+    const double excess = std::min(probe_excess_ms_[0], probe_excess_ms_[1]);
+    const double steps  = excess / (k_probe_budget * v1_ms_);
+    return steps > probe_gap_ ? (int32_t) std::min(std::ceil(steps), 1e6) : probe_gap_;
+}
+
+void draft_length_model::observe_prompt(int32_t n_tokens, double ms) {
+    if (n_tokens >= k_min_prompt_price && ms > 0.0) {
+        prompt_token_ms_ = ms / n_tokens;
+    }
+}
+
 bool draft_length_model::draft_this_step() {
     probing_ = false;
     if (draft_pays()) {
         skipped_   = 0;
         probe_gap_ = k_first_probe_gap;
+        n_probes_  = 0;
         return true;
     }
-    if (++skipped_ >= probe_gap_) {
+    if (++skipped_ >= probe_gap()) {
         probe_gap_ = std::min(2 * probe_gap_, k_max_probe_gap);
         skipped_   = 0;
         probing_   = true;

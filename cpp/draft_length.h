@@ -17,6 +17,13 @@
 // Before a step, the model decides whether to draft at all: not while the steps it drafted in
 // made fewer tokens per ms than plain steps (draft_this_step), as where both models are bound by
 // kernel launches on a GPU.
+// While paused, the model probes at gaps that double from k_first_probe_gap steps, and that after
+// the pause's second probe are never shorter than what keeps the probes' cost within
+// k_probe_budget of the plain steps between them. A probe costs what it took beyond the plain
+// steps that would have made its tokens: on a recurrent target on a CPU, where a verified batch
+// costs nearly a decode per token and a rejection a decode again, 20-40 ms against a 6.5 ms plain
+// step (benchmarks/recurrent_bench.py), and gaps of 4 to 128 steps made a paused loop 6% slower
+// than plain decoding.
 // Not here: drafting itself (drafting.h).
 #pragma once
 
@@ -69,8 +76,19 @@ class draft_length_model {
     bool draft_pays() const;
     // whether the model is left out of steps now, but for probes (drafting priced, and not paying)
     bool paused() const { return !draft_pays(); }
+    // whether the step draft_this_step last began is a probe of a paused model
+    bool probing() const { return probing_; }
     // steps without the model since drafting last paid or was probed (0 while it pays)
     int32_t skipped_steps() const { return skipped_; }
+
+    // the steps a paused model sits out before its next probe: the doubling gap, or (after the
+    // pause's second probe) more where a probe costs more than k_probe_budget of that many plain steps
+    int32_t probe_gap() const;
+
+    // the target's prompt pass: n_tokens in ms. Until a verified batch is seen, it prices a batch's
+    // further tokens (a recurrent target's prompt costs nearly a decode per token, a transformer's
+    // far less), so that a first batch stops where that price says drafting cannot pay
+    void observe_prompt(int32_t n_tokens, double ms);
 
     // the same decision given the next token's acceptance chance directly; draft_cost false for
     // proposals that cost no draft decode (prompt lookup)
@@ -128,6 +146,8 @@ class draft_length_model {
     double  leave_ms_ = 0.0;
     // weighted least squares of verify ms on batch size (2 tokens and more)
     double sw_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;
+    // a prompt token's ms (observe_prompt; 0: none), standing in for the line's slope until a batch is seen
+    double prompt_token_ms_ = 0;
     // calibration curve: acceptance of reached drafts by the draft's confidence, in bins
     static constexpr int k_bins = 10;
     std::array<double, k_bins> acc_bin_{};
@@ -145,7 +165,11 @@ class draft_length_model {
     static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
     static constexpr int32_t k_first_batch_drafts = 3;  // drafts in the first batch, before any is priced
     static constexpr double  k_pause_margin    = 0.97;  // pause below 97% of the plain rate
+    static constexpr double  k_probe_budget    = 0.02;  // probes cost at most 2% of the plain steps between them
+    static constexpr int32_t k_min_prompt_price = 8;    // prompt tokens that price a batch (fewer: too noisy)
     bool    probing_   = false;
+    int32_t n_probes_  = 0;                 // probes in this pause
+    double  probe_excess_ms_[2] = {0, 0};   // the last two probes' cost beyond plain steps
     int32_t skipped_   = 0;
     int32_t probe_gap_ = k_first_probe_gap;
 };

@@ -251,6 +251,10 @@ void kv_cache::rollback(int32_t n_keep) {
     if (n_keep >= n_past()) {
         return;
     }
+    if (n_keep < n_forgotten_) {  // what is kept would follow positions the memory no longer holds
+        clear_all();
+        return;
+    }
     for (saved_state * c : {&step_ckpt_, &kept_ckpt_}) {
         if (c->pos > n_keep) {  // it follows tokens that are being dropped
             c->pos = -1;
@@ -325,19 +329,37 @@ void kv_cache::clear_memory() {
     on_context([&] { llama_memory_seq_rm(llama_get_memory(get()), seq_, -1, -1); });
 }
 
+void kv_cache::clear_all() {
+    clear_memory();
+    tokens_.clear();
+    n_forgotten_   = 0;
+    step_ckpt_.pos = kept_ckpt_.pos = -1;
+    n_outputs_     = 0;
+    trim_from_     = -1;
+}
+
+void kv_cache::restart_at(const std::vector<llama_token> & seq, int32_t n_from) {
+    if (n_from < 0 || n_from > (int32_t) seq.size() || n_from > n_ctx_) {
+        throw std::invalid_argument("restart_at " + std::to_string(n_from) + " outside a sequence of " +
+                                    std::to_string(seq.size()) + " tokens (n_ctx " + std::to_string(n_ctx_) + ")");
+    }
+    clear_all();
+    tokens_.assign(seq.begin(), seq.begin() + n_from);
+    n_forgotten_ = n_from;
+}
+
 void kv_cache::restore_and_redecode(int32_t n_keep) {
     const auto          t0   = std::chrono::steady_clock::now();
     const saved_state * from = latest_checkpoint(n_keep);
     if (from != nullptr && !restore(*from)) {
-        clear_memory();
-        tokens_.clear();
-        step_ckpt_.pos = kept_ckpt_.pos = -1;
+        clear_all();
         throw std::runtime_error("failed to restore a checkpoint of " + mdl_->path + "; its cache was cleared");
     }
     if (from == nullptr) {
         clear_memory();
     }
-    const int32_t                  start = from != nullptr ? from->pos : 0;
+    // (checkpoints follow the forgotten positions: restart_at drops older ones)
+    const int32_t                  start = from != nullptr ? from->pos : n_forgotten_;
     const std::vector<llama_token> redo(tokens_.begin() + start, tokens_.begin() + n_keep);
     tokens_.resize(start);
     n_outputs_ = 0;
@@ -354,6 +376,7 @@ void kv_cache::recover_after_failed_decode() {
     } else {
         clear_memory();
         tokens_.clear();
+        n_forgotten_ = 0;
     }
     for (saved_state * c : {&step_ckpt_, &kept_ckpt_}) {
         if (c->pos > n_past()) {
@@ -397,6 +420,9 @@ int32_t kv_cache::keep_common_prefix(const std::vector<llama_token> & seq, int32
     while (i < n && tokens_[i] == seq[i]) {
         ++i;
     }
+    if (i < n_forgotten_) {
+        i = 0;
+    }
     rollback(i);
     return i;
 }
@@ -433,6 +459,7 @@ bool kv_cache::copy_from(const kv_cache & src) {
     n_outputs_     = 0;
     step_ckpt_.pos = kept_ckpt_.pos = -1;
     tokens_        = ok ? src.tokens_ : std::vector<llama_token>{};
+    n_forgotten_   = ok ? src.n_forgotten_ : 0;
     return ok;
 }
 

@@ -99,7 +99,16 @@ class kv_cache {
     int64_t n_redecoded() const { return n_redecoded_; }
 
     // roll back to the longest common prefix with seq, keeping at most n_max tokens; returns its length
+    // (0 where that prefix would end among forgotten positions)
     int32_t keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max);
+
+    // empty the memory and go on from position n_from of seq: tokens() becomes seq[0..n_from), of
+    // which the memory holds none (they are forgotten: the next decodes attend to what follows
+    // them only). A draft that lags far behind catches up on the last tokens alone this way
+    // (decoder::draft_step). A rollback into the forgotten positions empties the cache.
+    void restart_at(const std::vector<llama_token> & seq, int32_t n_from);
+    // leading positions the memory does not hold (restart_at); 0 normally
+    int32_t n_forgotten() const { return n_forgotten_; }
 
     // make this cache hold exactly what src holds, with src's keys and values (llama.cpp's sequence
     // state, copied through host memory). The two models must have the same attention shapes
@@ -122,6 +131,7 @@ class kv_cache {
     llama_context_ptr        ctx_;
     llama_batch              batch_{};
     std::vector<llama_token> tokens_;
+    int32_t                  n_forgotten_ = 0;  // tokens_[0..n_forgotten_) are not in the memory
     int32_t                  n_ctx_   = 0;
     int32_t                  n_batch_ = 0;
     int32_t                  n_outputs_ = 0;  // outputs of the last decode
@@ -138,6 +148,8 @@ class kv_cache {
     bool restore(const saved_state & c);
     // empty this cache's sequence in llama.cpp's memory (tokens() unchanged)
     void clear_memory();
+    // empty the memory and tokens(), and drop the checkpoints
+    void clear_all();
     // run fn where this cache's context may be used: here, or a slot's on the batcher's thread
     void on_context(const std::function<void()> & fn) const;
     // back to a checkpoint at or before n_keep (or to nothing), then decode up to n_keep again

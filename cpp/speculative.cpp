@@ -375,7 +375,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto t_start = clock_type::now();
 
     std::vector<llama_token> seq = prompt;
-    prefill(seq, plan, st, check);
+    prefill(seq, plan, params, st, check);
     st.t_prefill_ms = ms_since(t_start);
 
     text_stream stream(params.stop);
@@ -419,13 +419,19 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     return res;
 }
 
-void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & plan, generate_stats & st,
-                      const interrupt_check & check) {
+void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
+                      generate_stats & st, const interrupt_check & check) {
     // both models cache all but the last prompt token, which opens the target's first
     // verification batch and the draft's first catch-up (it drafts from that token's logits)
     const int32_t n_prompt = (int32_t) seq.size();
     st.n_prompt_cached     = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
-    tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_prompt - 1 - st.n_prompt_cached, false, nullptr, check);
+    const int32_t n_new    = n_prompt - 1 - st.n_prompt_cached;
+    const auto    t        = clock_type::now();
+    tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_new, false, nullptr, check);
+    // (a slot's prompt pass is merged with other slots' decodes: its time is not its own)
+    if (plan.adaptive && !batcher_) {
+        lengths_.observe_prompt(n_new, params.prices ? n_new * params.prices->verify_token_ms : ms_since(t));
+    }
     tgt_cache_->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next turn
     // a draft model the adaptive rule has paused takes the prompt in at its next probe instead (its
     // catch-up): while drafting does not pay, a prompt pass through it now would buy nothing
@@ -491,6 +497,17 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         const std::vector<llama_token> & dseq   = draft_seq(seq);
         st.t_vocab_ms += view_ ? ms_since(t_view) : 0.0;
         const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
+        if (plan.adaptive && lengths_.probing() && !(share_prefill_ && after_pause)) {
+            const auto &  have = dft_cache_->tokens();
+            const int32_t n_common =
+                (int32_t) (std::mismatch(have.begin(), have.begin() + std::min(have.size(), dseq.size()), dseq.begin())
+                               .first - have.begin());
+            const int32_t n_from = (int32_t) dseq.size() - 1 - k_probe_window;
+            if (n_from > n_common) {
+                dft_cache_->restart_at(dseq, n_from);
+                st.n_window_catch_ups += 1;
+            }
+        }
         drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
                         share_prefill_ && after_pause ? tgt_cache_.get() : nullptr);
         st.n_resume_shared += drafted_.n_copied;

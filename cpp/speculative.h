@@ -125,6 +125,8 @@ struct generate_stats {
     int32_t              n_lookup_drafted  = 0;  // of the drafted tokens, proposed by prompt lookup
     int32_t              n_lookup_accepted = 0;  // of which the target kept
     int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
+    // probes after a pause whose draft caught up on the last tokens alone (decoder::k_probe_window)
+    int32_t              n_window_catch_ups = 0;
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
     std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
     // how the draft model's tokens reach the target: "same" (one vocabulary) or "intersection"
@@ -291,16 +293,24 @@ class decoder {
                           generate_stats & st, const interrupt_check & check);
 
     // the steps of generate_si, in order:
-    // prefill: both caches hold all of seq but its last token (the draft may copy the target's)
-    void prefill(const std::vector<llama_token> & seq, const run_plan & plan, generate_stats & st,
-                 const interrupt_check & check);
+    // prefill: both caches hold all of seq but its last token (the draft may copy the target's);
+    // the target's pass prices a batch's tokens for the adaptive length until a batch is verified
+    void prefill(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
+                 generate_stats & st, const interrupt_check & check);
     // plan: how many tokens this step may draft, and whether the draft model drafts them
     struct step_plan {
         int32_t n_max = 0;      // drafts at most (0: a plain step)
         bool    model = false;  // the draft model drafts (else prompt lookup alone, if any)
     };
     step_plan plan_step(const run_plan & plan, const generate_params & params, int32_t n_seq, generate_stats & st);
-    // draft: fill drafted_ (the model's tokens, then lookup's); returns how many the model drafted
+    // draft: fill drafted_ (the model's tokens, then lookup's); returns how many the model drafted.
+    // A probe of a paused draft model that lags more than k_probe_window tokens behind (and cannot
+    // copy the target's keys and values) catches up on the last k_probe_window of them alone: a
+    // catch-up on everything since the pause costs the draft about as much per token as the
+    // pause saved (a recurrent draft on a CPU: the Mamba pair of benchmarks/recurrent_bench.py,
+    // 0.9 ms a token against the target's 6.5 ms step), which the probe would then spend again.
+    // The draft keeps that shorter context until the next prompt.
+    static constexpr int32_t k_probe_window = 32;
     int32_t draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
                        const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
                        const interrupt_check & check);

@@ -82,6 +82,10 @@ class Context:
         """
         A recurrent, hybrid or window-only memory: save its state now in a checkpoint that checkpoint() leaves in place (where a prompt ends); a no-op for a KV cache.
         """
+    def restart_at(self, seq: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], n_from: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Empty the cache and go on from position n_from of seq: tokens becomes seq[:n_from], none of which the memory holds (later tokens attend only to what follows them); a rollback into them empties the cache
+        """
     def rollback(self, n_keep: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         Keep the first n_keep cached tokens and drop the rest (a recurrent or hybrid model: back to the last checkpoint at or before n_keep, then the tokens from there decoded again)
@@ -94,6 +98,11 @@ class Context:
     @property
     def n_ctx(self) -> int:
         ...
+    @property
+    def n_forgotten(self) -> int:
+        """
+        leading positions the memory does not hold (restart_at); 0 normally
+        """
     @property
     def n_past(self) -> int:
         ...
@@ -415,6 +424,11 @@ class Stats:
         target verification passes
         """
     @property
+    def n_window_catch_ups(self) -> int:
+        """
+        probes of a paused draft model that caught up on the last tokens alone, not on everything since the pause
+        """
+    @property
     def rollback(self) -> str:
         """
         how rejected drafts leave the models' memory: 'kv' (the KV cache drops its tail) or 'checkpoint' (a recurrent or hybrid model restores a saved state and decodes the kept tokens again)
@@ -664,6 +678,10 @@ class DraftLengthModel:
         ...
     def observe_leave(self, excess_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def observe_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        the target's prompt pass: it prices a batch's further tokens until a batch is verified
+        """
     def observe_step(self, tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, model_drafted: bool = True) -> None:
         ...
     def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
@@ -671,6 +689,10 @@ class DraftLengthModel:
     def pricing(self, adaptive: bool) -> bool:
         """
         whether a step of an adaptive loop is plain, to price plain steps first
+        """
+    def probe_gap(self) -> int:
+        """
+        the steps a paused model sits out before its next probe
         """
     def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
         ...
@@ -689,6 +711,11 @@ class DraftLengthModel:
     @property
     def leave_ms(self) -> float:
         ...
+    @property
+    def probing(self) -> bool:
+        """
+        whether the step draft_this_step last began is a probe of a paused model
+        """
     @property
     def rate(self) -> float:
         ...

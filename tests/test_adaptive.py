@@ -201,19 +201,71 @@ def test_a_fresh_decoder_prices_plain_steps_first_and_does_not_call_them_pauses(
     assert "left out" not in _stats_line(first)
 
 
+def _probe_gaps(m, probe_tokens: int, probe_ms: float, n_steps: int = 1200):
+    """Steps between the probes of a paused rule whose probes make probe_tokens in probe_ms."""
+    probes = []
+    for i in range(1, n_steps):
+        if m.draft_this_step():
+            assert m.probing
+            m.observe_step(probe_tokens, probe_ms, True)
+            probes.append(i)
+    return [b - a for a, b in zip([0] + probes, probes)]
+
+
 def test_a_paused_drafter_probes_at_doubling_gaps():
     """While drafting does not pay, the model still drafts now and then, so that a change of
-    prices or acceptance is noticed: after 4 plain steps, then 8, 16, 32, 64, then every 128."""
+    prices or acceptance is noticed: after 4 plain steps, then 8, 16, 32, 64, then every 128,
+    where a probe costs little beyond the plain steps it stands for (here one token in 1.2 ms
+    against plain steps of 1.15 ms)."""
     m = _model_with_rates(1.15, 3, 8.6)
-    probes = [i for i in range(1, 600) if m.draft_this_step()]
-    gaps = [b - a for a, b in zip([0] + probes, probes)]
+    gaps = _probe_gaps(m, 1, 1.2, 600)
     assert gaps[:7] == [4, 8, 16, 32, 64, 128, 128], gaps
-    assert 0 < m.skipped_steps < 128
+    assert not m.draft_pays() and 0 < m.skipped_steps < 128
     # once drafting pays again (here: the draft got fast), it drafts every step and the gaps start over
     for _ in range(100):
         m.observe_step(3, 2.0, True)
     assert m.draft_pays() and m.draft_this_step() and m.skipped_steps == 0
     assert all(m.draft_this_step() for _ in range(20))
+
+
+def test_probes_that_cost_much_come_rarely_enough_to_cost_at_most_two_percent():
+    """Where a probe costs several plain steps (here 3 tokens in 8.6 ms against plain steps of
+    1.15 ms: 5.15 ms more than plain steps; a recurrent target on a CPU: 20-40 ms against 6.5),
+    the gaps after the pause's second probe are as long as it takes for the probes to cost at
+    most 2% of the plain steps between them: 5.15 / (0.02 x 1.15) = 224 steps. The first two
+    probes keep the doubling gaps: one costly probe may be bad luck."""
+    m = _model_with_rates(1.15, 3, 8.6)
+    gaps = _probe_gaps(m, 3, 8.6)
+    assert gaps[:5] == [4, 8, 224, 224, 224], gaps
+    assert all((8.6 - 3 * 1.15) / (g * 1.15) <= 0.02 for g in gaps[2:])
+    assert m.probe_gap() == 224
+    # the lesser of the last two probes' costs sets the gap: one cheap probe shortens it at once
+    m = _model_with_rates(1.15, 3, 8.6)
+    gaps = _probe_gaps(m, 3, 8.6, 250) + _probe_gaps(m, 1, 1.2, 300)
+    assert gaps[:3] == [4, 8, 224] and gaps[4] == 64, gaps
+
+
+def test_the_prompt_prices_a_first_batch():
+    """Before any batch is verified, the target's prompt pass prices a batch's further tokens: a
+    recurrent target on a CPU takes its prompt at nearly a decode per token (Mamba-130M's shape:
+    5.2 ms against 6.5 ms for one token), where even a likely second draft does not pay, and the
+    first batch stops at one draft; a transformer's prompt costs far less per token, and the first
+    batch goes on to its usual 3 drafts."""
+    def priced(prompt_token_ms):
+        m = _core.DraftLengthModel()
+        for _ in range(3):
+            m.observe_verify(1, 6.5)
+            m.observe_step(1, 6.5, False)
+        if prompt_token_ms is not None:
+            m.observe_prompt(17, 17 * prompt_token_ms)
+        return m
+    assert not priced(5.2).keep_going(1, 0.8)
+    assert priced(0.6).keep_going(1, 0.8) and priced(0.6).keep_going(2, 0.7)
+    assert priced(None).keep_going(1, 0.8)  # no price: the usual first batch
+    assert not any(priced(p).keep_going(3, 1.0) for p in (None, 0.6, 0.0))  # at most 3 drafts
+    few = priced(None)
+    few.observe_prompt(5, 5 * 5.2)  # a prompt of fewer than 8 tokens prices nothing
+    assert few.keep_going(1, 0.8)
 
 
 def test_a_pause_from_a_busy_spell_ends_with_the_next_good_probes():

@@ -50,6 +50,9 @@ def test_default_drafter_is_model_then_lookup_with_a_draft_and_plain_without(tin
     with specllama.SpeculativeDecoder(tiny.target_q, slow.target, n_ctx=512) as dec:
         plain = dec.generate(QUOTING, max_tokens=60, temperature=0, speculative=False, ignore_eos=True)
         auto = dec.generate(QUOTING, max_tokens=60, temperature=0, ignore_eos=True)
+    # (a decoder of its own: on the one above the model has learned that its drafts do not pay, and
+    # its probes are too costly to come within 60 steps)
+    with specllama.SpeculativeDecoder(tiny.target_q, slow.target, n_ctx=512) as dec:
         model = dec.generate(QUOTING, max_tokens=60, temperature=0, drafter="model", ignore_eos=True)
     assert auto.tokens == plain.tokens == model.tokens
     assert auto.stats.n_lookup_drafted > 0 and auto.stats.n_drafted > auto.stats.n_lookup_drafted

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from conftest import assert_ctrl_c_leaves_usable
+from test_rollback import _restart_checks
 from test_sampling_end_to_end import N, _pvalue, first_two_tokens, two_token_distributions
 from tiny_models import (jamba_weights, mamba_weights, parts_only_at_near_ties, perturbed, vocab, write_jamba,
                          write_mamba)
@@ -277,3 +278,33 @@ def test_server_with_a_recurrent_pair(rec):
         r = server.post(CHAT, {"messages": second, "temperature": 0, "max_tokens": 24}).json()
         assert r["choices"][0]["message"]["content"] == want2
         assert r["timings"]["cache_n"] > 0
+
+
+def test_restart_forgets_a_states_earlier_tokens(rec):
+    """What a paused draft's probe does when it lags far behind (kv_cache::restart_at), on a
+    recurrent state: the same checks as a KV cache's (test_rollback.py), and the state is exactly a
+    fresh one's fed only the tokens after the restart."""
+    m = specllama.Model(rec.target)
+    _restart_checks(m, "the cat is on the hot word and she was out with a cat on the word of what some of the cat is")
+    seq = m.tokenize("the cat is on the hot word and she was out with a cat on the word")
+    ctx = specllama.Context(m, n_ctx=256)
+    ctx.decode(seq[:12], all_logits=False)
+    ctx.restart_at(seq, 8)
+    got = ctx.decode(seq[8:20])
+    assert np.array_equal(got, specllama.Context(m, n_ctx=256).decode(seq[8:20]))
+
+
+@pytest.mark.parametrize("pair", ["rec/rec", "llama/llama"])
+def test_a_probe_far_behind_catches_up_on_the_last_tokens_alone(rec, pair):
+    """Prices at which drafting never pays: the loop pauses, then probes at gaps that grow with
+    what a probe costs, and a probe whose draft lags more than 32 tokens behind catches up on
+    the last 32 alone (on a KV cache too, where the draft cannot copy the target's keys and
+    values). The output is still exactly plain decoding's, and the next generations too."""
+    target, draft = (rec.target, rec.draft) if pair == "rec/rec" else (rec.llama_target, rec.llama_draft)
+    prices = specllama.StepPrices(draft_ms=20.0, verify_ms=10.0, verify_token_ms=10.0)
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=1024, share_prefill=False) as dec:
+        for prompt in PROMPTS[:2]:
+            plain = dec.generate(prompt, max_tokens=320, speculative=False, **GREEDY)
+            r = dec.generate(prompt, max_tokens=320, drafter="model", prices=prices, **GREEDY)
+            assert r.tokens == plain.tokens
+            assert r.stats.n_window_catch_ups >= 1 and r.stats.n_paused_steps > 250, r.stats

@@ -94,3 +94,41 @@ def test_decoder_cache_default_pair(default_decoder):
         assert dec.cached_tokens() == prompt + r.tokens[:-1]
     else:
         assert dec.cached_tokens()[: len(prompt) + len(r.tokens) - 1] == prompt + r.tokens[:-1]
+
+
+def _restart_checks(model, text):
+    """A cache restarted at position 20 of a text (what a paused draft's probe does when it lags far
+    behind) holds none of what came before: its logits for the next tokens equal those of a cache
+    that never saw the first 20, and differ from one that did; a rollback that keeps a position
+    after the restart keeps the restart, one into the forgotten positions empties the cache."""
+    seq = model.tokenize(text)
+    assert len(seq) >= 32
+    ctx = specllama.Context(model, n_ctx=256)
+    ctx.decode(seq[:10], all_logits=False)  # lagging behind, with a context to forget
+    ctx.restart_at(seq, 20)
+    assert ctx.n_past == 20 and ctx.tokens == seq[:20] and ctx.n_forgotten == 20
+    got = ctx.decode(seq[20:30])
+    never = specllama.Context(model, n_ctx=256)
+    never.restart_at(seq, 20)
+    assert np.array_equal(got, never.decode(seq[20:30]))
+    full = specllama.Context(model, n_ctx=256)
+    full.decode(seq[:20], all_logits=False)
+    assert not np.allclose(got[-1], full.decode(seq[20:30])[-1], atol=1e-3)  # the forgotten text mattered
+    # drop a rejected tail after the restart: the next logits are the kept text's, still without the first 20
+    ctx.rollback(24)
+    assert ctx.tokens == seq[:24] and ctx.n_forgotten == 20
+    never.rollback(24)
+    assert np.array_equal(ctx.decode(seq[24:28]), never.decode(seq[24:28]))
+    # a prefix that ends among the forgotten positions is not held: the cache empties
+    ctx.rollback(15)
+    assert ctx.n_past == 0 and ctx.tokens == [] and ctx.n_forgotten == 0
+    again = ctx.decode(seq[:30])  # usable again, as a fresh cache
+    fresh = specllama.Context(model, n_ctx=256)
+    assert np.array_equal(again, fresh.decode(seq[:30]))
+    with pytest.raises(ValueError):
+        ctx.restart_at(seq, len(seq) + 1)
+
+
+def test_restart_forgets_a_kv_caches_earlier_positions(tiny):
+    _restart_checks(specllama.Model(tiny.target_q),
+                    "the cat is on the hot word and she was out with a cat on the word of what some of the cat is")

@@ -174,6 +174,9 @@ void register_stats(py::module_ & m) {
         .def_readonly("n_accepted", &gs::n_accepted, "of which the target kept")
         .def_readonly("n_lookup_drafted", &gs::n_lookup_drafted, "of the drafted tokens, those prompt lookup proposed")
         .def_readonly("n_lookup_accepted", &gs::n_lookup_accepted, "of which the target kept")
+        .def_readonly("n_window_catch_ups", &gs::n_window_catch_ups,
+                      "probes of a paused draft model that caught up on the last tokens alone, not on "
+                      "everything since the pause")
         .def_readonly("n_paused_steps", &gs::n_paused_steps,
                       "steps the adaptive rule took without the draft model (drafting did not pay)")
         .def_readonly("accepted_hist", &gs::accepted_hist, "accepted_hist[k]: steps that kept k drafted tokens")
@@ -334,6 +337,12 @@ void register_decoder(py::module_ & m) {
         .def("draft_pays", &draft_length_model::draft_pays)
         .def("draft_this_step", &draft_length_model::draft_this_step)
         .def_property_readonly("skipped_steps", &draft_length_model::skipped_steps)
+        .def_property_readonly("probing", &draft_length_model::probing,
+                               "whether the step draft_this_step last began is a probe of a paused model")
+        .def("probe_gap", &draft_length_model::probe_gap,
+             "the steps a paused model sits out before its next probe")
+        .def("observe_prompt", &draft_length_model::observe_prompt, py::arg("n_tokens"), py::arg("ms"),
+             "the target's prompt pass: it prices a batch's further tokens until a batch is verified")
         .def_property_readonly("knows_plain_step", &draft_length_model::knows_plain_step)
         .def("observe_leave", &draft_length_model::observe_leave, py::arg("excess_ms"))
         .def_property_readonly("leave_ms", &draft_length_model::leave_ms)

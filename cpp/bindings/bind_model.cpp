@@ -283,6 +283,22 @@ void register_model(py::module_ & m) {
             py::arg("n_keep"),
             "Keep the first n_keep cached tokens and drop the rest (a recurrent or hybrid model: back to the last "
             "checkpoint at or before n_keep, then the tokens from there decoded again)")
+        .def(
+            "restart_at",
+            [](py_context & c, const std::vector<llama_token> & seq, int32_t n_from) {
+                py::gil_scoped_release      nogil;
+                std::lock_guard<std::mutex> lock(c.mutex);
+                c.cache.restart_at(seq, n_from);
+            },
+            py::arg("seq"), py::arg("n_from"),
+            "Empty the cache and go on from position n_from of seq: tokens becomes seq[:n_from], none of which "
+            "the memory holds (later tokens attend only to what follows them); a rollback into them empties "
+            "the cache")
+        .def_property_readonly("n_forgotten", [](py_context & c) {
+            py::gil_scoped_release      nogil;
+            std::lock_guard<std::mutex> lock(c.mutex);
+            return c.cache.n_forgotten();
+        }, "leading positions the memory does not hold (restart_at); 0 normally")
         .def_property_readonly("recurrent", [](const py_context & c) { return c.cache.recurrent(); },
                                "whether the model's memory is recurrent or hybrid (every rollback by checkpoint)")
         .def_property_readonly("window_only", [](const py_context & c) { return c.cache.window_only(); },
