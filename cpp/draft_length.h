@@ -165,7 +165,7 @@ class draft_length_model {
     static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
     static constexpr int32_t k_first_batch_drafts = 3;  // drafts in the first batch, before any is priced
     static constexpr double  k_pause_margin    = 0.97;  // pause below 97% of the plain rate
-    static constexpr double  k_probe_budget    = 0.02;  // probes cost at most 2% of the plain steps between them
+    static constexpr double  k_probe_budget    = 0.01;  // probes cost 1% of the plain steps between them
     static constexpr int32_t k_min_prompt_price = 8;    // prompt tokens that price a batch (fewer: too noisy)
     bool    probing_   = false;
     int32_t n_probes_  = 0;                 // probes in this pause

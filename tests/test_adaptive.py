@@ -232,17 +232,17 @@ def test_probes_that_cost_much_come_rarely_enough_to_cost_at_most_two_percent():
     """Where a probe costs several plain steps (here 3 tokens in 8.6 ms against plain steps of
     1.15 ms: 5.15 ms more than plain steps; a recurrent target on a CPU: 20-40 ms against 6.5),
     the gaps after the pause's second probe are as long as it takes for the probes to cost at
-    most 2% of the plain steps between them: 5.15 / (0.02 x 1.15) = 224 steps. The first two
+    most 1% of the plain steps between them: 5.15 / (0.01 x 1.15) = 448 steps. The first two
     probes keep the doubling gaps: one costly probe may be bad luck."""
     m = _model_with_rates(1.15, 3, 8.6)
     gaps = _probe_gaps(m, 3, 8.6)
-    assert gaps[:5] == [4, 8, 224, 224, 224], gaps
-    assert all((8.6 - 3 * 1.15) / (g * 1.15) <= 0.02 for g in gaps[2:])
-    assert m.probe_gap() == 224
+    assert gaps[:4] == [4, 8, 448, 448], gaps
+    assert all((8.6 - 3 * 1.15) / (g * 1.15) <= 0.01 for g in gaps[2:])
+    assert m.probe_gap() == 448
     # the lesser of the last two probes' costs sets the gap: one cheap probe shortens it at once
     m = _model_with_rates(1.15, 3, 8.6)
-    gaps = _probe_gaps(m, 3, 8.6, 250) + _probe_gaps(m, 1, 1.2, 300)
-    assert gaps[:3] == [4, 8, 224] and gaps[4] == 64, gaps
+    gaps = _probe_gaps(m, 3, 8.6, 500) + _probe_gaps(m, 1, 1.2, 600)
+    assert gaps[:3] == [4, 8, 448] and gaps[4] == 64, gaps
 
 
 def test_the_prompt_prices_a_first_batch():

@@ -301,10 +301,10 @@ def test_a_probe_far_behind_catches_up_on_the_last_tokens_alone(rec, pair):
     the last 32 alone (on a KV cache too, where the draft cannot copy the target's keys and
     values). The output is still exactly plain decoding's, and the next generations too."""
     target, draft = (rec.target, rec.draft) if pair == "rec/rec" else (rec.llama_target, rec.llama_draft)
-    prices = specllama.StepPrices(draft_ms=20.0, verify_ms=10.0, verify_token_ms=10.0)
+    prices = specllama.StepPrices(draft_ms=10.0, verify_ms=10.0, verify_token_ms=10.0)
     with specllama.SpeculativeDecoder(target, draft, n_ctx=1024, share_prefill=False) as dec:
         for prompt in PROMPTS[:2]:
-            plain = dec.generate(prompt, max_tokens=320, speculative=False, **GREEDY)
+            plain = dec.generate(prompt, max_tokens=320, speculative=False, prices=prices, **GREEDY)
             r = dec.generate(prompt, max_tokens=320, drafter="model", prices=prices, **GREEDY)
             assert r.tokens == plain.tokens
             assert r.stats.n_window_catch_ups >= 1 and r.stats.n_paused_steps > 250, r.stats

@@ -446,6 +446,8 @@ void register_decoder(py::module_ & m) {
                  out["tokens_per_ms"] = m.rate();
                  out["skipped_steps"] = m.skipped_steps();  // plain steps since drafting last paid
                  out["leave_ms"] = m.leave_ms();  // a plain step after a batch, beyond a steady one
+                 out["paused"] = m.paused();
+                 out["probe_gap"] = m.probe_gap();  // steps a paused model sits out before its next probe
                  std::vector<double> curve;
                  for (int i = 0; i < 10; ++i) {
                      curve.push_back(m.accept_prob((i + 0.5) / 10));
