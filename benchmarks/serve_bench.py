@@ -11,7 +11,8 @@ tokens (ignore_eos), so the servers generate equal amounts.
 A shared machine's speed drifts by more than the differences measured here (on the 2-core test
 machine, the same run repeated varies by up to 15%), so each concurrency is measured --repeat times
 in rounds, the servers' order rotating from round to round, and each figure is the median of the
-rounds; every round's figures are in the report.
+rounds; every round's figures are in the report. specllama's ratio to each other server is the
+median of its ratios in each round (specllama_ratio in the report).
 
     python benchmarks/serve_bench.py                       # default pair, greedy
     python benchmarks/serve_bench.py --temp 0.8 --out bench-out
@@ -188,16 +189,27 @@ def main():
                 rounds[kind].append(res)
                 print(f"  round {r + 1} concurrency {c} {kind:20s} aggregate {res['aggregate_tps']:6.1f} tok/s",
                       flush=True)
+        # specllama against each other server, round by round: the servers of a round run back to
+        # back, so each round's ratio is less exposed to the machine's drift than the medians are
+        ratios = {}
+        if "specllama" in kinds:
+            for other in kinds:
+                if other != "specllama":
+                    ratios[other] = statistics.median(a["aggregate_tps"] / b["aggregate_tps"]
+                                                      for a, b in zip(rounds["specllama"], rounds[other]))
         for kind in kinds:
             res = {key: statistics.median(x[key] for x in rounds[kind])
                    for key in ("aggregate_tps", "ttft_median_s", "per_request_tps_median")}
+            if kind in ratios:
+                res["specllama_ratio"] = ratios[kind]
             acc = [x["acceptance"] for x in rounds[kind] if x["acceptance"] is not None]
             res["acceptance"] = statistics.median(acc) if acc else None
             res["rounds"] = rounds[kind]
             table.setdefault(str(c), {})[kind] = res
             print(f"concurrency {c} {kind:20s} aggregate {res['aggregate_tps']:6.1f} tok/s  ttft "
                   f"{res['ttft_median_s'] * 1000:6.0f} ms  per request {res['per_request_tps_median']:6.1f} tok/s"
-                  + (f"  acceptance {res['acceptance']:.2f}" if res["acceptance"] is not None else ""), flush=True)
+                  + (f"  acceptance {res['acceptance']:.2f}" if res["acceptance"] is not None else "")
+                  + (f"  specllama/this {res['specllama_ratio']:.3f}" if "specllama_ratio" in res else ""), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"provenance": source, "settings": vars(args), "server_commands": commands, "results": table}
