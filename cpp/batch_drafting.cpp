@@ -178,7 +178,11 @@ int32_t batch_drafting::best_k(int32_t n_generating, int32_t n_max, Priced price
     for (int32_t k = 0; k <= n_max; ++k) {
         const double r = priced(k);
         if (r < 0.0) {
-            return n_max;  // not priced yet: the slots' own rules decide
+            // not priced yet: one draft per slot prices the merged rounds within a few of them.
+            // Each slot drafting its own first batch (up to 3) instead made 8 new slots' first
+            // requests 5% slower than plain steps (benchmarks/slots_bench.py --slots 8 -n 128,
+            // one run); one draft each, 1-2% in two runs
+            return std::min(n_max, k_explore_drafts);
         }
         if (r > best) {
             best   = r;

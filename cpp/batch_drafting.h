@@ -61,12 +61,12 @@ class batch_drafting {
     void observe_step(int32_t n_drafted, int32_t n_accepted, int32_t n_lookup_drafted = 0,
                       int32_t n_lookup_accepted = 0);
     // the most tokens a slot drafts with the model in a step while n_generating slots generate
-    // (n_max when fewer than two do, or while costs are not known yet)
+    // (n_max when fewer than two do; 1 while costs are not known yet)
     int32_t cap(int32_t n_generating, int32_t n_max) const;
     // the expected tokens per ms of a round with k drafts per slot (k = 0: plain); negative while unknown
     double rate(int32_t n_generating, int32_t k) const;
     // the most prompt-lookup drafts a slot adds to a step without model drafts while n_generating
-    // slots generate (n_max when fewer than two do, or while costs are not known yet)
+    // slots generate (n_max when fewer than two do; 1 while costs are not known yet)
     int32_t lookup_cap(int32_t n_generating, int32_t n_max) const;
     // the expected tokens per ms of a round of n_generating plain steps where one slot adds k lookup
     // drafts; negative while unknown
@@ -84,7 +84,8 @@ class batch_drafting {
     // extra_weight: what a lookup draft's extra token counts for (1: the expected rate)
     double lookup_rate_locked(int32_t n, int32_t k, double extra_weight = 1.0) const;
     // the k in 0..n_max of the highest priced(k), which runs under the lock; n_max while fewer than
-    // two slots generate or any priced(k) is negative (not priced yet)
+    // two slots generate; while any priced(k) is negative (not priced yet), k_explore_drafts
+    static constexpr int32_t k_explore_drafts = 1;
     template <class Priced> int32_t best_k(int32_t n_generating, int32_t n_max, Priced priced) const;
 
     mutable std::mutex mutex_;

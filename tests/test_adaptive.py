@@ -399,8 +399,8 @@ def _priced(target_ms, draft_ms, acceptance, n_max=10):
 def test_slots_draft_until_the_shared_batch_prices_it_out():
     """Several slots merge their decodes: a draft whose decodes cost what the target's do gives
     plain steps (no model drafts); a cheap draft before a target whose batches cost little more
-    than one token keeps drafting; one slot alone, or a rule not priced yet, leaves the slot's own
-    rule its n_max."""
+    than one token keeps drafting; one slot alone leaves the slot's own rule its n_max, and a rule
+    not priced yet lets each slot draft one token, which prices the merged rounds."""
     as_costly = _priced(lambda n: 10.0 * n, lambda n: 10.0 * n, 0.95)
     assert as_costly.cap(4, 10) == 0
     assert as_costly.rate(4, 0) > as_costly.rate(4, 3) > 0
@@ -411,7 +411,8 @@ def test_slots_draft_until_the_shared_batch_prices_it_out():
     compute_bound = _priced(lambda n: 5.0 + 3.0 * n, lambda n: 1.0 + 0.5 * n, 0.6)
     assert compute_bound.cap(4, 10) == 0
     assert as_costly.cap(1, 10) == 10  # one slot: its own rule decides
-    assert _core.BatchDrafting().cap(4, 7) == 7  # no costs measured yet
+    assert _core.BatchDrafting().cap(4, 7) == 1  # no costs measured yet: one draft, to price them
+    assert _core.BatchDrafting().cap(1, 7) == 7
     # the caps the rule gives are the best of the rates it reports, drafting only by a margin
     margin = _core.BatchDrafting.draft_margin
     assert margin > 1
@@ -444,7 +445,7 @@ def test_prompt_lookup_drafts_of_slots_are_priced_by_the_verification_they_add()
     assert memory_bound.lookup_cap(8, 10) > 0
     assert compute_bound.lookup_cap(1, 10) == 10  # one slot: its own rule decides
     unpriced = _priced(lambda n: 5.0 + 3.0 * n, lambda n: 1.0 + 0.5 * n, 0.9)  # no lookup step seen
-    assert unpriced.lookup_cap(8, 6) == 6
+    assert unpriced.lookup_cap(8, 6) == 1  # one lookup draft, to price them
     # the cap is the best of the rounds' rates, lookup's extra tokens counted at 1 / margin
     margin = _core.BatchDrafting.draft_margin
     for r, t in ((compute_bound, lambda n: 5.0 + 3.0 * n), (memory_bound, lambda n: 20.0 + 0.2 * n)):
