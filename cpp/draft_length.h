@@ -22,8 +22,8 @@
 // k_probe_budget of the plain steps between them. A probe costs what it took beyond the plain
 // steps that would have made its tokens: on a recurrent target on a CPU, where a verified batch
 // costs nearly a decode per token and a rejection a decode again, 20-40 ms against a 6.5 ms plain
-// step (benchmarks/recurrent_bench.py), and gaps of 4 to 128 steps made a paused loop 6% slower
-// than plain decoding.
+// step (benchmarks/recurrent_bench.py), so that gaps of at most 128 steps would spend about 4%
+// of the time on probes.
 // Not here: drafting itself (drafting.h).
 #pragma once
 

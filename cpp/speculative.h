@@ -306,10 +306,10 @@ class decoder {
     // draft: fill drafted_ (the model's tokens, then lookup's); returns how many the model drafted.
     // A probe of a paused draft model that lags more than k_probe_window tokens behind (and cannot
     // copy the target's keys and values) catches up on the last k_probe_window of them alone: a
-    // catch-up on everything since the pause costs the draft about as much per token as the
-    // pause saved (a recurrent draft on a CPU: the Mamba pair of benchmarks/recurrent_bench.py,
-    // 0.9 ms a token against the target's 6.5 ms step), which the probe would then spend again.
-    // The draft keeps that shorter context until the next prompt.
+    // catch-up on everything since the pause costs a share of every plain step the draft sat out
+    // (a recurrent draft on a CPU, the Mamba pair of benchmarks/recurrent_bench.py: 0.9 ms a token
+    // against the target's 6.5 ms step), all spent in the probe. The draft keeps that shorter
+    // context until the next prompt.
     static constexpr int32_t k_probe_window = 32;
     int32_t draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
                        const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
