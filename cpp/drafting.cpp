@@ -7,11 +7,18 @@
 
 namespace specllama {
 
-void model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
-                         const std::function<void()> & between_chunks) {
+bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
+                         const std::function<void()> & between_chunks, int32_t window) {
     // keep what the cache shares with seq (never its last token, whose logits are q_1), decode up to n_end
-    const int32_t n_common = cache_.keep_common_prefix(seq, (int32_t) seq.size() - 1);
+    const int32_t n_last   = (int32_t) seq.size() - 1;
+    const int32_t n_from   = n_last - window;
+    const bool    restart  = window > 0 && n_from > cache_.common_prefix(seq, n_last);
+    if (restart) {
+        cache_.restart_at(seq, n_from);
+    }
+    const int32_t n_common = cache_.keep_common_prefix(seq, n_last);
     cache_.decode(seq.data() + n_common, n_end - n_common, false, nullptr, between_chunks);
+    return restart;
 }
 
 int32_t model_drafter::copy_target(const std::vector<llama_token> & seq, const kv_cache * target) {
@@ -25,11 +32,13 @@ int32_t model_drafter::copy_target(const std::vector<llama_token> & seq, const k
     return copy_pays(n_new, n_end) && cache_.copy_from(*target) ? n_new : 0;
 }
 
-int32_t model_drafter::catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
-                                const kv_cache * target) {
-    const int32_t n_copied = copy_target(seq, target);
-    sync(seq, (int32_t) seq.size(), between_chunks);
-    return n_copied;
+model_drafter::catch_up_result model_drafter::catch_up(const std::vector<llama_token> & seq,
+                                                       const std::function<void()> & between_chunks,
+                                                       const kv_cache * target, int32_t window) {
+    catch_up_result r;
+    r.n_copied = copy_target(seq, target);
+    r.windowed = sync(seq, (int32_t) seq.size(), between_chunks, r.n_copied > 0 ? 0 : window);
+    return r;
 }
 
 int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
@@ -84,17 +93,20 @@ void to_target_ids(const vocab_map & map, token_dist & dist) {
 
 void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
                           rng_t & rng, draft_result & out, const draft_continue & keep_going,
-                          const std::function<void()> & between_chunks, const kv_cache * target) {
+                          const std::function<void()> & between_chunks, const kv_cache * target, int32_t window) {
     out.tokens.clear();
     out.conf.clear();
     out.catch_up_ms = 0.0;
     out.vocab_ms    = 0.0;
     out.n_copied    = 0;
+    out.windowed    = false;
     if (n_draft <= 0 || seq.empty()) {
         return;
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    out.n_copied    = catch_up(seq, between_chunks, target);
+    const auto            t0 = std::chrono::steady_clock::now();
+    const catch_up_result c  = catch_up(seq, between_chunks, target, window);
+    out.n_copied             = c.n_copied;
+    out.windowed             = c.windowed;
     out.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     if (n_draft > 1) {

@@ -21,6 +21,7 @@ struct draft_result {
     double                   catch_up_ms = 0.0;  // of the drafting time, the catch-up decode
     double                   vocab_ms    = 0.0;  // of the drafting time, masking and converting tokens (vocab_map)
     int32_t                  n_copied    = 0;    // tokens the catch-up lacked and took from the target's cache
+    bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
 };
 
 // asked after each drafted token: draft another? (n drafted so far, confidence in the latest)
@@ -34,10 +35,12 @@ class model_drafter {
     explicit model_drafter(kv_cache & cache, const vocab_map * map = nullptr) : cache_(cache), map_(map) {}
 
     // propose up to n_draft tokens to follow seq (catching up first); stops early at an
-    // end-of-generation token or when keep_going says so. between_chunks: see kv_cache::decode.
+    // end-of-generation token or when keep_going says so. between_chunks: see kv_cache::decode;
+    // target and window: see catch_up.
     void draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params, rng_t & rng,
                draft_result & out, const draft_continue & keep_going = nullptr,
-               const std::function<void()> & between_chunks = nullptr, const kv_cache * target = nullptr);
+               const std::function<void()> & between_chunks = nullptr, const kv_cache * target = nullptr,
+               int32_t window = 0);
 
     // before the first draft() on seq: cache all of seq but its last token, which that draft()
     // decodes (its catch-up always decodes the last token, whose logits are q_1).
@@ -54,9 +57,15 @@ class model_drafter {
     // cheaper than decoding those, it copies them (on the 2-core test machine with the default
     // pair, a token's keys and values copy in about 21 us; five slots' merged catch-up of 489
     // tokens took the draft 1.8 s to decode)
-    // Returns how many of the tokens it lacked came from a copy (0: it decoded them).
-    int32_t catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
-                     const kv_cache * target = nullptr);
+    // window > 0: where no copy is taken and the cache lacks more than window tokens before seq's
+    // last, it forgets what it holds and decodes the last window tokens and seq's last alone
+    // (kv_cache::restart_at; 0: it decodes all it lacks).
+    struct catch_up_result {
+        int32_t n_copied = 0;      // tokens it lacked that came from a copy (0: it decoded them)
+        bool    windowed = false;  // it decoded the last window tokens alone
+    };
+    catch_up_result catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
+                             const kv_cache * target = nullptr, int32_t window = 0);
 
     kv_cache & cache() { return cache_; }
 
@@ -65,8 +74,10 @@ class model_drafter {
     // exactly those and the copy is cheaper than decoding what the cache lacks; returns how many
     // tokens the cache lacked and took from the copy (0: no copy)
     int32_t copy_target(const std::vector<llama_token> & seq, const kv_cache * target);
-    // keep the cache's common prefix with seq and decode seq[..n_end)
-    void sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks);
+    // keep the cache's common prefix with seq and decode seq[..n_end); window as catch_up's.
+    // Returns whether it restarted at the window
+    bool sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks,
+              int32_t window = 0);
 
     kv_cache &         cache_;
     const vocab_map *  map_ = nullptr;

@@ -414,12 +414,17 @@ void kv_cache::keep_checkpoint() {
     }
 }
 
-int32_t kv_cache::keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max) {
-    int32_t n = std::min<int32_t>({n_past(), (int32_t) seq.size(), n_max});
-    int32_t i = 0;
+int32_t kv_cache::common_prefix(const std::vector<llama_token> & seq, int32_t n_max) const {
+    const int32_t n = std::min<int32_t>({n_past(), (int32_t) seq.size(), n_max});
+    int32_t       i = 0;
     while (i < n && tokens_[i] == seq[i]) {
         ++i;
     }
+    return i;
+}
+
+int32_t kv_cache::keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max) {
+    int32_t i = common_prefix(seq, n_max);
     if (i < n_forgotten_) {
         i = 0;
     }

@@ -98,6 +98,8 @@ class kv_cache {
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
     int64_t n_redecoded() const { return n_redecoded_; }
 
+    // the length of the longest common prefix of tokens() and seq, at most n_max
+    int32_t common_prefix(const std::vector<llama_token> & seq, int32_t n_max) const;
     // roll back to the longest common prefix with seq, keeping at most n_max tokens; returns its length
     // (0 where that prefix would end among forgotten positions)
     int32_t keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max);

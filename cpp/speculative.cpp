@@ -497,20 +497,11 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         const std::vector<llama_token> & dseq   = draft_seq(seq);
         st.t_vocab_ms += view_ ? ms_since(t_view) : 0.0;
         const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
-        if (plan.adaptive && lengths_.probing() && !(share_prefill_ && after_pause)) {
-            const auto &  have = dft_cache_->tokens();
-            const int32_t n_common =
-                (int32_t) (std::mismatch(have.begin(), have.begin() + std::min(have.size(), dseq.size()), dseq.begin())
-                               .first - have.begin());
-            const int32_t n_from = (int32_t) dseq.size() - 1 - k_probe_window;
-            if (n_from > n_common) {
-                dft_cache_->restart_at(dseq, n_from);
-                st.n_window_catch_ups += 1;
-            }
-        }
         drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
-                        share_prefill_ && after_pause ? tgt_cache_.get() : nullptr);
+                        share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
+                        plan.adaptive && lengths_.probing() ? k_probe_window : 0);
         st.n_resume_shared += drafted_.n_copied;
+        st.n_window_catch_ups += drafted_.windowed;
         st.t_vocab_ms += drafted_.vocab_ms;
     }
     // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
