@@ -179,9 +179,9 @@ int32_t batch_drafting::best_k(int32_t n_generating, int32_t n_max, Priced price
         const double r = priced(k);
         if (r < 0.0) {
             // not priced yet: one draft per slot prices the merged rounds within a few of them.
-            // Each slot drafting its own first batch (up to 3) instead made 8 new slots' first
-            // requests 5% slower than plain steps (benchmarks/slots_bench.py --slots 8 -n 128,
-            // one run); one draft each, 1-2% in two runs
+            // (8 new slots' first requests, benchmarks/slots_bench.py --slots 8 -n 128: 1-2%
+            // slower than plain steps with one draft each; 5% with each slot drafting its own
+            // first batch of up to 3)
             return std::min(n_max, k_explore_drafts);
         }
         if (r > best) {
