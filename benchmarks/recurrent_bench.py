@@ -17,7 +17,12 @@ Reported:
   fresh:           plain and adaptive on a new decoder each time, on one prompt (what one
                    `specllama generate` pays, the adaptive rule's first steps included)
 
-    python benchmarks/recurrent_bench.py [-n 128] [--rounds 3] [--out report.json]
+With --checkpoint-memory host,device the checkpoint costs and every speculative configuration
+are measured once per place the checkpoints are kept (llama.cpp's host-memory copy, or its
+on-device flag), each on its own decoder, in the same rounds.
+
+    python benchmarks/recurrent_bench.py [-n 128] [--rounds 3] [-ngl -1] [--checkpoint-memory host,device]
+                                         [--out report.json]
 """
 
 from __future__ import annotations
@@ -58,9 +63,9 @@ def build(d: Path, n_base: int, n_layer: int):
     return paths
 
 
-def rollback_costs(path: str, repeats: int = 20) -> dict:
-    m = specllama.Model(path)
-    ctx = specllama.Context(m, n_ctx=512)
+def rollback_costs(path: str, ngl: int, memory: str, repeats: int = 20) -> dict:
+    m = specllama.Model(path, n_gpu_layers=ngl)
+    ctx = specllama.Context(m, n_ctx=512, checkpoint_memory=memory)
     prompt = m.tokenize(" ".join(PROMPTS))
     ctx.decode(prompt, all_logits=False)
     n = ctx.n_past
@@ -78,8 +83,8 @@ def rollback_costs(path: str, repeats: int = 20) -> dict:
     return {"checkpoint_ms": statistics.median(ck), "restore_ms": {k: statistics.median(v) for k, v in restore.items()}}
 
 
-def run_fresh(paths, n, **kw):
-    with specllama.SpeculativeDecoder(paths["target"], paths["draft"], n_ctx=1024) as dec:
+def run_fresh(paths, n, load, **kw):
+    with specllama.SpeculativeDecoder(paths["target"], paths["draft"], n_ctx=1024, **load) as dec:
         s = dec.generate(PROMPTS[0], max_tokens=n, temperature=0, ignore_eos=True, **kw).stats
     return {"tps": s.n_generated * 1000 / (s.t_total_ms - s.t_prefill_ms), "steps": s.n_steps,
             "prefill_ms": s.t_prefill_ms, "rollback_ms_per_step": s.t_rollback_ms / s.n_steps,
@@ -111,45 +116,66 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--base-layers", type=int, default=4)
     ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("-ngl", "--n-gpu-layers", type=int, default=0, help="layers of both models to offload")
+    ap.add_argument("--checkpoint-memory", default="auto",
+                    help="where checkpoints are kept: auto, host or device, or several, comma-separated")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    memories = args.checkpoint_memory.split(",")
     d = Path(tempfile.mkdtemp(prefix="specllama-mamba-"))
     paths = build(d, args.base_layers, args.layers)
-    costs = rollback_costs(paths["target"])
-    print(f"checkpoint {costs['checkpoint_ms']:.2f} ms; restore and decode again k tokens: "
-          + ", ".join(f"k={k} {v:.2f} ms" for k, v in costs["restore_ms"].items()))
-    configs = {"plain": dict(speculative=False), "n_draft 2": dict(n_draft=2, adaptive=False, drafter="model"),
-               "n_draft 4": dict(n_draft=4, adaptive=False, drafter="model"), "adaptive": dict(drafter="model")}
+    costs = {}
+    for mem in memories:
+        costs[mem] = rollback_costs(paths["target"], args.n_gpu_layers, mem)
+        print(f"{mem}: checkpoint {costs[mem]['checkpoint_ms']:.2f} ms; restore and decode again k tokens: "
+              + ", ".join(f"k={k} {v:.2f} ms" for k, v in costs[mem]["restore_ms"].items()))
+    spec = {"n_draft 2": dict(n_draft=2, adaptive=False, drafter="model"),
+            "n_draft 4": dict(n_draft=4, adaptive=False, drafter="model"), "adaptive": dict(drafter="model")}
+    tag = (lambda c, mem: f"{c} ({mem})") if len(memories) > 1 else (lambda c, mem: c)
+    configs = {"plain": (memories[0], dict(speculative=False))}
+    for mem in memories:
+        configs.update({tag(c, mem): (mem, kw) for c, kw in spec.items()})
     rounds = {c: [] for c in configs}
-    with specllama.SpeculativeDecoder(paths["target"], paths["draft"], n_ctx=1024) as dec:
+    decs = {mem: specllama.SpeculativeDecoder(paths["target"], paths["draft"], n_ctx=1024, checkpoint_memory=mem,
+                                              n_gpu_layers=args.n_gpu_layers, n_gpu_layers_draft=args.n_gpu_layers)
+            for mem in memories}
+    try:
         for r in range(args.rounds):
             names = list(configs)
             for c in names[r % len(names):] + names[:r % len(names)]:
-                rounds[c].append(run(dec, args.n, **configs[c]))
-                print(f"round {r + 1} {c:16s} {rounds[c][-1]['tps']:7.1f} tok/s", file=sys.stderr, flush=True)
-    fresh = {"plain, fresh": dict(speculative=False), "adaptive, fresh": dict(drafter="model")}
+                mem, kw = configs[c]
+                rounds[c].append(run(decs[mem], args.n, **kw))
+                print(f"round {r + 1} {c:24s} {rounds[c][-1]['tps']:7.1f} tok/s", file=sys.stderr, flush=True)
+    finally:
+        for dec in decs.values():
+            dec.close()
+    fresh = {"plain, fresh": (memories[0], dict(speculative=False))}
+    fresh.update({tag("adaptive, fresh", mem): (mem, dict(drafter="model")) for mem in memories})
     for r in range(args.rounds):
-        for c in list(fresh)[r % 2:] + list(fresh)[:r % 2]:
-            rounds.setdefault(c, []).append(run_fresh(paths, args.n, **fresh[c]))
-            print(f"round {r + 1} {c:16s} {rounds[c][-1]['tps']:7.1f} tok/s", file=sys.stderr, flush=True)
+        for c in list(fresh)[r % len(fresh):] + list(fresh)[:r % len(fresh)]:
+            mem, kw = fresh[c]
+            load = dict(checkpoint_memory=mem, n_gpu_layers=args.n_gpu_layers, n_gpu_layers_draft=args.n_gpu_layers)
+            rounds.setdefault(c, []).append(run_fresh(paths, args.n, load, **kw))
+            print(f"round {r + 1} {c:24s} {rounds[c][-1]['tps']:7.1f} tok/s", file=sys.stderr, flush=True)
     # "vs plain" pairs each round with plain decoding's in the same round (adjacent in time: a
     # shared machine's speed drifts by more than the differences measured here), then takes the median
     plain = [x["tps"] for x in rounds["plain"]]
     plain_fresh = [x["tps"] for x in rounds["plain, fresh"]]
     report = {"provenance": provenance(paths), "shape": SHAPE, "layers": args.layers, "base_layers": args.base_layers,
-              "n": args.n, "rounds": args.rounds, **costs, "configs": {}}
-    print(f"{'config':16s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'rollback ms/step':>17s} "
+              "n": args.n, "rounds": args.rounds, "n_gpu_layers": args.n_gpu_layers,
+              **(costs[memories[0]] if len(memories) == 1 else {"rollback_costs": costs}), "configs": {}}
+    print(f"{'config':24s} {'tok/s':>7s} {'vs plain':>9s} {'acceptance':>11s} {'rollback ms/step':>17s} "
           f"{'prompt ms':>10s}")
     for c, rs in rounds.items():
         tps = statistics.median(x["tps"] for x in rs)
-        base = plain_fresh if c.endswith("fresh") else plain
+        base = plain_fresh if "fresh" in c else plain
         vs = statistics.median(x["tps"] / b for x, b in zip(rs, base))
         acc = rs[-1]["acceptance"]
         rb = statistics.median(x["rollback_ms_per_step"] for x in rs)
         pf = statistics.median(x["prefill_ms"] for x in rs)
         report["configs"][c] = {"tps": tps, "vs_plain": vs, "acceptance": acc, "rollback_ms_per_step": rb,
                                 "prefill_ms": pf, "rounds_tps": [x["tps"] for x in rs]}
-        print(f"{c:16s} {tps:7.1f} {vs:8.2f}x {acc if acc is None else round(acc, 3)!s:>11s} {rb:17.2f} "
+        print(f"{c:24s} {tps:7.1f} {vs:8.2f}x {acc if acc is None else round(acc, 3)!s:>11s} {rb:17.2f} "
               f"{pf:10.1f}")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))

@@ -30,6 +30,25 @@ namespace {
 
 }  // namespace
 
+bool checkpoint_on_device(const std::string & checkpoint_memory, const model & mdl) {
+    if (checkpoint_memory != "auto" && checkpoint_memory != "host" && checkpoint_memory != "device") {
+        throw std::invalid_argument("checkpoint_memory must be auto, host or device, got '" + checkpoint_memory + "'");
+    }
+    return llama_model_n_swa(mdl.get()) == 0 &&
+           (checkpoint_memory == "device" || (checkpoint_memory == "auto" && mdl.offloaded));
+}
+
+std::string checkpoint_memory(const std::vector<const kv_cache *> & caches) {
+    bool device = false;
+    bool host   = false;
+    for (const kv_cache * c : caches) {
+        if (c != nullptr && c->recurrent()) {
+            (std::string(c->checkpoint_memory()) == "device" ? device : host) = true;
+        }
+    }
+    return device && host ? "device and host" : device ? "device" : host ? "host" : "";
+}
+
 kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : mdl_(std::move(mdl)) {
     if (params.n_ctx < 0) {
         throw std::invalid_argument("n_ctx must be >= 0 (0 = the model's training context), got " +
@@ -43,6 +62,7 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     }
     recurrent_ = llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get());
     window_    = params.swa_full ? 0 : std::max<int32_t>(0, llama_model_n_swa(mdl_->get()));
+    ckpt_on_device_ = checkpoint_on_device(params.checkpoint_memory, *mdl_);
     llama_context_params cparams = llama_context_default_params();
     cparams.swa_full        = params.swa_full;
     cparams.n_ctx           = (uint32_t) params.n_ctx;
@@ -73,6 +93,7 @@ kv_cache::kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int
     }
     recurrent_ = llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get());
     window_    = shared_->swa_full ? 0 : std::max<int32_t>(0, llama_model_n_swa(mdl_->get()));
+    ckpt_on_device_ = checkpoint_on_device(shared_->checkpoint_memory, *mdl_);
     n_ctx_   = n_ctx;
     n_batch_ = shared_->n_batch;
 }
@@ -318,7 +339,7 @@ bool kv_cache::restore(const saved_state & c) {
     // llama.cpp refuses while a recurrent state is still past it
     bool ok = false;
     on_context([&] {
-        const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+        const auto flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY | (c.on_device ? LLAMA_STATE_SEQ_FLAGS_ON_DEVICE : 0);
         ok = llama_state_seq_set_data_ext(get(), c.data.data(), c.data.size(), seq_, flags) == c.data.size() &&
              llama_memory_seq_rm(llama_get_memory(get()), seq_, c.pos, -1);
     });
@@ -385,11 +406,12 @@ void kv_cache::recover_after_failed_decode() {
     }
 }
 
-void kv_cache::save(saved_state & into) {
+void kv_cache::save(saved_state & into, bool on_device) {
     const auto t0 = std::chrono::steady_clock::now();
     bool       ok = false;
+    into.on_device = on_device;
     on_context([&] {
-        const auto   flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY;
+        const auto   flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY | (on_device ? LLAMA_STATE_SEQ_FLAGS_ON_DEVICE : 0);
         const size_t n     = llama_state_seq_get_size_ext(get(), seq_, flags);
         into.data.resize(n);
         ok = llama_state_seq_get_data_ext(get(), into.data.data(), n, seq_, flags) == n;
@@ -404,13 +426,13 @@ void kv_cache::save(saved_state & into) {
 
 void kv_cache::checkpoint() {
     if (recurrent_ && n_past() > 0) {
-        save(step_ckpt_);
+        save(step_ckpt_, ckpt_on_device_);
     }
 }
 
 void kv_cache::keep_checkpoint() {
     if ((recurrent_ || window_ > 0) && n_past() > 0 && kept_ckpt_.pos != n_past()) {
-        save(kept_ckpt_);
+        save(kept_ckpt_, false);  // host memory: the device copy is the step checkpoint's
     }
 }
 

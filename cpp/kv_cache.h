@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model.h"
@@ -23,7 +24,17 @@ struct context_params {
     // cache, so rollback drops a tail as for any KV cache; false keeps only the window (less
     // memory), and rollback goes back to a checkpoint of it as for a recurrent state
     bool    swa_full  = true;
+    // where a recurrent or hybrid model's per-step checkpoints live: "device" keeps the copy in the
+    // memory that holds the state (llama.cpp's LLAMA_STATE_SEQ_FLAGS_ON_DEVICE: a copy within a GPU's
+    // memory, no transfer to the host and back), "host" copies it to host memory, "auto" is "device"
+    // where the model is offloaded and "host" otherwise. A model with sliding-window layers always
+    // checkpoints to host memory (llama.cpp keeps a device copy of one contiguous range of cells only).
+    std::string checkpoint_memory = "auto";
 };
+
+// context_params::checkpoint_memory resolved for a model: true where step checkpoints go to device
+// memory (std::invalid_argument for a value other than auto, host or device)
+bool checkpoint_on_device(const std::string & checkpoint_memory, const model & mdl);
 
 // llama_decode stopped because the abort flag was set (see kv_cache::set_abort_flag)
 struct decode_aborted : std::runtime_error {
@@ -93,6 +104,11 @@ class kv_cache {
     void keep_checkpoint();
     // where checkpoint() last saved (the tokens it follows; -1: none, or dropped by a rollback before it)
     int32_t checkpoint_pos() const { return step_ckpt_.pos; }
+    // where checkpoint() saves: "device" or "host" (context_params::checkpoint_memory); "" where the
+    // memory takes no checkpoints (a KV cache, which drops a tail)
+    const char * checkpoint_memory() const {
+        return recurrent_ ? (ckpt_on_device_ ? "device" : "host") : window_ > 0 ? "host" : "";
+    }
     // time spent taking checkpoints, restoring them and decoding tokens again after a restore
     double rollback_ms() const { return rollback_ms_; }
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
@@ -142,8 +158,11 @@ class kv_cache {
     struct saved_state {
         std::vector<uint8_t> data;      // llama.cpp's partial sequence state
         int32_t              pos = -1;  // the tokens it follows (-1: none saved)
+        // the tensors are in llama.cpp's device copy of this sequence (one per sequence: the next
+        // save to device replaces it), and data holds only the state's layout
+        bool                 on_device = false;
     };
-    void save(saved_state & into);
+    void save(saved_state & into, bool on_device);
     // the latest checkpoint at or before position n (nullptr: none)
     saved_state * latest_checkpoint(int32_t n);
     // back to checkpoint c (false: llama.cpp refused)
@@ -160,6 +179,7 @@ class kv_cache {
     void recover_after_failed_decode();
 
     bool                     recurrent_ = false;
+    bool                     ckpt_on_device_ = false;  // checkpoint() saves to device memory
     int32_t                  window_    = 0;  // the sliding window of a window-only cache (0: none)
     saved_state              step_ckpt_;      // checkpoint()
     saved_state              kept_ckpt_;      // keep_checkpoint()
@@ -171,5 +191,9 @@ class kv_cache {
     std::vector<float>       slot_logits_;     // a slot's outputs of its last decode
     const std::atomic<bool> * slot_abort_ = nullptr;  // a slot's abort flag
 };
+
+// where the checkpoints of these caches live, for a generation's stats: "device", "host", "device
+// and host" (some of each), or "" where none takes checkpoints (null entries are skipped)
+std::string checkpoint_memory(const std::vector<const kv_cache *> & caches);
 
 }  // namespace specllama

@@ -96,6 +96,7 @@ struct model {
     std::string         path;
     int32_t             n_vocab = 0;
     int32_t             max_piece_bytes = 1;  // the longest token's text (special tokens included), in bytes
+    bool                offloaded = false;    // some layer is on a device other than the CPU (offloads())
 
     llama_model * get() const { return ptr.get(); }
 };

@@ -13,7 +13,8 @@ namespace specllama {
 
 std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher> batcher, std::shared_ptr<model> mdl,
                                                     int32_t n_seq, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
-                                                    int32_t rank, bool swa_full) {
+                                                    int32_t rank, bool swa_full,
+                                                    const std::string & checkpoint_memory) {
     if (n_seq < 1 || n_ctx < 1 || n_batch < 1) {
         throw std::invalid_argument("slots need n_seq, n_ctx and n_batch >= 1");
     }
@@ -45,6 +46,7 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     sc->n_seq   = n_seq;
     sc->n_batch = (int32_t) llama_n_batch(raw);
     sc->swa_full = swa_full;
+    sc->checkpoint_memory = checkpoint_memory;
     sc->rank    = rank;
     return sc;
 }

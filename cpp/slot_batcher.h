@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -37,6 +38,7 @@ struct shared_context {
     int32_t                       n_seq   = 0;  // slots
     int32_t                       n_batch = 0;  // tokens per llama_decode, all slots' together
     bool                          swa_full = true;  // context_params::swa_full
+    std::string                   checkpoint_memory = "auto";  // context_params::checkpoint_memory
     // when slots wait on both contexts, the lower rank's decodes run first (the draft's: they are
     // cheap, and the slots that finish drafting then verify together)
     int32_t                       rank = 0;
@@ -45,7 +47,8 @@ struct shared_context {
 // a context of n_ctx positions for each of n_seq slots on mdl, run by batcher
 std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher> batcher, std::shared_ptr<model> mdl,
                                                     int32_t n_seq, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
-                                                    int32_t rank, bool swa_full = true);
+                                                    int32_t rank, bool swa_full = true,
+                                                    const std::string & checkpoint_memory = "auto");
 
 // one slot's part of a decode
 struct slot_chunk {

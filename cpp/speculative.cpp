@@ -192,11 +192,11 @@ std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, i
     slot_place place;
     place.vocab  = vocab_map_;
     place.target = make_shared_context(batcher, target_, n, p.ctx.n_ctx, p.ctx.n_batch, p.ctx.n_threads, 1,
-                                       p.ctx.swa_full);
+                                       p.ctx.swa_full, p.ctx.checkpoint_memory);
     if (draft_) {
         const int32_t t_draft = n_threads_draft_ > 0 ? n_threads_draft_ : p.ctx.n_threads;
         place.draft = make_shared_context(batcher, draft_, n, p.ctx.n_ctx, p.ctx.n_batch, t_draft, 0,
-                                          p.ctx.swa_full);
+                                          p.ctx.swa_full, p.ctx.checkpoint_memory);
     }
     std::vector<std::unique_ptr<decoder>> out;
     for (int32_t s = 0; s < n; ++s) {
@@ -368,6 +368,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     }
     const bool recurrent = tgt_cache_->recurrent() || (plan.use_model && dft_cache_->recurrent());
     st.rollback          = recurrent ? "checkpoint" : "kv";
+    st.checkpoint_memory = checkpoint_memory({tgt_cache_.get(), plan.use_model ? dft_cache_.get() : nullptr});
     const auto rollback_ms = [&] { return tgt_cache_->rollback_ms() + (dft_cache_ ? dft_cache_->rollback_ms() : 0.0); };
     const double rollback_ms0 = rollback_ms();
     const auto   redecoded    = [&] { return tgt_cache_->n_redecoded() + (dft_cache_ ? dft_cache_->n_redecoded() : 0); };

@@ -138,6 +138,9 @@ struct generate_stats {
     // tokens again); t_rollback_ms is the time checkpoints, restores and those decodes took,
     // n_redecoded the tokens decoded again (both models; also a window-only cache's, see kv_cache.h)
     std::string          rollback = "kv";
+    // with "checkpoint": where the recurrent models' per-step checkpoints live, "device" or "host"
+    // (context_params::checkpoint_memory), "device and host" where the two models differ; "" with "kv"
+    std::string          checkpoint_memory;
     double               t_rollback_ms = 0;
     int64_t              n_redecoded   = 0;
     double               t_prefill_ms = 0;      // prompt processing, both models (or the target and the copy)

@@ -60,6 +60,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
         rollback_ms0 += c->rollback_ms();
         redecoded0 += c->n_redecoded();
     }
+    st.checkpoint_memory = checkpoint_memory(std::vector<const kv_cache *>(all.begin(), all.end()));
     const auto t_start     = clock_type::now();
 
     dsi_prefill(caches, prompt, st, check);

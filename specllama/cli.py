@@ -138,9 +138,15 @@ def model_options(fn):
                      help="Sliding-window models (Gemma 2/3 style): keep every position in the window layers' "
                           "caches, or only the window (less memory; a new prompt that shares only part of the "
                           "cached one is processed again from an earlier point). The output is the same either way."),
+        click.option("--checkpoint-memory", type=click.Choice(["auto", "host", "device"]), default="auto",
+                     show_default=True,
+                     help="Recurrent and hybrid models: where the state that rejected drafts are undone from is "
+                          "kept: device (a copy within the GPU's memory), host, or auto (device where the model "
+                          "is offloaded). The output is the same either way."),
     ]
     names = ["model", "draft", "no_draft", "n_draft", "drafter", "fixed_draft", "ctx_size", "threads", "threads_draft",
-             "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "device", "device_draft", "split_mode",
+             "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "checkpoint_memory", "device",
+             "device_draft", "split_mode",
              "tensor_split", "main_gpu", "rpc", "dsi_devices"]
 
     @functools.wraps(fn)
@@ -246,7 +252,8 @@ def _open_decoder(mo: dict, need_draft: bool = False):
         dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
                                  n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
                                  n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft,
-                                 share_prefill=mo["share_prefill"], swa_full=mo["swa_full"], device=mo["device"],
+                                 share_prefill=mo["share_prefill"], swa_full=mo["swa_full"],
+                                 checkpoint_memory=mo["checkpoint_memory"], device=mo["device"],
                                  device_draft=mo["device_draft"] if draft else None, split_mode=mo["split_mode"],
                                  tensor_split=_tensor_split(mo["tensor_split"]), main_gpu=mo["main_gpu"],
                                  rpc=mo["rpc"], dsi_devices=list(mo["dsi_devices"]) or None)
@@ -286,7 +293,8 @@ def _stats_line(stats) -> str:
                  + lookup_note(stats)
                  + f", {stats.mean_accepted_length:.2f} tokens per target pass")
     if stats.rollback == "checkpoint":
-        line += f"; recurrent memory: rejected drafts undone from checkpoints ({stats.t_rollback_ms:.0f} ms)"
+        line += (f"; recurrent memory: rejected drafts undone from checkpoints in {stats.checkpoint_memory} memory "
+                 f"({stats.t_rollback_ms:.0f} ms)")
     if stats.vocab == "intersection":
         line += (f"; the draft's vocabulary differs: it drafts the tokens both share "
                  f"({stats.vocab_shared:.0%} of its own)")

@@ -143,6 +143,10 @@ class SpeculativeDecoder:
     caches (True), or only the window (False: less memory; going back further than the window,
     as a new prompt that shares only part of the cached one does, needs a checkpoint there or
     processes the text again). The output is the same either way.
+    checkpoint_memory: where a recurrent or hybrid model keeps the state it goes back to when drafts
+    are rejected: "device" (a copy within the memory that holds the state: on a GPU, no transfer
+    to the host and back), "host", or "auto" (device where the model is offloaded, host
+    otherwise). The output is the same either way; Stats.checkpoint_memory says which was used.
     """
 
     def __init__(
@@ -159,6 +163,7 @@ class SpeculativeDecoder:
         n_draft: int = _DEFAULTS["n_draft"],
         share_prefill: bool = _DEFAULTS["share_prefill"],
         swa_full: bool = _DEFAULTS["swa_full"],
+        checkpoint_memory: str = _DEFAULTS["checkpoint_memory"],
         device: Devices = None,
         device_draft: Devices = None,
         split_mode: str = "layer",
@@ -191,10 +196,13 @@ class SpeculativeDecoder:
         self.draft_path = os.fspath(draft_path) if draft_path is not None else None
         settings = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_draft=n_threads_draft,
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
-                        share_prefill=bool(share_prefill), swa_full=bool(swa_full))
+                        share_prefill=bool(share_prefill), swa_full=bool(swa_full),
+                        checkpoint_memory=checkpoint_memory)
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise _type_error(name, value, _DEFAULTS[name])
+        if type(checkpoint_memory) is not str or checkpoint_memory not in ("auto", "host", "device"):
+            raise ValueError(f"checkpoint_memory must be 'auto', 'host' or 'device', got {checkpoint_memory!r}")
         if type(split_mode) is not str or split_mode not in ("none", "layer", "row"):
             raise ValueError(f"split_mode must be 'none', 'layer' or 'row', got {split_mode!r}")
         if type(main_gpu) is not int or main_gpu < 0:

@@ -188,6 +188,10 @@ void register_stats(py::module_ & m) {
                       "how rejected drafts leave the models' memory: 'kv' (the KV cache drops its tail) or "
                       "'checkpoint' (a recurrent or hybrid model restores a saved state and decodes the kept "
                       "tokens again)")
+        .def_readonly("checkpoint_memory", &gs::checkpoint_memory,
+                      "with rollback 'checkpoint': where the per-step checkpoints live, 'device' (copies "
+                      "within the memory that holds the state) or 'host', 'device and host' where the two "
+                      "models differ; '' with 'kv'")
         .def_readonly("t_rollback_ms", &gs::t_rollback_ms,
                       "time of checkpoints, restores and the decodes after them (both models)")
         .def_readonly("n_redecoded", &gs::n_redecoded,
@@ -270,6 +274,7 @@ void register_decoder(py::module_ & m) {
         defaults["n_draft"]            = d.n_draft;
         defaults["share_prefill"]      = d.share_prefill;
         defaults["swa_full"]           = d.ctx.swa_full;
+        defaults["checkpoint_memory"]  = d.ctx.checkpoint_memory;
         m.attr("DECODER_DEFAULTS")     = defaults;
     }
 
@@ -365,7 +370,7 @@ void register_decoder(py::module_ & m) {
                          int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill, bool swa_full,
                          const py::object & device, const py::object & device_draft, const std::string & split_mode,
                          const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu,
-                         const std::vector<py::object> & dsi_devices) {
+                         const std::vector<py::object> & dsi_devices, const std::string & checkpoint_memory) {
                  decoder_params p;
                  p.target.path         = target.value;
                  p.target.n_gpu_layers = n_gpu_layers;
@@ -389,6 +394,7 @@ void register_decoder(py::module_ & m) {
                  p.ctx.n_batch     = n_batch;
                  p.ctx.n_threads   = n_threads;
                  p.ctx.swa_full    = swa_full;
+                 p.ctx.checkpoint_memory = checkpoint_memory;
                  p.n_threads_draft = n_threads_draft;
                  p.n_draft         = n_draft;
                  p.share_prefill   = share_prefill;
@@ -403,7 +409,8 @@ void register_decoder(py::module_ & m) {
              py::arg("share_prefill") = decoder_params{}.share_prefill, py::arg("swa_full") = context_params{}.swa_full,
              py::arg("device") = py::none(), py::arg("device_draft") = py::none(),
              py::arg("split_mode") = placement{}.split_mode, py::arg("tensor_split") = py::none(),
-             py::arg("main_gpu") = placement{}.main_gpu, py::arg("dsi_devices") = std::vector<py::object>{})
+             py::arg("main_gpu") = placement{}.main_gpu, py::arg("dsi_devices") = std::vector<py::object>{},
+             py::arg("checkpoint_memory") = context_params{}.checkpoint_memory)
         .def_property_readonly("n_draft", &decoder::n_draft)
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("shares_prefill", &decoder::shares_prefill)

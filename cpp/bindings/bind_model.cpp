@@ -232,17 +232,18 @@ void register_model(py::module_ & m) {
     py::class_<py_context>(m, "Context",
                            "A context on a Model: its KV cache, batch decoding with logits, and rollback.")
         .def(py::init([](std::shared_ptr<model> mdl, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
-                         bool swa_full) {
+                         bool swa_full, const std::string & checkpoint_memory) {
                  context_params p;
                  p.n_ctx     = n_ctx;
                  p.n_batch   = n_batch;
                  p.n_threads = n_threads;
                  p.swa_full  = swa_full;
+                 p.checkpoint_memory = checkpoint_memory;
                  py::gil_scoped_release nogil;
                  return std::make_unique<py_context>(mdl, p);
              }),
              py::arg("model"), py::arg("n_ctx") = 2048, py::arg("n_batch") = 512, py::arg("n_threads") = 0,
-             py::arg("swa_full") = true)
+             py::arg("swa_full") = true, py::arg("checkpoint_memory") = context_params{}.checkpoint_memory)
         .def_property_readonly("model", [](const py_context & c) { return c.mdl; })
         .def_property_readonly("n_ctx", [](const py_context & c) { return c.cache.n_ctx(); })
         .def_property_readonly("n_past", [](py_context & c) {
@@ -301,6 +302,9 @@ void register_model(py::module_ & m) {
         }, "leading positions the memory does not hold (restart_at); 0 normally")
         .def_property_readonly("recurrent", [](const py_context & c) { return c.cache.recurrent(); },
                                "whether the model's memory is recurrent or hybrid (every rollback by checkpoint)")
+        .def_property_readonly("checkpoint_memory", [](const py_context & c) { return std::string(c.cache.checkpoint_memory()); },
+                               "where checkpoint() saves: 'device' (a copy within the memory that holds the state, "
+                               "llama.cpp's on-device flag) or 'host'; '' where the memory takes no checkpoints")
         .def_property_readonly("window_only", [](const py_context & c) { return c.cache.window_only(); },
                                "whether a sliding-window model's window layers keep only the window (swa_full=False): "
                                "rollback further back than the window goes back to a checkpoint")
