@@ -56,13 +56,15 @@ def test_batched_and_one_token_logits_are_equal(rec):
     assert np.array_equal(one, b.decode(p))
 
 
-@pytest.mark.parametrize("checkpoint", [True, False])
-def test_rollback_equals_a_fresh_context(rec, checkpoint):
+@pytest.mark.parametrize("checkpoint,memory", [(True, "host"), (True, "device"), (False, "host")])
+def test_rollback_equals_a_fresh_context(rec, checkpoint, memory):
     """After decoding n drafts and keeping k, the next logits equal those of a fresh context fed
-    only the kept text: from a checkpoint, or (none taken) by decoding everything again."""
+    only the kept text: from a checkpoint (a copy in host memory, or llama.cpp's copy where the
+    state lives, which on this CPU is host memory too), or (none taken) by decoding everything
+    again."""
     m = specllama.Model(rec.target)
-    ctx = specllama.Context(m, n_ctx=256)
-    assert ctx.recurrent
+    ctx = specllama.Context(m, n_ctx=256, checkpoint_memory=memory)
+    assert ctx.recurrent and ctx.checkpoint_memory == memory
     prompt = m.tokenize("the cat is on the")
     drafts = [100, 101, 102, 103, 104]
     for keep in (0, 2, 4):
@@ -114,10 +116,50 @@ def test_cli_names_the_rollback(rec):
 
     from specllama.cli import main
 
-    r = CliRunner().invoke(main, ["generate", "the cat", "-m", rec.target, "-d", rec.draft, "-n", "20",
-                                  "--temp", "0", "--n-draft", "3", "--fixed-draft"])
-    assert r.exit_code == 0, r.output
-    assert "recurrent memory: rejected drafts undone from checkpoints" in r.stderr
+    for extra, memory in (([], "host"), (["--checkpoint-memory", "device"], "device")):
+        r = CliRunner().invoke(main, ["generate", "the cat", "-m", rec.target, "-d", rec.draft, "-n", "20",
+                                      "--temp", "0", "--n-draft", "3", "--fixed-draft", *extra])
+        assert r.exit_code == 0, r.output
+        assert f"recurrent memory: rejected drafts undone from checkpoints in {memory} memory" in r.stderr
+    r = CliRunner().invoke(main, ["generate", "the cat", "-m", rec.target, "--checkpoint-memory", "gpu"])
+    assert r.exit_code == 2 and "'gpu' is not one of" in r.output
+
+
+@pytest.mark.parametrize("pair", ["rec/rec", "rec/llama", "llama/rec"])
+def test_checkpoints_in_device_memory(rec, pair):
+    """checkpoint_memory="device" (llama.cpp's copy of the state kept where the state lives, one per
+    sequence): the same greedy output as plain decoding, for a recurrent target, draft or both;
+    alone, in slots, and across a retried prompt, whose checkpoint stays in host memory. "auto"
+    keeps checkpoints in host memory where a model is not offloaded."""
+    kind_t, kind_d = pair.split("/")
+    target = rec.target if kind_t == "rec" else rec.llama_target
+    draft = rec.draft if kind_d == "rec" else rec.llama_draft
+    kw = dict(GREEDY, max_tokens=40, n_draft=3, drafter="model", adaptive=False)
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=512, checkpoint_memory="device") as dec:
+        slot = dec.slots(2)[1]
+        redecoded = 0
+        for prompt in PROMPTS[:3]:
+            plain = dec.generate(prompt, max_tokens=40, speculative=False, **GREEDY)
+            for gen in (dec, slot, dec):
+                r = gen.generate(prompt, **kw)
+                assert r.tokens == plain.tokens, prompt
+                assert (r.stats.rollback, r.stats.checkpoint_memory) == ("checkpoint", "device")
+                redecoded += r.stats.n_redecoded
+        assert redecoded > 0
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=512) as dec:
+        assert dec.generate(PROMPTS[0], **kw).stats.checkpoint_memory == "host"
+    with specllama.SpeculativeDecoder(rec.llama_target, rec.llama_draft, n_ctx=512, checkpoint_memory="device") as dec:
+        assert dec.generate(PROMPTS[0], **kw).stats.checkpoint_memory == ""  # a KV cache takes none
+
+
+def test_checkpoint_memory_is_checked(rec):
+    m = specllama.Model(rec.target)
+    with pytest.raises(ValueError, match="checkpoint_memory must be auto, host or device, got 'gpu'"):
+        specllama.Context(m, checkpoint_memory="gpu")
+    with pytest.raises(ValueError, match="checkpoint_memory must be 'auto', 'host' or 'device'"):
+        specllama.SpeculativeDecoder(rec.target, rec.draft, checkpoint_memory="GPU")
+    with pytest.raises(TypeError, match="checkpoint_memory"):
+        specllama.SpeculativeDecoder(rec.target, rec.draft, checkpoint_memory=None)
 
 
 def test_cli_chat_and_bench_on_recurrent_pairs(rec, tmp_path):
