@@ -145,8 +145,15 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
 }
 
 bool draft_length_model::draft_pays() const {
-    if (drafted_steps_ < k_min_evidence || !knows_plain_step()) {
+    if (!knows_plain_step() || drafted_steps_ < k_min_clear_evidence) {
         return true;  // too little measured yet to stop drafting
+    }
+    if (drafted_steps_ < k_min_evidence) {
+        // a clear loss stops drafting sooner: where a drafting step costs several plain steps (a
+        // recurrent target on a GPU: a rejected draft's restore and decode again take 4-8 plain
+        // steps), each further step of evidence costs more than a needless pause does (a probe
+        // after k_first_probe_gap plain steps takes drafting up again)
+        return drafted_tokens_ * v1_ms_ > k_clear_loss * drafted_ms_;
     }
     // the tokens per ms the model's steps made (their draft decodes, adaptive stops and rejections
     // as they happened) against a plain step's one token per steady one-token verification, with

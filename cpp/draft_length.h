@@ -163,6 +163,8 @@ class draft_length_model {
     static constexpr int32_t k_first_probe_gap = 4;
     static constexpr int32_t k_max_probe_gap   = 128;
     static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
+    static constexpr int64_t k_min_clear_evidence = 2;  // the same where they made less than
+    static constexpr double  k_clear_loss      = 0.5;   // this share of the plain rate
     static constexpr int32_t k_first_batch_drafts = 3;  // drafts in the first batch, before any is priced
     static constexpr double  k_pause_margin    = 0.97;  // pause below 97% of the plain rate
     static constexpr double  k_probe_budget    = 0.01;  // probes cost 1% of the plain steps between them

@@ -180,7 +180,12 @@ def test_drafting_pauses_where_it_makes_fewer_tokens_per_ms_than_plain_steps():
     for _ in range(50):
         m.observe_step(3, 8.6, True)
     assert not m.knows_plain_step and m.draft_pays()
-    assert _model_with_rates(1.15, 3, 8.6, n_steps=3).draft_pays()
+    assert _model_with_rates(1.15, 3, 8.6, n_steps=1).draft_pays()
+    # a clear loss (under half the plain rate: 0.40 here) pauses after two drafting steps; a
+    # smaller one (0.86) after four
+    assert not _model_with_rates(1.15, 3, 8.6, n_steps=2).draft_pays()
+    assert _model_with_rates(1.15, 3, 4.0, n_steps=3).draft_pays()
+    assert not _model_with_rates(1.15, 3, 4.0, n_steps=4).draft_pays()
     # plain steps do not count as drafting steps
     m = _model_with_rates(1.15, 3, 8.6)
     for _ in range(200):
