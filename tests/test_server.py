@@ -110,7 +110,9 @@ def _pair(tiny):
 
 @pytest.fixture(scope="module")
 def server(tiny):
-    with running([*_pair(tiny), "-c", "512", "-np", "2", "--alias", "tiny"]) as s:
+    # a fixed draft length: every step drafts, so each reply reports drafts whatever the adaptive
+    # rule would have learned from this machine's timings
+    with running([*_pair(tiny), "-c", "512", "-np", "2", "--alias", "tiny", "--fixed-draft", "--n-draft", "3"]) as s:
         yield s
 
 
