@@ -315,7 +315,8 @@ def test_server_with_a_recurrent_pair(rec):
         want2 = dec.create_chat_completion(second, temperature=0, max_tokens=24)["choices"][0]["message"]["content"]
     # a fixed draft length, so that every reply drafts whatever this machine's timings teach the
     # adaptive rule
-    with running(["-m", rec.target, "-d", rec.draft, "-c", "512", "-np", "2", "--fixed-draft", "--n-draft", "3"]) as server:
+    args = ["-m", rec.target, "-d", rec.draft, "-c", "512", "-np", "2", "--fixed-draft", "--n-draft", "3"]
+    with running(args) as server:
         r = server.post(CHAT, {"messages": first, "temperature": 0, "max_tokens": 24}).json()
         assert r["choices"][0]["message"]["content"] == want
         assert r["timings"]["draft_n"] > 0
