@@ -201,8 +201,6 @@ class SpeculativeDecoder:
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise _type_error(name, value, _DEFAULTS[name])
-        if type(checkpoint_memory) is not str or checkpoint_memory not in ("auto", "host", "device"):
-            raise ValueError(f"checkpoint_memory must be 'auto', 'host' or 'device', got {checkpoint_memory!r}")
         if type(split_mode) is not str or split_mode not in ("none", "layer", "row"):
             raise ValueError(f"split_mode must be 'none', 'layer' or 'row', got {split_mode!r}")
         if type(main_gpu) is not int or main_gpu < 0:

@@ -156,7 +156,7 @@ def test_checkpoint_memory_is_checked(rec):
     m = specllama.Model(rec.target)
     with pytest.raises(ValueError, match="checkpoint_memory must be auto, host or device, got 'gpu'"):
         specllama.Context(m, checkpoint_memory="gpu")
-    with pytest.raises(ValueError, match="checkpoint_memory must be 'auto', 'host' or 'device'"):
+    with pytest.raises(ValueError, match="checkpoint_memory must be auto, host or device, got 'GPU'"):
         specllama.SpeculativeDecoder(rec.target, rec.draft, checkpoint_memory="GPU")
     with pytest.raises(TypeError, match="checkpoint_memory"):
         specllama.SpeculativeDecoder(rec.target, rec.draft, checkpoint_memory=None)
