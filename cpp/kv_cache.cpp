@@ -43,7 +43,7 @@ std::string checkpoint_memory(const std::vector<const kv_cache *> & caches) {
     bool host   = false;
     for (const kv_cache * c : caches) {
         if (c != nullptr && c->recurrent()) {
-            (std::string(c->checkpoint_memory()) == "device" ? device : host) = true;
+            (c->checkpoints_on_device() ? device : host) = true;
         }
     }
     return device && host ? "device and host" : device ? "device" : host ? "host" : "";

@@ -109,6 +109,7 @@ class kv_cache {
     const char * checkpoint_memory() const {
         return recurrent_ ? (ckpt_on_device_ ? "device" : "host") : window_ > 0 ? "host" : "";
     }
+    bool checkpoints_on_device() const { return recurrent_ && ckpt_on_device_; }
     // time spent taking checkpoints, restoring them and decoding tokens again after a restore
     double rollback_ms() const { return rollback_ms_; }
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
