@@ -88,9 +88,8 @@ void draft_length_model::observe_acceptance(double conf, bool accepted) {
 double draft_length_model::accept_prob(double conf) const {
     // how often drafts this confident were accepted, shrunk towards the overall rate while the
     // bin has few observations
-    constexpr double prior_weight = 2.0;
-    const int        b            = conf_bin(conf, k_bins);
-    return (acc_bin_[b] + prior_weight * acceptance()) / (n_bin_[b] + prior_weight);
+    const int b = conf_bin(conf, k_bins);
+    return (acc_bin_[b] + k_prior_weight * acceptance()) / (n_bin_[b] + k_prior_weight);
 }
 
 void draft_length_model::observe_step(int32_t tokens, double ms, bool model_drafted) {
@@ -106,6 +105,12 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
         if (probing_ && n_v1_ > 0) {
             probe_excess_ms_[n_probes_ % 2] = ms - tokens * v1_ms_;
             n_probes_ += 1;
+        }
+        // a pause ends with a drafting step (a probe) after which drafting pays; not with a plain
+        // step whose price a busy spell moved (the draft, resumed without a probe's windowed
+        // catch-up, would decode every token it sat out)
+        if (paused_ && draft_pays()) {
+            paused_ = false;
         }
     }
     probing_ = false;
@@ -129,9 +134,14 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
         // and shorter where a batch's further tokens are priced already (by a batch, or by the
         // prompt): drafting on must pay at that price, the draft decodes counted at nothing while
         // none is measured
+        // (and where the target decodes kept tokens again after a rejection, the chance that this
+        // token is the first rejected one times the restore and that decode: a verified batch
+        // prices them from then on)
         if (step_ms_ > 0.0 && n_v1_ > 0 && (sw_ > 0.0 || prompt_token_ms_ > 0.0)) {
+            const double again =
+                decodes_again_ && sw_ == 0.0 ? p_reach * (1.0 - p_next) * (checkpoint_ms_ + verify_ms(n + 1)) : 0.0;
             const double cost_more = (draft_cost && has_draft_ms_ ? draft_ms_ : 0.0) +
-                                     (verify_ms(n + 2) - verify_ms(n + 1)) + (n == 0 ? leave_ms() : 0.0);
+                                     (verify_ms(n + 2) - verify_ms(n + 1)) + (n == 0 ? leave_ms() : 0.0) + again;
             return p_reach * p_next > rate() * cost_more;
         }
         return true;
@@ -144,16 +154,54 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
     return p_reach * p_next > rate() * cost_more;
 }
 
+bool draft_length_model::clear_loss() const {
+    return knows_plain_step() && drafted_steps_ >= k_min_clear_evidence &&
+           drafted_tokens_ * v1_ms_ <= k_clear_loss * drafted_ms_;
+}
+
+double draft_length_model::priced_excess_ms() const {
+    const double p     = acceptance();
+    const double first = has_catch_up_ ? catch_up_ms_ : has_draft_ms_ ? draft_ms_ : 0.0;
+    const double more  = has_draft_ms_ ? draft_ms_ : 0.0;
+    // (once a batch is verified, its measured price holds the checkpoint, restore and decode again
+    // as they happened)
+    const bool again_priced = decodes_again_ && sw_ == 0.0;
+    double     tokens = 1.0, p_reach = 1.0, again = 0.0, best = 0.0;
+    for (int32_t n = 1; n <= k_first_batch_drafts; ++n) {
+        // the n-th draft rejected: the restore, and the n tokens before it decoded again
+        again += p_reach * (1.0 - p) * (checkpoint_ms_ + verify_ms(n));
+        p_reach *= p;
+        tokens += p_reach;
+        const double cost   = first + (n - 1) * more + verify_ms(n + 1) + (again_priced ? checkpoint_ms_ + again : 0.0);
+        const double excess = cost - tokens * v1_ms_;
+        best                = n == 1 ? excess : std::min(best, excess);
+    }
+    return best;
+}
+
+bool draft_length_model::pays_at_prices() const {
+    return !knows_plain_step() || priced_excess_ms() < 0.0;
+}
+
 bool draft_length_model::draft_pays() const {
-    if (!knows_plain_step() || drafted_steps_ < k_min_clear_evidence) {
+    if (!knows_plain_step()) {
         return true;  // too little measured yet to stop drafting
+    }
+    if (drafted_steps_ == 0) {
+        return pays_at_prices();
+    }
+    if (drafted_steps_ < k_min_clear_evidence) {
+        // one drafting step is too little to stop on (a first batch's catch-up and verification
+        // are not yet steady), and too little to end a pause the prices predicted: that one
+        // lasts until two probes have measured drafting
+        return n_probes_ == 0;
     }
     if (drafted_steps_ < k_min_evidence) {
         // a clear loss stops drafting sooner: where a drafting step costs several plain steps (a
         // recurrent target on a GPU: a rejected draft's restore and decode again take 4-8 plain
         // steps), each further step of evidence costs more than a needless pause does (a probe
-        // after k_first_probe_gap plain steps takes drafting up again)
-        return drafted_tokens_ * v1_ms_ > k_clear_loss * drafted_ms_;
+        // takes drafting up again)
+        return !clear_loss();
     }
     // the tokens per ms the model's steps made (their draft decodes, adaptive stops and rejections
     // as they happened) against a plain step's one token per steady one-token verification, with
@@ -167,12 +215,29 @@ int32_t draft_length_model::probe_gap() const {
     // a probe's cost beyond the plain steps that would have made its tokens: the lesser of the
     // pause's last two probes (one probe may be unlucky: a draft rejected at its first token; and
     // the steps before the pause may have been slowed by a busy spell that is over)
-    if (n_probes_ < 2 || v1_ms_ <= 0.0) {
+    if (v1_ms_ <= 0.0) {
         return probe_gap_;
     }
-    const double excess = std::min(probe_excess_ms_[0], probe_excess_ms_[1]);
-    const double steps  = excess / (k_probe_budget * v1_ms_);
-    return steps > probe_gap_ ? (int32_t) std::min(std::ceil(steps), 1e6) : probe_gap_;
+    double excess = 0.0, most = 1e6;
+    if (n_probes_ >= 2) {
+        excess = std::min(probe_excess_ms_[0], probe_excess_ms_[1]);
+    } else if (drafted_steps_ < k_min_clear_evidence) {
+        // a pause the prices predicted: what they predict a probe costs (its batch, and the
+        // draft's catch-up on the tokens it sat out), for a gap no longer than the doubling gaps
+        // reach (two probes then measure it)
+        excess = priced_excess_ms() + k_probe_window * draft_token_ms_;
+        most   = k_max_probe_gap;
+    } else if (clear_loss()) {
+        // before two probes: the mean of the drafting steps that showed the clear loss, for a gap
+        // no longer than the doubling gaps reach (a spell that slowed those steps alone and is over
+        // keeps drafting paused for at most that many steps)
+        excess = (drafted_ms_ - drafted_tokens_ * v1_ms_) / drafted_w_;
+        most   = k_max_probe_gap;
+    } else {
+        return probe_gap_;
+    }
+    const double steps = excess / (k_probe_budget * v1_ms_);
+    return steps > probe_gap_ ? (int32_t) std::min(std::ceil(steps), most) : probe_gap_;
 }
 
 void draft_length_model::observe_prompt(int32_t n_tokens, double ms) {
@@ -181,14 +246,21 @@ void draft_length_model::observe_prompt(int32_t n_tokens, double ms) {
     }
 }
 
+void draft_length_model::observe_draft_prompt(int32_t n_tokens, double ms) {
+    if (n_tokens >= k_min_prompt_price && ms > 0.0) {
+        draft_token_ms_ = ms / n_tokens;
+    }
+}
+
 bool draft_length_model::draft_this_step() {
     probing_ = false;
-    if (draft_pays()) {
+    if (!paused_ && draft_pays()) {
         skipped_   = 0;
         probe_gap_ = k_first_probe_gap;
         n_probes_  = 0;
         return true;
     }
+    paused_ = true;
     if (++skipped_ >= probe_gap()) {
         probe_gap_ = std::min(2 * probe_gap_, k_max_probe_gap);
         skipped_   = 0;

@@ -17,9 +17,15 @@
 // Before a step, the model decides whether to draft at all: not while the steps it drafted in
 // made fewer tokens per ms than plain steps (draft_this_step), as where both models are bound by
 // kernel launches on a GPU.
+// Before any drafting step is measured, that decision is a prediction from the prices measured so
+// far (pays_at_prices), so that a pair whose prices cannot pay (a recurrent target on a CPU) starts
+// paused instead of learning it from drafting steps that each cost several plain steps; such a
+// pause lasts until two probes have measured drafting. Any pause ends only with a drafting step
+// (a probe) after which drafting pays, not because a plain step's price moved.
 // While paused, the model probes at gaps that double from k_first_probe_gap steps, and that after
 // the pause's second probe are never shorter than what keeps the probes' cost within
-// k_probe_budget of the plain steps between them. A probe costs what it took beyond the plain
+// k_probe_budget of the plain steps between them (before it, where the pause was predicted or a
+// clear loss, that cost is estimated: probe_gap). A probe costs what it took beyond the plain
 // steps that would have made its tokens: on a recurrent target on a CPU, where a verified batch
 // costs nearly a decode per token and a rejection a decode again, 20-40 ms against a 6.5 ms plain
 // step (benchmarks/recurrent_bench.py), so that gaps of at most 128 steps would spend about 4%
@@ -74,15 +80,47 @@ class draft_length_model {
     bool draft_this_step();
     // whether drafting pays at the current estimates (no state change)
     bool draft_pays() const;
-    // whether the model is left out of steps now, but for probes (drafting priced, and not paying)
-    bool paused() const { return !draft_pays(); }
+    // before any drafting step is measured, whether drafting pays is predicted: does some length
+    // of a first batch (1 to k_first_batch_drafts drafts) make more tokens per ms than plain steps,
+    // at the acceptance judged so far (shrunk towards k_prior_acceptance) and the prices measured
+    // so far (a plain step; a batch's further tokens, priced by the prompt pass until a batch is
+    // verified; the draft's decodes, free while unmeasured; for a target that decodes kept tokens
+    // again after a rejection, its checkpoint, restore and that decode)? On a transformer pair a
+    // batch's tokens cost little and it does; on a recurrent target on a CPU a batch costs nearly
+    // a decode per token, and a rejection a decode again (Mamba-130M's shape on the 2-core CPU: a
+    // plain step 6.5 ms, a prompt token 4.7 ms), and it does not: the loop starts paused
+    bool pays_at_prices() const;
+    // what a first batch is predicted to cost beyond the plain steps that would make its expected
+    // tokens, at its best length (what pays_at_prices judges: negative where it pays)
+    double priced_excess_ms() const;
+    // a target whose rollback restores a checkpoint and decodes the kept tokens again (recurrent
+    // or hybrid memory): a rejected draft then costs that decode as well, priced before any batch
+    void set_decodes_again(bool yes) { decodes_again_ = yes; }
+    // the draft's prompt pass: n_tokens in ms, the price of a probe's catch-up until a probe is measured
+    void observe_draft_prompt(int32_t n_tokens, double ms);
+    // a probe of a paused draft catches up on at most this many of the tokens it sat out (the
+    // decoder's windowed catch-up, where it cannot copy the target's keys and values)
+    static constexpr int32_t k_probe_window = 32;
+    // such a target saved its state in ms (where a prompt ends): the price of a step's checkpoint,
+    // and of its restore, until a verified batch prices them (on an H100, Mamba-130M's shape: a
+    // host-memory save 0.93 ms, a restore 0.94; a plain step 0.85)
+    void observe_checkpoint(double ms) { checkpoint_ms_ = ms; }
+    // whether the model is left out of steps now, but for probes: drafting did not pay when a step
+    // last asked, and no drafting step since has shown that it does (or it does not pay now)
+    bool paused() const { return paused_ || !draft_pays(); }
     // whether the step draft_this_step last began is a probe of a paused model
     bool probing() const { return probing_; }
     // steps without the model since drafting last paid or was probed (0 while it pays)
     int32_t skipped_steps() const { return skipped_; }
 
-    // the steps a paused model sits out before its next probe: the doubling gap, or (after the
-    // pause's second probe) more where a probe costs more than k_probe_budget of that many plain steps
+    // the steps a paused model sits out before its next probe: the doubling gap, or more where a
+    // probe costs more than k_probe_budget of that many plain steps. A probe's cost is the lesser of
+    // the pause's last two probes'. Before two, it is estimated, for a gap of at most
+    // k_max_probe_gap: where the prices predicted the pause, at what they predict (the batch, and the
+    // draft's catch-up on k_probe_window tokens at its prompt price); where the pause came from a
+    // clear loss, at what its drafting steps cost on average beyond plain steps. Other pauses keep
+    // the doubling gaps: a busy spell may have caused them. (A clear loss is a step that costs
+    // several plain steps, a recurrent target's on a GPU, where each early probe costs as much.)
     int32_t probe_gap() const;
 
     // the target's prompt pass: n_tokens in ms. Until a verified batch is seen, it prices a batch's
@@ -124,9 +162,14 @@ class draft_length_model {
     void observe_step(int32_t tokens, double ms, bool model_drafted);
 
     double draft_ms() const { return draft_ms_; }
+    double draft_token_ms() const { return draft_token_ms_; }
+    double checkpoint_ms() const { return checkpoint_ms_; }
     double catch_up_ms() const { return catch_up_ms_; }
-    // acceptance rate of all reached drafts (the prior of each confidence bin)
-    double acceptance() const { return n_all_ > 0.0 ? acc_all_ / n_all_ : 0.8; }
+    // acceptance rate of all reached drafts (the prior of each confidence bin), shrunk towards
+    // k_prior_acceptance while few are judged: four drafts kept in four are not a certainty
+    double acceptance() const {
+        return (acc_all_ + k_prior_weight * k_prior_acceptance) / (n_all_ + k_prior_weight);
+    }
     double verify_ms(int32_t n_tokens) const;
     // long-run tokens per ms over recent steps (0 before any)
     double rate() const { return step_ms_ > 0.0 ? step_tokens_ / step_ms_ : 0.0; }
@@ -134,6 +177,14 @@ class draft_length_model {
   private:
     // exponentially weighted estimates; decay keeps them current as the machine's load changes
     static constexpr double k_decay = 0.97;
+    // the acceptance assumed before any draft is judged, and its weight in drafts where few are
+    static constexpr double k_prior_acceptance = 0.8;
+    static constexpr double k_prior_weight     = 2.0;
+    bool   decodes_again_ = false;
+    double checkpoint_ms_ = 0.0;
+    double draft_token_ms_ = 0.0;  // a draft prompt token (observe_draft_prompt; 0: none)
+    // the drafting steps' evidence shows a clear loss (k_clear_loss, after k_min_clear_evidence steps)
+    bool clear_loss() const;
     double draft_ms_  = 0.0;
     bool   has_draft_ms_ = false;
     double catch_up_ms_  = 0.0;
@@ -170,6 +221,7 @@ class draft_length_model {
     static constexpr double  k_probe_budget    = 0.01;  // probes cost 1% of the plain steps between them
     static constexpr int32_t k_min_prompt_price = 8;    // prompt tokens that price a batch (fewer: too noisy)
     bool    probing_   = false;
+    bool    paused_    = false;             // a step found drafting not paying; a drafting step that pays ends it
     int32_t n_probes_  = 0;                 // probes in this pause
     double  probe_excess_ms_[2] = {0, 0};   // the last two probes' cost beyond plain steps
     int32_t skipped_   = 0;

@@ -430,10 +430,12 @@ void kv_cache::checkpoint() {
     }
 }
 
-void kv_cache::keep_checkpoint() {
+bool kv_cache::keep_checkpoint() {
     if ((recurrent_ || window_ > 0) && n_past() > 0 && kept_ckpt_.pos != n_past()) {
         save(kept_ckpt_, false);  // host memory: the device copy is the step checkpoint's
+        return true;
     }
+    return false;
 }
 
 int32_t kv_cache::common_prefix(const std::vector<llama_token> & seq, int32_t n_max) const {

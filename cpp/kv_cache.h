@@ -100,8 +100,9 @@ class kv_cache {
     // previous one of these.
     void checkpoint();
     // save a checkpoint that later checkpoint() calls leave in place (where a prompt ends, so that
-    // the next turn or a retry of the reply comes back there): recurrent and window-only memories
-    void keep_checkpoint();
+    // the next turn or a retry of the reply comes back there): recurrent and window-only memories.
+    // Whether it saved (not where one is kept at this length already, nor on other memories)
+    bool keep_checkpoint();
     // where checkpoint() last saved (the tokens it follows; -1: none, or dropped by a rollback before it)
     int32_t checkpoint_pos() const { return step_ckpt_.pos; }
     // where checkpoint() saves: "device" or "host" (context_params::checkpoint_memory); "" where the

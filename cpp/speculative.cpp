@@ -143,6 +143,7 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
     target_    = std::move(target);
     tgt_cache_ = slot ? std::make_unique<kv_cache>(slot->target, slot->seq, params.ctx.n_ctx)
                       : std::make_unique<kv_cache>(target_, params.ctx);
+    lengths_.set_decodes_again(tgt_cache_->recurrent());  // a rejected draft costs a decode again
     if (params.n_draft + 1 > tgt_cache_->n_batch()) {
         throw std::invalid_argument("n_batch must be >= " + std::to_string(params.n_draft + 1) +
                                     " (n_draft + 1: a verification is one batch), got " +
@@ -433,11 +434,24 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     if (plan.adaptive && !batcher_) {
         lengths_.observe_prompt(n_new, params.prices ? n_new * params.prices->verify_token_ms : ms_since(t));
     }
-    tgt_cache_->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next turn
+    // a state that cannot drop a tail comes back here for the next turn; saving it prices a step's
+    // checkpoint before any is measured (given prices leave it out: they keep the loop deterministic)
+    const auto t_keep = clock_type::now();
+    if (tgt_cache_->keep_checkpoint() && plan.adaptive && !batcher_ && !params.prices && tgt_cache_->recurrent()) {
+        lengths_.observe_checkpoint(ms_since(t_keep));
+    }
     // a draft model the adaptive rule has paused takes the prompt in at its next probe instead (its
     // catch-up): while drafting does not pay, a prompt pass through it now would buy nothing
     if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
-        st.n_prompt_shared = drafter_->prefill(draft_seq(seq), check, share_prefill_ ? tgt_cache_.get() : nullptr);
+        const std::vector<llama_token> & dseq = draft_seq(seq);
+        const int32_t n_kept = dft_cache_->common_prefix(dseq, (int32_t) dseq.size() - 1);
+        const auto    t_d    = clock_type::now();
+        st.n_prompt_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
+        // (its price per token prices a probe's catch-up, where a pause comes before any probe)
+        const int32_t n_draft_new = (int32_t) dseq.size() - 1 - n_kept;
+        if (plan.adaptive && !batcher_ && st.n_prompt_shared == 0) {
+            lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms_since(t_d));
+        }
     }
 }
 

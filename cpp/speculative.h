@@ -313,7 +313,7 @@ class decoder {
     // (a recurrent draft on a CPU, the Mamba pair of benchmarks/recurrent_bench.py: 0.9 ms a token
     // against the target's 6.5 ms step), all spent in the probe. The draft keeps that shorter
     // context until the next prompt.
-    static constexpr int32_t k_probe_window = 32;
+    static constexpr int32_t k_probe_window = draft_length_model::k_probe_window;
     int32_t draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
                        const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
                        const interrupt_check & check);

@@ -684,8 +684,16 @@ class DraftLengthModel:
         ...
     def observe_catch_up(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def observe_checkpoint(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        such a target saved its state in ms: a step's checkpoint and restore, until a batch prices them
+        """
     def observe_draft_decode(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def observe_draft_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        the draft's prompt pass: it prices a probe's catch-up until a probe is measured
+        """
     def observe_leave(self, excess_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     def observe_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
@@ -696,6 +704,18 @@ class DraftLengthModel:
         ...
     def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def paused(self) -> bool:
+        """
+        whether the model is left out of steps now, but for probes (a pause ends with a probe that pays)
+        """
+    def pays_at_prices(self) -> bool:
+        """
+        whether some length of a first batch pays at the prices and acceptance so far (what decides before any drafting step is measured)
+        """
+    def priced_excess_ms(self) -> float:
+        """
+        what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays)
+        """
     def pricing(self, adaptive: bool) -> bool:
         """
         whether a step of an adaptive loop is plain, to price plain steps first
@@ -703,6 +723,10 @@ class DraftLengthModel:
     def probe_gap(self) -> int:
         """
         the steps a paused model sits out before its next probe
+        """
+    def set_decodes_again(self, yes: bool) -> None:
+        """
+        a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)
         """
     def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
         ...

@@ -221,8 +221,10 @@ def test_a_paused_drafter_probes_at_doubling_gaps():
     """While drafting does not pay, the model still drafts now and then, so that a change of
     prices or acceptance is noticed: after 4 plain steps, then 8, 16, 32, 64, then every 128,
     where a probe costs little beyond the plain steps it stands for (here one token in 1.2 ms
-    against plain steps of 1.15 ms)."""
-    m = _model_with_rates(1.15, 3, 8.6)
+    against plain steps of 1.15 ms). The pause here is a small loss (drafting steps at 0.86 of
+    the plain rate), such as a busy spell can cause."""
+    m = _model_with_rates(1.15, 3, 4.0)
+    assert not m.draft_pays()
     gaps = _probe_gaps(m, 1, 1.2, 600)
     assert gaps[:7] == [4, 8, 16, 32, 64, 128, 128], gaps
     assert not m.draft_pays() and 0 < m.skipped_steps < 128
@@ -233,19 +235,41 @@ def test_a_paused_drafter_probes_at_doubling_gaps():
     assert all(m.draft_this_step() for _ in range(20))
 
 
+def test_a_pause_ends_with_a_probe_not_with_a_plain_steps_price():
+    """A paused rule drafts again only after a drafting step (a probe) shows that drafting pays:
+    plain steps that get slower (a busy spell: 1.15 ms, then 2 ms) make the drafting steps' old
+    rate beat them, but the loop stays paused until its next probe, whose draft catches up on the
+    last 32 tokens alone, rather than resume at once with a draft that must decode every token
+    it sat out."""
+    m = _model_with_rates(1.15, 3, 4.0)
+    assert not m.draft_this_step()
+    for _ in range(2):
+        m.observe_verify(1, 2.0)
+        m.observe_step(1, 2.0, False)
+    assert m.draft_pays() and m.paused()  # the rates say it pays; the pause holds
+    assert [m.draft_this_step() for _ in range(3)] == [False, False, True] and m.probing
+    m.observe_step(3, 4.0, True)
+    assert not m.paused() and m.draft_this_step() and not m.probing
+
+
 def test_probes_that_cost_much_come_rarely_enough_to_cost_one_percent():
     """Where a probe costs several plain steps (here 3 tokens in 8.6 ms against plain steps of
     1.15 ms: 5.15 ms more than plain steps; a recurrent target on a CPU: 20-40 ms against 6.5),
     the gaps after the pause's second probe are as long as it takes for the probes to cost at
-    most 1% of the plain steps between them: 5.15 / (0.01 x 1.15) = 448 steps. The first two
-    probes keep the doubling gaps: one costly probe may be bad luck."""
-    m = _model_with_rates(1.15, 3, 8.6)
-    gaps = _probe_gaps(m, 3, 8.6)
+    most 1% of the plain steps between them: 5.15 / (0.01 x 1.15) = 448 steps. Before that, a
+    pause after a small loss keeps the doubling gaps (one costly probe may be bad luck, and a
+    small loss may be a busy spell's); a pause after a clear loss (here the drafting steps made
+    0.40 of the plain rate) starts at what its drafting steps cost, at most 128 steps."""
+    small = _model_with_rates(1.15, 3, 4.0)
+    gaps = _probe_gaps(small, 3, 8.6)
     assert gaps[:4] == [4, 8, 448, 448], gaps
     assert all((8.6 - 3 * 1.15) / (g * 1.15) <= 0.01 for g in gaps[2:])
-    assert m.probe_gap() == 448
+    assert small.probe_gap() == 448
+    clear = _model_with_rates(1.15, 3, 8.6)
+    gaps = _probe_gaps(clear, 3, 8.6)
+    assert gaps[:4] == [128, 128, 448, 448], gaps
     # the lesser of the last two probes' costs sets the gap: one cheap probe shortens it at once
-    m = _model_with_rates(1.15, 3, 8.6)
+    m = _model_with_rates(1.15, 3, 4.0)
     gaps = _probe_gaps(m, 3, 8.6, 500) + _probe_gaps(m, 1, 1.2, 600)
     assert gaps[:3] == [4, 8, 448] and gaps[4] == 64, gaps
 
@@ -273,27 +297,120 @@ def test_the_prompt_prices_a_first_batch():
     assert few.keep_going(1, 0.8)
 
 
-def test_a_pause_from_a_busy_spell_ends_with_the_next_good_probes():
-    """A busy spell of the machine slows the drafting steps, and the loop pauses (plain steps were
-    priced before it); once the machine is idle again, three good probes resume drafting: a probe
-    weighs as much as all drafting steps before it, and drafting resumes once the weighted rate is
-    within 3% of plain steps' (the probes alone make 1.3 times as many tokens per ms)."""
-    m = _model_with_rates(20.0, 9, 136.0)
-    assert m.draft_pays()
-    for _ in range(50):  # busy: drafting steps take 3x as long
-        m.observe_step(9, 400, True)
-    assert not m.draft_pays()
+def _priced_plain(plain_ms: float, prompt_token_ms: float, decodes_again: bool, checkpoint_ms=None):
+    """A rule that priced plain steps (three, as a new decoder's first steps), a 17-token prompt and,
+    if given, a checkpoint."""
+    m = _core.DraftLengthModel()
+    m.set_decodes_again(decodes_again)
+    for _ in range(3):
+        m.observe_verify(1, plain_ms)
+        m.observe_step(1, plain_ms, False)
+    m.observe_prompt(17, 17 * prompt_token_ms)
+    if checkpoint_ms is not None:
+        m.observe_checkpoint(checkpoint_ms)
+    return m
+
+
+def test_a_recurrent_target_starts_paused_where_its_prices_say_drafting_cannot_pay():
+    """Before any drafting step is measured, whether to draft is predicted from the prices: a
+    recurrent target on a CPU (Mamba-130M's shape on the 2-core CPU: plain step 6.5 ms, a prompt
+    token 4.7 ms) whose rejected draft is decoded again: one draft kept at the prior acceptance 0.8
+    makes 1.8 tokens, 11.7 ms of plain steps, for a 2-token batch (11.2 ms) and, one time in five,
+    the last token decoded again (6.5 ms): 0.8 ms more than plain steps, and the loop starts
+    paused. Its first probe comes when that cost is 1% of the plain steps before it: after 13
+    steps. Where the target drops a rejected draft for free (a transformer's KV cache) the same
+    prices pay, as a transformer's prompt price (0.6 ms a token) does on either, and a recurrent
+    target with no prompt price drafts its usual first batch."""
+    rec = _priced_plain(6.5, 4.7, True)
+    assert rec.priced_excess_ms() == pytest.approx(0.8)
+    assert not rec.pays_at_prices() and not rec.draft_pays()
+    assert not rec.keep_going(1, 0.8)  # a first batch (a probe's) stops at one draft
+    assert rec.probe_gap() == 13
+    assert [rec.draft_this_step() for _ in range(13)] == [False] * 12 + [True] and rec.probing
+    # priced with the draft's prompt price (0.9 ms a token: a Mamba draft of 4 layers), a probe's
+    # catch-up on the last 32 tokens adds 29 ms: the first probe waits the longest gap the doubling
+    # gaps reach, 128 steps
+    with_draft = _priced_plain(6.5, 4.7, True)
+    with_draft.observe_draft_prompt(17, 17 * 0.9)
+    assert with_draft.probe_gap() == 128
+    assert _priced_plain(6.5, 4.7, False).draft_pays()
+    assert _priced_plain(6.5, 0.6, True).draft_pays() and _priced_plain(6.5, 0.6, True).keep_going(1, 0.8)
+    fresh = _core.DraftLengthModel()
+    fresh.set_decodes_again(True)
+    for _ in range(3):
+        fresh.observe_verify(1, 6.5)
+        fresh.observe_step(1, 6.5, False)
+    assert fresh.draft_pays()
+    # drafts judged so far move the prediction: a draft the target kept ten times in ten pays
+    good = _priced_plain(6.5, 4.7, True)
+    for _ in range(10):
+        good.observe_acceptance(0.9, True)
+    assert good.draft_pays()
+    # a predicted pause lasts until two probes have measured drafting; then their rate decides (two
+    # that made 2 tokens in 12 ms beat plain steps' 13 ms: drafting resumes)
+    measured = _priced_plain(6.5, 4.7, True)
+    for i in range(2):
+        assert any(measured.draft_this_step() for _ in range(128)) and measured.probing
+        measured.observe_step(2, 12.0, True)
+        assert measured.draft_pays() == (i == 1)
+    # one drafting step that was not a probe (a first batch, its catch-up and verification not yet
+    # steady) stops nothing, however it went
+    first = _priced_plain(6.5, 0.6, True)
+    assert first.draft_this_step() and not first.probing
+    first.observe_step(1, 40.0, True)
+    assert first.draft_pays()
+
+
+def test_a_recurrent_targets_checkpoint_is_priced_before_any_batch():
+    """Where a batch's tokens cost little (a GPU: a plain step 0.85 ms, a prompt token 0.1 ms),
+    what a recurrent target's draft costs beyond its batch is the checkpoint before it and, after a
+    rejection, the restore and the decode again. Priced at the state's save where the prompt ends
+    (0.93 ms on an H100 for Mamba-130M's shape, in host memory), no first batch pays at the prior
+    acceptance (the best, 3 drafts, costs 0.48 ms more than plain steps): the loop starts paused,
+    and its first probe comes after 57 steps. Unpriced, or at half that price, a first batch pays,
+    as it does for a target that drops a rejected draft for free."""
+    gpu = _priced_plain(0.85, 0.1, True, checkpoint_ms=0.93)
+    assert gpu.priced_excess_ms() == pytest.approx(0.481, abs=0.001)
+    assert not gpu.draft_pays() and gpu.probe_gap() == 57
+    assert _priced_plain(0.85, 0.1, True).draft_pays()
+    assert _priced_plain(0.85, 0.1, True, checkpoint_ms=0.45).draft_pays()
+    assert _priced_plain(0.85, 0.1, False, checkpoint_ms=0.93).draft_pays()
+
+
+def _resume_after(m, plain_ms: float, step_tokens: int, step_ms: float, n_steps: int):
+    """Steps, and probes among them, until a paused rule drafts again where plain steps cost
+    plain_ms and drafting steps make step_tokens in step_ms."""
     probes = 0
-    for _ in range(100):  # idle again: plain steps 20 ms, drafting steps as before the spell
+    for i in range(1, n_steps + 1):
         if m.draft_this_step():
-            m.observe_step(9, 136.0, True)
+            m.observe_step(step_tokens, step_ms, True)
             probes += 1
             if m.draft_pays():
-                break
+                return i, probes
         else:
-            m.observe_verify(1, 20.0)
-            m.observe_step(1, 20.0, False)
-    assert m.draft_pays() and probes <= 3, probes
+            m.observe_verify(1, plain_ms)
+            m.observe_step(1, plain_ms, False)
+    return None, probes
+
+
+def test_a_pause_from_a_busy_spell_ends_with_the_next_good_probes():
+    """A busy spell of the machine slows the drafting steps alone, and the loop pauses (plain steps
+    were priced before it); once the machine is idle again, good probes resume drafting: a probe
+    weighs as much as all drafting steps before it, and drafting resumes once the weighted rate is
+    within 3% of plain steps' (the probes alone make 1.3 times as many tokens per ms). After a
+    spell that doubled the drafting steps (0.66 of the plain rate) the probes come at the doubling
+    gaps, and three resume drafting within 28 steps; after one that tripled them (0.45: a clear
+    loss, such as a recurrent target's rejected drafts cost) the first probe waits at most 128
+    steps."""
+    for spell_ms, most_steps in ((272.0, 4 + 8 + 16), (400.0, 128 + 8 + 16)):
+        m = _model_with_rates(20.0, 9, 136.0)
+        assert m.draft_pays()
+        for _ in range(50):  # busy: drafting steps take 2x or 3x as long
+            m.observe_step(9, spell_ms, True)
+        assert not m.draft_pays()
+        # idle again: plain steps 20 ms, drafting steps as before the spell
+        steps, probes = _resume_after(m, 20.0, 9, 136.0, 400)
+        assert steps is not None and steps <= most_steps and probes <= 3, (spell_ms, steps, probes)
 
 
 def test_the_first_lookup_token_of_a_plain_step_pays_for_leaving_plain_steps():

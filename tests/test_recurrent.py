@@ -353,3 +353,24 @@ def test_a_probe_far_behind_catches_up_on_the_last_tokens_alone(rec, pair):
             r = dec.generate(prompt, max_tokens=320, drafter="model", prices=prices, **GREEDY)
             assert r.tokens == plain.tokens
             assert r.stats.n_window_catch_ups >= 1 and r.stats.n_paused_steps > 250, r.stats
+
+
+def test_a_new_decoder_on_a_recurrent_target_starts_paused_where_prices_say_drafting_cannot_pay(rec):
+    """At a recurrent target's prices on this CPU (a plain step 6.5 ms, a further batch token 4.7 ms,
+    given as StepPrices so that the decision does not depend on the machine), a new decoder does not
+    draft after its three pricing steps: a rejected draft would be decoded again, and at the prior
+    acceptance no first batch pays. Steps 4 and 5 are paused (step 6, with one token left to make,
+    drafts nothing). A transformer target at the same prices drops a rejected draft for free, and
+    drafts from its fourth step. Both outputs are plain decoding's."""
+    prices = specllama.StepPrices(draft_ms=0.5, verify_ms=6.5, verify_token_ms=4.7)
+    kw = dict(GREEDY, max_tokens=6, drafter="model", prices=prices)
+    for target, recurrent in ((rec.target, True), (rec.llama_target, False)):
+        with specllama.SpeculativeDecoder(target, rec.draft, n_ctx=256) as dec:
+            r = dec.generate(PROMPTS[0], **kw)
+            assert r.tokens == dec.generate(PROMPTS[0], max_tokens=6, speculative=False, **GREEDY).tokens
+            model = dec._native().cost_model()
+        if recurrent:
+            assert r.stats.n_drafted == 0 and r.stats.n_paused_steps == 2, r.stats
+            assert model["paused"] and not model["pays_at_prices"]
+        else:
+            assert r.stats.n_drafted > 0, r.stats

@@ -340,8 +340,21 @@ void register_decoder(py::module_ & m) {
         .def("keep_going_p", &draft_length_model::keep_going_p, py::arg("n"), py::arg("p_reach"), py::arg("p_next"),
              py::arg("draft_cost"))
         .def("draft_pays", &draft_length_model::draft_pays)
+        .def("pays_at_prices", &draft_length_model::pays_at_prices,
+             "whether some length of a first batch pays at the prices and acceptance so far (what decides "
+             "before any drafting step is measured)")
+        .def("priced_excess_ms", &draft_length_model::priced_excess_ms,
+             "what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays)")
+        .def("set_decodes_again", &draft_length_model::set_decodes_again, py::arg("yes"),
+             "a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)")
+        .def("observe_draft_prompt", &draft_length_model::observe_draft_prompt, py::arg("n_tokens"), py::arg("ms"),
+             "the draft's prompt pass: it prices a probe's catch-up until a probe is measured")
+        .def("observe_checkpoint", &draft_length_model::observe_checkpoint, py::arg("ms"),
+             "such a target saved its state in ms: a step's checkpoint and restore, until a batch prices them")
         .def("draft_this_step", &draft_length_model::draft_this_step)
         .def_property_readonly("skipped_steps", &draft_length_model::skipped_steps)
+        .def("paused", &draft_length_model::paused,
+             "whether the model is left out of steps now, but for probes (a pause ends with a probe that pays)")
         .def_property_readonly("probing", &draft_length_model::probing,
                                "whether the step draft_this_step last began is a probe of a paused model")
         .def("probe_gap", &draft_length_model::probe_gap,
@@ -455,6 +468,9 @@ void register_decoder(py::module_ & m) {
                  out["leave_ms"] = m.leave_ms();  // a plain step after a batch, beyond a steady one
                  out["paused"] = m.paused();
                  out["probe_gap"] = m.probe_gap();  // steps a paused model sits out before its next probe
+                 out["pays_at_prices"] = m.pays_at_prices();  // the prediction before drafting is measured
+                 out["draft_token_ms"] = m.draft_token_ms();  // a draft prompt token (prices a probe's catch-up)
+                 out["checkpoint_ms"]  = m.checkpoint_ms();   // a recurrent target's save where a prompt ends
                  std::vector<double> curve;
                  for (int i = 0; i < 10; ++i) {
                      curve.push_back(m.accept_prob((i + 0.5) / 10));
