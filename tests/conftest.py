@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -104,3 +105,21 @@ def assert_ctrl_c_leaves_usable(target: str, draft: str, n_ctx: int, prompts) ->
             with pytest.raises(KeyboardInterrupt):
                 dec.generate(prompts[1], max_tokens=n_ctx - 100, on_step=interrupt_at_step(step), **kw)
             assert dec.generate(prompts[0], max_tokens=60, **kw).tokens == ref.tokens
+
+
+def wait_until_waiting_for_input(pid: int) -> None:
+    """Until process pid's main thread sleeps in a system call: a chat that has written its prompt
+    and waits for input. Python looks at signals when that wait is interrupted (readline on a
+    terminal, a read on a pipe), so a SIGINT that lands between the prompt and the wait is taken
+    only once input comes, as at Python's own prompt; a test's Ctrl-C at the prompt comes after
+    this. (Where /proc does not show it, this returns at once.)"""
+    for _ in range(60_000):
+        try:
+            with open(f"/proc/{pid}/syscall") as f:
+                first = f.read().split()[0]
+        except (OSError, IndexError):
+            return
+        if first.lstrip("-").isdigit() and int(first) >= 0:
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} never waited for input")

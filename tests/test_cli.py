@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import specllama
+from conftest import wait_until_waiting_for_input
 from specllama.chat import ChatSession
 from specllama.chat import ChatInput
 from specllama.cli import main
@@ -125,25 +126,6 @@ def test_chat_multiline_message_is_one_turn(runner, tiny):
     assert "2 replies" in r.stderr and "unknown command" not in r.stderr
 
 
-def _wait_for_input_wait(pid: int) -> None:
-    """Until the process's main thread sleeps in a system call: the chat waiting for a key.
-    Python's readline looks at signals only when that wait is interrupted, so a SIGINT that lands
-    between a key's echo and the next wait is taken at the next Enter, as in Python's own prompt.
-    (Where /proc does not show it, this returns at once.)"""
-    import time
-
-    for _ in range(60_000):
-        try:
-            with open(f"/proc/{pid}/syscall") as f:
-                first = f.read().split()[0]
-        except (OSError, IndexError):
-            return
-        if first.lstrip("-").isdigit() and int(first) >= 0:
-            return
-        time.sleep(0.001)
-    raise AssertionError("the chat never waited for input")
-
-
 def test_chat_on_a_terminal_edits_lines(tiny, tmp_path):
     """On a terminal the chat reads through readline: arrow keys move the cursor instead of
     landing in the message (typed: "/stts", left twice, "a" -> "/stats"), Ctrl-C discards a
@@ -172,7 +154,7 @@ def test_chat_on_a_terminal_edits_lines(tiny, tmp_path):
         os.write(master, b"/res")  # half typed, then Ctrl-C: discarded
         read_until(b"/res", start)
         start = len(screen)
-        _wait_for_input_wait(p.pid)
+        wait_until_waiting_for_input(p.pid)
         p.send_signal(signal.SIGINT)
         read_until(b">>> ", start)
         os.write(master, b"/stats\r")

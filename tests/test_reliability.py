@@ -17,6 +17,7 @@ import pytest
 
 import specllama
 from conftest import interrupt_at_step
+from conftest import wait_until_waiting_for_input
 from specllama.chat import ChatSession, ContextFull
 from tiny_models import parts_only_at_near_ties
 
@@ -249,6 +250,7 @@ def test_cli_chat_ctrl_c_at_the_prompt(tiny, tmp_path):
         _talk(p, '"""\nhalf a message\n')
         _wait_for_prompt(p, b"... ")
         _wait_for_prompt(p, b"... ")  # both lines read: it waits for the rest
+        wait_until_waiting_for_input(p.pid)
         p.send_signal(signal.SIGINT)
         _wait_for_prompt(p, b"(input discarded; /exit or Ctrl-D quits)\n>>> ")
         _talk(p, "/stats\n/exit\n")
