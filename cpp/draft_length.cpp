@@ -161,8 +161,11 @@ bool draft_length_model::clear_loss() const {
 
 double draft_length_model::priced_excess_ms() const {
     const double p     = acceptance();
-    const double first = has_catch_up_ ? catch_up_ms_ : has_draft_ms_ ? draft_ms_ : 0.0;
-    const double more  = has_draft_ms_ ? draft_ms_ : 0.0;
+    // the draft's decodes as measured; before any is, at its prompt price per token (a one-token
+    // decode costs at least that), or at nothing where that is not measured either
+    const double each  = has_draft_ms_ ? draft_ms_ : draft_token_ms_;
+    const double first = has_catch_up_ ? catch_up_ms_ : each;
+    const double more  = each;
     // (once a batch is verified, its measured price holds the checkpoint, restore and decode again
     // as they happened)
     const bool again_priced = decodes_again_ && sw_ == 0.0;

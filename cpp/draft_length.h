@@ -84,7 +84,8 @@ class draft_length_model {
     // of a first batch (1 to k_first_batch_drafts drafts) make more tokens per ms than plain steps,
     // at the acceptance judged so far (shrunk towards k_prior_acceptance) and the prices measured
     // so far (a plain step; a batch's further tokens, priced by the prompt pass until a batch is
-    // verified; the draft's decodes, free while unmeasured; for a target that decodes kept tokens
+    // verified; the draft's decodes, at its prompt price per token until one is measured (free
+    // where neither is); for a target that decodes kept tokens
     // again after a rejection, its checkpoint, restore and that decode)? On a transformer pair a
     // batch's tokens cost little and it does; on a recurrent target on a CPU a batch costs nearly
     // a decode per token, and a rejection a decode again (Mamba-130M's shape on the 2-core CPU: a
@@ -96,7 +97,8 @@ class draft_length_model {
     // a target whose rollback restores a checkpoint and decodes the kept tokens again (recurrent
     // or hybrid memory): a rejected draft then costs that decode as well, priced before any batch
     void set_decodes_again(bool yes) { decodes_again_ = yes; }
-    // the draft's prompt pass: n_tokens in ms, the price of a probe's catch-up until a probe is measured
+    // the draft's prompt pass: n_tokens in ms, the price of a probe's catch-up until a probe is
+    // measured, and of a draft decode in the prediction until one is
     void observe_draft_prompt(int32_t n_tokens, double ms);
     // a probe of a paused draft catches up on at most this many of the tokens it sat out (the
     // decoder's windowed catch-up, where it cannot copy the target's keys and values)

@@ -327,12 +327,19 @@ def test_a_recurrent_target_starts_paused_where_its_prices_say_drafting_cannot_p
     assert not rec.keep_going(1, 0.8)  # a first batch (a probe's) stops at one draft
     assert rec.probe_gap() == 13
     assert [rec.draft_this_step() for _ in range(13)] == [False] * 12 + [True] and rec.probing
-    # priced with the draft's prompt price (0.9 ms a token: a Mamba draft of 4 layers), a probe's
-    # catch-up on the last 32 tokens adds 29 ms: the first probe waits the longest gap the doubling
-    # gaps reach, 128 steps
+    # priced with the draft's prompt price (0.9 ms a token: a Mamba draft of 4 layers), the draft's
+    # decode costs at least that: 1.7 ms more than plain steps; and a probe's catch-up on the last
+    # 32 tokens adds 29 ms: the first probe waits the longest gap the doubling gaps reach, 128 steps
     with_draft = _priced_plain(6.5, 4.7, True)
     with_draft.observe_draft_prompt(17, 17 * 0.9)
+    assert with_draft.priced_excess_ms() == pytest.approx(1.7)
     assert with_draft.probe_gap() == 128
+    # at a plain step of 8.5 ms the batch alone would pay (0.4 ms less than plain steps); with the
+    # draft's decode it does not (0.5 ms more)
+    slow_steps = _priced_plain(8.5, 4.7, True)
+    assert slow_steps.priced_excess_ms() == pytest.approx(-0.4) and slow_steps.draft_pays()
+    slow_steps.observe_draft_prompt(17, 17 * 0.9)
+    assert slow_steps.priced_excess_ms() == pytest.approx(0.5) and not slow_steps.draft_pays()
     assert _priced_plain(6.5, 4.7, False).draft_pays()
     assert _priced_plain(6.5, 0.6, True).draft_pays() and _priced_plain(6.5, 0.6, True).keep_going(1, 0.8)
     fresh = _core.DraftLengthModel()
