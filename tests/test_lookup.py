@@ -43,23 +43,25 @@ def test_lookup_sampling_is_reproducible(tiny):
 
 
 def test_default_drafter_is_model_then_lookup_with_a_draft_and_plain_without(tiny, slow):
-    """drafter="auto" (the default): with a draft model, lookup fills in where the model stops
-    short. Checked on a pair whose draft costs about 10x its target (the slow fixture's deep model
-    drafting for the tiny one): adaptive drafting stops the model after one token every step, so
-    lookup has room; drafter="model" leaves it empty. Without a draft model, auto decodes plainly."""
-    with specllama.SpeculativeDecoder(tiny.target_q, slow.target, n_ctx=512) as dec:
-        plain = dec.generate(QUOTING, max_tokens=60, temperature=0, speculative=False, ignore_eos=True)
-        auto = dec.generate(QUOTING, max_tokens=60, temperature=0, ignore_eos=True)
-    # (a decoder of its own: on the one above the model has learned that its drafts do not pay, and
-    # its probes are too costly to come within 60 steps)
-    with specllama.SpeculativeDecoder(tiny.target_q, slow.target, n_ctx=512) as dec:
-        model = dec.generate(QUOTING, max_tokens=60, temperature=0, drafter="model", ignore_eos=True)
+    """drafter="auto" (the default): with a draft model, prompt lookup drafts on where the model
+    stops short. At given prices (a draft decode costs 0.6 of a target step, so the adaptive length
+    stops the model's drafts early, and the loop is the same on any machine) auto drafts with both;
+    drafter="model" leaves lookup out. Without a draft model, auto decodes plainly."""
+    prices = specllama.StepPrices(draft_ms=0.6, verify_ms=1.0, verify_token_ms=0.05)
+    runs = {}
+    for drafter in ("auto", "model"):
+        with specllama.SpeculativeDecoder(tiny.target_q, slow.target, n_ctx=512) as dec:
+            runs[drafter] = dec.generate(QUOTING, max_tokens=60, temperature=0, ignore_eos=True, drafter=drafter,
+                                         prices=prices)
+            plain = dec.generate(QUOTING, max_tokens=60, temperature=0, speculative=False, ignore_eos=True)
+    auto, model = runs["auto"], runs["model"]
     assert auto.tokens == plain.tokens == model.tokens
+    assert auto.stats.drafter == "model+lookup" and model.stats.drafter == "model"
     assert auto.stats.n_lookup_drafted > 0 and auto.stats.n_drafted > auto.stats.n_lookup_drafted
     assert model.stats.n_lookup_drafted == 0 and model.stats.n_drafted > 0
     with specllama.SpeculativeDecoder(tiny.target_q, n_ctx=512) as dec:
         alone = dec.generate(QUOTING, max_tokens=20, temperature=0, ignore_eos=True)
-    assert alone.stats.n_drafted == 0 and alone.stats.n_steps == 20
+    assert alone.stats.drafter == "none" and alone.stats.n_drafted == 0 and alone.stats.n_steps == 20
 
 
 def test_bad_drafter_and_rule(tiny):
