@@ -186,6 +186,7 @@ std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, i
     if (max_wait_us < 0) {
         throw std::invalid_argument("max_wait_us must be >= 0, got " + std::to_string(max_wait_us));
     }
+    not_from_own_generation("slots()");
     std::lock_guard<std::mutex> lock(mutex_);
     decoder_params p = params_;
     p.ctx.n_ctx      = n_ctx > 0 ? n_ctx : tgt_cache_->n_ctx();
@@ -208,11 +209,13 @@ std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, i
 }
 
 std::vector<llama_token> decoder::cached_tokens() const {
+    not_from_own_generation("cached_tokens()");
     std::lock_guard<std::mutex> lock(mutex_);
     return tgt_cache_->tokens();
 }
 
 std::vector<llama_token> decoder::draft_cached_tokens() const {
+    not_from_own_generation("draft_cached_tokens()");
     std::lock_guard<std::mutex> lock(mutex_);
     return dft_cache_ ? dft_cache_->tokens() : std::vector<llama_token>();
 }
@@ -231,7 +234,15 @@ std::vector<llama_token> decoder::draft_view_of(const std::vector<llama_token> &
     return view.update(target_tokens);
 }
 
+void decoder::not_from_own_generation(const char * what) const {
+    if (generating_in_.load() == std::this_thread::get_id()) {
+        throw std::runtime_error(std::string(what) + " cannot be called from inside this decoder's own generation "
+                                 "(its on_step callback); stop the generation first (on_step returns True)");
+    }
+}
+
 void decoder::reset() {
+    not_from_own_generation("reset()");
     std::lock_guard<std::mutex> lock(mutex_);
     tgt_cache_->rollback(0);
     if (dft_cache_) {
@@ -243,6 +254,7 @@ void decoder::reset() {
 }
 
 draft_length_model decoder::cost_model() const {
+    not_from_own_generation("cost_model()");
     std::lock_guard<std::mutex> lock(mutex_);
     return lengths_;
 }
@@ -341,6 +353,11 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         // the Python wrapper queues threads; this is a call from inside a running generation
         throw std::runtime_error("this decoder is already generating (one generation at a time per decoder)");
     }
+    generating_in_ = std::this_thread::get_id();
+    struct generating_done {
+        std::atomic<std::thread::id> & in;
+        ~generating_done() { in = std::thread::id(); }
+    } done{ generating_in_ };
     const run_plan plan = plan_run(params);
     validate_prompt(prompt);
     std::optional<slot_batcher::generating> batching;  // a slot's decodes wait for the other slots'

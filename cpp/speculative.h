@@ -5,12 +5,14 @@
 // Not here: drafting (drafting.h), acceptance (acceptance.h), cache rollback (kv_cache.h).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "acceptance.h"
@@ -353,6 +355,11 @@ class decoder {
         return view_ ? view_->update(seq) : seq;
     }
     mutable std::mutex        mutex_;  // one generation at a time per decoder
+    // the thread whose generate() holds mutex_ (its callbacks run there); none while idle
+    std::atomic<std::thread::id> generating_in_{};
+    // what waits for mutex_ (reset, cached_tokens, ...) raises where a generation's own callback
+    // calls it: waiting there would never end
+    void not_from_own_generation(const char * what) const;
     context_params            ctx_params_;
     int32_t                   n_threads_draft_ = 0;
     int32_t                   n_draft_         = 10;  // decoder_params::n_draft

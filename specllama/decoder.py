@@ -422,8 +422,9 @@ class SpeculativeDecoder:
         temperature 0 is greedy; otherwise top-k, top-p and min-p (as in llama.cpp) shape the
         distribution both models sample from, and the rejection rule keeps the output exactly
         the target's. on_step(tokens, text, n_drafted, n_accepted) runs after each verification
-        step; returning True stops early (finish_reason "cancelled"). Ctrl-C raises
-        KeyboardInterrupt within one step; the decoder stays usable.
+        step; returning True stops early (finish_reason "cancelled"); calls that wait for a running
+        generation (reset, cached_tokens, slots, generate) raise RuntimeError inside it. Ctrl-C
+        raises KeyboardInterrupt within one step; the decoder stays usable.
         """
         tokens = self._prompt_tokens(prompt)
         opts = self.options(options, **fields)

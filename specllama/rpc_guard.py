@@ -35,6 +35,7 @@ _ENDPOINT = re.compile(r"^\[?[^\s,]+\]?:\d+$")
 _lost_endpoints: Set[str] = set()
 _guards: "weakref.WeakSet[Guard]" = weakref.WeakSet()
 _state = threading.Lock()
+_helper = threading.local()  # inside: this thread is a helper thread of call()
 
 
 class RPCConnectionLost(RuntimeError):
@@ -137,13 +138,18 @@ class Guard:
     def call(self, fn: Callable[[], Any], cancel: Optional[threading.Event] = None) -> Any:
         """fn() in a helper thread; its result or exception here, or RPCConnectionLost when a
         connection breaks first. Ctrl-C (KeyboardInterrupt) sets cancel, waits for fn to stop
-        (fn must then stop within a step: it watches cancel) and is raised again."""
+        (fn must then stop within a step: it watches cancel) and is raised again. Called from a
+        helper thread (a generation's on_step callback), fn runs there: a further helper thread
+        would wait for the first one's lock for ever."""
+        if getattr(_helper, "inside", False):
+            return fn()
         self.check()
         seen = _core.rpc_failures()
         box: list = []
         done = threading.Event()
 
         def run() -> None:
+            _helper.inside = True
             try:
                 box.append((True, fn()))
             except BaseException as exc:  # handed to the caller

@@ -196,12 +196,14 @@ def test_drafting_pauses_where_it_makes_fewer_tokens_per_ms_than_plain_steps():
 def test_a_fresh_decoder_prices_plain_steps_first_and_does_not_call_them_pauses(tiny):
     """The first three steps of a decoder's life are plain (the rule needs a steady plain step's
     price: the first after prefill is not steady); they are not reported as paused steps, which
-    the stats line would call drafting that did not pay."""
+    the stats line would call drafting that did not pay. (At given prices where drafting pays:
+    measured, this draft costs what its target does.)"""
+    prices = specllama.StepPrices(draft_ms=0.1, verify_ms=1.0, verify_token_ms=0.02)
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
-        first = dec.generate("the cat is", max_tokens=3, temperature=0, ignore_eos=True).stats
+        first = dec.generate("the cat is", max_tokens=3, temperature=0, ignore_eos=True, prices=prices).stats
         assert first.n_steps == 3 and first.n_drafted == 0 and first.n_paused_steps == 0
         assert dec._native().cost_model()["verify_ms"][0] > 0  # priced
-        then = dec.generate("the cat is", max_tokens=12, temperature=0, ignore_eos=True).stats
+        then = dec.generate("the cat is", max_tokens=12, temperature=0, ignore_eos=True, prices=prices).stats
         assert then.n_drafted > 0  # it drafts from the next generation on
     assert "left out" not in _stats_line(first)
 

@@ -144,8 +144,9 @@ def test_seed_reproducible(dec):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_stats_add_up(dec, temperature):
+    # at given prices where drafting pays (measured, this draft costs what its target does)
     r = dec.generate("what some of the", max_tokens=80, temperature=temperature, seed=1, n_draft=5,
-                     ignore_eos=True)
+                     ignore_eos=True, prices=specllama.StepPrices(draft_ms=0.1, verify_ms=1.0, verify_token_ms=0.02))
     s = r.stats
     assert s.n_generated == len(r.tokens) == 80
     assert 0 <= s.n_accepted <= s.n_drafted <= 5 * s.n_steps
@@ -245,6 +246,36 @@ def test_generate_inside_callback_is_refused(dec):
 
     with pytest.raises(RuntimeError, match="already generating"):
         dec.generate("the cat", max_tokens=5, on_step=on_step)
+
+
+def test_waiting_calls_inside_callback_are_refused(tiny):
+    """reset(), cached_tokens() and slots() wait for a running generation; called from that
+    generation's own on_step they would wait for ever, so they raise there, and the generation
+    goes on. (The generation runs in a thread here, and the decoder is closed only once it ended,
+    so that a wait for ever fails the test instead of hanging it.)"""
+    dec = specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256)
+    errors, done = [], {}
+
+    def on_step(*_):
+        for call in (dec.reset, dec.cached_tokens, lambda: dec.slots(2)):
+            try:
+                call()
+            except RuntimeError as exc:
+                errors.append(str(exc))
+        return False
+
+    def run():
+        done["out"] = dec.generate("the cat", max_tokens=6, temperature=0, ignore_eos=True, on_step=on_step)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(300)
+    assert "out" in done, "a call from inside on_step waited for the generation it was called from"
+    with dec:
+        assert len(errors) == 3 * done["out"].stats.n_steps
+        assert all("inside this decoder's own generation" in e for e in errors), errors
+        dec.reset()
+        assert done["out"].tokens == dec.generate("the cat", max_tokens=6, temperature=0, ignore_eos=True).tokens
 
 
 def test_ctrl_c_interrupts_and_decoder_stays_usable(tiny):

@@ -456,3 +456,32 @@ def test_ctrl_c_stops_a_generation_on_rpc_servers_and_the_decoder_goes_on(tiny, 
             signal.signal(signal.SIGINT, previous)
         assert 2 <= len(steps) < len(full) // 2  # it stopped once the caller had seen Ctrl-C
         assert dec.lost is None and dec.generate("the cat is", **kw).tokens == expected
+
+
+def test_a_waiting_call_inside_a_generation_on_rpc_servers_is_refused(tiny, rpc_pair):
+    """On rpc-servers each call runs in a helper thread (rpc_guard); a call from a generation's
+    own on_step runs in that generation's thread, so reset() raises there as on a local decoder
+    instead of waiting for ever in another helper thread. (The generation runs in a thread here,
+    and the decoder is closed only once it ended, so that a wait for ever fails the test instead
+    of hanging it.)"""
+    kw = dict(max_tokens=6, temperature=0, ignore_eos=True)
+    dec = specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, rpc=",".join(rpc_pair))
+    errors, done = [], {}
+
+    def on_step(*_):
+        try:
+            dec.reset()
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        return False
+
+    t = threading.Thread(target=lambda: done.setdefault("out", dec.generate("the cat", on_step=on_step, **kw)),
+                         daemon=True)
+    t.start()
+    t.join(300)
+    assert "out" in done, "reset() from inside on_step waited for the generation it was called from"
+    with dec:
+        assert len(errors) == done["out"].stats.n_steps
+        assert all("inside this decoder's own generation" in e for e in errors), errors
+        dec.reset()
+        assert dec.lost is None and dec.generate("the cat", **kw).tokens == done["out"].tokens

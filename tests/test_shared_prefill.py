@@ -91,15 +91,16 @@ def test_the_draft_resumes_from_the_targets_cache_after_a_pause(tiny):
     it copies the target's keys and values instead of decoding them, at the right positions (the
     model as its own draft then keeps every draft), and the output is unchanged. Never without
     sharing, and never without a pause (fixed draft lengths), so a draft's measured acceptance is
-    its own."""
+    its own. Injected prices (a draft decode costs two target steps) make the pauses certain."""
     prompt_text = "she was out with the one that was hot and they were all there"
+    prices = specllama.StepPrices(draft_ms=2.0, verify_ms=1.0, verify_token_ms=0.02)
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.target_q, n_ctx=512) as dec:
         prompt = dec.tokenize(prompt_text)
         plain = _gen(dec, prompt, n=60, speculative=False)
         resumed = 0
         for n_draft in (1, 2, 4, 8):
             r = dec.generate(prompt, max_tokens=60, temperature=0, ignore_eos=True, n_draft=n_draft,
-                             drafter="model")
+                             drafter="model", prices=prices)
             assert r.tokens == plain.tokens
             assert r.stats.n_accepted == r.stats.n_drafted
             # what it lacked: tokens generated since a pause (and the prompt's last)
