@@ -406,17 +406,18 @@ def test_a_pause_from_a_busy_spell_ends_with_the_next_good_probes():
     """A busy spell of the machine slows the drafting steps alone, and the loop pauses (plain steps
     were priced before it); once the machine is idle again, good probes resume drafting: a probe
     weighs as much as all drafting steps before it, and drafting resumes once the weighted rate is
-    within 3% of plain steps' (the probes alone make 1.3 times as many tokens per ms). After a
-    spell that doubled the drafting steps (0.66 of the plain rate) the probes come at the doubling
-    gaps, and three resume drafting within 28 steps; after one that tripled them (0.45: a clear
-    loss, such as a recurrent target's rejected drafts cost) the first probe waits at most 128
-    steps."""
-    for spell_ms, most_steps in ((272.0, 4 + 8 + 16), (400.0, 128 + 8 + 16)):
+    within 3% of plain steps' (the probes alone make 1.3 times as many tokens per ms). After 50
+    steps of a spell that doubled the drafting steps (their weighted rate 0.73 of the plain rate,
+    the steps before the spell included) the probes come at the doubling gaps from 4, and three
+    resume drafting within 28 steps; after one that made them 3.3 times as long (0.46: a clear
+    loss, such as a recurrent target's rejected drafts cost) the first probe waits the longest
+    gap, 128 steps, and then the doubling gaps again."""
+    for spell_ms, first_gap, most_steps in ((272.0, 4, 4 + 8 + 16), (450.0, 128, 128 + 8 + 16)):
         m = _model_with_rates(20.0, 9, 136.0)
         assert m.draft_pays()
-        for _ in range(50):  # busy: drafting steps take 2x or 3x as long
+        for _ in range(50):  # busy: drafting steps take longer
             m.observe_step(9, spell_ms, True)
-        assert not m.draft_pays()
+        assert not m.draft_pays() and m.probe_gap() == first_gap, (spell_ms, m.probe_gap())
         # idle again: plain steps 20 ms, drafting steps as before the spell
         steps, probes = _resume_after(m, 20.0, 9, 136.0, 400)
         assert steps is not None and steps <= most_steps and probes <= 3, (spell_ms, steps, probes)
