@@ -458,6 +458,7 @@ def test_ctrl_c_stops_a_generation_on_rpc_servers_and_the_decoder_goes_on(tiny, 
         assert dec.lost is None and dec.generate("the cat is", **kw).tokens == expected
 
 
+@needs_rpc
 def test_a_waiting_call_inside_a_generation_on_rpc_servers_is_refused(tiny, rpc_pair):
     """On rpc-servers each call runs in a helper thread (rpc_guard); a call from a generation's
     own on_step runs in that generation's thread, so reset() raises there as on a local decoder
