@@ -185,9 +185,12 @@ class SpeculativeDecoder:
             rpc_devices = self._call(lambda: _core.rpc_add_servers(rpc))
             if device is None:
                 device = list(rpc_devices)
+        # layers asked for in so many words; those that follow from a named device need no warning: on
+        # a build without offload the only devices are the CPU (no layers) and names the core refuses
+        asked = bool(n_gpu_layers) or (draft_path is not None and bool(n_gpu_layers_draft))
         n_gpu_layers = _layers(n_gpu_layers, device, "n_gpu_layers")
         n_gpu_layers_draft = _layers(n_gpu_layers_draft, device_draft, "n_gpu_layers_draft")
-        if (n_gpu_layers or (draft_path is not None and n_gpu_layers_draft)) and not _core.supports_gpu_offload():
+        if asked and not _core.supports_gpu_offload():
             warnings.warn("n_gpu_layers has no effect: the installed llama-cpp-python was built without GPU "
                           "offload (docs/gpu.md says how to install a GPU build)", RuntimeWarning, stacklevel=2)
         _warn_threads(n_threads=n_threads, n_threads_draft=n_threads_draft)

@@ -78,6 +78,24 @@ def test_a_bad_placement_is_a_clear_error(tiny, kwargs, message):
     assert message in str(err.value)
 
 
+def test_a_named_device_on_a_build_without_offload_does_not_warn_about_layers(tiny, monkeypatch):
+    """Naming a device sets n_gpu_layers to every layer; on a build without GPU offload the only
+    device is the CPU (no layers) and any other name is refused, so only layers asked for in so
+    many words warn that they have no effect. (The suite turns warnings into errors: a warning
+    here would take the place of the clear error.) What the build reports is set here, so that
+    the check runs on GPU and RPC builds too."""
+    monkeypatch.setattr(_core, "supports_gpu_offload", lambda: False)
+    with pytest.raises(ValueError, match="no device 'NOPE'"):
+        specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device="NOPE")
+    with pytest.raises(ValueError, match="no device 'NOPE'"):
+        specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device_draft="NOPE")
+    with pytest.raises(TypeError, match="device must be a str"):
+        specllama.SpeculativeDecoder(tiny.target_q, device=5)
+    specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device="cpu").close()
+    with pytest.warns(RuntimeWarning, match="n_gpu_layers has no effect"):
+        specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, n_gpu_layers_draft=-1).close()
+
+
 def test_a_bad_placement_on_the_command_line_is_one_line(tiny):
     out = _cli("generate", "-m", tiny.target_q, "-d", tiny.draft_q, "-n", "4", "-dev", "NOPE", "hi")
     assert out.returncode == 1
