@@ -1,4 +1,4 @@
-// bind_decoder.cpp: the native decoding loop as one Python call. Arguments become C++ values
+// bindings/bind_decoder.cpp: the native decoding loop as one Python call. Arguments become C++ values
 // before the GIL is released; the per-step callback takes the GIL back only to report a step
 // and to check for Ctrl-C.
 #include <pybind11/functional.h>
@@ -6,8 +6,8 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "draft_length.h"
-#include "speculative.h"
+#include "speculative/draft_length.h"
+#include "speculative/decoder.h"
 
 namespace py = pybind11;
 using namespace specllama;

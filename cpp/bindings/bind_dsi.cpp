@@ -1,11 +1,11 @@
-// bind_dsi.cpp: simulate_dsi, the DSI orchestrator against simulated servers (the decoder runs DSI on
+// bindings/bind_dsi.cpp: simulate_dsi, the DSI orchestrator against simulated servers (the decoder runs DSI on
 // real models through Decoder.generate with mode "dsi").
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "dsi_backends.h"
+#include "dsi/backends.h"
 
 namespace py = pybind11;
 using namespace specllama;

@@ -1,12 +1,12 @@
-// bind_sampling.cpp: the sampling transforms and the acceptance rule on arrays, so tests and
+// bindings/bind_sampling.cpp: the sampling transforms and the acceptance rule on arrays, so tests and
 // experiments can check them against distributions they build themselves.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "acceptance.h"
+#include "speculative/acceptance.h"
 #include "bindings.h"
-#include "sampling.h"
+#include "sampling/sampling.h"
 
 namespace py = pybind11;
 using namespace specllama;

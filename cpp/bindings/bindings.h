@@ -1,4 +1,4 @@
-// bindings.h: one register_<thing>(module) per binding file; shared conversions.
+// bindings/bindings.h: one register_<thing>(module) per binding file; shared conversions.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -7,11 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "speculative.h"
+#include "speculative/decoder.h"
 
 namespace specllama_py {
 
 void register_model(pybind11::module_ & m);
+void register_devices(pybind11::module_ & m);
 void register_sampling(pybind11::module_ & m);
 void register_decoder(pybind11::module_ & m);
 void register_dsi(pybind11::module_ & m);

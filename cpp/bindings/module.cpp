@@ -1,4 +1,4 @@
-// module.cpp: the private extension specllama._core; the public API is the specllama package.
+// bindings/module.cpp: the private extension specllama._core; the public API is the specllama package.
 #include <pybind11/pybind11.h>
 
 #include <cstdio>
@@ -7,7 +7,9 @@
 #include <stdexcept>
 
 #include "bindings.h"
-#include "model.h"
+#include "engine/llama_log.h"
+#include "engine/model.h"
+#include "engine/vocab.h"
 
 namespace py = pybind11;
 
@@ -100,6 +102,7 @@ PYBIND11_MODULE(_core, m) {
     });
     specllama::backend_init();
     specllama_py::register_model(m);
+    specllama_py::register_devices(m);
     specllama_py::register_sampling(m);
     specllama_py::register_decoder(m);
     specllama_py::register_dsi(m);

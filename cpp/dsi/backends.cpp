@@ -1,0 +1,152 @@
+// dsi/backends.cpp: llama.cpp and simulated drafters and target servers for DSI.
+#include "dsi/backends.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace specllama {
+
+namespace {
+
+// while alive, llama_decode on cache stops early once *flag is set
+class abort_scope {
+  public:
+    abort_scope(kv_cache & cache, const std::atomic<bool> & flag) : cache_(cache) { cache_.set_abort_flag(&flag); }
+    ~abort_scope() { cache_.set_abort_flag(nullptr); }
+    abort_scope(const abort_scope &)             = delete;
+    abort_scope & operator=(const abort_scope &) = delete;
+
+  private:
+    kv_cache & cache_;
+};
+
+// a memory that cannot drop a tail (kv_cache::recurrent) saves its step checkpoint where the verified
+// text ends, at most at limit: decoded up to there first, unless the checkpoint is there already
+void checkpoint_verified(kv_cache & cache, const std::vector<llama_token> & seq, int32_t n_verified, int32_t limit) {
+    const int32_t at = std::min(n_verified, limit);
+    if (!cache.recurrent() || at <= 0 || cache.checkpoint_pos() == at) {
+        return;
+    }
+    const int32_t n_keep = cache.keep_common_prefix(seq, at);
+    cache.decode(seq.data() + n_keep, at - n_keep, false);
+    cache.checkpoint();
+}
+
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+}  // namespace
+
+bool model_dsi_drafter::propose(const std::vector<llama_token> & seq, int32_t n_verified,
+                                const sampling_params & params, rng_t & rng, const std::atomic<bool> & cancel,
+                                llama_token & token, token_dist & q) {
+    abort_scope scope(cache_, cancel);
+    try {
+        // the draft decodes its last token itself (its logits draw the next)
+        checkpoint_verified(cache_, seq, n_verified, (int32_t) seq.size() - 1);
+        drafter_.draft(seq, 1, params, rng, out_);
+    } catch (const decode_aborted &) {
+        return false;
+    }
+    if (out_.tokens.empty()) {
+        return false;
+    }
+    token = out_.tokens[0];
+    if (!params.greedy()) {
+        std::swap(q, out_.dists[0]);
+    }
+    return true;
+}
+
+bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
+                              const sampling_params & params, const std::atomic<bool> & cancel,
+                              std::vector<dsi_prediction> & preds) {
+    const int32_t n = (int32_t) seq.size();
+    if (first < 1 || first > n) {
+        throw std::invalid_argument("a verification task must predict indices in [1, " + std::to_string(n) + "]");
+    }
+    abort_scope scope(cache_, cancel);
+    // the logits at input index first - 1 predict index first: decode from there on at least
+    const int32_t n_out = n - (first - 1);
+    try {
+        checkpoint_verified(cache_, seq, n_verified, first - 1);
+        const int32_t n_keep = cache_.keep_common_prefix(seq, first - 1);
+        cache_.decode_outputs(seq.data() + n_keep, n - n_keep, n_out);
+    } catch (const decode_aborted &) {
+        return false;
+    }
+    preds.resize(n_out);
+    const int32_t n_vocab = cache_.n_vocab();
+    for (int32_t i = 0; i < n_out; ++i) {
+        const float * logits = cache_.logits(i);
+        if (params.greedy()) {
+            preds[i].argmax = argmax(logits, n_vocab);
+        } else {
+            sampling_distribution(logits, n_vocab, params, preds[i].p);
+        }
+    }
+    return true;
+}
+
+bool wait_unless_cancelled(double ms, const std::atomic<bool> & cancel) {
+    using clock_type    = std::chrono::steady_clock;
+    const auto deadline = clock_type::now() + std::chrono::duration_cast<clock_type::duration>(
+                                                  std::chrono::duration<double, std::milli>(ms));
+    const auto slice = std::chrono::microseconds(200);
+    while (true) {
+        if (cancel) {
+            return false;
+        }
+        const auto now = clock_type::now();
+        if (now >= deadline) {
+            return true;
+        }
+        std::this_thread::sleep_for(std::min<clock_type::duration>(deadline - now, slice));
+    }
+}
+
+llama_token simulated_world::truth(int32_t j) const {
+    return (llama_token) (splitmix64(seed * 1000003ULL + (uint64_t) j) % (uint64_t) n_vocab);
+}
+
+bool simulated_world::on_truth(const std::vector<llama_token> & seq, int32_t end) const {
+    for (int32_t j = n_prompt; j < end; ++j) {
+        if (seq[j] != truth(j)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool simulated_drafter::propose(const std::vector<llama_token> & seq, int32_t, const sampling_params &, rng_t &,
+                                const std::atomic<bool> & cancel, llama_token & token, token_dist &) {
+    if (!wait_unless_cancelled(latency_ms_, cancel)) {
+        return false;
+    }
+    const int32_t j   = (int32_t) seq.size();
+    const int32_t off = j - world_.n_prompt;
+    const bool right  = off >= 0 && off < (int32_t) world_.drafter_right.size() && world_.drafter_right[off];
+    token             = right ? world_.truth(j) : (world_.truth(j) + 1) % world_.n_vocab;
+    return true;
+}
+
+bool simulated_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t, const sampling_params &,
+                              const std::atomic<bool> & cancel, std::vector<dsi_prediction> & preds) {
+    if (!wait_unless_cancelled(latency_ms_, cancel)) {
+        return false;
+    }
+    const int32_t n = (int32_t) seq.size();
+    preds.resize(n - first + 1);
+    for (int32_t j = first; j <= n; ++j) {
+        // after a wrong draft the target would say something else; the orchestrator never uses it
+        preds[j - first].argmax = world_.on_truth(seq, j) ? world_.truth(j) : (world_.truth(j) + 2) % world_.n_vocab;
+    }
+    return true;
+}
+
+}  // namespace specllama

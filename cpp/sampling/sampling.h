@@ -1,0 +1,51 @@
+// sampling/sampling.h: turning logits into the distribution a sampler draws from ("standardized
+// sampling", Leviathan et al. sec. 2.3): the same transforms are applied to the target's p and the
+// draft's q, so accepting against them reproduces exactly what plain sampling with these settings
+// would produce. Order, as llama.cpp's default chain: top-k, top-p, min-p on softmax(logits),
+// then temperature on the survivors.
+// Not here: the acceptance rule (acceptance.h).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "llama.h"
+
+namespace specllama {
+
+struct sampling_params {
+    float   temperature = 0.8f;   // 0 = greedy (argmax); > 0 samples
+    int32_t top_k       = 40;     // keep the k most likely tokens, 0 = all
+    float   top_p       = 0.95f;  // keep the smallest set whose probability reaches top_p, in (0, 1]
+    float   min_p       = 0.05f;  // drop tokens below min_p times the most likely one's probability, in [0, 1)
+
+    bool greedy() const { return temperature == 0.0f; }
+};
+
+// throws std::invalid_argument naming the bad parameter
+void sampling_params_validate(const sampling_params & params);
+
+// a sparse distribution: the tokens that can be drawn (in no set order), probabilities summing to 1
+struct token_dist {
+    std::vector<llama_token> ids;
+    std::vector<float>       probs;
+
+    float prob_of(llama_token id) const;  // 0 for a token outside the support
+};
+
+using rng_t = std::mt19937_64;
+
+// the distribution a sampler with params draws from, given raw logits (needs temperature > 0)
+void sampling_distribution(const float * logits, int32_t n_vocab, const sampling_params & params, token_dist & out);
+
+// the most likely token; ties go to the lowest id
+llama_token argmax(const float * logits, int32_t n_vocab);
+
+// one draw from dist
+llama_token sample(const token_dist & dist, rng_t & rng);
+
+// a uniform draw in [0, 1)
+double uniform01(rng_t & rng);
+
+}  // namespace specllama

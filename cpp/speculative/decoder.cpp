@@ -1,0 +1,672 @@
+// speculative/decoder.cpp: the draft -> verify -> accept -> roll back loop.
+#include "speculative/decoder.h"
+
+#include "engine/vocab.h"
+
+#include <algorithm>
+#include <random>
+
+namespace specllama {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
+}  // namespace
+
+namespace {
+
+template <typename E, size_t N>
+E enum_from_string(const std::string & name, const std::pair<const char *, E> (&names)[N], const char * what) {
+    std::string all;
+    for (const auto & n : names) {
+        if (name == n.first) {
+            return n.second;
+        }
+        all += std::string(all.empty() ? "" : ", ") + "'" + n.first + "'";
+    }
+    throw std::invalid_argument(std::string(what) + " must be one of " + all + ", got '" + name + "'");
+}
+
+template <typename E, size_t N>
+std::string enum_to_string(E value, const std::pair<const char *, E> (&names)[N]) {
+    for (const auto & n : names) {
+        if (value == n.second) {
+            return n.first;
+        }
+    }
+    return "?";
+}
+
+const std::pair<const char *, drafter_kind> k_drafters[] = {
+    {"auto", drafter_kind::automatic}, {"model", drafter_kind::model},
+    {"lookup", drafter_kind::lookup},  {"model+lookup", drafter_kind::model_lookup}};
+const std::pair<const char *, accept_rule> k_rules[] = {{"rejection", accept_rule::rejection},
+                                                         {"match", accept_rule::match}};
+const std::pair<const char *, decode_mode> k_modes[] = {{"si", decode_mode::si}, {"dsi", decode_mode::dsi}};
+
+}  // namespace
+
+drafter_kind drafter_from_string(const std::string & name) { return enum_from_string(name, k_drafters, "drafter"); }
+std::string  drafter_to_string(drafter_kind kind) { return enum_to_string(kind, k_drafters); }
+accept_rule  accept_rule_from_string(const std::string & name) { return enum_from_string(name, k_rules, "acceptance"); }
+std::string  accept_rule_to_string(accept_rule rule) { return enum_to_string(rule, k_rules); }
+decode_mode  decode_mode_from_string(const std::string & name) { return enum_from_string(name, k_modes, "mode"); }
+std::string  decode_mode_to_string(decode_mode mode) { return enum_to_string(mode, k_modes); }
+
+double dsi_report::t_verify_hidden_ms() const {
+    const double used = stats.t_verify_ms - stats.t_verify_wasted_ms;
+    return std::max(0.0, used - stats.t_draft_idle_ms);
+}
+
+double dsi_report::verify_hidden_share() const {
+    const double used = stats.t_verify_ms - stats.t_verify_wasted_ms;
+    return used > 0 ? t_verify_hidden_ms() / used : 0.0;
+}
+
+void generate_params_validate(const generate_params & p) {
+    const auto in_range = [](const char * name, int64_t v, int64_t lo, int64_t hi) {
+        if (v < lo || v > hi) {
+            throw std::invalid_argument(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                                        std::to_string(hi) + "], got " + std::to_string(v));
+        }
+    };
+    if (p.max_tokens < 1) {
+        throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
+    }
+    if (p.n_draft) {
+        in_range("n_draft", *p.n_draft, 1, k_max_draft);
+    }
+    sampling_params_validate(p.sampling);
+    if (p.prices) {
+        const step_prices & c = *p.prices;
+        if (!(c.draft_ms >= 0) || !(c.verify_ms > 0) || !(c.verify_token_ms >= 0)) {
+            throw std::invalid_argument("prices must be draft_ms >= 0, verify_ms > 0, verify_token_ms >= 0");
+        }
+    }
+    if (p.mode == decode_mode::dsi) {
+        in_range("sp", p.dsi.sp, 1, k_max_servers);
+        in_range("lookahead", p.dsi.lookahead, 1, k_max_draft);
+        if (p.dsi.n_threads_draft < 0) {
+            throw std::invalid_argument("threads_draft must be >= 0 (0 = from the thread budget), got " +
+                                        std::to_string(p.dsi.n_threads_draft));
+        }
+        if (p.dsi.n_threads_server < 0) {
+            throw std::invalid_argument("threads_server must be >= 0 (0 = from the thread budget), got " +
+                                        std::to_string(p.dsi.n_threads_server));
+        }
+        if (!p.speculative) {
+            throw std::invalid_argument("mode 'dsi' is speculative; use mode 'si' with speculative off to decode "
+                                        "plainly");
+        }
+        if (p.drafter != drafter_kind::automatic && p.drafter != drafter_kind::model) {
+            throw std::invalid_argument("mode 'dsi' drafts with the draft model only (drafter 'auto' or 'model'), "
+                                        "got '" + drafter_to_string(p.drafter) + "'");
+        }
+        if (p.rule != accept_rule::rejection) {
+            throw std::invalid_argument("mode 'dsi' verifies with the rejection rule only");
+        }
+
+        if (p.n_draft || p.adaptive || p.prices) {
+            throw std::invalid_argument("n_draft, adaptive and prices apply to mode 'si'; DSI drafts lookahead "
+                                        "tokens per verification task");
+        }
+    }
+}
+
+decoder::decoder(const decoder_params & params)
+    : decoder(params, model_load(params.target), params.draft ? model_load(*params.draft) : nullptr) {}
+
+decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, std::shared_ptr<model> draft,
+                 const std::optional<slot_place> & slot)
+    : params_(params),
+      batcher_(slot ? slot->target->batcher : nullptr),
+      ctx_params_(params.ctx),
+      n_threads_draft_(params.n_threads_draft),
+      n_draft_(params.n_draft) {
+    if (params.n_draft < 1 || params.n_draft > k_max_draft) {
+        throw std::invalid_argument("n_draft must be in [1, " + std::to_string(k_max_draft) + "], got " +
+                                    std::to_string(params.n_draft));
+    }
+    if (params.n_threads_draft < 0) {
+        throw std::invalid_argument("n_threads_draft must be >= 0 (0 = n_threads), got " +
+                                    std::to_string(params.n_threads_draft));
+    }
+    if (draft && !params.draft) {
+        throw std::invalid_argument("a draft model needs its model_params in decoder_params::draft");
+    }
+    // copying a sequence's keys and values goes through host memory: it pays against decoding on
+    // a CPU (kv_cache.h), and was not measured against a GPU's batched prompt processing
+    copy_server_prefill_ = params.share_prefill && !offloads(params.target);
+    target_    = std::move(target);
+    tgt_cache_ = slot ? std::make_unique<kv_cache>(slot->target, slot->seq, params.ctx.n_ctx)
+                      : std::make_unique<kv_cache>(target_, params.ctx);
+    lengths_.set_decodes_again(tgt_cache_->recurrent());  // a rejected draft costs a decode again
+    if (params.n_draft + 1 > tgt_cache_->n_batch()) {
+        throw std::invalid_argument("n_batch must be >= " + std::to_string(params.n_draft + 1) +
+                                    " (n_draft + 1: a verification is one batch), got " +
+                                    std::to_string(tgt_cache_->n_batch()));
+    }
+    if (draft) {
+        draft_ = std::move(draft);
+        if (slot && slot->vocab) {
+            vocab_map_ = slot->vocab;
+        } else if (!vocab_difference(*target_, *draft_).empty()) {
+            vocab_map_ = std::make_shared<const vocab_map>(*target_, *draft_);  // throws if too little is shared
+        }
+        context_params dctx = params.ctx;
+        dctx.n_ctx          = tgt_cache_->n_ctx();
+        if (params.n_threads_draft > 0) {
+            dctx.n_threads = params.n_threads_draft;
+        }
+        if (slot && !slot->draft) {
+            throw std::invalid_argument("a slot with a draft model needs a draft context");
+        }
+        dft_cache_ = slot ? std::make_unique<kv_cache>(slot->draft, slot->seq, dctx.n_ctx)
+                          : std::make_unique<kv_cache>(draft_, dctx);
+        drafter_   = std::make_unique<model_drafter>(*dft_cache_, vocab_map_.get());
+        if (vocab_map_) {
+            view_ = std::make_unique<draft_view>(*vocab_map_);
+        }
+        share_prefill_ = copy_server_prefill_ && !offloads(*params.draft) && !vocab_map_ &&
+                         kv_interchangeable(*target_, *draft_);
+    }
+}
+
+std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, int32_t max_wait_us) {
+    if (n < 1 || n > k_max_slots) {
+        throw std::invalid_argument("slots must be in [1, " + std::to_string(k_max_slots) + "], got " +
+                                    std::to_string(n));
+    }
+    if (n_ctx < 0) {
+        throw std::invalid_argument("n_ctx must be >= 0 (0 = this decoder's), got " + std::to_string(n_ctx));
+    }
+    if (max_wait_us < 0) {
+        throw std::invalid_argument("max_wait_us must be >= 0, got " + std::to_string(max_wait_us));
+    }
+    not_from_own_generation("slots()");
+    std::lock_guard<std::mutex> lock(mutex_);
+    decoder_params p = params_;
+    p.ctx.n_ctx      = n_ctx > 0 ? n_ctx : tgt_cache_->n_ctx();
+    auto       batcher = std::make_shared<slot_batcher>(std::chrono::microseconds(max_wait_us));
+    slot_place place;
+    place.vocab  = vocab_map_;
+    place.target = make_shared_context(batcher, target_, n, p.ctx.n_ctx, p.ctx.n_batch, p.ctx.n_threads, 1,
+                                       p.ctx.swa_full, p.ctx.checkpoint_memory);
+    if (draft_) {
+        const int32_t t_draft = n_threads_draft_ > 0 ? n_threads_draft_ : p.ctx.n_threads;
+        place.draft = make_shared_context(batcher, draft_, n, p.ctx.n_ctx, p.ctx.n_batch, t_draft, 0,
+                                          p.ctx.swa_full, p.ctx.checkpoint_memory);
+    }
+    std::vector<std::unique_ptr<decoder>> out;
+    for (int32_t s = 0; s < n; ++s) {
+        place.seq = s;
+        out.push_back(std::make_unique<decoder>(p, target_, draft_, place));
+    }
+    return out;
+}
+
+std::vector<llama_token> decoder::cached_tokens() const {
+    not_from_own_generation("cached_tokens()");
+    std::lock_guard<std::mutex> lock(mutex_);
+    return tgt_cache_->tokens();
+}
+
+std::vector<llama_token> decoder::draft_cached_tokens() const {
+    not_from_own_generation("draft_cached_tokens()");
+    std::lock_guard<std::mutex> lock(mutex_);
+    return dft_cache_ ? dft_cache_->tokens() : std::vector<llama_token>();
+}
+
+std::vector<llama_token> decoder::draft_view_of(const std::vector<llama_token> & target_tokens) const {
+    if (!vocab_map_) {
+        return target_tokens;
+    }
+    for (const llama_token t : target_tokens) {
+        if (t < 0 || t >= target_->n_vocab) {
+            throw std::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary of " +
+                                        std::to_string(target_->n_vocab));
+        }
+    }
+    draft_view view(*vocab_map_);
+    return view.update(target_tokens);
+}
+
+void decoder::not_from_own_generation(const char * what) const {
+    if (generating_in_.load() == std::this_thread::get_id()) {
+        throw std::runtime_error(std::string(what) + " cannot be called from inside this decoder's own generation "
+                                 "(its on_step callback); stop the generation first (on_step returns True)");
+    }
+}
+
+void decoder::reset() {
+    not_from_own_generation("reset()");
+    std::lock_guard<std::mutex> lock(mutex_);
+    tgt_cache_->rollback(0);
+    if (dft_cache_) {
+        dft_cache_->rollback(0);
+    }
+    for (auto & c : dsi_servers_) {
+        c->rollback(0);
+    }
+}
+
+draft_length_model decoder::cost_model() const {
+    not_from_own_generation("cost_model()");
+    std::lock_guard<std::mutex> lock(mutex_);
+    return lengths_;
+}
+
+void decoder::validate_prompt(const std::vector<llama_token> & prompt) const {
+    const int32_t n_ctx    = tgt_cache_->n_ctx();
+    const int32_t n_prompt = (int32_t) prompt.size();
+    if (n_prompt == 0) {
+        throw std::invalid_argument("the prompt is empty");
+    }
+    if (n_prompt >= n_ctx) {
+        throw std::invalid_argument("the prompt has " + std::to_string(n_prompt) + " tokens but the context holds " +
+                                    std::to_string(n_ctx) + " (room is needed for at least one more); "
+                                    "shorten the prompt or raise n_ctx");
+    }
+    for (llama_token t : prompt) {
+        if (t < 0 || t >= target_->n_vocab) {
+            throw std::invalid_argument("prompt token id " + std::to_string(t) + " outside the vocabulary of " +
+                                        std::to_string(target_->n_vocab));
+        }
+    }
+}
+
+bool decoder::append_token(llama_token tok, const generate_params & params, text_stream & stream,
+                           generate_result & res, std::string & finish) const {
+    if (!params.ignore_eos && llama_vocab_is_eog(target_->vocab, tok)) {
+        finish = "stop";
+        return false;
+    }
+    res.tokens.push_back(tok);
+    res.stats.n_generated += 1;
+    if (stream.push(token_to_piece(*target_, tok))) {
+        finish = "stop";
+    } else if (res.stats.n_generated >= params.max_tokens) {
+        finish = "length";
+    }
+    return true;
+}
+
+
+decoder::run_plan decoder::plan_run(const generate_params & params) const {
+    generate_params_validate(params);
+    const bool has_draft = drafter_ != nullptr;
+    drafter_kind kind    = params.drafter;
+    if (kind == drafter_kind::automatic) {
+        kind = !has_draft ? drafter_kind::lookup
+               : params.mode == decode_mode::dsi ? drafter_kind::model
+                                                 : drafter_kind::model_lookup;
+    }
+    if (!has_draft && (kind == drafter_kind::model || kind == drafter_kind::model_lookup)) {
+        throw std::invalid_argument("drafter '" + drafter_to_string(kind) + "' needs a draft model; this decoder " +
+                                    "has none (drafter 'lookup' drafts without one)");
+    }
+    if (params.mode == decode_mode::dsi && !has_draft) {
+        throw std::invalid_argument("mode 'dsi' needs a draft model");
+    }
+    if (params.mode == decode_mode::dsi && vocab_map_) {
+        throw std::invalid_argument("mode 'dsi' needs a draft with the target's vocabulary; this draft's differs "
+                                    "(mode 'si' drafts across vocabularies)");
+    }
+    run_plan plan;
+    plan.n_draft = params.n_draft ? *params.n_draft : n_draft_;
+    if (plan.n_draft + 1 > tgt_cache_->n_batch()) {
+        throw std::invalid_argument("n_draft + 1 must fit in n_batch " + std::to_string(tgt_cache_->n_batch()));
+    }
+    if (params.mode == decode_mode::dsi && params.dsi.lookahead + 1 > tgt_cache_->n_batch()) {
+        throw std::invalid_argument("lookahead must be in [1, n_batch - 1 = " +
+                                    std::to_string(tgt_cache_->n_batch() - 1) + "], got " +
+                                    std::to_string(params.dsi.lookahead));
+    }
+    // "auto" without a draft model decodes plainly: lookup alone is chosen by name only
+    const bool plain_auto = params.drafter == drafter_kind::automatic && !has_draft;
+    plan.use_model        = params.speculative && (kind == drafter_kind::model || kind == drafter_kind::model_lookup);
+    plan.use_lookup       = params.speculative && !plain_auto &&
+                      (kind == drafter_kind::lookup || kind == drafter_kind::model_lookup);
+    plan.adaptive = params.adaptive ? *params.adaptive : (params.sampling.greedy() || !params.seed);
+    return plan;
+}
+
+void decoder::validate(const generate_params & params) const {
+    plan_run(params);
+}
+
+std::string decoder::run_plan::drafter() const {
+    return use_model && use_lookup ? "model+lookup" : use_model ? "model" : use_lookup ? "lookup" : "none";
+}
+
+std::string decoder::drafter_name(const generate_params & params) const {
+    return plan_run(params).drafter();
+}
+
+generate_result decoder::generate(const std::vector<llama_token> & prompt, const generate_params & params,
+                                  const step_callback & on_step, const interrupt_check & check) {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+        // the Python wrapper queues threads; this is a call from inside a running generation
+        throw std::runtime_error("this decoder is already generating (one generation at a time per decoder)");
+    }
+    generating_in_ = std::this_thread::get_id();
+    struct generating_done {
+        std::atomic<std::thread::id> & in;
+        ~generating_done() { in = std::thread::id(); }
+    } done{ generating_in_ };
+    const run_plan plan = plan_run(params);
+    validate_prompt(prompt);
+    std::optional<slot_batcher::generating> batching;  // a slot's decodes wait for the other slots'
+    if (batcher_) {
+        batching.emplace(*batcher_);
+    }
+    if (params.mode == decode_mode::dsi) {
+        return generate_dsi(prompt, params, plan, on_step, check);
+    }
+    return generate_si(prompt, params, plan, on_step, check);
+}
+
+// Algorithm 1 of Leviathan et al. with adaptive draft lengths: plan, draft, verify and accept, emit.
+generate_result decoder::generate_si(const std::vector<llama_token> & prompt, const generate_params & params,
+                                     const run_plan & plan, const step_callback & on_step,
+                                     const interrupt_check & check) {
+    rng_t rng(params.seed ? *params.seed : ((uint64_t) std::random_device{}() << 32 | std::random_device{}()));
+    generate_result  res;
+    generate_stats & st = res.stats;
+    st.n_prompt         = (int32_t) prompt.size();
+    st.accepted_hist.assign(plan.n_draft + 1, 0);
+    st.drafter = plan.drafter();
+    if (plan.use_model) {
+        st.vocab        = vocab_map_ ? "intersection" : "same";
+        st.vocab_shared = vocab_map_ ? vocab_map_->draft_share() : 1.0;
+    }
+    const bool recurrent = tgt_cache_->recurrent() || (plan.use_model && dft_cache_->recurrent());
+    st.rollback          = recurrent ? "checkpoint" : "kv";
+    st.checkpoint_memory = checkpoint_memory({tgt_cache_.get(), plan.use_model ? dft_cache_.get() : nullptr});
+    const auto rollback_ms = [&] { return tgt_cache_->rollback_ms() + (dft_cache_ ? dft_cache_->rollback_ms() : 0.0); };
+    const double rollback_ms0 = rollback_ms();
+    const auto   redecoded    = [&] { return tgt_cache_->n_redecoded() + (dft_cache_ ? dft_cache_->n_redecoded() : 0); };
+    const int64_t redecoded0  = redecoded();
+    const auto t_start = clock_type::now();
+
+    std::vector<llama_token> seq = prompt;
+    prefill(seq, plan, params, st, check);
+    st.t_prefill_ms = ms_since(t_start);
+
+    text_stream stream(params.stop);
+    std::string finish;
+    step_event  ev;
+    int32_t     prev_n = -1;  // tokens drafted in the step before (-1: it was prefill)
+    while (finish.empty()) {
+        const step_plan step    = plan_step(plan, params, (int32_t) seq.size(), st);
+        llama_token     probe   = -1;
+        auto            t       = clock_type::now();
+        const int32_t   n_model = draft_step(seq, step, plan, params, rng, probe, st, check);
+        const int32_t   n       = (int32_t) drafted_.tokens.size();
+        const double    draft_ms = ms_since(t);
+        st.t_draft_ms += draft_ms;
+
+        double                  verify_ms = 0;
+        const acceptance_result acc       = verify_and_accept(seq, params, rng, verify_ms, st);
+
+        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
+        prev_n = n;
+        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
+        st.n_steps += 1;
+        st.n_drafted += n;
+        st.n_accepted += acc.n_accepted;
+        st.accepted_hist[acc.n_accepted] += 1;
+
+        emit(acc, params, stream, seq, res, ev, finish);
+        if (batcher_) {
+            const int32_t model_kept = std::min(acc.n_accepted, n_model);
+            batcher_->drafting().observe_step(n_model, model_kept, n - n_model, acc.n_accepted - model_kept);
+        }
+        if (on_step && on_step(ev) && finish.empty()) {
+            finish = "cancelled";
+        }
+    }
+    res.finish_reason = finish;
+    res.text          = stream.text();
+    st.t_rollback_ms  = rollback_ms() - rollback_ms0;
+    st.n_redecoded    = redecoded() - redecoded0;
+    st.t_total_ms     = ms_since(t_start);
+    return res;
+}
+
+void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
+                      generate_stats & st, const interrupt_check & check) {
+    // both models cache all but the last prompt token, which opens the target's first
+    // verification batch and the draft's first catch-up (it drafts from that token's logits)
+    const int32_t n_prompt = (int32_t) seq.size();
+    st.n_prompt_cached     = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
+    const int32_t n_new    = n_prompt - 1 - st.n_prompt_cached;
+    const auto    t        = clock_type::now();
+    tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_new, false, nullptr, check);
+    // (a slot's prompt pass is merged with other slots' decodes: its time is not its own)
+    if (plan.adaptive && !batcher_) {
+        lengths_.observe_prompt(n_new, params.prices ? n_new * params.prices->verify_token_ms : ms_since(t));
+    }
+    // a state that cannot drop a tail comes back here for the next turn; saving it prices a step's
+    // checkpoint before any is measured (given prices leave it out: they keep the loop deterministic)
+    const auto t_keep = clock_type::now();
+    if (tgt_cache_->keep_checkpoint() && plan.adaptive && !batcher_ && !params.prices && tgt_cache_->recurrent()) {
+        lengths_.observe_checkpoint(ms_since(t_keep));
+    }
+    // a draft model the adaptive rule has paused takes the prompt in at its next probe instead (its
+    // catch-up): while drafting does not pay, a prompt pass through it now would buy nothing
+    if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
+        const std::vector<llama_token> & dseq = draft_seq(seq);
+        const int32_t n_kept = dft_cache_->common_prefix(dseq, (int32_t) dseq.size() - 1);
+        const auto    t_d    = clock_type::now();
+        st.n_prompt_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
+        // (its price per token prices a probe's catch-up, where a pause comes before any probe)
+        const int32_t n_draft_new = (int32_t) dseq.size() - 1 - n_kept;
+        if (plan.adaptive && !batcher_ && st.n_prompt_shared == 0) {
+            lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms_since(t_d));
+        }
+    }
+}
+
+decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_params & params, int32_t n_seq,
+                                      generate_stats & st) {
+    // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
+    const int32_t room      = tgt_cache_->n_ctx() - n_seq;
+    const int32_t remaining = params.max_tokens - st.n_generated;
+    step_plan     step;
+    // the first step is plain: its token comes as soon as the prompt is in (the time to first
+    // token of a stream), where drafting first would add the drafts' and a longer batch's time
+    if ((plan.use_model || plan.use_lookup) && st.n_steps > 0) {
+        step.n_max = std::max(0, std::min({plan.n_draft, room, remaining - 1}));
+    }
+    // the adaptive rule compares drafting with plain steps: it prices those first, and then
+    // leaves the draft model out of steps while drafting does not pay (draft_length.h)
+    const bool model_wanted = step.n_max > 0 && plan.use_model;
+    const bool pricing      = lengths_.pricing(plan.adaptive);
+    step.model              = model_wanted && !pricing && lengths_.model_drafts(plan.adaptive);
+    // slots that share their decodes: while several generate, the group prices their merged
+    // rounds and caps the draft length (batch_drafting.h); given prices keep the loop deterministic.
+    // Seeded sampling drafts fixed lengths so that its output is reproducible, but while several
+    // slots generate the merged decodes already make it depend on the other requests: the cap
+    // applies there too, unless adaptive=False was asked for
+    const bool group_caps = batcher_ && !params.prices && params.adaptive.value_or(true);
+    if (step.model && group_caps) {
+        const int32_t cap = batcher_->drafting().cap(batcher_->n_generating(), step.n_max);
+        step.model        = cap > 0;
+        step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
+    }
+    // and prompt lookup's drafts in a step without model drafts: each adds to the merged verification
+    if (!step.model && step.n_max > 0 && plan.use_lookup && group_caps) {
+        step.n_max = batcher_->drafting().lookup_cap(batcher_->n_generating(), step.n_max);
+    }
+    st.n_paused_steps += model_wanted && !pricing && !step.model;  // (pricing steps are not pauses)
+    if (pricing) {
+        step.n_max = 0;
+    }
+    return step;
+}
+
+int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
+                            const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
+                            const interrupt_check & check) {
+    drafted_.tokens.clear();
+    drafted_.conf.clear();
+    drafted_.catch_up_ms = 0.0;
+    if (step.model) {
+        double          p_reach = 1.0;
+        draft_continue  keep    = nullptr;
+        if (plan.adaptive) {
+            keep = [&](int32_t n_done, float conf) { return lengths_.keep_drafting(n_done, conf, p_reach); };
+        }
+        // after the model sat out steps that brought more tokens than one step can, its catch-up
+        // may copy the target's cache instead (model_drafter::catch_up); never after a drafted
+        // step, so that what is measured of a draft is the draft's
+        const auto                       t_view = clock_type::now();
+        const std::vector<llama_token> & dseq   = draft_seq(seq);
+        st.t_vocab_ms += view_ ? ms_since(t_view) : 0.0;
+        const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
+        drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
+                        share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
+                        plan.adaptive && lengths_.probing() ? k_probe_window : 0);
+        st.n_resume_shared += drafted_.n_copied;
+        st.n_window_catch_ups += drafted_.windowed;
+        st.t_vocab_ms += drafted_.vocab_ms;
+    }
+    // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
+    const int32_t n_model = (int32_t) drafted_.tokens.size();
+    if (step.n_max > n_model && plan.use_lookup &&
+        (n_model == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back()))) {
+        st.n_lookup_drafted += add_lookup_drafts(seq, step.n_max, plan.adaptive, params.lookup, probe);
+    }
+    return n_model;
+}
+
+acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
+                                             rng_t & rng, double & verify_ms, generate_stats & st) {
+    const int32_t n     = (int32_t) drafted_.tokens.size();
+    const int32_t n_seq = (int32_t) seq.size();
+    auto          t     = clock_type::now();
+    batch_.assign(1, seq.back());
+    batch_.insert(batch_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+    if (n > 0) {
+        tgt_cache_->checkpoint();  // a recurrent target comes back here if not every draft is kept
+    }
+    tgt_cache_->decode(batch_.data(), (int32_t) batch_.size(), true);
+    verify_ms = ms_since(t);
+    st.t_verify_ms += verify_ms;
+
+    t = clock_type::now();
+    const sampling_params & sp = params.sampling;
+    acceptance_result       acc;
+    if (sp.greedy()) {
+        target_argmax_.resize(n + 1);
+        for (int32_t i = 0; i <= n; ++i) {
+            target_argmax_[i] = argmax(tgt_cache_->logits(i), target_->n_vocab);
+        }
+        acc = accept_greedy(drafted_.tokens.data(), n, target_argmax_.data());
+    } else {
+        if ((int32_t) p_.size() < n + 1) {
+            p_.resize(n + 1);
+        }
+        for (int32_t i = 0; i <= n; ++i) {
+            sampling_distribution(tgt_cache_->logits(i), target_->n_vocab, sp, p_[i]);
+        }
+        acc = params.rule == accept_rule::match
+                  ? accept_match(drafted_.tokens.data(), n, p_, rng)
+                  : accept_sampled(drafted_.tokens.data(), n, drafted_.dists, p_, target_->n_vocab, rng, scratch_);
+    }
+    // keep seq[:-1], last and the accepted drafts; the draft cache is trimmed on its next catch-up
+    const auto t_rollback = clock_type::now();
+    tgt_cache_->rollback(n_seq + acc.n_accepted);
+    if (tgt_cache_->recurrent()) {
+        // a recurrent target's rollback (restore, decode the kept tokens again) is part of what a
+        // step of this length costs: the adaptive length prices it with the verification
+        verify_ms += ms_since(t_rollback);
+    }
+    st.t_accept_ms += ms_since(t);
+    return acc;
+}
+
+void decoder::emit(const acceptance_result & acc, const generate_params & params, text_stream & stream,
+                   std::vector<llama_token> & seq, generate_result & res, step_event & ev, std::string & finish) const {
+    ev.tokens.clear();
+    ev.n_drafted  = (int32_t) drafted_.tokens.size();
+    ev.n_accepted = acc.n_accepted;
+    for (int32_t i = 0; i <= acc.n_accepted && finish.empty(); ++i) {
+        const llama_token tok = i < acc.n_accepted ? drafted_.tokens[i] : acc.next;
+        if (!append_token(tok, params, stream, res, finish)) {
+            break;
+        }
+        seq.push_back(tok);
+        ev.tokens.push_back(tok);
+    }
+    if (finish.empty() && (int32_t) seq.size() > tgt_cache_->n_ctx()) {
+        finish           = "length";
+        res.context_full = true;
+    }
+    ev.text = finish.empty() ? stream.take_ready() : stream.take_all();
+}
+
+int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, bool adaptive,
+                                   const lookup_params & params, llama_token & probe) {
+    const int32_t n_model = (int32_t) drafted_.tokens.size();
+    lookup_seq_.assign(seq.begin(), seq.end());
+    lookup_seq_.insert(lookup_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+    int32_t n_found = lookup_draft(lookup_seq_, n_max - n_model, params, drafted_.tokens);
+    if (adaptive && n_found > 0) {
+        // keep the lookup tokens that pay, judged like model drafts but costing no draft decode
+        double p_reach = 1.0;
+        for (int32_t i = 0; i < n_model; ++i) {
+            p_reach *= lengths_.accept_prob(drafted_.conf[i]);
+        }
+        const double p_lookup = lengths_.lookup_accept_prob();
+        int32_t      n_keep   = 0;
+        while (n_keep < n_found && lengths_.keep_going_p(n_model + n_keep, p_reach, p_lookup, false)) {
+            p_reach *= p_lookup;
+            ++n_keep;
+        }
+        // the first dropped proposal is still judged, for free: if everything before it is
+        // accepted, the target's own next token says whether it would have been kept
+        probe = n_keep < n_found ? drafted_.tokens[n_model + n_keep] : -1;
+        drafted_.tokens.resize(n_model + n_keep);
+        n_found = n_keep;
+    }
+    if ((int32_t) drafted_.dists.size() < n_model + n_found) {
+        drafted_.dists.resize(n_model + n_found);
+    }
+    for (int32_t i = n_model; i < n_model + n_found; ++i) {
+        drafted_.conf.push_back(-1.0f);  // no confidence: kept out of the calibration
+        drafted_.dists[i].ids.assign(1, drafted_.tokens[i]);  // a deterministic proposal: q is one-hot
+        drafted_.dists[i].probs.assign(1, 1.0f);
+    }
+    return n_found;
+}
+
+void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
+                           double draft_ms, double verify_ms, int32_t prev_n,
+                           const std::optional<step_prices> & prices) {
+    step_record & r = record_;
+    r.n_model       = n_model;
+    r.n             = n;
+    r.n_accepted    = acc.n_accepted;
+    r.conf.assign(drafted_.conf.begin(), drafted_.conf.begin() + n_model);
+    r.probe       = probe < 0 ? -1 : acc.next == probe ? 1 : 0;
+    r.catch_up_ms = drafted_.catch_up_ms;
+    r.draft_ms    = draft_ms;
+    r.verify_ms   = verify_ms;
+    r.prev_n      = prev_n;
+    if (prices) {
+        r.catch_up_ms = n_model > 0 ? prices->draft_ms : 0.0;
+        r.draft_ms    = n_model * prices->draft_ms;
+        r.verify_ms   = prices->verify_ms + n * prices->verify_token_ms;
+    }
+    lengths_.observe(r);
+}
+
+}  // namespace specllama

@@ -1,0 +1,386 @@
+// speculative/decoder.h: the decoding loop. Each step the draft proposes up to n_draft tokens, the target
+// evaluates [last, d_1..d_n] in ONE llama_decode with logits at every position, the acceptance
+// rule keeps a prefix and adds one target token, and both caches drop what was rejected. With no
+// draft (or n_draft = 0) the same loop is plain autoregressive decoding on the same engine.
+// Not here: drafting (drafting.h), acceptance (acceptance.h), cache rollback (kv_cache.h).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "speculative/acceptance.h"
+#include "speculative/draft_length.h"
+#include "speculative/drafting.h"
+#include "dsi/dsi.h"
+#include "engine/kv_cache.h"
+#include "speculative/lookup.h"
+#include "speculative/text.h"
+#include "speculative/vocab_map.h"
+#include "batching/slot_batcher.h"
+
+namespace specllama {
+
+struct decoder_params {
+    model_params                target;
+    std::optional<model_params> draft;           // none: plain decoding only
+    context_params              ctx;             // for both models
+    int32_t                     n_threads_draft = 0;  // 0 = ctx.n_threads
+    int32_t                     n_draft = 10;    // tokens drafted per step when a generation does not say
+    // when the draft is the target in another number format (kv_interchangeable), give it the
+    // prompt's keys and values from the target's cache instead of processing the prompt again;
+    // likewise DSI's extra target servers. Only where neither model is offloaded to a GPU.
+    bool                        share_prefill = true;
+    // where DSI's target servers beyond the first run (the first is the decoder's target context):
+    // server s + 1 on dsi_servers[s], every layer offloaded there, its own copy of the target's
+    // weights; servers past the list share the target's weights and placement
+    std::vector<placement>      dsi_servers;
+};
+
+// who proposes the drafts
+enum class drafter_kind {
+    automatic,     // model_lookup with a draft model (the model alone in DSI); plain decoding without one
+    model,         // the draft model
+    lookup,        // prompt lookup only (no draft model needed)
+    model_lookup,  // the draft model; where it stops early, prompt lookup fills the rest
+};
+
+// how sampled drafts are verified (greedy decoding always keeps drafts equal to the argmax)
+enum class accept_rule {
+    rejection,  // min(1, p/q) with a residual draw: keeps the most (Leviathan et al.)
+    match,      // sample the target, keep equal drafts (llama.cpp's rule; for comparison)
+};
+
+enum class decode_mode {
+    si,   // speculative decoding: draft, then verify, in turn
+    dsi,  // Distributed Speculative Inference: drafting never waits for verification (dsi.h)
+};
+
+// the names the bindings and the CLI use ("auto", "model", "lookup", "model+lookup"; "rejection",
+// "match"; "si", "dsi"); parsing throws std::invalid_argument listing the names
+drafter_kind drafter_from_string(const std::string & name);
+std::string  drafter_to_string(drafter_kind kind);
+accept_rule  accept_rule_from_string(const std::string & name);
+std::string  accept_rule_to_string(accept_rule rule);
+decode_mode  decode_mode_from_string(const std::string & name);
+std::string  decode_mode_to_string(decode_mode mode);
+
+// Distributed Speculative Inference (dsi.h) on this decoder's models
+struct dsi_options {
+    int32_t sp               = 1;     // target servers (contexts on the shared target model)
+    int32_t lookahead        = 4;     // drafted tokens per verification task
+    int32_t n_threads_draft  = 0;     // drafter threads; 0: split the decoder's thread budget
+    int32_t n_threads_server = 0;     // threads per server; 0: split the decoder's thread budget
+    bool    overlap          = true;  // false: SI on the same code path (each verification waited for)
+    // every position waits for the drafter's proposal before the target's prediction is used, so
+    // every emitted token is a judged draft whatever the threads' timing (deterministic checking)
+    bool    wait_for_drafts  = false;
+};
+
+// prices the adaptive draft length uses instead of measured times: the same prices give the same
+// draft lengths on any machine and under any load (tests, and what-if runs for another machine)
+struct step_prices {
+    double draft_ms        = 0;  // one draft decode (the catch-up decode too)
+    double verify_ms       = 0;  // a one-token verification
+    double verify_token_ms = 0;  // each further token of a verification batch
+};
+
+struct generate_params {
+    int32_t                  max_tokens = 256;  // tokens to generate at most
+    std::optional<int32_t>   n_draft;           // tokens drafted per step, 1..k_max_draft; none: the decoder's
+    sampling_params          sampling;
+    std::optional<uint64_t>  seed;              // none: a random seed
+    std::vector<std::string> stop;              // stop strings (not included in the text)
+    bool                     ignore_eos = false;  // keep going past end-of-generation tokens
+    bool                     speculative = true;  // false: plain decoding on the target, same loop
+    // choose each step's draft length (<= n_draft) by expected speed; none: adaptive unless sampling
+    // with a seed (adaptive lengths follow measured times, which would make the seed irreproducible)
+    std::optional<bool>      adaptive;
+    drafter_kind             drafter  = drafter_kind::automatic;
+    accept_rule              rule     = accept_rule::rejection;
+    lookup_params            lookup;
+    std::optional<step_prices> prices;          // none: the adaptive rule prices steps by measured times
+    decode_mode              mode = decode_mode::si;
+    dsi_options              dsi;               // mode dsi only
+};
+
+// maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
+constexpr int32_t k_max_draft = 64;
+// maximum DSI target servers
+constexpr int32_t k_max_servers = 64;
+
+struct generate_stats {
+    int32_t              n_prompt        = 0;  // prompt tokens
+    int32_t              n_prompt_cached = 0;  // of which were already in the target's cache
+    int32_t              n_prompt_shared = 0;  // prompt tokens the draft took from the target's cache
+    int32_t              n_resume_shared = 0;  // tokens it lacked and took from there when the model drafted again after a pause
+    int32_t              n_generated     = 0;  // tokens emitted
+    int32_t              n_steps         = 0;  // target verification passes
+    int32_t              n_drafted       = 0;  // tokens the draft proposed
+    int32_t              n_accepted      = 0;  // of which the target kept
+    int32_t              n_lookup_drafted  = 0;  // of the drafted tokens, proposed by prompt lookup
+    int32_t              n_lookup_accepted = 0;  // of which the target kept
+    int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
+    // probes after a pause whose draft caught up on the last tokens alone (decoder::k_probe_window)
+    int32_t              n_window_catch_ups = 0;
+    std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
+    std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
+    // how the draft model's tokens reach the target: "same" (one vocabulary) or "intersection"
+    // (another vocabulary, by token-level intersection: vocab_map.h); "none" without a draft model
+    std::string          vocab = "none";
+    double               vocab_shared = 0;      // intersection: share of the draft's tokens the target has
+    // how rejected drafts leave the models' memory: "kv" (the KV cache drops its tail) or
+    // "checkpoint" (a recurrent or hybrid model goes back to a saved state and decodes the kept
+    // tokens again); t_rollback_ms is the time checkpoints, restores and those decodes took,
+    // n_redecoded the tokens decoded again (both models; also a window-only cache's, see kv_cache.h)
+    std::string          rollback = "kv";
+    // with "checkpoint": where the recurrent models' per-step checkpoints live, "device" or "host"
+    // (context_params::checkpoint_memory), "device and host" where the two models differ; "" with "kv"
+    std::string          checkpoint_memory;
+    double               t_rollback_ms = 0;
+    int64_t              n_redecoded   = 0;
+    double               t_prefill_ms = 0;      // prompt processing, both models (or the target and the copy)
+    double               t_draft_ms   = 0;      // draft decodes and draft sampling
+    double               t_vocab_ms   = 0;      // of which pairing two vocabularies: masking, converting tokens
+    double               t_verify_ms  = 0;      // target decodes
+    double               t_accept_ms  = 0;      // target sampling and acceptance
+    double               t_total_ms   = 0;      // the whole call
+
+    double acceptance_rate() const { return n_drafted > 0 ? (double) n_accepted / n_drafted : 0.0; }
+    // generated tokens per second after the prompt is processed
+    double tokens_per_second() const {
+        double t = t_total_ms - t_prefill_ms;
+        return t > 0 ? n_generated * 1000.0 / t : 0.0;
+    }
+    // time in the loop outside the model calls and the acceptance rule
+    double t_other_ms() const { return t_total_ms - t_prefill_ms - t_draft_ms - t_verify_ms - t_accept_ms; }
+    // tokens emitted per verification step (accepted drafts + the target's own token)
+    double mean_accepted_length() const { return n_steps > 0 ? (double) n_generated / n_steps : 0.0; }
+};
+
+struct dsi_report {
+    dsi_stats stats;
+    int32_t   sp = 0, lookahead = 0, n_threads_draft = 0, n_threads_server = 0;
+    bool      overlap = true;
+
+    // verification time the drafter did not wait for: the used verification time less its waits
+    double t_verify_hidden_ms() const;
+    // that over the used verification time
+    double verify_hidden_share() const;
+};
+
+struct generate_result {
+    std::vector<llama_token> tokens;
+    std::string              text;
+    std::string              finish_reason;  // "stop" (end token or stop string), "length", "cancelled"
+    bool                     context_full = false;  // "length" because the context had no room left
+    generate_stats           stats;
+    std::optional<dsi_report> dsi;                  // mode dsi only
+};
+
+// what one verification step added
+struct step_event {
+    std::vector<llama_token> tokens;  // tokens emitted by this step
+    std::string              text;    // text safe to show now (may lag tokens: stop strings, UTF-8)
+    int32_t                  n_drafted  = 0;
+    int32_t                  n_accepted = 0;
+};
+
+// called after every step; return true to stop. May throw (e.g. Ctrl-C): generation stops and the
+// decoder stays usable, since steps are complete when it is called.
+using step_callback = std::function<bool(const step_event &)>;
+// called between prompt chunks; may throw to stop
+using interrupt_check = std::function<void()>;
+
+// where a slot's caches live: sequence seq of contexts shared with other slots (slot_batcher.h)
+struct slot_place {
+    std::shared_ptr<shared_context> target;
+    std::shared_ptr<shared_context> draft;  // null without a draft model
+    llama_seq_id                    seq = 0;
+    std::shared_ptr<const vocab_map> vocab;  // the slots' pairing of two vocabularies (null: one)
+};
+
+// most slots one decoder() makes
+constexpr int32_t k_max_slots = 256;
+
+class decoder {
+  public:
+    explicit decoder(const decoder_params & params);
+    // a decoder on models already loaded (params' paths are not read): caches of its own on the
+    // same weights, or a slot's (slot_place)
+    decoder(const decoder_params & params, std::shared_ptr<model> target, std::shared_ptr<model> draft,
+            const std::optional<slot_place> & slot = std::nullopt);
+
+    // n decoders on this one's models (not loaded again) whose caches, of n_ctx positions each
+    // (0: this one's), are sequences of one context per model. One thread runs all their decodes
+    // and merges those the slots send at the same time: slots generating in parallel threads verify
+    // in one llama_decode and draft in one (slot_batcher.h). max_wait_us: how long a decode is held
+    // for slots still busy between decodes.
+    std::vector<std::unique_ptr<decoder>> slots(int32_t n, int32_t n_ctx, int32_t max_wait_us = 100000);
+    // whether this decoder is one of slots()'s, and its group's batching so far
+    bool    is_slot() const { return batcher_ != nullptr; }
+    int64_t slot_decodes() const { return batcher_ ? batcher_->n_decodes() : 0; }  // llama_decode calls
+    int64_t slot_chunks() const { return batcher_ ? batcher_->n_chunks() : 0; }    // slots' decodes merged into them
+    const batch_drafting * slot_drafting() const { return batcher_ ? &batcher_->drafting() : nullptr; }
+
+    // generate after prompt, by params.mode. Reuses the longest prefix of prompt already in the
+    // caches, so a conversation that grows turn by turn is not processed again.
+    generate_result generate(const std::vector<llama_token> & prompt, const generate_params & params,
+                             const step_callback & on_step = nullptr, const interrupt_check & check = nullptr);
+
+    // throws std::invalid_argument naming the first parameter this decoder cannot run with
+    void validate(const generate_params & params) const;
+    // who drafts in a generation with params: "model", "lookup", "model+lookup" or "none" (plain)
+    std::string drafter_name(const generate_params & params) const;
+
+    const model & target() const { return *target_; }
+    const model * draft() const { return draft_.get(); }
+    std::shared_ptr<model> target_shared() const { return target_; }
+    std::shared_ptr<model> draft_shared() const { return draft_; }
+    int32_t n_ctx() const { return tgt_cache_->n_ctx(); }
+    // whether the draft takes the prompt's keys and values from the target (decoder_params::share_prefill)
+    bool shares_prefill() const { return share_prefill_; }
+    // the pairing of the draft's vocabulary with the target's when they differ (null: they are one)
+    const vocab_map * cross_vocab() const { return vocab_map_.get(); }
+
+    // tokens held in the target's cache (what a following prompt can reuse)
+    std::vector<llama_token> cached_tokens() const;
+    // tokens held in the draft's cache (empty without a draft model)
+    std::vector<llama_token> draft_cached_tokens() const;
+    // target tokens as the draft reads them: themselves with one vocabulary, else their draft_view
+    // (vocab_map.h), converted afresh
+    std::vector<llama_token> draft_view_of(const std::vector<llama_token> & target_tokens) const;
+    // forget both caches
+    void reset();
+
+    // the adaptive draft length's current estimates
+    draft_length_model cost_model() const;
+    // tokens drafted per step when a generation does not say (decoder_params::n_draft)
+    int32_t n_draft() const { return n_draft_; }
+
+  private:
+    decoder_params             params_;
+    std::shared_ptr<slot_batcher> batcher_;  // a slot's: shared with the other slots; null otherwise
+
+    // what a generation runs, resolved once from its parameters and this decoder's models
+    struct run_plan {
+        bool    use_model  = false;  // the draft model drafts
+        bool    use_lookup = false;  // prompt lookup drafts, alone or after the model
+        bool    adaptive   = false;  // each step's draft length chosen by expected speed
+        int32_t n_draft    = 0;      // the most tokens drafted in a step
+
+        std::string drafter() const;  // "model", "lookup", "model+lookup" or "none"
+    };
+    // validates params against this decoder and resolves them (throws std::invalid_argument)
+    run_plan plan_run(const generate_params & params) const;
+
+    // the speculative loop (speculative/decoder.cpp) and DSI (dsi/decoder_dsi.cpp)
+    generate_result generate_si(const std::vector<llama_token> & prompt, const generate_params & params,
+                                const run_plan & plan, const step_callback & on_step, const interrupt_check & check);
+    generate_result generate_dsi(const std::vector<llama_token> & prompt, const generate_params & params,
+                                 const run_plan & plan, const step_callback & on_step, const interrupt_check & check);
+
+    // DSI's steps before the run: its servers (contexts on the target beyond the first, made on
+    // first use and kept) and the threads of each context for the run, then the prompt in each
+    struct dsi_setup {
+        std::vector<kv_cache *>                   caches;  // the servers' caches, the decoder's own first
+        std::vector<std::shared_ptr<void>>        thread_scopes;  // restore each context's threads when dropped
+        int32_t                                   n_threads_draft = 0, n_threads_server = 0;
+    };
+    dsi_setup dsi_prepare(const dsi_options & options);
+    void      dsi_prefill(const std::vector<kv_cache *> & caches, const std::vector<llama_token> & prompt,
+                          generate_stats & st, const interrupt_check & check);
+
+    // the steps of generate_si, in order:
+    // prefill: both caches hold all of seq but its last token (the draft may copy the target's);
+    // the target's pass prices a batch's tokens for the adaptive length until a batch is verified
+    void prefill(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
+                 generate_stats & st, const interrupt_check & check);
+    // plan: how many tokens this step may draft, and whether the draft model drafts them
+    struct step_plan {
+        int32_t n_max = 0;      // drafts at most (0: a plain step)
+        bool    model = false;  // the draft model drafts (else prompt lookup alone, if any)
+    };
+    step_plan plan_step(const run_plan & plan, const generate_params & params, int32_t n_seq, generate_stats & st);
+    // draft: fill drafted_ (the model's tokens, then lookup's); returns how many the model drafted.
+    // A probe of a paused draft model that lags more than k_probe_window tokens behind (and cannot
+    // copy the target's keys and values) catches up on the last k_probe_window of them alone: a
+    // catch-up on everything since the pause costs a share of every plain step the draft sat out
+    // (a recurrent draft on a CPU, the Mamba pair of benchmarks/recurrent_bench.py: 0.9 ms a token
+    // against the target's 6.5 ms step), all spent in the probe. The draft keeps that shorter
+    // context until the next prompt.
+    static constexpr int32_t k_probe_window = draft_length_model::k_probe_window;
+    int32_t draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
+                       const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
+                       const interrupt_check & check);
+    // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
+    // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length)
+    acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
+                                        rng_t & rng, double & verify_ms, generate_stats & st);
+    // emit: the accepted drafts and the target's token into res and seq, until a stop; fills ev
+    void emit(const acceptance_result & acc, const generate_params & params, text_stream & stream,
+              std::vector<llama_token> & seq, generate_result & res, step_event & ev, std::string & finish) const;
+
+    // throws unless prompt can be generated after (non-empty, fits the context, valid ids)
+    void validate_prompt(const std::vector<llama_token> & prompt) const;
+    // append an emitted token to res unless it ends generation; sets finish to "stop" (end token or
+    // stop string) or "length" (max_tokens). Returns whether tok was appended.
+    bool append_token(llama_token tok, const generate_params & params, text_stream & stream, generate_result & res,
+                      std::string & finish) const;
+
+    // append prompt-lookup drafts after the model's (up to n_max in all); sets probe to the first
+    // proposal the cost model dropped (-1 if none); returns how many were added
+    int32_t add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, bool adaptive,
+                              const lookup_params & params, llama_token & probe);
+    // feed one step's costs and outcomes to the adaptive draft length (prev_n: tokens drafted in
+    // the step before, -1 for the first step after prefill); prices replace the measured times
+    void observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe, double draft_ms,
+                      double verify_ms, int32_t prev_n, const std::optional<step_prices> & prices);
+
+    std::shared_ptr<model>    target_;
+    std::shared_ptr<model>    draft_;
+    std::unique_ptr<kv_cache> tgt_cache_;
+    std::unique_ptr<kv_cache> dft_cache_;
+    std::unique_ptr<model_drafter> drafter_;
+    std::shared_ptr<const vocab_map> vocab_map_;  // the draft's vocabulary is another (null: the same)
+    std::unique_ptr<draft_view>   view_;          // then the sequence in the draft's tokens
+    // the sequence as the draft reads it: seq itself, or its draft_view
+    const std::vector<llama_token> & draft_seq(const std::vector<llama_token> & seq) {
+        return view_ ? view_->update(seq) : seq;
+    }
+    mutable std::mutex        mutex_;  // one generation at a time per decoder
+    // the thread whose generate() holds mutex_ (its callbacks run there); none while idle
+    std::atomic<std::thread::id> generating_in_{};
+    // what waits for mutex_ (reset, cached_tokens, ...) raises where a generation's own callback
+    // calls it: waiting there would never end
+    void not_from_own_generation(const char * what) const;
+    context_params            ctx_params_;
+    int32_t                   n_threads_draft_ = 0;
+    int32_t                   n_draft_         = 10;  // decoder_params::n_draft
+    bool                      share_prefill_   = false;  // the draft copies the target's prompt KV
+    bool                      copy_server_prefill_ = false;  // DSI servers copy the first server's
+    std::vector<std::unique_ptr<kv_cache>> dsi_servers_;  // DSI's target servers beyond the first
+    std::vector<std::shared_ptr<model>>    dsi_models_;   // the target loaded where dsi_servers places it
+
+    draft_length_model        lengths_;  // costs and calibration, kept across generations
+
+    // per-step buffers, reused
+    draft_result              drafted_;
+    std::vector<token_dist>   p_;
+    std::vector<llama_token>  target_argmax_;
+    std::vector<llama_token>  lookup_seq_;
+    std::vector<llama_token>  batch_;
+    step_record               record_;
+    acceptance_scratch        scratch_;
+};
+
+// throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)
+void generate_params_validate(const generate_params & params);
+
+}  // namespace specllama

@@ -1,0 +1,321 @@
+// speculative/draft_length.cpp: online cost and acceptance estimates, and the keep-drafting rule.
+#include "speculative/draft_length.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace specllama {
+
+// a decode the OS preempted can take many times its cost; on a shared machine such outliers would
+// swing the estimates and with them the draft length, so one observation counts for at most
+// k_outlier times the current estimate (a lasting slowdown is still followed, step by step)
+constexpr double k_outlier = 2.0;
+
+void draft_length_model::observe_draft_decode(double ms) {
+    if (has_draft_ms_) {
+        ms = std::min(ms, k_outlier * draft_ms_);
+    }
+    draft_ms_     = has_draft_ms_ ? k_decay * draft_ms_ + (1.0 - k_decay) * ms : ms;
+    has_draft_ms_ = true;
+}
+
+void draft_length_model::observe_catch_up(double ms) {
+    if (has_catch_up_) {
+        ms = std::min(ms, k_outlier * std::max(catch_up_ms_, draft_ms_));
+    }
+    catch_up_ms_  = has_catch_up_ ? k_decay * catch_up_ms_ + (1.0 - k_decay) * ms : ms;
+    has_catch_up_ = true;
+}
+
+void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
+    // (a first batch is taken as measured: nothing measured predicts it yet)
+    const double predicted = n_tokens == 1 || sw_ > 0.0 ? verify_ms(n_tokens) : 0.0;
+    if (predicted > 0.0) {
+        ms = std::min(ms, k_outlier * predicted);
+    }
+    if (n_tokens == 1) {
+        // a one-token decode has its own estimate: a GPU replays it as one CUDA graph and runs a
+        // batch of several tokens as separate kernel launches (H100, default pair: 1.15 ms against
+        // 3-4 ms for 2-11 tokens), which no line through the batches would show. The first
+        // estimate is the cheaper of the first two (a GPU may still be recording its graph). It
+        // follows fast: while drafting pays no steady plain step is seen, and once paused, the
+        // pause is judged against what plain steps cost now (a load that came meanwhile, say).
+        v1_ms_ = n_v1_ == 0 ? ms : n_v1_ == 1 ? std::min(v1_ms_, ms) : k_decay_v1 * v1_ms_ + (1.0 - k_decay_v1) * ms;
+        n_v1_ += 1;
+        return;
+    }
+    const double k = n_tokens;
+    sw_  = k_decay * sw_ + 1.0;
+    sk_  = k_decay * sk_ + k;
+    skk_ = k_decay * skk_ + k * k;
+    sy_  = k_decay * sy_ + ms;
+    sky_ = k_decay * sky_ + k * ms;
+}
+
+double draft_length_model::verify_ms(int32_t n_tokens) const {
+    if (n_tokens <= 1 && n_v1_ > 0) {
+        return v1_ms_;
+    }
+    if (sw_ == 0.0) {
+        return n_v1_ > 0 ? v1_ms_ + prompt_token_ms_ * (n_tokens - 1) : 0.0;
+    }
+    const double mean_k = sk_ / sw_;
+    const double mean_y = sy_ / sw_;
+    const double var_k  = skk_ / sw_ - mean_k * mean_k;
+    // slope from the data once batch sizes vary; while they do not, the line from a plain step to
+    // them (no slope while there is neither); a batch never costs less than a smaller one
+    double b = var_k > 0.25                  ? (sky_ / sw_ - mean_k * mean_y) / var_k
+               : n_v1_ > 0 && mean_k > 1.5 ? (mean_y - v1_ms_) / (mean_k - 1.0)
+                                             : 0.0;
+    b = std::max(b, 0.0);
+    return std::max(mean_y + b * (n_tokens - mean_k), 0.0);
+}
+
+namespace {
+int conf_bin(double conf, int n_bins) {
+    return std::min(n_bins - 1, std::max(0, (int) (conf * n_bins)));
+}
+}  // namespace
+
+void draft_length_model::observe_acceptance(double conf, bool accepted) {
+    const int b = conf_bin(conf, k_bins);
+    acc_bin_[b] = k_decay * acc_bin_[b] + (accepted ? 1.0 : 0.0);
+    n_bin_[b]   = k_decay * n_bin_[b] + 1.0;
+    acc_all_    = k_decay * acc_all_ + (accepted ? 1.0 : 0.0);
+    n_all_      = k_decay * n_all_ + 1.0;
+}
+
+double draft_length_model::accept_prob(double conf) const {
+    // how often drafts this confident were accepted, shrunk towards the overall rate while the
+    // bin has few observations
+    const int b = conf_bin(conf, k_bins);
+    return (acc_bin_[b] + k_prior_weight * acceptance()) / (n_bin_[b] + k_prior_weight);
+}
+
+void draft_length_model::observe_step(int32_t tokens, double ms, bool model_drafted) {
+    step_tokens_ = k_decay * step_tokens_ + tokens;
+    step_ms_     = k_decay * step_ms_ + ms;
+    if (model_drafted) {
+        // a probe is the only fresh news while paused: it counts as much as all the steps before
+        const double d  = probing_ && drafted_w_ > 0.0 ? 1.0 / drafted_w_ : k_decay;
+        drafted_tokens_ = d * drafted_tokens_ + tokens;
+        drafted_ms_     = d * drafted_ms_ + ms;
+        drafted_w_      = d * drafted_w_ + 1.0;
+        drafted_steps_ += 1;
+        if (probing_ && n_v1_ > 0) {
+            probe_excess_ms_[n_probes_ % 2] = ms - tokens * v1_ms_;
+            n_probes_ += 1;
+        }
+        // a pause ends with a drafting step (a probe) after which drafting pays; not with a plain
+        // step whose price a busy spell moved (the draft, resumed without a probe's windowed
+        // catch-up, would decode every token it sat out)
+        if (paused_ && draft_pays()) {
+            paused_ = false;
+        }
+    }
+    probing_ = false;
+}
+
+bool draft_length_model::keep_going(int32_t n, double p_reach) const {
+    // the next token's confidence is not known before it is drafted: price it at the overall rate
+    return keep_going_p(n, p_reach, acceptance(), true);
+}
+
+bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost) const {
+    if (sw_ == 0.0 || step_ms_ == 0.0 || (draft_cost && !has_draft_ms_)) {
+        // no costs or steps measured yet: draft a short batch once, to price a batch against a
+        // plain step. Short, since what a batch costs per token is not known before: a little on
+        // a transformer, nearly a whole decode on a recurrent model (Mamba-130M's shape on the
+        // 2-core CPU: one token 7 ms, four 21 ms), where a first batch of 10 drafts made the first
+        // 128 tokens 1.4 times slower than plain decoding (benchmarks/recurrent_bench.py)
+        if (n >= k_first_batch_drafts) {
+            return false;
+        }
+        // and shorter where a batch's further tokens are priced already (by a batch, or by the
+        // prompt): drafting on must pay at that price, the draft decodes counted at nothing while
+        // none is measured
+        // (and where the target decodes kept tokens again after a rejection, the chance that this
+        // token is the first rejected one times the restore and that decode: a verified batch
+        // prices them from then on)
+        if (step_ms_ > 0.0 && n_v1_ > 0 && (sw_ > 0.0 || prompt_token_ms_ > 0.0)) {
+            const double again =
+                decodes_again_ && sw_ == 0.0 ? p_reach * (1.0 - p_next) * (checkpoint_ms_ + verify_ms(n + 1)) : 0.0;
+            const double cost_more = (draft_cost && has_draft_ms_ ? draft_ms_ : 0.0) +
+                                     (verify_ms(n + 2) - verify_ms(n + 1)) + (n == 0 ? leave_ms() : 0.0) + again;
+            return p_reach * p_next > rate() * cost_more;
+        }
+        return true;
+    }
+    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position
+    // (the first one also turns a plain step into a batch, and the next plain step pays for that),
+    // and adds the chance that it too is accepted; worth it while that beats the long-run rate
+    const double cost_more =
+        (draft_cost ? draft_ms_ : 0.0) + (verify_ms(n + 2) - verify_ms(n + 1)) + (n == 0 ? leave_ms() : 0.0);
+    return p_reach * p_next > rate() * cost_more;
+}
+
+bool draft_length_model::clear_loss() const {
+    return knows_plain_step() && drafted_steps_ >= k_min_clear_evidence &&
+           drafted_tokens_ * v1_ms_ <= k_clear_loss * drafted_ms_;
+}
+
+double draft_length_model::priced_excess_ms() const {
+    const double p     = acceptance();
+    // the draft's decodes as measured; before any is, at its prompt price per token (a one-token
+    // decode costs at least that), or at nothing where that is not measured either
+    const double each  = has_draft_ms_ ? draft_ms_ : draft_token_ms_;
+    const double first = has_catch_up_ ? catch_up_ms_ : each;
+    const double more  = each;
+    // (once a batch is verified, its measured price holds the checkpoint, restore and decode again
+    // as they happened)
+    const bool again_priced = decodes_again_ && sw_ == 0.0;
+    double     tokens = 1.0, p_reach = 1.0, again = 0.0, best = 0.0;
+    for (int32_t n = 1; n <= k_first_batch_drafts; ++n) {
+        // the n-th draft rejected: the restore, and the n tokens before it decoded again
+        again += p_reach * (1.0 - p) * (checkpoint_ms_ + verify_ms(n));
+        p_reach *= p;
+        tokens += p_reach;
+        const double cost   = first + (n - 1) * more + verify_ms(n + 1) + (again_priced ? checkpoint_ms_ + again : 0.0);
+        const double excess = cost - tokens * v1_ms_;
+        best                = n == 1 ? excess : std::min(best, excess);
+    }
+    return best;
+}
+
+bool draft_length_model::pays_at_prices() const {
+    return !knows_plain_step() || priced_excess_ms() < 0.0;
+}
+
+bool draft_length_model::draft_pays() const {
+    if (!knows_plain_step()) {
+        return true;  // too little measured yet to stop drafting
+    }
+    if (drafted_steps_ == 0) {
+        return pays_at_prices();
+    }
+    if (drafted_steps_ < k_min_clear_evidence) {
+        // one drafting step is too little to stop on (a first batch's catch-up and verification
+        // are not yet steady), and too little to end a pause the prices predicted: that one
+        // lasts until two probes have measured drafting
+        return n_probes_ == 0;
+    }
+    if (drafted_steps_ < k_min_evidence) {
+        // a clear loss stops drafting sooner: where a drafting step costs several plain steps (a
+        // recurrent target on a GPU: a rejected draft's restore and decode again take 4-8 plain
+        // steps), each further step of evidence costs more than a needless pause does (a probe
+        // takes drafting up again)
+        return !clear_loss();
+    }
+    // the tokens per ms the model's steps made (their draft decodes, adaptive stops and rejections
+    // as they happened) against a plain step's one token per steady one-token verification, with
+    // a small margin: within 3% of plain steps the loop keeps drafting rather than pause on noise
+    // (or because the machine got busier since plain steps were last priced, which only a pause
+    // shows); below that it pauses, so that a draft that does not pay costs at most about 3%
+    return drafted_tokens_ * v1_ms_ > k_pause_margin * drafted_ms_;
+}
+
+int32_t draft_length_model::probe_gap() const {
+    // a probe's cost beyond the plain steps that would have made its tokens: the lesser of the
+    // pause's last two probes (one probe may be unlucky: a draft rejected at its first token; and
+    // the steps before the pause may have been slowed by a busy spell that is over)
+    if (v1_ms_ <= 0.0) {
+        return probe_gap_;
+    }
+    double excess = 0.0, most = 1e6;
+    if (n_probes_ >= 2) {
+        excess = std::min(probe_excess_ms_[0], probe_excess_ms_[1]);
+    } else if (drafted_steps_ < k_min_clear_evidence) {
+        // a pause the prices predicted: what they predict a probe costs (its batch, and the
+        // draft's catch-up on the tokens it sat out), for a gap no longer than the doubling gaps
+        // reach (two probes then measure it)
+        excess = priced_excess_ms() + k_probe_window * draft_token_ms_;
+        most   = k_max_probe_gap;
+    } else if (clear_loss()) {
+        // before two probes: the mean of the drafting steps that showed the clear loss, for a gap
+        // no longer than the doubling gaps reach (a spell that slowed those steps alone and is over
+        // keeps drafting paused for at most that many steps)
+        excess = (drafted_ms_ - drafted_tokens_ * v1_ms_) / drafted_w_;
+        most   = k_max_probe_gap;
+    } else {
+        return probe_gap_;
+    }
+    const double steps = excess / (k_probe_budget * v1_ms_);
+    return steps > probe_gap_ ? (int32_t) std::min(std::ceil(steps), most) : probe_gap_;
+}
+
+void draft_length_model::observe_prompt(int32_t n_tokens, double ms) {
+    if (n_tokens >= k_min_prompt_price && ms > 0.0) {
+        prompt_token_ms_ = ms / n_tokens;
+    }
+}
+
+void draft_length_model::observe_draft_prompt(int32_t n_tokens, double ms) {
+    if (n_tokens >= k_min_prompt_price && ms > 0.0) {
+        draft_token_ms_ = ms / n_tokens;
+    }
+}
+
+bool draft_length_model::draft_this_step() {
+    probing_ = false;
+    if (!paused_ && draft_pays()) {
+        skipped_   = 0;
+        probe_gap_ = k_first_probe_gap;
+        n_probes_  = 0;
+        return true;
+    }
+    paused_ = true;
+    if (++skipped_ >= probe_gap()) {
+        probe_gap_ = std::min(2 * probe_gap_, k_max_probe_gap);
+        skipped_   = 0;
+        probing_   = true;
+        return true;
+    }
+    return false;
+}
+
+void draft_length_model::observe_leave(double excess_ms) {
+    leave_ms_ = k_decay * leave_ms_ + (1.0 - k_decay) * excess_ms;
+}
+
+void draft_length_model::observe_lookup(bool accepted) {
+    constexpr double decay = 0.9;  // quoting comes in bursts: follow them quickly
+    acc_lookup_ = decay * acc_lookup_ + (accepted ? 1.0 : 0.0);
+    n_lookup_   = decay * n_lookup_ + 1.0;
+}
+
+bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_reach) const {
+    p_reach *= accept_prob(conf);
+    return keep_going(n_done, p_reach);
+}
+
+void draft_length_model::observe(const step_record & s) {
+    // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
+    // once per step whatever the draft length; the other n_model - 1 decodes are one token each
+    if (s.n_model > 0) {
+        observe_catch_up(s.catch_up_ms);
+    }
+    if (s.n_model > 1) {
+        observe_draft_decode((s.draft_ms - s.catch_up_ms) / (s.n_model - 1));
+    }
+    // a one-token verification is priced only when steady (after another); right after a batch,
+    // what it costs beyond that is the price of having left plain steps
+    if (s.n > 0 || s.prev_n == 0) {
+        observe_verify(s.n + 1, s.verify_ms);
+    } else if (s.prev_n > 0 && knows_plain_step()) {
+        observe_leave(s.verify_ms - verify_ms(1));
+    }
+    // every draft the target looked at: all accepted ones and the first rejected one
+    for (int32_t i = 0; i <= s.n_accepted && i < s.n; ++i) {
+        if (i < s.n_model) {
+            observe_acceptance(s.conf[i], i < s.n_accepted);
+        } else {
+            observe_lookup(i < s.n_accepted);
+        }
+    }
+    if (s.probe >= 0 && s.n_accepted == s.n) {
+        observe_lookup(s.probe == 1);
+    }
+    observe_step(s.n_accepted + 1, s.draft_ms + s.verify_ms, s.n_model > 0);
+}
+
+}  // namespace specllama

@@ -1,0 +1,233 @@
+// speculative/draft_length.h: adaptive draft length. Drafting one more token costs a draft decode plus a
+// larger verification batch; it pays only if the chance that the target keeps it is high enough.
+// The model keeps running estimates of those costs (a draft decode; the draft's catch-up decode,
+// paid once per step; a steady one-token verification, and a batch of k tokens as a + b k, fitted
+// online), of how well
+// the draft's own confidence predicts acceptance, and of the loop's long-run rate (tokens per
+// millisecond over recent steps). Drafting continues while the next token's expected yield per
+// millisecond beats that long-run rate: a step is a renewal cycle, and the long-run rate is
+// maximized by extending a step while its marginal tokens per ms exceed the rate itself
+// (Dinkelbach's rule for ratio objectives; Leviathan et al. sec. 3.5 choose one length per run).
+// The draft's confidence (drafting.h: greedy, 1 - p2/p1 of its top two tokens; sampling, its
+// probability of the token it drew) is mapped to an acceptance chance through a calibration
+// curve learned from this pair's own verifications; it prices the tokens already drafted. The
+// next token, not yet drafted, is priced at the overall acceptance rate: on 12 prompts x 256
+// tokens of the default pair, the token after one of the draft's near-ties (acceptance 0.79) is
+// accepted as often as any (0.97 against 0.98).
+// Before a step, the model decides whether to draft at all: not while the steps it drafted in
+// made fewer tokens per ms than plain steps (draft_this_step), as where both models are bound by
+// kernel launches on a GPU.
+// Before any drafting step is measured, that decision is a prediction from the prices measured so
+// far (pays_at_prices), so that a pair whose prices cannot pay (a recurrent target on a CPU) starts
+// paused instead of learning it from drafting steps that each cost several plain steps; such a
+// pause lasts until two probes have measured drafting. Any pause ends only with a drafting step
+// (a probe) after which drafting pays, not because a plain step's price moved.
+// While paused, the model probes at gaps that double from k_first_probe_gap steps, and that after
+// the pause's second probe are never shorter than what keeps the probes' cost within
+// k_probe_budget of the plain steps between them (before it, where the pause was predicted or a
+// clear loss, that cost is estimated: probe_gap). A probe costs what it took beyond the plain
+// steps that would have made its tokens: on a recurrent target on a CPU, where a verified batch
+// costs nearly a decode per token and a rejection a decode again, 20-40 ms against a 6.5 ms plain
+// step (benchmarks/recurrent_bench.py), so that gaps of at most 128 steps would spend about 4%
+// of the time on probes.
+// Not here: drafting itself (drafting.h).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace specllama {
+
+// what one finished step tells the model (the decoding loop and the replay both report steps so)
+struct step_record {
+    int32_t            n_model    = 0;   // tokens the draft model drafted
+    int32_t            n          = 0;   // tokens drafted in all (the model's, then prompt lookup's)
+    int32_t            n_accepted = 0;   // of which the target kept
+    std::vector<float> conf;             // the model's confidence in each drafted token (n_model of them)
+    int32_t            probe      = -1;  // 1/0: a lookup proposal the rule dropped would have been kept; -1: none
+    double             catch_up_ms = 0;  // the draft's catch-up decode (once per step it drafts)
+    double             draft_ms    = 0;  // all of the step's drafting, the catch-up included
+    double             verify_ms   = 0;  // the verification of n + 1 tokens
+    int32_t            prev_n      = -1; // tokens drafted in the step before (-1: it was prefill)
+};
+
+class draft_length_model {
+  public:
+    // --- the loop's use of the model, step by step ---
+    // whether a step of an adaptive loop is a pricing step: plain, to price plain steps first
+    bool pricing(bool adaptive) const { return adaptive && !knows_plain_step(); }
+    // the start of a step that may draft with the model: whether the model drafts in it (always
+    // when not adaptive; when adaptive, as draft_this_step says)
+    bool model_drafts(bool adaptive) { return !adaptive || draft_this_step(); }
+    // after the model drafted its n_done-th token with confidence conf: draft another? p_reach
+    // carries the estimated chance that every token so far is accepted (start it at 1)
+    bool keep_drafting(int32_t n_done, float conf, double & p_reach) const;
+    // a finished step: its costs and outcomes update every estimate
+    void observe(const step_record & step);
+
+    // keep drafting? n drafted so far; p_reach = estimated chance that all n are accepted
+    bool keep_going(int32_t n, double p_reach) const;
+
+    // draft with the model at all this step? Yes while the steps it drafted in made more tokens
+    // per ms than plain steps do (one per steady one-token verification); else the step is a plain
+    // one (or prompt lookup's alone). That happens where a draft decode costs about as much as a
+    // target decode: a small pair offloaded to a GPU (H100, default pair: plain 1.15 ms per token,
+    // drafting steps 0.35 tokens per ms). Measured rates, not Leviathan's formula: the formula's
+    // independent acceptance misses what stopping at the draft's near-ties gains. Even while
+    // paused the model drafts now and then, at gaps that double from k_first_probe_gap to
+    // k_max_probe_gap steps, so that changed prices or acceptance are seen.
+    bool draft_this_step();
+    // whether drafting pays at the current estimates (no state change)
+    bool draft_pays() const;
+    // before any drafting step is measured, whether drafting pays is predicted: does some length
+    // of a first batch (1 to k_first_batch_drafts drafts) make more tokens per ms than plain steps,
+    // at the acceptance judged so far (shrunk towards k_prior_acceptance) and the prices measured
+    // so far (a plain step; a batch's further tokens, priced by the prompt pass until a batch is
+    // verified; the draft's decodes, at its prompt price per token until one is measured (free
+    // where neither is); for a target that decodes kept tokens
+    // again after a rejection, its checkpoint, restore and that decode)? On a transformer pair a
+    // batch's tokens cost little and it does; on a recurrent target on a CPU a batch costs nearly
+    // a decode per token, and a rejection a decode again (Mamba-130M's shape on the 2-core CPU: a
+    // plain step 6.5 ms, a prompt token 4.7 ms), and it does not: the loop starts paused
+    bool pays_at_prices() const;
+    // what a first batch is predicted to cost beyond the plain steps that would make its expected
+    // tokens, at its best length (what pays_at_prices judges: negative where it pays)
+    double priced_excess_ms() const;
+    // a target whose rollback restores a checkpoint and decodes the kept tokens again (recurrent
+    // or hybrid memory): a rejected draft then costs that decode as well, priced before any batch
+    void set_decodes_again(bool yes) { decodes_again_ = yes; }
+    // the draft's prompt pass: n_tokens in ms, the price of a probe's catch-up until a probe is
+    // measured, and of a draft decode in the prediction until one is
+    void observe_draft_prompt(int32_t n_tokens, double ms);
+    // a probe of a paused draft catches up on at most this many of the tokens it sat out (the
+    // decoder's windowed catch-up, where it cannot copy the target's keys and values)
+    static constexpr int32_t k_probe_window = 32;
+    // such a target saved its state in ms (where a prompt ends): the price of a step's checkpoint,
+    // and of its restore, until a verified batch prices them (on an H100, Mamba-130M's shape: a
+    // host-memory save 0.93 ms, a restore 0.94; a plain step 0.85)
+    void observe_checkpoint(double ms) { checkpoint_ms_ = ms; }
+    // whether the model is left out of steps now, but for probes: drafting did not pay when a step
+    // last asked, and no drafting step since has shown that it does (or it does not pay now)
+    bool paused() const { return paused_ || !draft_pays(); }
+    // whether the step draft_this_step last began is a probe of a paused model
+    bool probing() const { return probing_; }
+    // steps without the model since drafting last paid or was probed (0 while it pays)
+    int32_t skipped_steps() const { return skipped_; }
+
+    // the steps a paused model sits out before its next probe: the doubling gap, or more where a
+    // probe costs more than k_probe_budget of that many plain steps. A probe's cost is the lesser of
+    // the pause's last two probes'. Before two, it is estimated, for a gap of at most
+    // k_max_probe_gap: where the prices predicted the pause, at what they predict (the batch, and the
+    // draft's catch-up on k_probe_window tokens at its prompt price); where the pause came from a
+    // clear loss, at what its drafting steps cost on average beyond plain steps. Other pauses keep
+    // the doubling gaps: a busy spell may have caused them. (A clear loss is a step that costs
+    // several plain steps, a recurrent target's on a GPU, where each early probe costs as much.)
+    int32_t probe_gap() const;
+
+    // the target's prompt pass: n_tokens in ms. Until a verified batch is seen, it prices a batch's
+    // further tokens (a recurrent target's prompt costs nearly a decode per token, a transformer's
+    // far less), so that a first batch stops where that price says drafting cannot pay
+    void observe_prompt(int32_t n_tokens, double ms);
+
+    // the same decision given the next token's acceptance chance directly; draft_cost false for
+    // proposals that cost no draft decode (prompt lookup)
+    bool keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost) const;
+
+    // prompt lookup's proposals: how often the target keeps one (tracks bursts of quoting)
+    void   observe_lookup(bool accepted);
+    double lookup_accept_prob() const { return n_lookup_ > 0.5 ? acc_lookup_ / n_lookup_ : 0.5; }
+
+    // estimated chance the target accepts a token the draft gave confidence conf
+    double accept_prob(double conf) const;
+
+    // observations from a finished step: a one-token draft decode, the step's catch-up decode
+    void observe_draft_decode(double ms);
+    void observe_catch_up(double ms);
+    // a verification of n_tokens; one token only for a steady plain step (one that follows a plain
+    // step: on a GPU the first one-token decode after batches re-records its CUDA graph and costs
+    // 2-4x a steady one, and that is not what a paused loop pays)
+    void observe_verify(int32_t n_tokens, double ms);
+    // a plain step right after a verified batch cost excess_ms more than a steady one (on a GPU:
+    // it records its CUDA graph again: 1.5-3.6 ms for the default pair on an H100, docs/gpu.md;
+    // on a CPU: nothing)
+    void observe_leave(double excess_ms);
+    // what leaving plain steps for one batch costs beyond the batch itself (at least 0)
+    double leave_ms() const { return leave_ms_ > 0.0 ? leave_ms_ : 0.0; }
+    // whether steady plain steps have been priced (two): until then the loop steps plainly (the
+    // first three steps of a decoder's life)
+    bool knows_plain_step() const { return n_v1_ >= 2; }
+    // a draft with confidence conf was verified (it was reached: all before it were accepted)
+    void observe_acceptance(double conf, bool accepted);
+    // a finished step: tokens it produced (accepted + the target's own), ms it took (drafting
+    // and verification), whether the draft model drafted in it
+    void observe_step(int32_t tokens, double ms, bool model_drafted);
+
+    double draft_ms() const { return draft_ms_; }
+    double draft_token_ms() const { return draft_token_ms_; }
+    double checkpoint_ms() const { return checkpoint_ms_; }
+    double catch_up_ms() const { return catch_up_ms_; }
+    // acceptance rate of all reached drafts (the prior of each confidence bin), shrunk towards
+    // k_prior_acceptance while few are judged: four drafts kept in four are not a certainty
+    double acceptance() const {
+        return (acc_all_ + k_prior_weight * k_prior_acceptance) / (n_all_ + k_prior_weight);
+    }
+    double verify_ms(int32_t n_tokens) const;
+    // long-run tokens per ms over recent steps (0 before any)
+    double rate() const { return step_ms_ > 0.0 ? step_tokens_ / step_ms_ : 0.0; }
+
+  private:
+    // exponentially weighted estimates; decay keeps them current as the machine's load changes
+    static constexpr double k_decay = 0.97;
+    // the acceptance assumed before any draft is judged, and its weight in drafts where few are
+    static constexpr double k_prior_acceptance = 0.8;
+    static constexpr double k_prior_weight     = 2.0;
+    bool   decodes_again_ = false;
+    double checkpoint_ms_ = 0.0;
+    double draft_token_ms_ = 0.0;  // a draft prompt token (observe_draft_prompt; 0: none)
+    // the drafting steps' evidence shows a clear loss (k_clear_loss, after k_min_clear_evidence steps)
+    bool clear_loss() const;
+    double draft_ms_  = 0.0;
+    bool   has_draft_ms_ = false;
+    double catch_up_ms_  = 0.0;
+    bool   has_catch_up_ = false;
+    // a steady one-token verification (a plain step), how many were seen, and what a plain step
+    // right after a batch costs beyond it
+    static constexpr double k_decay_v1 = 0.8;
+    double  v1_ms_    = 0.0;
+    int32_t n_v1_     = 0;
+    double  leave_ms_ = 0.0;
+    // weighted least squares of verify ms on batch size (2 tokens and more)
+    double sw_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;
+    // a prompt token's ms (observe_prompt; 0: none), standing in for the line's slope until a batch is seen
+    double prompt_token_ms_ = 0;
+    // calibration curve: acceptance of reached drafts by the draft's confidence, in bins
+    static constexpr int k_bins = 10;
+    std::array<double, k_bins> acc_bin_{};
+    std::array<double, k_bins> n_bin_{};
+    double acc_all_ = 0, n_all_ = 0;
+    double acc_lookup_ = 0, n_lookup_ = 0;
+    double step_tokens_ = 0, step_ms_ = 0;
+    // the same over the steps the model drafted in (a probe weighs as much as all before it), their
+    // decayed weight, and how many
+    double  drafted_tokens_ = 0, drafted_ms_ = 0, drafted_w_ = 0;
+    int64_t drafted_steps_  = 0;
+    // pausing: plain steps since drafting last paid or was probed, the gap before the next probe
+    static constexpr int32_t k_first_probe_gap = 4;
+    static constexpr int32_t k_max_probe_gap   = 128;
+    static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
+    static constexpr int64_t k_min_clear_evidence = 2;  // the same where they made less than
+    static constexpr double  k_clear_loss      = 0.5;   // this share of the plain rate
+    static constexpr int32_t k_first_batch_drafts = 3;  // drafts in the first batch, before any is priced
+    static constexpr double  k_pause_margin    = 0.97;  // pause below 97% of the plain rate
+    static constexpr double  k_probe_budget    = 0.01;  // probes cost 1% of the plain steps between them
+    static constexpr int32_t k_min_prompt_price = 8;    // prompt tokens that price a batch (fewer: too noisy)
+    bool    probing_   = false;
+    bool    paused_    = false;             // a step found drafting not paying; a drafting step that pays ends it
+    int32_t n_probes_  = 0;                 // probes in this pause
+    double  probe_excess_ms_[2] = {0, 0};   // the last two probes' cost beyond plain steps
+    int32_t skipped_   = 0;
+    int32_t probe_gap_ = k_first_probe_gap;
+};
+
+}  // namespace specllama

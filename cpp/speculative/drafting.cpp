@@ -1,0 +1,159 @@
+// speculative/drafting.cpp: autoregressive drafting with the draft model.
+#include "speculative/drafting.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace specllama {
+
+bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
+                         const std::function<void()> & between_chunks, int32_t window) {
+    // keep what the cache shares with seq (never its last token, whose logits are q_1), decode up to n_end
+    const int32_t n_last   = (int32_t) seq.size() - 1;
+    const int32_t n_from   = n_last - window;
+    const bool    restart  = window > 0 && n_from > cache_.common_prefix(seq, n_last);
+    if (restart) {
+        cache_.restart_at(seq, n_from);
+    }
+    const int32_t n_common = cache_.keep_common_prefix(seq, n_last);
+    cache_.decode(seq.data() + n_common, n_end - n_common, false, nullptr, between_chunks);
+    return restart;
+}
+
+int32_t model_drafter::copy_target(const std::vector<llama_token> & seq, const kv_cache * target) {
+    const int32_t n_end = (int32_t) seq.size() - 1;
+    if (target == nullptr || target->n_past() != n_end ||
+        !std::equal(target->tokens().begin(), target->tokens().end(), seq.begin())) {
+        return 0;
+    }
+    // a copy moves everything the target holds; decoding, only what this cache lacks
+    const int32_t n_new = n_end - cache_.keep_common_prefix(seq, n_end);
+    return copy_pays(n_new, n_end) && cache_.copy_from(*target) ? n_new : 0;
+}
+
+model_drafter::catch_up_result model_drafter::catch_up(const std::vector<llama_token> & seq,
+                                                       const std::function<void()> & between_chunks,
+                                                       const kv_cache * target, int32_t window) {
+    catch_up_result r;
+    r.n_copied = copy_target(seq, target);
+    r.windowed = sync(seq, (int32_t) seq.size(), between_chunks, r.n_copied > 0 ? 0 : window);
+    return r;
+}
+
+int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
+                               const kv_cache * target) {
+    const int32_t n_shared = copy_target(seq, target) > 0 ? (int32_t) seq.size() - 1 : 0;
+    if (n_shared == 0) {
+        sync(seq, (int32_t) seq.size() - 1, between_chunks);
+    }
+    cache_.keep_checkpoint();  // a state that cannot drop a tail comes back here for the next turn
+    return n_shared;
+}
+
+namespace {
+
+// the most likely token, and how sure: 1 - p2/p1 = 1 - exp(l2 - l1) for the two largest logits
+// (0 at an exact tie, 1 when the runner-up is out of sight); one pass, no softmax
+llama_token top_with_margin(const float * logits, int32_t n_vocab, float & conf) {
+    int32_t best = 0;
+    float   l1   = logits[0];
+    float   l2   = -INFINITY;
+    for (int32_t i = 1; i < n_vocab; ++i) {
+        const float l = logits[i];
+        if (l > l1) {
+            l2   = l1;
+            l1   = l;
+            best = i;
+        } else if (l > l2) {
+            l2 = l;
+        }
+    }
+    conf = 1.0f - std::exp(l2 - l1);
+    return (llama_token) best;
+}
+
+// q' over draft tokens -> the same q' over their target partners (masked tokens that a top-k
+// larger than the shared set let through carry no probability and are dropped)
+void to_target_ids(const vocab_map & map, token_dist & dist) {
+    size_t n = 0;
+    for (size_t j = 0; j < dist.ids.size(); ++j) {
+        const llama_token t = map.to_target(dist.ids[j]);
+        if (t >= 0 && dist.probs[j] > 0.0f) {
+            dist.ids[n]   = t;
+            dist.probs[n] = dist.probs[j];
+            ++n;
+        }
+    }
+    dist.ids.resize(n);
+    dist.probs.resize(n);
+}
+
+}  // namespace
+
+void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
+                          rng_t & rng, draft_result & out, const draft_continue & keep_going,
+                          const std::function<void()> & between_chunks, const kv_cache * target, int32_t window) {
+    out.tokens.clear();
+    out.conf.clear();
+    out.catch_up_ms = 0.0;
+    out.vocab_ms    = 0.0;
+    out.n_copied    = 0;
+    out.windowed    = false;
+    if (n_draft <= 0 || seq.empty()) {
+        return;
+    }
+    const auto            t0 = std::chrono::steady_clock::now();
+    const catch_up_result c  = catch_up(seq, between_chunks, target, window);
+    out.n_copied             = c.n_copied;
+    out.windowed             = c.windowed;
+    out.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+    if (n_draft > 1) {
+        cache_.checkpoint();  // a recurrent draft comes back here if its drafts are not all kept
+    }
+    const int32_t     n_vocab = cache_.n_vocab();
+    const llama_vocab * vocab = cache_.mdl().vocab;
+    if ((int32_t) out.dists.size() < n_draft) {
+        out.dists.resize(n_draft);
+    }
+    for (int32_t i = 0; i < n_draft; ++i) {
+        const float * logits = cache_.logits(0);
+        if (map_ != nullptr) {  // q' of token-level intersection: only shared tokens, renormalized
+            const auto t_mask = std::chrono::steady_clock::now();
+            masked_.assign(logits, logits + n_vocab);
+            for (const llama_token d : map_->unshared_draft_ids()) {
+                masked_[d] = -INFINITY;
+            }
+            logits = masked_.data();
+            out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_mask).count();
+        }
+        llama_token tok;
+        float       conf;
+        if (params.greedy()) {
+            tok = top_with_margin(logits, n_vocab, conf);
+        } else {
+            sampling_distribution(logits, n_vocab, params, out.dists[i]);
+            tok  = sample(out.dists[i], rng);
+            conf = out.dists[i].prob_of(tok);
+            if (map_ != nullptr) {
+                const auto t_map = std::chrono::steady_clock::now();
+                to_target_ids(*map_, out.dists[i]);
+                out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_map).count();
+            }
+        }
+        out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);
+        out.conf.push_back(conf);
+        // the last draft is not decoded here: the target verifies it, and the next step feeds it
+        // to the draft together with the target's token if it is kept
+        if (i + 1 == n_draft || llama_vocab_is_eog(vocab, tok) || cache_.n_past() >= cache_.n_ctx()) {
+            break;
+        }
+        if (keep_going && !keep_going(i + 1, conf)) {
+            break;
+        }
+        cache_.decode(&tok, 1, false);
+    }
+}
+
+}  // namespace specllama

@@ -1,0 +1,87 @@
+// speculative/drafting.h: the draft model proposes the next tokens, one llama_decode each, keeping each
+// position's distribution q for the acceptance rule.
+// Not here: verification and acceptance (speculative/decoder.h, acceptance.h).
+#pragma once
+
+#include <vector>
+
+#include "engine/kv_cache.h"
+#include "sampling/sampling.h"
+#include "speculative/vocab_map.h"
+
+namespace specllama {
+
+struct draft_result {
+    std::vector<llama_token> tokens;  // proposed tokens, at most n_draft
+    std::vector<token_dist>  dists;   // dists[i] is the q tokens[i] was drawn from (sampling only)
+    // the draft's confidence in tokens[i]: greedy, 1 - p2/p1 (how far its top token is from a tie
+    // with the runner-up; a quantized copy of the target disagrees with it almost only near ties);
+    // sampling, the probability it gave the token it drew
+    std::vector<float>       conf;
+    double                   catch_up_ms = 0.0;  // of the drafting time, the catch-up decode
+    double                   vocab_ms    = 0.0;  // of the drafting time, masking and converting tokens (vocab_map)
+    int32_t                  n_copied    = 0;    // tokens the catch-up lacked and took from the target's cache
+    bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
+};
+
+// asked after each drafted token: draft another? (n drafted so far, confidence in the latest)
+using draft_continue = std::function<bool(int32_t n, float conf)>;
+
+class model_drafter {
+  public:
+    // map: where the draft's vocabulary is not the target's, the pairing its drafts go through
+    // (vocab_map.h): then draft() takes the draft's view of the sequence (draft_view) and proposes
+    // only shared tokens, returned as target tokens with q over target tokens
+    explicit model_drafter(kv_cache & cache, const vocab_map * map = nullptr) : cache_(cache), map_(map) {}
+
+    // propose up to n_draft tokens to follow seq (catching up first); stops early at an
+    // end-of-generation token or when keep_going says so. between_chunks: see kv_cache::decode;
+    // target and window: see catch_up.
+    void draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params, rng_t & rng,
+               draft_result & out, const draft_continue & keep_going = nullptr,
+               const std::function<void()> & between_chunks = nullptr, const kv_cache * target = nullptr,
+               int32_t window = 0);
+
+    // before the first draft() on seq: cache all of seq but its last token, which that draft()
+    // decodes (its catch-up always decodes the last token, whose logits are q_1).
+    // target: the target's cache, holding exactly that much of seq, when its keys and values can
+    // stand in for the draft's (kv_interchangeable): then the draft copies them instead of decoding
+    // where that is cheaper. Returns how many of the tokens it cached were copied (0: decoded).
+    int32_t prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
+                    const kv_cache * target = nullptr);
+
+    // decode whatever part of seq the cache lacks (after a fully accepted step: the last draft, which
+    // it never decoded, and the target's bonus token), so that its last logits follow seq.
+    // target: as prefill's. After steps without the model (a pause), the cache lacks every token
+    // since: where copying the target's keys and values for all of seq but its last token is
+    // cheaper than decoding those, it copies them (on the 2-core test machine with the default
+    // pair, a token's keys and values copy in about 21 us; five slots' merged catch-up of 489
+    // tokens took the draft 1.8 s to decode)
+    // window > 0: where no copy is taken and the cache lacks more than window tokens before seq's
+    // last, it forgets what it holds and decodes the last window tokens and seq's last alone
+    // (kv_cache::restart_at; 0: it decodes all it lacks).
+    struct catch_up_result {
+        int32_t n_copied = 0;      // tokens it lacked that came from a copy (0: it decoded them)
+        bool    windowed = false;  // it decoded the last window tokens alone
+    };
+    catch_up_result catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
+                             const kv_cache * target = nullptr, int32_t window = 0);
+
+    kv_cache & cache() { return cache_; }
+
+  private:
+    // cache all of seq but its last token by copying target's keys and values, where target holds
+    // exactly those and the copy is cheaper than decoding what the cache lacks; returns how many
+    // tokens the cache lacked and took from the copy (0: no copy)
+    int32_t copy_target(const std::vector<llama_token> & seq, const kv_cache * target);
+    // keep the cache's common prefix with seq and decode seq[..n_end); window as catch_up's.
+    // Returns whether it restarted at the window
+    bool sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks,
+              int32_t window = 0);
+
+    kv_cache &         cache_;
+    const vocab_map *  map_ = nullptr;
+    std::vector<float> masked_;  // the draft's logits with tokens outside the shared set masked
+};
+
+}  // namespace specllama
