@@ -1,5 +1,5 @@
 // engine/cpu.cpp: core counts (Linux: sysfs topology and the affinity mask; elsewhere the standard
-// library's count).
+// library's count), and the CPU backend's features.
 #include "engine/cpu.h"
 
 #include <algorithm>
@@ -7,6 +7,8 @@
 #include <set>
 #include <string>
 #include <thread>
+
+#include "ggml-backend.h"
 
 #if defined(__linux__)
 #include <sched.h>
@@ -51,6 +53,22 @@ int32_t physical_cores() {
 
 int32_t default_threads() {
     return physical_cores();
+}
+
+bool cpu_backend_has(const char * name) {
+    ggml_backend_reg_t cpu = ggml_backend_reg_by_name("CPU");
+    auto get_features = cpu == nullptr ? nullptr
+                                       : (ggml_backend_get_features_t) ggml_backend_reg_get_proc_address(
+                                             cpu, "ggml_backend_get_features");
+    if (get_features == nullptr) {
+        return false;
+    }
+    for (const ggml_backend_feature * f = get_features(cpu); f != nullptr && f->name != nullptr; ++f) {
+        if (std::string(f->name) == name) {
+            return std::string(f->value) != "0";
+        }
+    }
+    return false;
 }
 
 }  // namespace specllama

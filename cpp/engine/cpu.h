@@ -15,4 +15,8 @@ int32_t logical_cores();
 // the default thread count of every decode: physical_cores()
 int32_t default_threads();
 
+// whether llama.cpp's CPU backend, as built and on this machine, has the feature name ("AMX_INT8",
+// "AVX512", ...: the names llama.cpp's system info prints)
+bool cpu_backend_has(const char * name);
+
 }  // namespace specllama

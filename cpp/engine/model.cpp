@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/cpu.h"
 #include "engine/gguf_checks.h"
 #include "engine/llama_log.h"
 #include "engine/vocab.h"
@@ -17,6 +18,10 @@ std::shared_ptr<model> model_load(const model_params & params) {
 
     llama_model_params mparams = llama_model_default_params();
     mparams.n_gpu_layers = params.n_gpu_layers;
+    // llama.cpp's AMX kernels (an extra CPU buffer type that repacks quantized weights) crash this
+    // llama.cpp in its matrix multiplication on CPUs that have AMX (ggml-org/llama.cpp#20824): load
+    // without extra buffer types there
+    mparams.use_extra_bufts = !cpu_backend_has("AMX_INT8");
     const resolved_placement where = placement_resolve(params.place);
     where.apply(mparams);
 
