@@ -58,9 +58,12 @@ def test_greedy_identical_on_batch_invariant_pair(tiny, n_draft, adaptive):
 
 
 def test_greedy_pair_has_rejections(tiny):
-    """The equality above is only meaningful if the draft is sometimes wrong."""
+    """The equality above is only meaningful if the draft is sometimes wrong (drafting 4 tokens
+    every step: the adaptive rule may leave this draft out on a machine where it costs what its
+    target does)."""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
-        s = dec.generate(PROMPTS[0], max_tokens=48, temperature=0, n_draft=4, ignore_eos=True).stats
+        s = dec.generate(PROMPTS[0], max_tokens=48, temperature=0, n_draft=4, adaptive=False,
+                         ignore_eos=True).stats
     assert 0 < s.n_accepted < s.n_drafted
 
 
