@@ -5,11 +5,10 @@ rejection-sampling rule keeps the output distribution exactly the target's. The 
 (specllama._core, over llama.cpp); this package orchestrates it.
 """
 
-__version__ = "0.3.0"
-
-import os as _os  # noqa: E402
+import os as _os
 
 from ._libllama import preload as _preload
+from ._version import __version__  # noqa: F401
 
 _preload()
 
@@ -27,8 +26,9 @@ except ImportError as _exc:  # a source tree without the built extension, most o
 from ._core import Context, Model, accept_trials, log_set_level, quantize, quantize_types  # noqa: E402
 from ._core import sampling_distribution, supports_gpu_offload, vocab_difference  # noqa: E402
 from ._core import list_devices, rpc_add_servers, rpc_serve, supports_rpc  # noqa: E402
-from .decoder import Completion, DSIStats, GenerateOptions, SpeculativeDecoder, Stats, StepChunk  # noqa: E402
-from .decoder import PromptTooLong, StepPrices, as_dict  # noqa: E402
+from .decoder import SpeculativeDecoder  # noqa: E402
+from .options import Completion, DSIStats, GenerateOptions, PromptTooLong, Stats, StepChunk, StepPrices  # noqa: E402
+from .options import as_dict  # noqa: E402
 from .rpc_guard import RPCConnectionLost  # noqa: E402
 from .templates import ChatTemplateError  # noqa: E402
 from .completions import RequestError  # noqa: E402

@@ -105,9 +105,9 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     prompts = prompts or PROMPTS
     tokenized = {name: dec.chat_tokens([{"role": "user", "content": text}])
                  for name, text in prompts.items()}
-    # warm-up: first-touch page faults of the mapped weights would count against the first run
     configs = ([("fixed", n, 0) for n in n_drafts] + ([("adaptive", adaptive_max, 0)] if adaptive_max else [])
                + [("dsi", k, sp) for sp, k in dsi])
+    # warm-up: first-touch page faults of the mapped weights would count against the first run
     first = next(iter(tokenized.values()))
     for mode, n, sp in [("plain", 1, 0)] + configs:  # also teaches the adaptive model this machine's costs
         _reset_and_run(dec, "warm-up", first, mode, n, 16, temperature, seed, sp, dsi_threads, drafter)
@@ -122,70 +122,106 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
                                                dsi_threads, drafter))
                 if progress:
                     progress(1)
-    # per prompt and configuration, the run with the median speed
+    runs = _median_runs(all_runs, list(tokenized), configs)
+    plain = [r.stats for r in runs if r.mode == "plain"]
+    plain_tps = _throughput(plain)
+    t_target = sum(s.t_verify_ms for s in plain) / sum(s.n_steps for s in plain)
+    sweep = [_sweep_entry(runs, mode, n, sp, list(tokenized), plain_tps, t_target) for mode, n, sp in configs]
+    report = {
+        "provenance": source,
+        "drafter": dec.drafter_name(drafter=drafter),  # what "auto" ran
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "prompts": list(tokenized),
+        "plain_tokens_per_second": plain_tps,
+        "target_ms_per_token": t_target,
+    }
+    report.update(_summary(sweep, list(tokenized)))
+    report.update({
+        "sweep": sweep,
+        "repeats": repeats,
+        "runs": [r.as_dict() for r in runs],  # the median runs
+        "all_runs": [r.as_dict() for r in all_runs] if repeats > 1 else None,
+        "seconds": time.time() - started,
+    })
+    return report
+
+
+def _median_runs(all_runs: List[Run], prompts: List[str], configs) -> List[Run]:
+    """Per prompt and configuration (plain first), the run with the median speed."""
     runs: List[Run] = []
-    for name in tokenized:
+    for name in prompts:
         for mode, n, sp in [("plain", 1, 0)] + configs:
             same = sorted((r for r in all_runs if (r.prompt, r.mode, r.sp) == (name, mode, sp)
                            and (r.n_draft == n or mode == "plain")), key=lambda r: r.stats.tokens_per_second)
             runs.append(same[(len(same) - 1) // 2])
+    return runs
 
-    plain = [r.stats for r in runs if r.mode == "plain"]
-    plain_tps = _throughput(plain)
-    t_target = sum(s.t_verify_ms for s in plain) / sum(s.n_steps for s in plain)
-    sweep = []
-    for mode, n, sp in configs:
-        mine = [r for r in runs if r.mode == mode and r.n_draft == n and r.sp == sp]
-        spec = [r.stats for r in mine]
-        n_drafted = sum(s.n_drafted for s in spec)
-        alpha = sum(s.n_accepted for s in spec) / n_drafted if n_drafted else 0.0
-        t_draft = sum(s.t_draft_ms for s in spec) / n_drafted if n_drafted else 0.0
-        t_verify = sum(s.t_verify_ms for s in spec) / sum(s.n_steps for s in spec)
-        tps = _throughput(spec)
-        per_prompt = {}
-        n_identical = 0
-        for name in tokenized:
-            plain_run = next(r for r in runs if r.prompt == name and r.mode == "plain")
-            spec_run = next(r for r in mine if r.prompt == name)
-            p, s = plain_run.stats, spec_run.stats
-            n_identical += plain_run.tokens == spec_run.tokens
-            per_prompt[name] = {"identical_to_plain": plain_run.tokens == spec_run.tokens,
-                                "plain_tokens_per_second": p.tokens_per_second,
-                                "speculative_tokens_per_second": s.tokens_per_second,
-                                "speedup": s.tokens_per_second / p.tokens_per_second,
-                                "acceptance_rate": s.acceptance_rate,
-                                "mean_accepted_length": s.mean_accepted_length}
-        total_ms = sum(s.t_total_ms - s.t_prefill_ms for s in spec)
-        loop_ms = sum(s.t_other_ms for s in spec)
-        entry = {
-            "mode": mode,
-            "n_draft": n,
-            "label": {"fixed": f"{n}", "adaptive": f"adaptive <= {n}", "dsi": f"DSI sp {sp} lookahead {n}"}[mode],
-            "speculative_tokens_per_second": tps,
-            "speedup": tps / plain_tps if plain_tps else 0.0,
-            "acceptance_rate": alpha,
-            "mean_accepted_length": sum(s.n_generated for s in spec) / sum(s.n_steps for s in spec),
-            "cost_ratio": t_draft / t_target if t_target else 0.0,
-            "draft_ms_per_token": t_draft,
-            "verify_ms_per_step": t_verify,
-            "predicted_speedup": predicted_speedup(alpha, n, t_draft / t_target),
-            "predicted_speedup_measured_verify": predicted_speedup_measured(alpha, n, t_draft, t_target, t_verify),
-            "loop_overhead_share": loop_ms / total_ms if total_ms else 0.0,
-            # at temperature 0: prompts whose speculative output equals the plain output token for token
-            "outputs_identical": n_identical,
-            "per_prompt": per_prompt,
-        }
-        if mode == "dsi":
-            # Leviathan's formula describes SI; DSI reports how much verification it hid instead
-            entry.update(sp=sp, predicted_speedup=None, predicted_speedup_measured_verify=None,
-                         loop_overhead_share=None)
-            used = sum(r.dsi["t_verify_ms"] - r.dsi["t_verify_wasted_ms"] for r in mine)
-            hidden = sum(r.dsi["t_verify_hidden_ms"] for r in mine)
-            entry["verify_hidden_share"] = hidden / used if used else 0.0
-            entry["tasks_cancelled_share"] = (sum(r.dsi["n_tasks_cancelled"] for r in mine)
-                                              / max(1, sum(r.dsi["n_tasks"] for r in mine)))
-            entry["threads"] = {"draft": mine[0].dsi["n_threads_draft"], "per_server": mine[0].dsi["n_threads_server"]}
-        sweep.append(entry)
+
+def _sweep_entry(runs: List[Run], mode: str, n: int, sp: int, prompts: List[str], plain_tps: float,
+                 t_target: float) -> dict:
+    """One configuration's figures over the prompts, against plain decoding's."""
+    mine = [r for r in runs if r.mode == mode and r.n_draft == n and r.sp == sp]
+    spec = [r.stats for r in mine]
+    n_drafted = sum(s.n_drafted for s in spec)
+    alpha = sum(s.n_accepted for s in spec) / n_drafted if n_drafted else 0.0
+    t_draft = sum(s.t_draft_ms for s in spec) / n_drafted if n_drafted else 0.0
+    t_verify = sum(s.t_verify_ms for s in spec) / sum(s.n_steps for s in spec)
+    tps = _throughput(spec)
+    per_prompt = {}
+    n_identical = 0
+    for name in prompts:
+        plain_run = next(r for r in runs if r.prompt == name and r.mode == "plain")
+        spec_run = next(r for r in mine if r.prompt == name)
+        p, s = plain_run.stats, spec_run.stats
+        n_identical += plain_run.tokens == spec_run.tokens
+        per_prompt[name] = {"identical_to_plain": plain_run.tokens == spec_run.tokens,
+                            "plain_tokens_per_second": p.tokens_per_second,
+                            "speculative_tokens_per_second": s.tokens_per_second,
+                            "speedup": s.tokens_per_second / p.tokens_per_second,
+                            "acceptance_rate": s.acceptance_rate,
+                            "mean_accepted_length": s.mean_accepted_length}
+    total_ms = sum(s.t_total_ms - s.t_prefill_ms for s in spec)
+    loop_ms = sum(s.t_other_ms for s in spec)
+    entry = {
+        "mode": mode,
+        "n_draft": n,
+        "label": {"fixed": f"{n}", "adaptive": f"adaptive <= {n}", "dsi": f"DSI sp {sp} lookahead {n}"}[mode],
+        "speculative_tokens_per_second": tps,
+        "speedup": tps / plain_tps if plain_tps else 0.0,
+        "acceptance_rate": alpha,
+        "mean_accepted_length": sum(s.n_generated for s in spec) / sum(s.n_steps for s in spec),
+        "cost_ratio": t_draft / t_target if t_target else 0.0,
+        "draft_ms_per_token": t_draft,
+        "verify_ms_per_step": t_verify,
+        "predicted_speedup": predicted_speedup(alpha, n, t_draft / t_target),
+        "predicted_speedup_measured_verify": predicted_speedup_measured(alpha, n, t_draft, t_target, t_verify),
+        "loop_overhead_share": loop_ms / total_ms if total_ms else 0.0,
+        # at temperature 0: prompts whose speculative output equals the plain output token for token
+        "outputs_identical": n_identical,
+        "per_prompt": per_prompt,
+    }
+    if mode == "dsi":
+        entry.update(_dsi_figures(mine, sp))
+    return entry
+
+
+def _dsi_figures(mine: List[Run], sp: int) -> dict:
+    """Leviathan's formula describes SI; DSI reports how much verification it hid instead."""
+    used = sum(r.dsi["t_verify_ms"] - r.dsi["t_verify_wasted_ms"] for r in mine)
+    hidden = sum(r.dsi["t_verify_hidden_ms"] for r in mine)
+    return {"sp": sp, "predicted_speedup": None, "predicted_speedup_measured_verify": None,
+            "loop_overhead_share": None,
+            "verify_hidden_share": hidden / used if used else 0.0,
+            "tasks_cancelled_share": (sum(r.dsi["n_tasks_cancelled"] for r in mine)
+                                      / max(1, sum(r.dsi["n_tasks"] for r in mine))),
+            "threads": {"draft": mine[0].dsi["n_threads_draft"], "per_server": mine[0].dsi["n_threads_server"]}}
+
+
+def _summary(sweep: List[dict], prompts: List[str]) -> dict:
+    """The report's headline: the adaptive configuration's figures where there is one, else the
+    best fixed n_draft's (else the best DSI's), and adaptive against each prompt's best fixed n_draft."""
     fixed = [e for e in sweep if e["mode"] == "fixed"]
     best_fixed = max(fixed, key=lambda e: e["speedup"]) if fixed else None
     adaptive = next((e for e in sweep if e["mode"] == "adaptive"), None)
@@ -193,7 +229,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     adaptive_vs_best = None
     if adaptive and fixed:
         adaptive_vs_best = {}
-        for name in tokenized:
+        for name in prompts:
             best_f = max(fixed, key=lambda e: e["per_prompt"][name]["speculative_tokens_per_second"])
             adaptive_vs_best[name] = {
                 "best_fixed_n_draft": best_f["n_draft"],
@@ -203,14 +239,6 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     best_dsi = max(dsi_entries, key=lambda e: e["speedup"]) if dsi_entries else None
     best = adaptive or best_fixed or best_dsi
     return {
-        "provenance": source,
-        "drafter": dec.drafter_name(drafter=drafter),  # what "auto" ran
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "seed": seed,
-        "prompts": list(tokenized),
-        "plain_tokens_per_second": plain_tps,
-        "target_ms_per_token": t_target,
         "mode": best["mode"],
         "n_draft": best["n_draft"],
         "best_n_draft": best_fixed["n_draft"] if best_fixed else None,
@@ -225,11 +253,6 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
         "mean_accepted_length": best["mean_accepted_length"],
         "predicted_speedup": best["predicted_speedup"],
         "predicted_speedup_measured_verify": best["predicted_speedup_measured_verify"],
-        "sweep": sweep,
-        "repeats": repeats,
-        "runs": [r.as_dict() for r in runs],  # the median runs
-        "all_runs": [r.as_dict() for r in all_runs] if repeats > 1 else None,
-        "seconds": time.time() - started,
     }
 
 

@@ -1,8 +1,8 @@
 """OpenAI-shaped completions: a request's fields checked and turned into a prompt and
 GenerateOptions, and a generation turned into OpenAI's response and stream-chunk objects.
 
-The Python methods SpeculativeDecoder.create_chat_completion / create_completion and the server's
-/v1/chat/completions and /v1/completions share this layer, so both accept the same fields, refuse
+The Python methods SpeculativeDecoder.create_chat_completion / create_completion (defined at the
+end of this module) and the server's /v1/chat/completions and /v1/completions share this layer, so both accept the same fields, refuse
 the same ones and answer in the same shapes. A field that cannot be honoured is refused with a
 RequestError naming it; none is ignored silently.
 """
@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
-from . import __version__
-from ._core import GenerateOptions
+from ._version import __version__
+from .decoder import SpeculativeDecoder
+from .options import GenerateOptions, PromptTooLong, make_options
 from .templates import ChatTemplateError
 
 
@@ -109,6 +111,39 @@ def _bool(body: dict, name: str) -> Optional[bool]:
 def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> Request:
     """Check an OpenAI request body (a JSON object as a dict) for /v1/chat/completions (kind
     "chat") or /v1/completions ("text"); fields not given keep defaults' values."""
+    _check_fields(body, kind)
+    max_tokens = _max_tokens(body)
+    opts = _sampling_fields(body)
+    stream = bool(_bool(body, "stream"))
+    so = body.get("stream_options")
+    if so is not None and (not isinstance(so, dict) or set(so) - {"include_usage"}):
+        raise RequestError("'stream_options' may hold only include_usage", "stream_options", "invalid_value")
+    include_usage = bool(so and so.get("include_usage"))
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError("'model' must be a string", "model", "invalid_type")
+
+    try:
+        options = make_options(defaults, **opts)
+    except (TypeError, ValueError) as exc:
+        param = next((p for p in opts if p in str(exc)), None)
+        raise RequestError(str(exc), param, "invalid_value") from None
+
+    return_tokens = bool(_bool(body, "return_tokens"))
+    if return_tokens and stream:
+        raise RequestError("'return_tokens' applies to a whole answer, not a stream", "return_tokens",
+                           "invalid_value")
+    req = Request(kind=kind, options=options, stream=stream, include_usage=include_usage, model=model,
+                  max_tokens=max_tokens, return_tokens=return_tokens)
+    if kind == "chat":
+        _chat_prompt(body, req)
+    else:
+        req.prompt = _text_prompt(body)
+    return req
+
+
+def _check_fields(body: Any, kind: str) -> None:
+    """A JSON object of known fields, those accepted at their neutral value only at that value."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", None, "invalid_type")
     allowed = CHAT_FIELDS if kind == "chat" else COMPLETION_FIELDS
@@ -127,15 +162,21 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> R
         raise RequestError("'response_format' must be {\"type\": \"text\"}: constrained output is not supported",
                            "response_format", "unsupported_value")
 
-    opts: Dict[str, Any] = {}
-    max_tokens = None
+
+def _max_tokens(body: dict) -> Optional[int]:
+    """The first of max_completion_tokens, max_tokens and n_predict given (None: no limit)."""
     for name in ("max_completion_tokens", "max_tokens", "n_predict"):
         v = _number(body, name, -1 if name == "n_predict" else 1, 1 << 30, integer=True)
         if v == 0:
             raise RequestError("'n_predict' must be -1 (no limit) or at least 1", name, "invalid_value")
         if v is not None and v > 0:
-            max_tokens = v
-            break
+            return v
+    return None
+
+
+def _sampling_fields(body: dict) -> Dict[str, Any]:
+    """The GenerateOptions fields the request sets, in JSON's types; the native core checks values."""
+    opts: Dict[str, Any] = {}
     # JSON types here, and OpenAI's ceiling on temperature; the native core checks every value
     for name, lo, hi in (("temperature", -math.inf, 2), ("top_p", -math.inf, math.inf),
                          ("min_p", -math.inf, math.inf)):
@@ -166,65 +207,44 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> R
         if not isinstance(drafter, str):
             raise RequestError("'drafter' must be a string", "drafter", "invalid_type")
         opts["drafter"] = drafter
-    stream = bool(_bool(body, "stream"))
-    so = body.get("stream_options")
-    if so is not None and (not isinstance(so, dict) or set(so) - {"include_usage"}):
-        raise RequestError("'stream_options' may hold only include_usage", "stream_options", "invalid_value")
-    include_usage = bool(so and so.get("include_usage"))
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise RequestError("'model' must be a string", "model", "invalid_type")
+    return opts
 
-    from .decoder import make_options
 
-    try:
-        options = make_options(defaults, **opts)
-    except (TypeError, ValueError) as exc:
-        param = next((p for p in opts if p in str(exc)), None)
-        raise RequestError(str(exc), param, "invalid_value") from None
+def _chat_prompt(body: dict, req: Request) -> None:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty list of messages", "messages",
+                           "invalid_value" if isinstance(messages, list) else "invalid_type")
+    req.messages = messages
+    tk = body.get("chat_template_kwargs")
+    if tk is not None:
+        if not isinstance(tk, dict) or any(k in ("messages", "add_generation_prompt") for k in tk):
+            raise RequestError("'chat_template_kwargs' must be an object of extra template variables",
+                               "chat_template_kwargs", "invalid_value")
+        req.template_kwargs = tk
 
-    return_tokens = bool(_bool(body, "return_tokens"))
-    if return_tokens and stream:
-        raise RequestError("'return_tokens' applies to a whole answer, not a stream", "return_tokens",
-                           "invalid_value")
-    req = Request(kind=kind, options=options, stream=stream, include_usage=include_usage, model=model,
-                  max_tokens=max_tokens, return_tokens=return_tokens)
-    if kind == "chat":
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise RequestError("'messages' must be a non-empty list of messages", "messages",
-                               "invalid_value" if isinstance(messages, list) else "invalid_type")
-        req.messages = messages
-        tk = body.get("chat_template_kwargs")
-        if tk is not None:
-            if not isinstance(tk, dict) or any(k in ("messages", "add_generation_prompt") for k in tk):
-                raise RequestError("'chat_template_kwargs' must be an object of extra template variables",
-                                   "chat_template_kwargs", "invalid_value")
-            req.template_kwargs = tk
+
+def _text_prompt(body: dict) -> Any:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        if not prompt:
+            raise RequestError("'prompt' is empty", "prompt", "invalid_value")
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                     for t in prompt):
+        pass
+    elif isinstance(prompt, list) and len(prompt) > 1:
+        raise RequestError("'prompt' must be one prompt: this server completes one per request", "prompt",
+                           "unsupported_value")
     else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one
-        if isinstance(prompt, str):
-            if not prompt:
-                raise RequestError("'prompt' is empty", "prompt", "invalid_value")
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
-                                                         for t in prompt):
-            pass
-        elif isinstance(prompt, list) and len(prompt) > 1:
-            raise RequestError("'prompt' must be one prompt: this server completes one per request", "prompt",
-                               "unsupported_value")
-        else:
-            raise RequestError("'prompt' must be a string or a list of token ids", "prompt", "invalid_type")
-        req.prompt = prompt
-    return req
+        raise RequestError("'prompt' must be a string or a list of token ids", "prompt", "invalid_type")
+    return prompt
 
 
 def prompt_tokens(dec, req: Request, template: Optional[str] = None) -> List[int]:
     """The request's prompt as tokens for dec; RequestError when it cannot be rendered or does not
     fit in the context, or when max_tokens does not fit after it."""
-    from .decoder import PromptTooLong
-
     try:
         if req.kind == "chat":
             tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
@@ -377,3 +397,29 @@ def _stream(chunks: Iterable, writer: ChunkWriter):
             yield from writer.end(chunk.finish_reason, chunk.stats)
         else:
             yield from writer.text(chunk.text)
+
+
+# --- llama-cpp-python's method names on the decoder ----------------------------------------------
+
+def create_chat_completion(self: SpeculativeDecoder, messages: Sequence[dict], *, stream: bool = False,
+                           chat_template: Optional[str] = None, **fields):
+    """An OpenAI chat completion for messages: a dict shaped like OpenAI's ("choices",
+    "usage", and llama-server's "timings"), or with stream=True an iterator of chunk dicts.
+    fields are the request fields of /v1/chat/completions (max_tokens, temperature, top_p,
+    top_k, min_p, stop, seed, stream_options, and specllama's speculative, n_draft, drafter,
+    ignore_eos); one it cannot honour raises specllama.RequestError (a ValueError) naming it.
+    The prompt is the chat template's (chat_template: a built-in name or Jinja file instead);
+    max_tokens None runs up to the end of the context."""
+    req = parse(dict(fields, messages=list(messages), stream=stream), "chat")
+    return run(self, req, req.model or os.path.basename(self.model_path), chat_template)
+
+
+def create_completion(self: SpeculativeDecoder, prompt: Union[str, Sequence[int]], *, stream: bool = False,
+                      **fields):
+    """An OpenAI text completion of prompt (text or token ids), as create_chat_completion."""
+    req = parse(dict(fields, prompt=prompt if isinstance(prompt, str) else list(prompt), stream=stream), "text")
+    return run(self, req, req.model or os.path.basename(self.model_path))
+
+
+SpeculativeDecoder.create_chat_completion = create_chat_completion
+SpeculativeDecoder.create_completion = create_completion

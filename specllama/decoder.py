@@ -13,83 +13,20 @@ import os
 import queue
 import threading
 import warnings
-from dataclasses import dataclass, field
-from typing import Callable, Iterator, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, TypeVar, Union
 
 from . import _core
 from . import rpc_guard
+from .options import Completion, DSIStats, GenerateOptions, PromptTooLong, Stats, StepChunk, StepPrices
+from .options import as_dict, make_options, type_error
 from .rpc_guard import Guard, RPCConnectionLost, endpoints_of
+
+__all__ = ["Completion", "DSIStats", "GenerateOptions", "PromptTooLong", "SpeculativeDecoder", "Stats", "StepChunk",
+           "StepPrices", "as_dict", "make_options"]
 
 Prompt = Union[str, Sequence[int]]
 _T = TypeVar("_T")
-Completion = _core.Completion  # text, tokens, finish_reason, context_full, stats, dsi
-Stats = _core.Stats
-DSIStats = _core.DSIStats
-GenerateOptions = _core.GenerateOptions
-StepPrices = _core.StepPrices
 _DEFAULTS = _core.DECODER_DEFAULTS  # the native decoder's defaults
-
-
-def as_dict(obj) -> dict:
-    """A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON)."""
-    return {name: getattr(obj, name) for name in dir(type(obj))
-            if not name.startswith("_") and isinstance(getattr(type(obj), name), property)}
-
-
-_KINDS = {bool: "a bool", int: "an int", float: "a number", str: "a string", list: "a list of strings"}
-
-
-def _type_error(name: str, value, default) -> Exception:
-    """A clear error for a value the native side could not convert (instead of pybind11's list of
-    signatures): a wrong type, or an integer outside what the field can hold."""
-    if isinstance(value, int) and not isinstance(value, bool) and isinstance(default, (int, type(None))):
-        return ValueError(f"{name} must be in [0, 2**64 - 1], got {value}" if name == "seed"
-                          else f"{name} is out of range, got {value}")
-    want = _KINDS.get(type(default), "an int") if default is not None else "None or an int"
-    return TypeError(f"{name} must be {want}, got {type(value).__name__}")
-
-
-for _cls in (Stats, DSIStats, StepPrices):
-    _cls.as_dict = as_dict  # stats.as_dict(): the fields as a dict
-
-
-def make_options(options: Optional[GenerateOptions] = None, **fields) -> GenerateOptions:
-    """options (or the defaults) with fields set by name, checked by the native core: ValueError
-    naming the first bad value, TypeError for a wrong type or an unknown field."""
-    opts = options.copy() if options is not None else GenerateOptions()
-    for name, value in fields.items():
-        if not hasattr(GenerateOptions, name) or name.startswith("_") or callable(getattr(GenerateOptions, name)):
-            raise TypeError(f"unknown generation option {name!r}")
-        if name == "stop" and isinstance(value, str):
-            value = [value]
-        if name == "stop" and isinstance(value, (list, tuple)):
-            for i, text in enumerate(value):
-                _core.check_text(text, f"stop[{i}]")
-        try:
-            setattr(opts, name, value)
-        except TypeError:
-            raise _type_error(name, value, getattr(GenerateOptions(), name)) from None
-    opts.validate()
-    return opts
-
-
-class PromptTooLong(ValueError):
-    """A prompt (or conversation) that does not fit in the context."""
-
-
-@dataclass(frozen=True)
-class StepChunk:
-    """What stream() yields: one verification step's new text; the last chunk has no text and
-    carries finish_reason and stats."""
-
-    text: str
-    tokens: List[int]
-    n_drafted: int = 0
-    n_accepted: int = 0
-    finish_reason: Optional[str] = None
-    context_full: bool = False
-    stats: Optional[Stats] = field(default=None, repr=False)
-    dsi: Optional[DSIStats] = field(default=None, repr=False)
 
 
 Devices = Union[str, Sequence[str], None]
@@ -100,7 +37,7 @@ def _layers(n: Optional[int], device: Devices, name: str) -> int:
     named, none otherwise (llama.cpp's default device list, every GPU, then holds nothing)."""
     if n is not None:
         if type(n) is not int:
-            raise _type_error(name, n, 0)
+            raise type_error(name, n, 0)
         return n
     if device is None:
         return 0
@@ -203,7 +140,7 @@ class SpeculativeDecoder:
                         checkpoint_memory=checkpoint_memory)
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
-                raise _type_error(name, value, _DEFAULTS[name])
+                raise type_error(name, value, _DEFAULTS[name])
         if type(split_mode) is not str or split_mode not in ("none", "layer", "row"):
             raise ValueError(f"split_mode must be 'none', 'layer' or 'row', got {split_mode!r}")
         if type(main_gpu) is not int or main_gpu < 0:
@@ -457,29 +394,10 @@ class SpeculativeDecoder:
             self._guard.check()
         return self._stream(self._native(), tokens, opts)
 
-    # -- OpenAI-shaped completions (llama-cpp-python's method names) ----------------------------
-
-    def create_chat_completion(self, messages: Sequence[dict], *, stream: bool = False,
-                               chat_template: Optional[str] = None, **fields):
-        """An OpenAI chat completion for messages: a dict shaped like OpenAI's ("choices",
-        "usage", and llama-server's "timings"), or with stream=True an iterator of chunk dicts.
-        fields are the request fields of /v1/chat/completions (max_tokens, temperature, top_p,
-        top_k, min_p, stop, seed, stream_options, and specllama's speculative, n_draft, drafter,
-        ignore_eos); one it cannot honour raises specllama.RequestError (a ValueError) naming it.
-        The prompt is the chat template's (chat_template: a built-in name or Jinja file instead);
-        max_tokens None runs up to the end of the context."""
-        from . import completions
-
-        req = completions.parse(dict(fields, messages=list(messages), stream=stream), "chat")
-        return completions.run(self, req, req.model or os.path.basename(self.model_path), chat_template)
-
-    def create_completion(self, prompt: Union[str, Sequence[int]], *, stream: bool = False, **fields):
-        """An OpenAI text completion of prompt (text or token ids), as create_chat_completion."""
-        from . import completions
-
-        req = completions.parse(dict(fields, prompt=prompt if isinstance(prompt, str) else list(prompt),
-                                     stream=stream), "text")
-        return completions.run(self, req, req.model or os.path.basename(self.model_path))
+    # OpenAI-shaped completions under llama-cpp-python's method names; specllama.completions defines
+    # them (the OpenAI layer depends on the decoder, not the other way round)
+    create_chat_completion: Callable[..., Any]
+    create_completion: Callable[..., Any]
 
     def _stream(self, native: _core.Decoder, tokens: List[int], opts: GenerateOptions) -> Iterator[StepChunk]:
         chunks: "queue.Queue" = queue.Queue()

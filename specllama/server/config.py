@@ -1,0 +1,22 @@
+"""ServerConfig: what `specllama serve` is started with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from ..options import GenerateOptions
+
+
+@dataclass
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    parallel: int = 1
+    queue_size: int = 16  # requests waiting for a slot beyond the busy ones
+    api_key: Optional[str] = None
+    chat_template: Optional[str] = None
+    cors_origins: Sequence[str] = ()
+    max_body_bytes: int = 8 * 1024 * 1024
+    model_name: str = "model"
+    defaults: GenerateOptions = field(default_factory=GenerateOptions)

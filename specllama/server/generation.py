@@ -1,0 +1,132 @@
+"""One completion request served on a slot: checked and queued for a slot, generated on the slot's
+thread, and answered as one JSON object or as server-sent events, one per verification step. A
+client that goes away stops its generation within one step."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import List, Tuple
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from sse_starlette.sse import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
+
+from .. import completions
+from ..completions import RequestError
+from ..options import GenerateOptions
+from ..rpc_guard import RPCConnectionLost
+from .errors import answer_error, model_lost
+from .request_checks import check_model, read_json
+from .slots import QueueFull
+from .state import ServerState, server_state
+
+
+async def complete(request: Request, kind: str):
+    """Serve a /v1/chat/completions (kind "chat") or /v1/completions ("text") request."""
+    st = server_state(request)
+    try:
+        req, tokens, opts, i = await _admit(st, request, kind)
+    except RequestError as exc:
+        return answer_error(exc)
+    run = _Run(st, i, tokens, opts)
+    if not req.stream:
+        return await _whole(st, request, req, kind, run)
+    return _streamed(st, req, run)
+
+
+async def _admit(st: ServerState, request: Request, kind: str
+                 ) -> Tuple[completions.Request, List[int], GenerateOptions, int]:
+    """The checked request, its prompt's tokens, its options, and the slot it got."""
+    if st.decoder.lost is not None:
+        raise model_lost(st.decoder.lost)
+    req = completions.parse(await read_json(request), kind, st.config.defaults)
+    check_model(st, req.model)
+    tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template)
+    opts = completions.options_for(st.slots[0], req, len(tokens))
+    try:
+        i = await st.pool.acquire(tokens)
+    except QueueFull:
+        raise RequestError("the server is busy: all slots are generating and the queue is full; retry shortly",
+                           None, "server_busy", 503, "server_error") from None
+    return req, tokens, opts, i
+
+
+class _Run:
+    """A generation on slot i, started in the slot's thread at once. texts receives each step's
+    text and None at the end; setting cancel stops it within one step. The slot is free again once
+    the generation has stopped."""
+
+    def __init__(self, st: ServerState, i: int, tokens: List[int], opts: GenerateOptions) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.cancel = threading.Event()
+        self.texts: "asyncio.Queue" = asyncio.Queue()
+        slot = st.slots[i]
+
+        def on_step(step_tokens, text, n_drafted, n_accepted):
+            if text:
+                self.loop.call_soon_threadsafe(self.texts.put_nowait, text)
+            return self.cancel.is_set() or st.stopping.is_set()
+
+        def work():
+            try:
+                out = slot.generate(tokens, opts, on_step=on_step)
+            finally:
+                self.loop.call_soon_threadsafe(self.texts.put_nowait, None)
+            st.metrics.add(out.stats)
+            return out
+
+        self.future = self.loop.run_in_executor(st.executor, work)
+        self.future.add_done_callback(lambda _: st.pool.release(i))
+
+
+async def _whole(st: ServerState, request: Request, req: completions.Request, kind: str, run: _Run):
+    watcher = asyncio.ensure_future(_watch_disconnect(request, run.cancel))
+    try:
+        out = await asyncio.shield(run.future)
+    except RPCConnectionLost as exc:
+        return answer_error(model_lost(str(exc)))
+    finally:
+        watcher.cancel()
+    rid = completions.new_id(kind)
+    return JSONResponse(completions.response(req, rid, st.config.model_name, int(time.time()), out.text,
+                                             out.finish_reason, out.stats, out.tokens))
+
+
+def _streamed(st: ServerState, req: completions.Request, run: _Run) -> EventSourceResponse:
+    writer = completions.ChunkWriter(req, st.config.model_name)
+
+    async def events():
+        try:
+            for c in writer.text(""):
+                yield json.dumps(c)
+            while True:
+                text = await run.texts.get()
+                if text is None:
+                    break
+                for c in writer.text(text):
+                    yield json.dumps(c)
+            try:
+                out = await asyncio.shield(run.future)
+            except RPCConnectionLost as exc:
+                yield json.dumps(model_lost(str(exc)).body())
+                return
+            for c in writer.end(out.finish_reason, out.stats):
+                yield json.dumps(c)
+            yield "[DONE]"
+        finally:
+            run.cancel.set()  # a client gone: the generation stops within one step
+
+    return EventSourceResponse(events(), sep="\n", ping=15, shutdown_grace_period=30)
+
+
+async def _watch_disconnect(request, cancel: threading.Event) -> None:
+    """Set cancel when the client of a non-streamed request goes away."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            cancel.set()
+            return

@@ -1,0 +1,68 @@
+"""What every request passes before it is served: the API key (with the request counted in the
+metrics either way), a JSON body within the size limit, and a model name this server serves."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+from typing import Any, Optional
+
+from fastapi import FastAPI, Request
+
+from ..completions import RequestError
+from .errors import error_response
+from .state import ServerState, server_state
+
+# paths served without an API key (load balancers and health checks carry none)
+OPEN_PATHS = ("/health", "/v1/health")
+
+
+def install_guard(app: FastAPI) -> None:
+    """Refuse requests without the configured API key (401) and count every answer by endpoint
+    and status."""
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        st = server_state(request)
+        path = request.url.path
+        label = path if path in st.known_paths else "other"
+        if not _authorized(st, request):
+            st.metrics.requests.labels(label, "401").inc()
+            return error_response(401, "invalid or missing API key (Authorization: Bearer ...)",
+                                  kind="authentication_error", code="invalid_api_key")
+        response = await call_next(request)
+        st.metrics.requests.labels(label, str(response.status_code)).inc()
+        return response
+
+
+def _authorized(st: ServerState, request: Request) -> bool:
+    key = st.config.api_key
+    if not key or request.url.path in OPEN_PATHS or request.method == "OPTIONS":
+        return True
+    given = request.headers.get("authorization", "")
+    return hmac.compare_digest(given.encode("utf-8", "replace"), f"Bearer {key}".encode("utf-8"))
+
+
+async def read_json(request: Request) -> Any:
+    """The request's body as JSON; RequestError for a body over the size limit (413) or not JSON."""
+    limit = server_state(request).config.max_body_bytes
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise RequestError(f"the request body is over {limit} bytes", None, "body_too_large", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestError(f"the request body is over {limit} bytes", None, "body_too_large", 413)
+    try:
+        return json.loads(bytes(body))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RequestError(f"the request body is not valid JSON: {exc}", None, "invalid_json") from None
+
+
+def check_model(st: ServerState, name: Optional[str]) -> None:
+    """A request's "model" must name the served model (by its name or its file's), when given."""
+    if name is not None and name not in (st.config.model_name, os.path.basename(st.decoder.model_path)):
+        raise RequestError(f"the model '{name}' does not exist; this server serves '{st.config.model_name}'",
+                           "model", "model_not_found", 404)
