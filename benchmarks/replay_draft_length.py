@@ -330,9 +330,10 @@ def main() -> int:
         print_round(k, costs, res, n_max, args.n_draft)
     if args.json:
         # a replay records where its traces and prices came from; a fresh run, this machine and models
-        source = rec.get("provenance") if args.replay else provenance({"target": target, "draft": draft},
-                                                                        args.threads or None)
-        out = {"provenance": source, "replayed_with": provenance({}) if args.replay else None,
+        here = (provenance({}, output_options=("--json",)) if args.replay
+                else provenance({"target": target, "draft": draft}, args.threads or None, output_options=("--json",)))
+        source = rec.get("provenance") if args.replay else here
+        out = {"provenance": source, "replayed_with": here if args.replay else None,
                "n_predict": args.n_predict, "n_draft": args.n_draft, "calibration_by_tenths": calibration,
                "traces": {k: v.__dict__ for k, v in traces.items()}, "rounds": rounds}
         with open(args.json, "w") as f:

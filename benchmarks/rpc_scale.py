@@ -122,7 +122,7 @@ def main() -> int:
     print("(DSI across machines / SI on one: above 1 DSI is faster)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"provenance": provenance({"target": target}, args.threads), "measured_ms": m,
+            json.dump({"provenance": provenance({"target": target}, args.threads, output_options=("--json",)), "measured_ms": m,
                        "rpc_overhead_ms": overhead, "scenarios": scenarios}, f, indent=1)
     return 0
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from specllama.provenance import provenance
+from specllama.provenance import portable_settings, provenance
 
 HERE = Path(__file__).resolve().parent
 PROMPTS = [
@@ -212,7 +212,8 @@ def main():
                   + (f"  specllama/this {res['specllama_ratio']:.3f}" if "specllama_ratio" in res else ""), flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"provenance": source, "settings": vars(args), "server_commands": commands, "results": table}
+    report = {"provenance": source, "settings": portable_settings(vars(args)), "server_commands": commands,
+              "results": table}
     name = f"serve_bench{'_t' + str(args.temp).replace('.', '') if args.temp else '_greedy'}.json"
     (out / name).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out / name}")

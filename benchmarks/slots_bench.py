@@ -13,7 +13,7 @@ import time
 
 import specllama
 from specllama.models import default_pair
-from specllama.provenance import provenance
+from specllama.provenance import portable_settings, provenance
 
 from serve_bench import PROMPTS  # the same mix of prompts as the server benchmark
 
@@ -29,7 +29,8 @@ def main() -> None:
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
     target, draft = (args.model, args.draft) if args.model else default_pair()
-    report = {"provenance": provenance({"target": target, "draft": draft}), "args": vars(args), "runs": []}
+    report = {"provenance": provenance({"target": target, "draft": draft}), "args": portable_settings(vars(args)),
+              "runs": []}
     dec = specllama.SpeculativeDecoder(target, draft, n_ctx=1024)
     prompts = [dec.chat_tokens([{"role": "user", "content": p}]) for p in PROMPTS]
     dec.generate(prompts[0], max_tokens=16, temperature=0)  # the weights are touched

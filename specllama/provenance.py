@@ -1,6 +1,7 @@
 """What a benchmark report records about where it ran: the software's versions and commit, the
-machine, the threads, the command line, and the models by file name and SHA-256 (never by a path
-on the machine that made the report)."""
+machine, the threads, the command line, and the models by file name and SHA-256. A report never
+holds a path of the machine that made it: paths on the command line and in a benchmark's settings
+are reduced to their file names, and where the report itself is written is left out."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 
 def _cpu() -> str:
@@ -50,9 +51,49 @@ def machine_info() -> dict:
     return {"cpu": _cpu(), "cores": os.cpu_count(), "system": platform.platform(), "gpu": _gpu()}
 
 
-def provenance(models: Dict[str, Optional[str]], threads: Optional[int] = None) -> dict:
-    """The header of a report: versions, commit, machine, threads, command, models."""
-    from . import __version__, supports_gpu_offload
+# options that say where a benchmark or `specllama bench` writes its report (left out of the report)
+OUTPUT_OPTIONS = ("--out", "--out-dir", "--output", "-o")
+
+
+def _pathlike(value: str) -> bool:
+    return os.sep in value and (os.path.isabs(value) or os.path.exists(value))
+
+
+def portable_command(argv: Sequence[str], output_options: Sequence[str] = OUTPUT_OPTIONS) -> str:
+    """A command line as a report records it: the program's name, paths reduced to their file
+    names, and the output option (with its value) left out."""
+    words: List[str] = [Path(argv[0]).name] if argv else []
+    skip = False
+    for arg in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if name in output_options:
+            skip = not eq
+            continue
+        if eq and _pathlike(arg[len(name) + 1:]):
+            arg = f"{name}={Path(arg[len(name) + 1:]).name}"
+        elif _pathlike(arg):
+            arg = Path(arg).name
+        words.append(arg)
+    return " ".join(words)
+
+
+def portable_settings(settings: Dict[str, Any], output_keys: Iterable[str] = ("out", "output")) -> Dict[str, Any]:
+    """A benchmark's settings (its parsed arguments) as a report records them: without where the
+    report is written, and with paths reduced to their file names."""
+    skip = set(output_keys)
+    return {k: Path(v).name if isinstance(v, str) and _pathlike(v) else v
+            for k, v in settings.items() if k not in skip}
+
+
+def provenance(models: Dict[str, Optional[str]], threads: Optional[int] = None,
+               output_options: Sequence[str] = OUTPUT_OPTIONS) -> dict:
+    """The header of a report: versions, commit, machine, threads, command, models.
+    output_options: the command's options that name where it writes its report."""
+    from ._core import supports_gpu_offload
+    from ._version import __version__
     from .models import sha256
 
     return {
@@ -62,6 +103,6 @@ def provenance(models: Dict[str, Optional[str]], threads: Optional[int] = None) 
         "gpu_offload_build": supports_gpu_offload(),
         "machine": machine_info(),
         "threads": threads or os.cpu_count(),
-        "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+        "command": portable_command(sys.argv, output_options),
         "models": {role: {"file": Path(p).name, "sha256": sha256(Path(p))} for role, p in models.items() if p},
     }
