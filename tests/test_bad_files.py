@@ -91,7 +91,7 @@ def _set_f32(blob: bytes, key: str, value: float) -> bytes:
 
 
 # Metadata on which llama.cpp aborts the process (GGML_ASSERT) instead of failing the load, each
-# found by scripts/fuzz_gguf.py; cpp/model.cpp:check_gguf_metadata turns them into errors.
+# found by scripts/fuzz_gguf.py; cpp/engine/gguf_checks.cpp:check_gguf_metadata turns them into errors.
 METADATA_ABORTS = {
     # 16 x (2^31 + 4) wraps to 64 in llama.cpp's 32-bit arithmetic: the K/V tensor shapes pass the
     # loader's check and the first graph aborts in ggml_reshape_3d (when a context is made)
