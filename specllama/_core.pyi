@@ -449,9 +449,24 @@ class Stats:
         target sampling and the acceptance rule
         """
     @property
+    def t_decode_ms(self) -> float:
+        """
+        after the prompt, time inside llama_decode, both models (0 with mode dsi)
+        """
+    @property
     def t_draft_ms(self) -> float:
         """
         draft decodes and draft sampling
+        """
+    @property
+    def t_draft_sample_ms(self) -> float:
+        """
+        of t_draft_ms, choosing the drafted tokens from the draft's logits (its sampling, or its top two tokens at temperature 0)
+        """
+    @property
+    def t_host_ms(self) -> float:
+        """
+        after the prompt, the loop's work on the host outside llama_decode: t_draft_sample_ms, t_accept_ms and the rest (not measured with mode dsi)
         """
     @property
     def t_other_ms(self) -> float:

@@ -183,6 +183,7 @@ def _sweep_entry(runs: List[Run], mode: str, n: int, sp: int, prompts: List[str]
                             "acceptance_rate": s.acceptance_rate,
                             "mean_accepted_length": s.mean_accepted_length}
     total_ms = sum(s.t_total_ms - s.t_prefill_ms for s in spec)
+    n_generated = max(1, sum(s.n_generated for s in spec))
     loop_ms = sum(s.t_other_ms for s in spec)
     entry = {
         "mode": mode,
@@ -198,6 +199,10 @@ def _sweep_entry(runs: List[Run], mode: str, n: int, sp: int, prompts: List[str]
         "predicted_speedup": predicted_speedup(alpha, n, t_draft / t_target),
         "predicted_speedup_measured_verify": predicted_speedup_measured(alpha, n, t_draft, t_target, t_verify),
         "loop_overhead_share": loop_ms / total_ms if total_ms else 0.0,
+        # the loop's work on the host outside llama_decode, per generated token, and two of its parts
+        "host_ms_per_token": sum(s.t_host_ms for s in spec) / n_generated,
+        "draft_sampling_ms_per_token": sum(s.t_draft_sample_ms for s in spec) / n_generated,
+        "acceptance_ms_per_token": sum(s.t_accept_ms for s in spec) / n_generated,
         # at temperature 0: prompts whose speculative output equals the plain output token for token
         "outputs_identical": n_identical,
         "per_prompt": per_prompt,
@@ -212,7 +217,8 @@ def _dsi_figures(mine: List[Run], sp: int) -> dict:
     used = sum(r.dsi["t_verify_ms"] - r.dsi["t_verify_wasted_ms"] for r in mine)
     hidden = sum(r.dsi["t_verify_hidden_ms"] for r in mine)
     return {"sp": sp, "predicted_speedup": None, "predicted_speedup_measured_verify": None,
-            "loop_overhead_share": None,
+            "loop_overhead_share": None, "host_ms_per_token": None, "draft_sampling_ms_per_token": None,
+            "acceptance_ms_per_token": None,
             "verify_hidden_share": hidden / used if used else 0.0,
             "tasks_cancelled_share": (sum(r.dsi["n_tasks_cancelled"] for r in mine)
                                       / max(1, sum(r.dsi["n_tasks"] for r in mine))),
@@ -324,14 +330,16 @@ def format_report(r: dict) -> str:
     lines = [f"plain decoding: {r['plain_tokens_per_second']:.1f} tokens/s "
              f"({r['target_ms_per_token']:.1f} ms per target decode)",
              "",
-             "n_draft         tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead  same output"]
+             "n_draft         tokens/s  speedup  acceptance  tokens/pass  predicted  predicted(meas.)  loop overhead  "
+             "host ms/token  same output"]
     for e in r["sweep"]:
         if e["mode"] == "dsi":
             continue
         lines.append(f"{e['label']:>14}  {e['speculative_tokens_per_second']:>8.1f}  {e['speedup']:>6.2f}x  "
                      f"{e['acceptance_rate']:>10.1%}  {e['mean_accepted_length']:>11.2f}  "
                      f"{e['predicted_speedup']:>8.2f}x  {e['predicted_speedup_measured_verify']:>15.2f}x  "
-                     f"{e['loop_overhead_share']:>12.2%}  {e['outputs_identical']:>5}/{len(e['per_prompt'])}")
+                     f"{e['loop_overhead_share']:>12.2%}  {e['host_ms_per_token']:>13.3f}  "
+                     f"{e['outputs_identical']:>5}/{len(e['per_prompt'])}")
     dsi = [e for e in r["sweep"] if e["mode"] == "dsi"]
     if dsi:
         lines += ["", "DSI (sp, lookahead)      tokens/s  speedup  acceptance  threads (drafter, per server)  "

@@ -155,6 +155,11 @@ def test_stats_add_up(dec, temperature):
     assert s.n_accepted + s.n_steps >= s.n_generated  # each step emits accepted + 1, the last may be cut
     assert s.acceptance_rate == pytest.approx(s.n_accepted / s.n_drafted)
     assert s.t_total_ms >= s.t_prefill_ms + s.t_draft_ms + s.t_verify_ms + s.t_accept_ms - 1e-6
+    # the host's share: outside llama_decode, of which choosing the drafts and the acceptance step
+    assert 0 < s.t_draft_sample_ms <= s.t_draft_ms
+    assert 0 < s.t_decode_ms <= s.t_total_ms - s.t_prefill_ms
+    assert s.t_host_ms == pytest.approx(s.t_total_ms - s.t_prefill_ms - s.t_decode_ms)
+    assert s.t_host_ms >= s.t_draft_sample_ms + s.t_accept_ms - 1e-6
     assert s.tokens_per_second > 0
     d = s.as_dict()
     assert d["mean_accepted_length"] == pytest.approx(s.n_generated / s.n_steps)

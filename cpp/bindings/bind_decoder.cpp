@@ -206,10 +206,18 @@ void register_stats(py::module_ & m) {
                       "they do not share and converting tokens")
         .def_readonly("t_verify_ms", &gs::t_verify_ms, "target decodes")
         .def_readonly("t_accept_ms", &gs::t_accept_ms, "target sampling and the acceptance rule")
+        .def_readonly("t_draft_sample_ms", &gs::t_draft_sample_ms,
+                      "of t_draft_ms, choosing the drafted tokens from the draft's logits (its sampling, or its "
+                      "top two tokens at temperature 0)")
+        .def_readonly("t_decode_ms", &gs::t_decode_ms,
+                      "after the prompt, time inside llama_decode, both models (0 with mode dsi)")
         .def_readonly("t_total_ms", &gs::t_total_ms, "the whole call")
         .def_property_readonly("acceptance_rate", &gs::acceptance_rate, "n_accepted / n_drafted")
         .def_property_readonly("tokens_per_second", &gs::tokens_per_second, "n_generated over the time after prefill")
         .def_property_readonly("t_other_ms", &gs::t_other_ms, "time in the loop outside model calls and acceptance")
+        .def_property_readonly("t_host_ms", &gs::t_host_ms,
+                               "after the prompt, the loop's work on the host outside llama_decode: t_draft_sample_ms, "
+                               "t_accept_ms and the rest (not measured with mode dsi)")
         .def_property_readonly("mean_accepted_length", &gs::mean_accepted_length,
                                "tokens emitted per verification step");
 

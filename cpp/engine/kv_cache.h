@@ -114,6 +114,8 @@ class kv_cache {
     bool checkpoints_on_device() const { return recurrent_ && ckpt_on_device_; }
     // time spent taking checkpoints, restoring them and decoding tokens again after a restore
     double rollback_ms() const { return rollback_ms_; }
+    // time spent in llama_decode (a slot's: in its batcher's merged decodes, waits included)
+    double decode_ms() const { return decode_ms_; }
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
     int64_t n_redecoded() const { return n_redecoded_; }
 
@@ -187,6 +189,7 @@ class kv_cache {
     saved_state              step_ckpt_;      // checkpoint()
     saved_state              kept_ckpt_;      // keep_checkpoint()
     double                   rollback_ms_ = 0;
+    double                   decode_ms_   = 0;
     int64_t                  n_redecoded_ = 0;
     std::shared_ptr<shared_context> shared_;  // a slot's cache: the shared context, and
     llama_seq_id             seq_       = 0;   // its sequence there

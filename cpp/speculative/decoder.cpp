@@ -393,11 +393,13 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const double rollback_ms0 = rollback_ms();
     const auto   redecoded    = [&] { return tgt_cache_->n_redecoded() + (dft_cache_ ? dft_cache_->n_redecoded() : 0); };
     const int64_t redecoded0  = redecoded();
+    const auto    decode_ms   = [&] { return tgt_cache_->decode_ms() + (dft_cache_ ? dft_cache_->decode_ms() : 0.0); };
     const auto t_start = clock_type::now();
 
     std::vector<llama_token> seq = prompt;
     prefill(seq, plan, params, st, check);
     st.t_prefill_ms = ms_since(t_start);
+    const double decode_ms0 = decode_ms();
 
     text_stream stream(params.stop);
     std::string finish;
@@ -437,6 +439,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.t_rollback_ms  = rollback_ms() - rollback_ms0;
     st.n_redecoded    = redecoded() - redecoded0;
     st.t_total_ms     = ms_since(t_start);
+    st.t_decode_ms    = decode_ms() - decode_ms0;
     return res;
 }
 
@@ -537,6 +540,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         st.n_resume_shared += drafted_.n_copied;
         st.n_window_catch_ups += drafted_.windowed;
         st.t_vocab_ms += drafted_.vocab_ms;
+        st.t_draft_sample_ms += drafted_.sample_ms;
     }
     // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
     const int32_t n_model = (int32_t) drafted_.tokens.size();

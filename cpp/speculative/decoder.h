@@ -5,6 +5,7 @@
 // Not here: drafting (drafting.h), acceptance (acceptance.h), cache rollback (kv_cache.h).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -15,15 +16,15 @@
 #include <thread>
 #include <vector>
 
+#include "batching/slot_batcher.h"
+#include "dsi/dsi.h"
+#include "engine/kv_cache.h"
 #include "speculative/acceptance.h"
 #include "speculative/draft_length.h"
 #include "speculative/drafting.h"
-#include "dsi/dsi.h"
-#include "engine/kv_cache.h"
 #include "speculative/lookup.h"
 #include "speculative/text.h"
 #include "speculative/vocab_map.h"
-#include "batching/slot_batcher.h"
 
 namespace specllama {
 
@@ -150,6 +151,8 @@ struct generate_stats {
     double               t_vocab_ms   = 0;      // of which pairing two vocabularies: masking, converting tokens
     double               t_verify_ms  = 0;      // target decodes
     double               t_accept_ms  = 0;      // target sampling and acceptance
+    double               t_draft_sample_ms = 0;  // of t_draft_ms, choosing drafted tokens from the draft's logits
+    double               t_decode_ms  = 0;      // after the prompt, time inside llama_decode (both models)
     double               t_total_ms   = 0;      // the whole call
 
     double acceptance_rate() const { return n_drafted > 0 ? (double) n_accepted / n_drafted : 0.0; }
@@ -160,6 +163,8 @@ struct generate_stats {
     }
     // time in the loop outside the model calls and the acceptance rule
     double t_other_ms() const { return t_total_ms - t_prefill_ms - t_draft_ms - t_verify_ms - t_accept_ms; }
+    // after the prompt, the loop's own work on the host: everything outside llama_decode
+    double t_host_ms() const { return std::max(0.0, t_total_ms - t_prefill_ms - t_decode_ms); }
     // tokens emitted per verification step (accepted drafts + the target's own token)
     double mean_accepted_length() const { return n_steps > 0 ? (double) n_generated / n_steps : 0.0; }
 };

@@ -98,6 +98,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     out.conf.clear();
     out.catch_up_ms = 0.0;
     out.vocab_ms    = 0.0;
+    out.sample_ms   = 0.0;
     out.n_copied    = 0;
     out.windowed    = false;
     if (n_draft <= 0 || seq.empty()) {
@@ -130,12 +131,15 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         }
         llama_token tok;
         float       conf;
+        const auto  t_sample = std::chrono::steady_clock::now();
         if (params.greedy()) {
             tok = top_with_margin(logits, n_vocab, conf);
+            out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
         } else {
             sampling_distribution(logits, n_vocab, params, out.dists[i]);
             tok  = sample(out.dists[i], rng);
             conf = out.dists[i].prob_of(tok);
+            out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
             if (map_ != nullptr) {
                 const auto t_map = std::chrono::steady_clock::now();
                 to_target_ids(*map_, out.dists[i]);

@@ -20,6 +20,7 @@ struct draft_result {
     std::vector<float>       conf;
     double                   catch_up_ms = 0.0;  // of the drafting time, the catch-up decode
     double                   vocab_ms    = 0.0;  // of the drafting time, masking and converting tokens (vocab_map)
+    double                   sample_ms   = 0.0;  // of the drafting time, choosing the tokens from the logits
     int32_t                  n_copied    = 0;    // tokens the catch-up lacked and took from the target's cache
     bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
 };
