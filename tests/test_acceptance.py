@@ -131,13 +131,13 @@ def test_standardized_sampling_on_both_sides(settings):
 
 
 def _reference_distribution(logits, temperature, top_k, top_p, min_p):
-    """numpy statement of the transforms: top-k, top-p, min-p on softmax(logits), then temperature."""
+    """numpy statement of llama.cpp's chain: top-k; top-p on the softmax of the tokens top-k kept;
+    min-p against the most likely token; then temperature on the survivors."""
     logits = logits.astype(np.float64)
     order = np.argsort(-logits, kind="stable")
     probs = np.exp(logits - logits.max())
-    probs /= probs.sum()
     keep = order[: top_k] if top_k > 0 else order
-    cum = np.cumsum(probs[keep])
+    cum = np.cumsum(probs[keep]) / probs[keep].sum()
     if top_p < 1.0:
         keep = keep[: int(np.searchsorted(cum, top_p) + 1)]
     keep = keep[probs[keep] >= min_p * probs[keep[0]]]

@@ -1,7 +1,9 @@
-// sampling/sampling.cpp: top-k / top-p / min-p / temperature over a vocabulary of logits.
+// sampling/sampling.cpp: top-k / top-p / min-p / temperature over a vocabulary of logits, as llama.cpp's
+// sampler chain applies them.
 #include "sampling/sampling.h"
 
 #include "sampling/softmax.h"
+#include "sampling/vocab_scan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,14 +37,41 @@ float token_dist::prob_of(llama_token id) const {
     return 0.0f;
 }
 
-llama_token argmax(const float * logits, int32_t n_vocab) {
-    return (llama_token) (std::max_element(logits, logits + n_vocab) - logits);
-}
-
 double uniform01(rng_t & rng) {
     // 53 random bits: the same draws on every platform for a given seed
     return (double) (rng() >> 11) * (1.0 / 9007199254740992.0);
 }
+
+namespace {
+
+// the whole vocabulary as candidates, as sorted as top-p needs: the head is sorted in growing slices
+// until it holds top_p of softmax(logits), whose normalizer is z (no order at all without top-p)
+void all_tokens(const float * logits, int32_t n_vocab, float lmax, double z, float top_p,
+                std::vector<llama_token> & ids) {
+    ids.resize(n_vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    if (top_p >= 1.0f) {
+        return;
+    }
+    auto by_logit = [logits](llama_token a, llama_token b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    size_t n_sorted = std::min<size_t>(ids.size(), 64);
+    for (;;) {
+        std::partial_sort(ids.begin(), ids.begin() + n_sorted, ids.end(), by_logit);
+        double cum = 0.0;
+        for (size_t i = 0; i < n_sorted; ++i) {
+            cum += std::exp((double) logits[ids[i]] - lmax) / z;
+        }
+        if (n_sorted == ids.size() || cum >= top_p) {
+            ids.resize(n_sorted);
+            return;
+        }
+        n_sorted = std::min(ids.size(), n_sorted * 8);
+    }
+}
+
+}  // namespace
 
 void sampling_distribution(const float * logits, int32_t n_vocab, const sampling_params & params, token_dist & out) {
     if (params.greedy()) {
@@ -50,69 +79,49 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
         out.probs.assign(1, 1.0f);
         return;
     }
+    // the candidates, most likely first where top-p needs an order: the top k (a scan of the row),
+    // or the whole vocabulary; z: the softmax normalizer over them, which top-p needs
     auto & ids = out.ids;
-    ids.resize(n_vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-    auto by_logit = [logits](llama_token a, llama_token b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    };
-
-    // softmax normalizer over the whole vocabulary: top-p and min-p are defined on it
-    const float lmax = *std::max_element(logits, logits + n_vocab);
-    const double z    = sum_exp(logits, n_vocab, lmax);
-
-    size_t n_keep = (params.top_k > 0 && params.top_k < n_vocab) ? (size_t) params.top_k : ids.size();
-    if (params.top_p >= 1.0f) {
-        // no top-p: no order needed, only the top-k set (linear time)
-        if (n_keep < ids.size()) {
-            std::nth_element(ids.begin(), ids.begin() + n_keep, ids.end(), by_logit);
+    float  lmax;
+    double z = 0.0;
+    if (params.top_k > 0 && params.top_k < n_vocab) {
+        top_k(logits, n_vocab, params.top_k, ids);
+        lmax = logits[ids[0]];
+        for (size_t i = 0; i < ids.size() && params.top_p < 1.0f; ++i) {
+            z += std::exp((double) logits[ids[i]] - lmax);
         }
     } else {
-        // top-p needs the head in order: sort it in growing slices until it holds top_p
-        size_t n_sorted = std::min<size_t>(n_keep, 64);
-        for (;;) {
-            std::partial_sort(ids.begin(), ids.begin() + n_sorted, ids.end(), by_logit);
-            if (n_sorted == n_keep) {
-                break;
-            }
-            double cum = 0.0;
-            for (size_t i = 0; i < n_sorted; ++i) {
-                cum += std::exp((double) logits[ids[i]] - lmax) / z;
-            }
-            if (cum >= params.top_p) {
-                break;
-            }
-            n_sorted = std::min(n_keep, n_sorted * 8);
-        }
-        n_keep     = std::min(n_keep, n_sorted);
+        lmax = logits[argmax(logits, n_vocab)];
+        z    = params.top_p < 1.0f ? sum_exp(logits, n_vocab, lmax) : 0.0;
+        all_tokens(logits, n_vocab, lmax, z, params.top_p, ids);
+    }
+    if (params.top_p < 1.0f) {
+        // as llama.cpp's top-p: the smallest head of the candidates that holds top_p of their softmax
         double cum = 0.0;
         size_t i   = 0;
-        while (i < n_keep) {
+        while (i < ids.size()) {
             cum += std::exp((double) logits[ids[i]] - lmax) / z;
             ++i;
             if (cum >= params.top_p) {
                 break;
             }
         }
-        n_keep = i;
+        ids.resize(i);
     }
-    ids.resize(n_keep);
     if (params.min_p > 0.0f) {
         // p_i >= min_p * p_max  <=>  logit_i >= lmax + log(min_p); the most likely token always stays
         const float threshold = lmax + std::log(params.min_p);
         ids.erase(std::remove_if(ids.begin(), ids.end(), [&](llama_token t) { return logits[t] < threshold; }),
                   ids.end());
-        n_keep = ids.size();
     }
 
     // temperature on the survivors, renormalized
     auto &       probs = out.probs;
-    probs.resize(n_keep);
+    probs.resize(ids.size());
     const double inv_t = 1.0 / params.temperature;
-    const float  top   = lmax;
     double       sum   = 0.0;
-    for (size_t i = 0; i < n_keep; ++i) {
-        const double e = std::exp(((double) logits[ids[i]] - top) * inv_t);
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const double e = std::exp(((double) logits[ids[i]] - lmax) * inv_t);
         probs[i]       = (float) e;
         sum += e;
     }

@@ -1,7 +1,8 @@
 // sampling/sampling.h: turning logits into the distribution a sampler draws from ("standardized
 // sampling", Leviathan et al. sec. 2.3): the same transforms are applied to the target's p and the
 // draft's q, so accepting against them reproduces exactly what plain sampling with these settings
-// would produce. Order, as llama.cpp's default chain: top-k, top-p, min-p on softmax(logits),
+// would produce. Order and meaning as llama.cpp's default chain: top-k; top-p on the softmax of the
+// tokens top-k left (of the whole vocabulary without top-k); min-p against the most likely token;
 // then temperature on the survivors.
 // Not here: the acceptance rule (acceptance.h).
 #pragma once
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "llama.h"
+#include "sampling/vocab_scan.h"
 
 namespace specllama {
 
@@ -38,9 +40,6 @@ using rng_t = std::mt19937_64;
 
 // the distribution a sampler with params draws from, given raw logits (needs temperature > 0)
 void sampling_distribution(const float * logits, int32_t n_vocab, const sampling_params & params, token_dist & out);
-
-// the most likely token; ties go to the lowest id
-llama_token argmax(const float * logits, int32_t n_vocab);
 
 // one draw from dist
 llama_token sample(const token_dist & dist, rng_t & rng);

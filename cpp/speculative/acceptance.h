@@ -6,6 +6,7 @@
 // Not here: how p and q are made (sampling.h), drafting (drafting.h).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "sampling/sampling.h"
@@ -17,7 +18,15 @@ struct acceptance_result {
     llama_token next       = -1;  // the correction (after a rejection) or bonus (all kept) token
 };
 
-// target_argmax has n_draft + 1 entries: the target's choice after each prefix
+// The target's choices and distributions are asked for by position (0..n_draft, after each prefix
+// of the drafts), in order and only as far as the rule reads them: positions after the first
+// rejection are never computed. The rules draw the same random numbers either way.
+using target_choice = std::function<llama_token(int32_t i)>;
+using target_dist   = std::function<const token_dist &(int32_t i)>;
+
+// target_argmax(i): the target's choice after prefix i
+acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, const target_choice & target_argmax);
+// target_argmax has n_draft + 1 entries
 acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, const llama_token * target_argmax);
 
 // reusable buffers for accept_sampled (avoids a vocabulary-sized allocation per step)
@@ -26,7 +35,10 @@ struct acceptance_scratch {
     token_dist         residual;
 };
 
-// q has n_draft entries (the draft's distributions, draft[i] drawn from q[i]), p has n_draft + 1
+// q has n_draft entries (the draft's distributions, draft[i] drawn from q[i]); p(i) for i in 0..n_draft
+acceptance_result accept_sampled(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & q,
+                                 const target_dist & p, int32_t n_vocab, rng_t & rng, acceptance_scratch & scratch);
+// p has n_draft + 1 entries
 acceptance_result accept_sampled(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & q,
                                  const std::vector<token_dist> & p, int32_t n_vocab, rng_t & rng,
                                  acceptance_scratch & scratch);
@@ -40,6 +52,7 @@ bool accept_one_sampled(llama_token x, const token_dist & q, const token_dist & 
 // sample-and-match (llama.cpp's server and speculative-simple): the target samples each position
 // from p_i on its own and a draft is kept only if it equals that sample. Also lossless, but it
 // keeps a draft with probability sum p*q instead of sum min(p, q). For comparison.
+acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const target_dist & p, rng_t & rng);
 acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & p,
                                rng_t & rng);
 

@@ -568,22 +568,22 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     t = clock_type::now();
     const sampling_params & sp = params.sampling;
     acceptance_result       acc;
+    // the target's choices and distributions are made from its logits as the rule reads them: none
+    // after the first rejected draft
     if (sp.greedy()) {
-        target_argmax_.resize(n + 1);
-        for (int32_t i = 0; i <= n; ++i) {
-            target_argmax_[i] = argmax(tgt_cache_->logits(i), target_->n_vocab);
-        }
-        acc = accept_greedy(drafted_.tokens.data(), n, target_argmax_.data());
+        const auto choice = [&](int32_t i) { return argmax(tgt_cache_->logits(i), target_->n_vocab); };
+        acc               = accept_greedy(drafted_.tokens.data(), n, choice);
     } else {
         if ((int32_t) p_.size() < n + 1) {
             p_.resize(n + 1);
         }
-        for (int32_t i = 0; i <= n; ++i) {
+        const auto dist = [&](int32_t i) -> const token_dist & {
             sampling_distribution(tgt_cache_->logits(i), target_->n_vocab, sp, p_[i]);
-        }
+            return p_[i];
+        };
         acc = params.rule == accept_rule::match
-                  ? accept_match(drafted_.tokens.data(), n, p_, rng)
-                  : accept_sampled(drafted_.tokens.data(), n, drafted_.dists, p_, target_->n_vocab, rng, scratch_);
+                  ? accept_match(drafted_.tokens.data(), n, dist, rng)
+                  : accept_sampled(drafted_.tokens.data(), n, drafted_.dists, dist, target_->n_vocab, rng, scratch_);
     }
     // keep seq[:-1], last and the accepted drafts; the draft cache is trimmed on its next catch-up
     const auto t_rollback = clock_type::now();

@@ -378,7 +378,6 @@ class decoder {
     // per-step buffers, reused
     draft_result              drafted_;
     std::vector<token_dist>   p_;
-    std::vector<llama_token>  target_argmax_;
     std::vector<llama_token>  lookup_seq_;
     std::vector<llama_token>  batch_;
     step_record               record_;

@@ -54,23 +54,13 @@ int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::
 namespace {
 
 // the most likely token, and how sure: 1 - p2/p1 = 1 - exp(l2 - l1) for the two largest logits
-// (0 at an exact tie, 1 when the runner-up is out of sight); one pass, no softmax
+// (0 at an exact tie, 1 when the runner-up is out of sight); no softmax
 llama_token top_with_margin(const float * logits, int32_t n_vocab, float & conf) {
-    int32_t best = 0;
-    float   l1   = logits[0];
-    float   l2   = -INFINITY;
-    for (int32_t i = 1; i < n_vocab; ++i) {
-        const float l = logits[i];
-        if (l > l1) {
-            l2   = l1;
-            l1   = l;
-            best = i;
-        } else if (l > l2) {
-            l2 = l;
-        }
-    }
-    conf = 1.0f - std::exp(l2 - l1);
-    return (llama_token) best;
+    float             l1   = 0.0f;
+    float             l2   = 0.0f;
+    const llama_token best = top_two(logits, n_vocab, l1, l2);
+    conf                   = 1.0f - std::exp(l2 - l1);
+    return best;
 }
 
 // q' over draft tokens -> the same q' over their target partners (masked tokens that a top-k
