@@ -29,6 +29,7 @@ the teacher-forced ones used here (they only change how many doomed drafts are m
 is priced too high there and the replayed speedups are not the live ones.
 
     PYTHONPATH=. python benchmarks/replay_draft_length.py [-n 256] [--held-out] [--json out.json]
+    PYTHONPATH=. python benchmarks/replay_draft_length.py --pair qwen2.5-coder --target-type f16 --json f16.json
     PYTHONPATH=. python benchmarks/replay_draft_length.py --replay tests/data/replay_draft_length.json
     PYTHONPATH=. python benchmarks/replay_draft_length.py --replay tests/data/replay_draft_length.json \
         --prices 1.15,1.2,1.15,0.01
@@ -55,7 +56,7 @@ import numpy as np
 from specllama import _core
 from specllama.bench import PROMPTS
 from specllama.decoder import SpeculativeDecoder
-from specllama.models import default_pair
+from specllama.models import pair_paths
 from specllama.provenance import provenance
 
 
@@ -278,6 +279,8 @@ def main() -> int:
     ap.add_argument("--cost-repeats", type=int, default=15)
     ap.add_argument("--cost-rounds", type=int, default=3,
                     help="independent cost measurements; each is replayed, to show how much the verdict moves")
+    ap.add_argument("--pair", default="smollm2", help="the named pair to record (specllama models lists them)")
+    ap.add_argument("--target-type", default=None, help="the pair's target type (e.g. f16 for qwen2.5-coder)")
     ap.add_argument("--json", help="write the traces, costs and results here")
     ap.add_argument("--replay", metavar="JSON",
                     help="replay the traces and prices recorded in an earlier --json file (no measuring)")
@@ -298,7 +301,7 @@ def main() -> int:
             recorded = [Costs(d1, d2, [0.0] + [v1 + vt * k for k in range(n_max + 2)])]
         n_max = min(n_max, min(len(c.verify_ms) for c in recorded) - 2)
     else:
-        target, draft = default_pair()
+        target, draft = pair_paths(args.pair, args.target_type)
         texts = dict(PROMPTS, **(HELD_OUT if args.held_out else {}))
         with SpeculativeDecoder(target, n_ctx=512) as dec:
             prompts = {name: dec.chat_tokens([{"role": "user", "content": text}])
