@@ -12,11 +12,7 @@ test_sampling_end_to_end.py).
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import threading
-import time
 
 import numpy as np
 import pytest
