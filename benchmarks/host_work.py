@@ -27,12 +27,12 @@ from specllama.provenance import provenance
 CHAIN = dict(top_k=40, top_p=0.95, min_p=0.05)  # llama.cpp's default chain
 
 
-def per_token(stats) -> dict:
-    n = max(1, stats.n_generated)
-    return {"host": stats.t_host_ms / n, "draft_sampling": stats.t_draft_sample_ms / n,
-            "acceptance": stats.t_accept_ms / n,
-            "rest": (stats.t_host_ms - stats.t_draft_sample_ms - stats.t_accept_ms) / n,
-            "decode": stats.t_decode_ms / n}
+def per_token(runs) -> dict:
+    """ms per generated token over the runs' Stats: the host's work and its parts, and the decodes."""
+    n = max(1, sum(s.n_generated for s in runs))
+    host, draft, accept = (sum(getattr(s, f) for s in runs) for f in ("t_host_ms", "t_draft_sample_ms", "t_accept_ms"))
+    return {"host": host / n, "draft_sampling": draft / n, "acceptance": accept / n,
+            "rest": (host - draft - accept) / n, "decode": sum(s.t_decode_ms for s in runs) / n}
 
 
 def main() -> None:
@@ -61,8 +61,7 @@ def main() -> None:
                                        n_draft=args.n_draft, adaptive=False, drafter="model", ignore_eos=True,
                                        **CHAIN)
                     figures.append(out.stats)
-                total = {key: sum(per_token(s)[key] * s.n_generated for s in figures)
-                         / sum(s.n_generated for s in figures) for key in per_token(figures[0])}
+                total = per_token(figures)
                 rows[name].append(total)
                 print(f"round {k + 1} {name:6s} host {total['host']:.4f} ms/token (draft sampling "
                       f"{total['draft_sampling']:.4f}, acceptance {total['acceptance']:.4f}, rest "

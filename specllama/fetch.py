@@ -74,12 +74,14 @@ class Manifest:
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / "manifest.json"
+        self.data = self._read()
+
+    def _read(self) -> dict:
         try:
-            self.data = json.loads(self.path.read_text())
-            if not isinstance(self.data, dict):
-                self.data = {}
+            data = json.loads(self.path.read_text())
         except (OSError, ValueError):
-            self.data = {}
+            return {}
+        return data if isinstance(data, dict) else {}
 
     def matches(self, path: Path) -> bool:
         entry = self.data.get(path.name)
@@ -91,7 +93,10 @@ class Manifest:
                 and entry.get("mtime_ns") == st.st_mtime_ns)
 
     def record(self, path: Path, digest: str) -> None:
+        """Add path's entry to the manifest as it is on disk now (another file's entry may have been
+        recorded since this one was read: a target made from a base file records the base first)."""
         st = path.stat()
+        self.data = self._read()
         self.data[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))

@@ -80,12 +80,20 @@ def qwen_pair():
     return pair_paths("qwen2.5-coder")
 
 
-@pytest.fixture(scope="session")
-def default_decoder(default_pair):
-    target, draft = default_pair
-    dec = specllama.SpeculativeDecoder(target, draft, n_ctx=2048)
+def _pair_decoder(pair):
+    dec = specllama.SpeculativeDecoder(*pair, n_ctx=2048)
     yield dec
     dec.close()
+
+
+@pytest.fixture(scope="session")
+def default_decoder(default_pair):
+    yield from _pair_decoder(default_pair)
+
+
+@pytest.fixture(scope="session")
+def qwen_decoder(qwen_pair):
+    yield from _pair_decoder(qwen_pair)
 
 
 def interrupt_at_step(k: int):

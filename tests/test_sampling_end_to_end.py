@@ -22,10 +22,11 @@ SETTINGS = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
 N = 3000
 
 
-def _dist_after(model, tokens):
-    ctx = specllama.Context(model, n_ctx=128)
+def _dist_after(model, tokens, settings=None, n_ctx=128):
+    """The distribution sampling with settings (default: SETTINGS) draws from after tokens."""
+    ctx = specllama.Context(model, n_ctx=n_ctx)
     logits = ctx.decode(tokens, all_logits=False)[-1]
-    return specllama.sampling_distribution(logits, **SETTINGS).astype(np.float64)
+    return specllama.sampling_distribution(logits, **(settings or SETTINGS)).astype(np.float64)
 
 
 def _pvalue(samples, p):

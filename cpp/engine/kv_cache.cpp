@@ -181,7 +181,9 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
     }
     // on a GPU llama_decode only queues the work: wait for it, so that the caller's timing (the
     // adaptive draft length prices each decode) counts the decode, not the next logits read
+    const auto t_sync = std::chrono::steady_clock::now();
     llama_synchronize(ctx_.get());
+    decode_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sync).count();
 }
 
 // a slot's chunks go to the batcher, which merges them with other slots' into one llama_decode and

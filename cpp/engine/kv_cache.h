@@ -114,7 +114,8 @@ class kv_cache {
     bool checkpoints_on_device() const { return recurrent_ && ckpt_on_device_; }
     // time spent taking checkpoints, restoring them and decoding tokens again after a restore
     double rollback_ms() const { return rollback_ms_; }
-    // time spent in llama_decode (a slot's: in its batcher's merged decodes, waits included)
+    // time spent in llama_decode and waiting for its results (a slot's: in its batcher's merged
+    // decodes, waits included)
     double decode_ms() const { return decode_ms_; }
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
     int64_t n_redecoded() const { return n_redecoded_; }

@@ -80,16 +80,15 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
         return;
     }
     // the candidates, most likely first where top-p needs an order: the top k (a scan of the row),
-    // or the whole vocabulary; z: the softmax normalizer over them, which top-p needs
-    auto & ids = out.ids;
-    float  lmax;
-    double z = 0.0;
-    if (params.top_k > 0 && params.top_k < n_vocab) {
+    // or the whole vocabulary (of which ids then holds the sorted head top-p needs)
+    auto &                           ids  = out.ids;
+    thread_local std::vector<double> weights;  // exp(logit - lmax) of the candidates, for top-p
+    const bool                       by_k = params.top_k > 0 && params.top_k < n_vocab;
+    float                            lmax;
+    double                           z = 0.0;  // the softmax normalizer over the candidates
+    if (by_k) {
         top_k(logits, n_vocab, params.top_k, ids);
         lmax = logits[ids[0]];
-        for (size_t i = 0; i < ids.size() && params.top_p < 1.0f; ++i) {
-            z += std::exp((double) logits[ids[i]] - lmax);
-        }
     } else {
         lmax = logits[argmax(logits, n_vocab)];
         z    = params.top_p < 1.0f ? sum_exp(logits, n_vocab, lmax) : 0.0;
@@ -97,10 +96,15 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
     }
     if (params.top_p < 1.0f) {
         // as llama.cpp's top-p: the smallest head of the candidates that holds top_p of their softmax
+        weights.resize(ids.size());
+        for (size_t i = 0; i < ids.size(); ++i) {
+            weights[i] = std::exp((double) logits[ids[i]] - lmax);
+            z += by_k ? weights[i] : 0.0;
+        }
         double cum = 0.0;
         size_t i   = 0;
         while (i < ids.size()) {
-            cum += std::exp((double) logits[ids[i]] - lmax) / z;
+            cum += weights[i] / z;
             ++i;
             if (cum >= params.top_p) {
                 break;

@@ -17,9 +17,6 @@ acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, cons
     }
 }
 
-acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, const llama_token * target_argmax) {
-    return accept_greedy(draft, n_draft, [target_argmax](int32_t i) { return target_argmax[i]; });
-}
 
 bool accept_one_sampled(llama_token x, const token_dist & q, const token_dist & p, int32_t n_vocab, rng_t & rng,
                         acceptance_scratch & scratch, llama_token & correction) {

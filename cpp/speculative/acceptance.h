@@ -26,8 +26,6 @@ using target_dist   = std::function<const token_dist &(int32_t i)>;
 
 // target_argmax(i): the target's choice after prefix i
 acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, const target_choice & target_argmax);
-// target_argmax has n_draft + 1 entries
-acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, const llama_token * target_argmax);
 
 // reusable buffers for accept_sampled (avoids a vocabulary-sized allocation per step)
 struct acceptance_scratch {

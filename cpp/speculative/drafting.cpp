@@ -124,17 +124,16 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         const auto  t_sample = std::chrono::steady_clock::now();
         if (params.greedy()) {
             tok = top_with_margin(logits, n_vocab, conf);
-            out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
         } else {
             sampling_distribution(logits, n_vocab, params, out.dists[i]);
             tok  = sample(out.dists[i], rng);
             conf = out.dists[i].prob_of(tok);
-            out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
-            if (map_ != nullptr) {
-                const auto t_map = std::chrono::steady_clock::now();
-                to_target_ids(*map_, out.dists[i]);
-                out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_map).count();
-            }
+        }
+        out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
+        if (!params.greedy() && map_ != nullptr) {
+            const auto t_map = std::chrono::steady_clock::now();
+            to_target_ids(*map_, out.dists[i]);
+            out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_map).count();
         }
         out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);
         out.conf.push_back(conf);
