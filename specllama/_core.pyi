@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'list_devices', 'log_set_level', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'list_devices', 'log_set_level', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -260,6 +260,14 @@ class GenerateOptions:
     def prices(self, arg0: StepPrices | None) -> None:
         ...
     @property
+    def record_steps(self) -> bool:
+        """
+        keep a record of every step in Stats.steps (what was drafted, with what confidence, what it cost, what was kept): for looking into the draft length (mode 'si')
+        """
+    @record_steps.setter
+    def record_steps(self, arg0: bool) -> None:
+        ...
+    @property
     def seed(self) -> int | None:
         """
         random seed; None: a random one
@@ -339,6 +347,74 @@ class GenerateOptions:
     @wait_for_drafts.setter
     def wait_for_drafts(self, arg1: bool) -> None:
         ...
+class StepTrace:
+    """
+    One step of a generation (GenerateOptions.record_steps): what the adaptive rule saw.
+    """
+    def as_dict(self) -> dict:
+        """
+        the fields as a dict
+        """
+    @property
+    def acceptance(self) -> float:
+        """
+        its overall acceptance estimate then
+        """
+    @property
+    def catch_up_ms(self) -> float:
+        """
+        of which the draft's catch-up decode
+        """
+    @property
+    def conf(self) -> list[float]:
+        """
+        the draft model's confidence in each of its tokens
+        """
+    @property
+    def draft_ms(self) -> float:
+        """
+        the step's drafting (as priced: StepPrices where given)
+        """
+    @property
+    def n_accepted(self) -> int:
+        """
+        of which the target kept
+        """
+    @property
+    def n_drafted(self) -> int:
+        """
+        tokens drafted in all (the model's, then prompt lookup's)
+        """
+    @property
+    def n_max(self) -> int:
+        """
+        tokens the step could draft at most
+        """
+    @property
+    def n_model(self) -> int:
+        """
+        tokens the draft model drafted
+        """
+    @property
+    def paused(self) -> bool:
+        """
+        the draft model was paused (drafting did not pay)
+        """
+    @property
+    def probe(self) -> bool:
+        """
+        the step was a probe of the paused draft model
+        """
+    @property
+    def rate(self) -> float:
+        """
+        the rule's long-run tokens per ms when the step began
+        """
+    @property
+    def verify_ms(self) -> float:
+        """
+        the verification (as priced)
+        """
 class Stats:
     """
     What one generation did, and where its time went.
@@ -442,6 +518,11 @@ class Stats:
     def rollback(self) -> str:
         """
         how rejected drafts leave the models' memory: 'kv' (the KV cache drops its tail) or 'checkpoint' (a recurrent or hybrid model restores a saved state and decodes the kept tokens again)
+        """
+    @property
+    def steps(self) -> list[StepTrace]:
+        """
+        a StepTrace per step with GenerateOptions.record_steps, else empty
         """
     @property
     def t_accept_ms(self) -> float:

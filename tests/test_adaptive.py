@@ -55,6 +55,28 @@ def test_fixed_mode_always_drafts_n(tiny):
     assert max(drafted) == 5 and drafted.count(5) >= 0.8 * len(drafted)
 
 
+def test_recorded_steps_are_what_the_generation_did(tiny):
+    """record_steps keeps one StepTrace per verification step: its drafts and what was kept add
+    up to the generation's counts, each model draft carries its confidence, and at given prices
+    each step is priced at them."""
+    prices = specllama.StepPrices(draft_ms=1.0, verify_ms=5.0, verify_token_ms=0.5)
+    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=1024) as dec:
+        s = dec.generate("the cat is", max_tokens=60, temperature=0, ignore_eos=True, n_draft=6, prices=prices,
+                         drafter="model", record_steps=True).stats
+        unrecorded = dec.generate("the cat is", max_tokens=8, temperature=0, ignore_eos=True).stats
+    assert len(s.steps) == s.n_steps and unrecorded.steps == []
+    assert sum(t.n_drafted for t in s.steps) == s.n_drafted
+    assert sum(t.n_accepted for t in s.steps) == s.n_accepted
+    assert sum(t.n_accepted + 1 for t in s.steps) >= s.n_generated  # (the last step may be cut short)
+    assert any(t.n_model > 0 for t in s.steps)
+    for t in s.steps:
+        assert 0 <= t.n_accepted <= t.n_drafted <= t.n_max
+        assert len(t.conf) == t.n_model and all(0.0 <= c <= 1.0 for c in t.conf)
+        assert t.draft_ms == pytest.approx(t.n_model * prices.draft_ms)
+        assert t.verify_ms == pytest.approx(prices.verify_ms + t.n_drafted * prices.verify_token_ms)
+        assert t.as_dict()["n_accepted"] == t.n_accepted
+
+
 def test_cost_model_learns(tiny):
     with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=1024) as dec:
         _tokens_per_step(dec, "the cat is", n_draft=8, adaptive=False)

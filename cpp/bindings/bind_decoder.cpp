@@ -154,11 +154,55 @@ void register_options(py::module_ & m) {
             [](gp & p, bool v) { p.dsi.wait_for_drafts = v; },
             "DSI: use the target's prediction at a position only once the drafter has proposed there, so "
             "every token is a judged draft whatever the timing")
+        .def_readwrite("record_steps", &gp::record_steps,
+                       "keep a record of every step in Stats.steps (what was drafted, with what confidence, "
+                       "what it cost, what was kept): for looking into the draft length (mode 'si')")
         .def("copy", [](const gp & p) { return gp(p); }, "an independent copy")
         .def("validate", &generate_params_validate, "raise ValueError naming the first bad field");
 }
 
+void register_step_trace(py::module_ & m) {
+    py::class_<step_trace>(m, "StepTrace",
+                           "One step of a generation (GenerateOptions.record_steps): what the adaptive rule saw.")
+        .def_property_readonly("n_model", [](const step_trace & t) { return t.record.n_model; },
+                               "tokens the draft model drafted")
+        .def_property_readonly("n_drafted", [](const step_trace & t) { return t.record.n; },
+                               "tokens drafted in all (the model's, then prompt lookup's)")
+        .def_property_readonly("n_accepted", [](const step_trace & t) { return t.record.n_accepted; },
+                               "of which the target kept")
+        .def_property_readonly("conf", [](const step_trace & t) { return t.record.conf; },
+                               "the draft model's confidence in each of its tokens")
+        .def_property_readonly("draft_ms", [](const step_trace & t) { return t.record.draft_ms; },
+                               "the step's drafting (as priced: StepPrices where given)")
+        .def_property_readonly("catch_up_ms", [](const step_trace & t) { return t.record.catch_up_ms; },
+                               "of which the draft's catch-up decode")
+        .def_property_readonly("verify_ms", [](const step_trace & t) { return t.record.verify_ms; },
+                               "the verification (as priced)")
+        .def_readonly("n_max", &step_trace::n_max, "tokens the step could draft at most")
+        .def_readonly("paused", &step_trace::paused, "the draft model was paused (drafting did not pay)")
+        .def_readonly("probe", &step_trace::probe, "the step was a probe of the paused draft model")
+        .def_readonly("rate", &step_trace::rate, "the rule's long-run tokens per ms when the step began")
+        .def_readonly("acceptance", &step_trace::acceptance, "its overall acceptance estimate then")
+        .def("as_dict", [](const step_trace & t) {
+            py::dict d;
+            d["n_model"]    = t.record.n_model;
+            d["n_drafted"]  = t.record.n;
+            d["n_accepted"] = t.record.n_accepted;
+            d["conf"]       = t.record.conf;
+            d["draft_ms"]   = t.record.draft_ms;
+            d["catch_up_ms"] = t.record.catch_up_ms;
+            d["verify_ms"]  = t.record.verify_ms;
+            d["n_max"]      = t.n_max;
+            d["paused"]     = t.paused;
+            d["probe"]      = t.probe;
+            d["rate"]       = t.rate;
+            d["acceptance"] = t.acceptance;
+            return d;
+        }, "the fields as a dict");
+}
+
 void register_stats(py::module_ & m) {
+    register_step_trace(m);
     using gs = generate_stats;
     py::class_<gs>(m, "Stats", "What one generation did, and where its time went.")
         .def_readonly("n_prompt", &gs::n_prompt, "prompt tokens")
@@ -180,6 +224,7 @@ void register_stats(py::module_ & m) {
         .def_readonly("n_paused_steps", &gs::n_paused_steps,
                       "steps the adaptive rule took without the draft model (drafting did not pay)")
         .def_readonly("accepted_hist", &gs::accepted_hist, "accepted_hist[k]: steps that kept k drafted tokens")
+        .def_readonly("steps", &gs::steps, "a StepTrace per step with GenerateOptions.record_steps, else empty")
         .def_readonly("drafter", &gs::drafter, "who drafted: 'model', 'lookup', 'model+lookup' or 'none'")
         .def_readonly("vocab", &gs::vocab,
                       "how the draft model's tokens reached the target: 'same' (one vocabulary), 'intersection' "

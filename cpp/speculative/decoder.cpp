@@ -407,6 +407,10 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     int32_t     prev_n = -1;  // tokens drafted in the step before (-1: it was prefill)
     while (finish.empty()) {
         const step_plan step    = plan_step(plan, params, (int32_t) seq.size(), st);
+        step_trace      trace;
+        if (params.record_steps) {
+            trace = {{}, step.n_max, lengths_.paused(), lengths_.probing(), lengths_.rate(), lengths_.acceptance()};
+        }
         llama_token     probe   = -1;
         auto            t       = clock_type::now();
         const int32_t   n_model = draft_step(seq, step, plan, params, rng, probe, st, check);
@@ -418,6 +422,10 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         const acceptance_result acc       = verify_and_accept(seq, params, rng, verify_ms, st);
 
         observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
+        if (params.record_steps) {
+            trace.record = record_;
+            st.steps.push_back(std::move(trace));
+        }
         prev_n = n;
         st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
         st.n_steps += 1;

@@ -109,12 +109,24 @@ struct generate_params {
     std::optional<step_prices> prices;          // none: the adaptive rule prices steps by measured times
     decode_mode              mode = decode_mode::si;
     dsi_options              dsi;               // mode dsi only
+    bool                     record_steps = false;  // keep a step_trace of every step in the stats (mode si)
 };
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
 constexpr int32_t k_max_draft = 64;
 // maximum DSI target servers
 constexpr int32_t k_max_servers = 64;
+
+// one step as the adaptive rule saw it (generate_params::record_steps): what it drafted, the draft's
+// confidences, what it cost and what was kept, and the rule's state when the step began
+struct step_trace {
+    step_record record;           // what the rule was told of the step (draft_length.h)
+    int32_t     n_max    = 0;     // tokens the step could draft at most
+    bool        paused   = false; // the rule had paused the draft model when the step began
+    bool        probe    = false; // the step was a probe of a paused draft model
+    double      rate     = 0;     // the rule's long-run tokens per ms when the step began
+    double      acceptance = 0;   // its overall acceptance estimate then
+};
 
 struct generate_stats {
     int32_t              n_prompt        = 0;  // prompt tokens
@@ -131,6 +143,7 @@ struct generate_stats {
     // probes after a pause whose draft caught up on the last tokens alone (decoder::k_probe_window)
     int32_t              n_window_catch_ups = 0;
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
+    std::vector<step_trace> steps;              // every step, with generate_params::record_steps
     std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
     // how the draft model's tokens reach the target: "same" (one vocabulary) or "intersection"
     // (another vocabulary, by token-level intersection: vocab_map.h); "none" without a draft model
