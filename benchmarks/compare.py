@@ -1,9 +1,9 @@
 """specllama against plain decoding and its peers: one program, one run, one machine.
 
-What it runs, on the same pair (default: the default pair), the same prompts, the same number of
-new tokens (end-of-text ignored so every run emits exactly --n-predict tokens), greedy or at
---temp T (every program with its default filters: top-k 40, top-p 0.95, min-p 0.05), with the same
-thread count:
+What it runs, on the same pair (default: the default pair; --pair and --target-type name another),
+the same prompts, the same number of new tokens (end-of-text ignored so every run emits exactly
+--n-predict tokens), greedy or at --temp T (every program with its default filters: top-k 40,
+top-p 0.95, min-p 0.05), with the same thread count:
 
   specllama   plain decoding (the baseline: same engine, speculative=False)
   specllama   speculative: the default (the draft model with prompt lookup filling in where it
@@ -12,17 +12,24 @@ thread count:
               the draft processing the prompt itself, the draft model alone (adaptive, and fixed
               n_draft), and prompt lookup alone
   llama-cpp-python   Llama.create_completion on the target, and with its prompt-lookup drafter
-  llama.cpp   llama-speculative-simple built from the llama-cpp-python 0.3.36 sdist by
-              benchmarks/build_llama_cpp.sh (skipped with --no-llama-cpp), at several
-              --spec-draft-n-max values
+  llama.cpp   llama-speculative-simple at several --spec-draft-n-max values, and llama-server with
+              the draft at several --spec-draft-n-max values, one client, its /completion endpoint
+              timed by the server's own timings; both built from the llama-cpp-python 0.3.36 sdist by
+              benchmarks/build_llama_cpp.sh (skipped with --no-llama-cpp)
 
 Throughput is end-to-end: new tokens over the time from the prompt to the last token (prompt
 processing included), since that is what every peer reports or can be timed on. specllama's
 decode-only figure is reported beside it. A second part compares, at temperature 1 and a fixed
 draft length, the acceptance of the papers' rejection rule with llama.cpp's sample-and-match.
 
+On a CPU with AMX, every program loads its models without llama.cpp's extra CPU buffer types (the
+AMX repacking, which crashes this llama.cpp: ggml-org/llama.cpp#20824), as specllama does:
+--no-repack for llama.cpp's programs, use_extra_bufts off for llama-cpp-python.
+
     python benchmarks/compare.py --repeats 2      # greedy; about 17 minutes on 2 cores
     python benchmarks/compare.py --temp 0.8 --out bench-out/t08   # a chat temperature
+    python benchmarks/compare.py --pair qwen2.5-coder --target-type f16 --prompts chat,code,code-edit \
+        --fixed 4 --peer-n-max 3,6,10,16 --server-n-max 3,6,10,16 -n 128 --repeats 3
     python benchmarks/compare.py --quick          # 64 tokens, one prompt of each kind
 
 Writes compare.json and compare.png to --out (default bench-out/).
@@ -40,9 +47,11 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
+
 import specllama
 from specllama.bench import PROMPTS
-from specllama.models import default_pair
+from specllama.models import DEFAULT_PAIR, pair_paths
 from specllama.provenance import provenance
 
 HERE = Path(__file__).resolve().parent
@@ -55,6 +64,10 @@ QUOTING = {
     "quote": ("Repeat the following sentence exactly, then say what it means: 'The quick brown fox jumps over "
               "the lazy dog, and the dog does not mind at all because it is asleep in the warm sun.'"),
 }
+
+
+def _repack_flags():
+    return ["--no-repack"] if has_amx() else []
 
 
 def chat_text(dec, text):
@@ -93,7 +106,7 @@ def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads
     sampling = ["--temp", "0", "--top-k", "1"] if temp == 0 else ["--temp", str(temp)]
     cmd = [str(binary), "-m", target, "-md", draft, "-p", prompt_text, "-n", str(n), "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(n_max), "-t", str(threads), "-td", str(threads), *sampling,
-           "--ignore-eos", "-c", "2048", "-ngl", "0", "-ngld", "0"]
+           "--ignore-eos", "-c", "2048", "-ngl", "0", "-ngld", "0", *_repack_flags()]
     proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")  # sampled text may cut a character
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
@@ -105,6 +118,75 @@ def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads
     t_enc = float(enc.group(2))
     return {"tokens_per_second": n_dec / (t_enc + t_dec), "decode_tokens_per_second": n_dec / t_dec,
             "acceptance_rate": float(acc.group(1)) / 100 if acc else None, "n_generated": n_dec}
+
+
+def has_amx() -> bool:
+    """Whether this CPU has AMX: llama.cpp's AMX repacking crashes this llama.cpp there."""
+    try:
+        return "amx_int8" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def llama_cpp_python_model(target, threads, **kw):
+    """llama-cpp-python's Llama on the target; on an AMX CPU without extra buffer types, as specllama loads."""
+    from llama_cpp import Llama
+    import llama_cpp.llama as llama_module
+
+    default_params = llama_module.llama_cpp.llama_model_default_params
+
+    def params_without_extra_bufts():
+        params = default_params()
+        params.use_extra_bufts = False
+        return params
+
+    if has_amx():
+        llama_module.llama_cpp.llama_model_default_params = params_without_extra_bufts
+    try:
+        return Llama(model_path=target, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False, **kw)
+    finally:
+        llama_module.llama_cpp.llama_model_default_params = default_params
+
+
+def start_llama_server(bindir, target, draft, n_max, threads):
+    """llama-server with the draft at --spec-draft-n-max n_max, one slot; (process, url)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [str(Path(bindir) / "llama-server"), "-m", target, "-md", draft, "--spec-type", "draft-simple",
+           "--spec-draft-n-max", str(n_max), "-np", "1", "-c", "2048", "-t", str(threads), "-td", str(threads),
+           "-ngl", "0", "-ngld", "0", "--port", str(port), "--host", "127.0.0.1", *_repack_flags()]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited with {proc.returncode}: {' '.join(cmd)}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("llama-server did not become healthy")
+
+
+def run_llama_server(url, prompt_text, n, temp, seed=0):
+    """One /completion request (prompt not cached), timed by the server's own timings."""
+    sampling = {"temperature": 0.0, "top_k": 1} if temp == 0 else {"temperature": temp}
+    body = {"prompt": prompt_text, "n_predict": n, "ignore_eos": True, "cache_prompt": False, "seed": seed,
+            "stream": False, **sampling}
+    r = httpx.post(url + "/completion", json=body, timeout=900)
+    r.raise_for_status()
+    t = r.json()["timings"]
+    drafted = t.get("draft_n") or 0
+    return {"tokens_per_second": t["predicted_n"] * 1000.0 / (t["prompt_ms"] + t["predicted_ms"]),
+            "decode_tokens_per_second": t["predicted_per_second"],
+            "acceptance_rate": t.get("draft_n_accepted", 0) / drafted if drafted else None,
+            "n_generated": t["predicted_n"]}
 
 
 def first_difference(a, b):
@@ -122,30 +204,40 @@ def median_runs(results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-m", "--model", help="target GGUF (default: the default pair)")
-    ap.add_argument("-d", "--draft", help="draft GGUF")
+    ap.add_argument("-m", "--model", help="target GGUF (default: the target of --pair)")
+    ap.add_argument("-d", "--draft", help="draft GGUF (default: the draft of --pair)")
+    ap.add_argument("--pair", default=DEFAULT_PAIR, help="a named pair (specllama models)")
+    ap.add_argument("--target-type", help="the pair's target in this number format (e.g. f16)")
+    ap.add_argument("--prompts", help="comma-separated prompt names (default: all: "
+                    + ", ".join([*PROMPTS, *QUOTING]) + ")")
     ap.add_argument("-n", "--n-predict", type=int, default=256)
     ap.add_argument("--temp", type=float, default=0.0, help="temperature (0: greedy)")
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--n-draft", type=int, default=10, help="specllama's n_draft (adaptive: at most)")
     ap.add_argument("--fixed", default="8", help="specllama fixed n_draft values to run, comma-separated")
     ap.add_argument("--peer-n-max", default="3,6,8", help="llama-speculative-simple --spec-draft-n-max values")
+    ap.add_argument("--server-n-max", default="3,6,8", help="llama-server --spec-draft-n-max values ('' for none)")
     ap.add_argument("--repeats", type=int, default=1, help="runs per configuration and prompt (median kept)")
-    ap.add_argument("--no-llama-cpp", action="store_true", help="skip llama-speculative-simple")
+    ap.add_argument("--no-llama-cpp", action="store_true", help="skip llama-speculative-simple and llama-server")
     ap.add_argument("--quick", action="store_true", help="64 tokens, fewer prompts: a smoke test")
     ap.add_argument("--out", default="bench-out", help="directory for compare.json and compare.png")
     args = ap.parse_args()
 
-    target, draft = (args.model, args.draft) if args.model else default_pair()
+    target, draft = (args.model, args.draft) if args.model else pair_paths(args.pair, args.target_type)
     n = 64 if args.quick else args.n_predict
     prompts = dict(PROMPTS)
     prompts.update(QUOTING)
     if args.quick:
         prompts = {k: prompts[k] for k in ("chat", "code-edit")}
+    if args.prompts:
+        unknown = [k for k in args.prompts.split(",") if k not in prompts]
+        if unknown:
+            ap.error(f"unknown prompts {unknown}; there are: {', '.join(prompts)}")
+        prompts = {k: prompts[k] for k in args.prompts.split(",")}
     fixed = [int(x) for x in args.fixed.split(",") if x]
     peer_n = [int(x) for x in args.peer_n_max.split(",") if x]
+    server_n = [int(x) for x in args.server_n_max.split(",") if x]
 
-    from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     dec = specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads, n_draft=args.n_draft)
@@ -155,9 +247,10 @@ def main():
                                                  n_draft=args.n_draft, share_prefill=False)
                     if dec.shares_prefill else None)
     texts = {name: chat_text(dec, p) for name, p in prompts.items()}
-    binary = None
+    binary = bindir = None
     if not args.no_llama_cpp:
-        print("building llama-speculative-simple (once; several minutes)...", file=sys.stderr, flush=True)
+        print("building llama-speculative-simple and llama-server (once; several minutes)...", file=sys.stderr,
+              flush=True)
         bindir = subprocess.run(["bash", str(HERE / "build_llama_cpp.sh")], capture_output=True, text=True,
                                 check=True).stdout.strip().splitlines()[-1]
         binary = Path(bindir) / "llama-speculative-simple"
@@ -171,11 +264,13 @@ def main():
                ("specllama lookup only", "specllama", dict(drafter="lookup")),
                ("llama-cpp-python", "llcp", None),
                ("llama-cpp-python prompt lookup", "llcp-lookup", None),
-               *([(f"llama-speculative-simple n_max {k}", "llama.cpp", k) for k in peer_n] if binary else [])]
+               *([(f"llama-speculative-simple n_max {k}", "llama.cpp", k) for k in peer_n] if binary else []),
+               *([(f"llama-server n_max {k}", "llama-server", k) for k in server_n] if bindir else [])]
 
-    llcp = Llama(model_path=target, n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads, verbose=False)
-    llcp_lookup = Llama(model_path=target, n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads,
-                        draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), verbose=False)
+    llcp = llama_cpp_python_model(target, args.threads)
+    llcp_lookup = llama_cpp_python_model(target, args.threads,
+                                         draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10))
+    servers = {k: start_llama_server(bindir, target, draft, k, args.threads) for k in server_n} if bindir else {}
     # warm-up: page in both models and teach the adaptive model this machine's costs
     warm = texts[next(iter(texts))]
     temp = args.temp
@@ -184,27 +279,38 @@ def main():
     if dec_unshared:
         run_specllama(dec_unshared, warm, 32, temp)
     run_llama_cpp_python(llcp, warm, 16, temp)
+    for _, url in servers.values():
+        run_llama_server(url, warm, 16, temp)
 
     results = {label: {} for label, _, _ in configs}
     all_runs = {(label, name): [] for label, _, _ in configs for name in texts}
     started = time.time()
     source = provenance({"target": target, "draft": draft}, args.threads)  # the code as it starts
-    for rep in range(args.repeats):  # interleaved, so that a slow spell of the machine hits every configuration
-        for name, text in texts.items():
-            for label, kind, kw in configs:
-                if kind == "specllama":
-                    r = run_specllama(dec, text, n, temp, **kw)
-                elif kind == "specllama-unshared":
-                    r = run_specllama(dec_unshared, text, n, temp, **kw)
-                elif kind == "llcp":
-                    r = run_llama_cpp_python(llcp, text, n, temp)
-                elif kind == "llcp-lookup":
-                    r = run_llama_cpp_python(llcp_lookup, text, n, temp)
-                else:
-                    r = run_speculative_simple(binary, target, draft, text, n, kw, args.threads, temp)
-                all_runs[(label, name)].append(r)
-                print(f"run {rep + 1}/{args.repeats} {name:<10} {label:<40} {r['tokens_per_second']:7.1f} tokens/s",
-                      file=sys.stderr, flush=True)
+    def run_one(kind, kw, text, rep):
+        if kind == "specllama":
+            return run_specllama(dec, text, n, temp, **kw)
+        if kind == "specllama-unshared":
+            return run_specllama(dec_unshared, text, n, temp, **kw)
+        if kind == "llcp":
+            return run_llama_cpp_python(llcp, text, n, temp)
+        if kind == "llcp-lookup":
+            return run_llama_cpp_python(llcp_lookup, text, n, temp)
+        if kind == "llama-server":
+            return run_llama_server(servers[kw][1], text, n, temp, seed=rep)
+        return run_speculative_simple(binary, target, draft, text, n, kw, args.threads, temp)
+
+    try:
+        for rep in range(args.repeats):  # interleaved, so that a slow spell of the machine hits every configuration
+            for name, text in texts.items():
+                for label, kind, kw in configs:
+                    r = run_one(kind, kw, text, rep)
+                    all_runs[(label, name)].append(r)
+                    print(f"run {rep + 1}/{args.repeats} {name:<10} {label:<40} {r['tokens_per_second']:7.1f} "
+                          "tokens/s", file=sys.stderr, flush=True)
+    finally:
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait()
     for name in texts:
         for label, _, _ in configs:
             runs = all_runs[(label, name)]
@@ -258,6 +364,13 @@ def main():
     peers = {e["config"]: e for e in summary if not e["config"].startswith("specllama")}
     best_simple = max((e for e in summary if e["config"].startswith("llama-speculative-simple")),
                       key=lambda e: e["tokens_per_second"], default=None)
+    best_server = max((e for e in summary if e["config"].startswith("llama-server")),
+                      key=lambda e: e["tokens_per_second"], default=None)
+    # each prompt against the fastest of llama.cpp's speculative programs on that prompt
+    llama_cpp_labels = [e["config"] for e in summary if e["config"].startswith(("llama-speculative", "llama-server"))]
+    over_best_llama_cpp = {p: results[spec["config"]][p]["tokens_per_second"]
+                           / max(results[k][p]["tokens_per_second"] for k in llama_cpp_labels)
+                           for p in texts} if llama_cpp_labels else None
     report = {
         "provenance": source,
         "temperature": temp, "n_predict": n, "prompts": list(texts), "repeats": args.repeats,
@@ -267,6 +380,10 @@ def main():
             results[spec["config"]][p]["decode_tokens_per_second"] / base[p]["decode_tokens_per_second"] for p in texts),
         "speculative_over_best_speculative_simple": (spec["tokens_per_second"] / best_simple["tokens_per_second"]
                                                      if best_simple else None),
+        "speculative_over_best_llama_server": (spec["tokens_per_second"] / best_server["tokens_per_second"]
+                                               if best_server else None),
+        "speculative_over_best_llama_cpp_by_prompt": over_best_llama_cpp,
+        "speculative_over_plain_by_prompt": spec["speedup_by_prompt"],
         "ratio_to_peers": {k: spec["tokens_per_second"] / e["tokens_per_second"] for k, e in peers.items()},
         "temperature_1": t1,
         "results": results,
@@ -301,6 +418,10 @@ def _print(r):
           f"(decode time only: {r['speculative_over_plain_decode_only']:.2f}x)")
     for k, v in r["ratio_to_peers"].items():
         print(f"specllama speculative over {k}: {v:.2f}x")
+    print("by prompt, over plain: " + ", ".join(f"{p} {v:.2f}x" for p, v in r["speculative_over_plain_by_prompt"].items()))
+    if r.get("speculative_over_best_llama_cpp_by_prompt"):
+        print("by prompt, over the fastest llama.cpp program on it: "
+              + ", ".join(f"{p} {v:.2f}x" for p, v in r["speculative_over_best_llama_cpp_by_prompt"].items()))
     t1 = r["temperature_1"]
     print(f"temperature 1, n_draft 6: acceptance {t1['rejection']['acceptance_rate']:.1%} with the rejection rule, "
           f"{t1['match']['acceptance_rate']:.1%} with sample-and-match")

@@ -59,9 +59,11 @@ class Run:
     tokens: List[int]
     sp: int = 0  # DSI: target servers
     dsi: Optional[dict] = None
+    seed: Optional[int] = None
 
     def as_dict(self) -> dict:
-        d = {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "stats": as_dict(self.stats)}
+        d = {"prompt": self.prompt, "mode": self.mode, "n_draft": self.n_draft, "seed": self.seed,
+             "stats": as_dict(self.stats)}
         if self.mode == "dsi":
             d.update(sp=self.sp, dsi=self.dsi)
         return d
@@ -75,10 +77,10 @@ def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: 
         out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, ignore_eos=True,
                            mode="dsi", sp=sp, lookahead=n_draft, threads_draft=dsi_threads[0],
                            threads_server=dsi_threads[1])
-        return Run(name, mode, n_draft, out.stats, out.tokens, sp, as_dict(out.dsi))
+        return Run(name, mode, n_draft, out.stats, out.tokens, sp, as_dict(out.dsi), seed)
     out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
                        speculative=mode != "plain", adaptive=mode == "adaptive", drafter=drafter, ignore_eos=True)
-    return Run(name, mode, n_draft if mode != "plain" else 0, out.stats, out.tokens)
+    return Run(name, mode, n_draft if mode != "plain" else 0, out.stats, out.tokens, seed=seed)
 
 
 def _throughput(stats: Sequence[Stats]) -> float:
@@ -96,7 +98,9 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     (given adaptive_max) adaptive drafting of at most adaptive_max tokens, and DSI with each
     (sp, lookahead) in dsi (dsi_threads: drafter and per-server threads, 0 = split the budget).
     With repeats > 1 every run is repeated (interleaved) and the median-speed run of each prompt
-    and configuration is the one reported. drafter: as in generate() (DSI drafts with the model).
+    and configuration is the one reported; when sampling, round r uses seed + r, so that the median
+    is taken over r different samples of each configuration, not over one sample's timing alone
+    (at temperature > 0 how many drafts a sample keeps varies from sample to sample). drafter: as in generate() (DSI drafts with the model).
 
     Returns the report dict (see `specllama bench --json`); its top-level speedup is the
     adaptive configuration's when there is one, else the best fixed n_draft's."""
@@ -115,10 +119,10 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     all_runs: List[Run] = []
     started = time.time()
     source = provenance({"target": dec.model_path, "draft": dec.draft_path}, threads)  # the code as it starts
-    for _ in range(repeats):  # interleaved, so that a slow spell of the machine hits every configuration
+    for rep in range(repeats):  # interleaved, so that a slow spell of the machine hits every configuration
         for name, toks in tokenized.items():
             for mode, n, sp in [("plain", 1, 0)] + configs:
-                all_runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed, sp,
+                all_runs.append(_reset_and_run(dec, name, toks, mode, n, max_tokens, temperature, seed + rep, sp,
                                                dsi_threads, drafter))
                 if progress:
                     progress(1)

@@ -18,8 +18,13 @@ StepPrices = _core.StepPrices
 
 
 def as_dict(obj) -> dict:
-    """A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON)."""
-    return {name: getattr(obj, name) for name in dir(type(obj))
+    """A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON; Stats.steps as a
+    list of dicts)."""
+    def plain(value):
+        return [v.as_dict() for v in value] if isinstance(value, list) and value and hasattr(value[0], "as_dict") \
+            else value
+
+    return {name: plain(getattr(obj, name)) for name in dir(type(obj))
             if not name.startswith("_") and isinstance(getattr(type(obj), name), property)}
 
 

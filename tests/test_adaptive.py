@@ -75,6 +75,7 @@ def test_recorded_steps_are_what_the_generation_did(tiny):
         assert t.draft_ms == pytest.approx(t.n_model * prices.draft_ms)
         assert t.verify_ms == pytest.approx(prices.verify_ms + t.n_drafted * prices.verify_token_ms)
         assert t.as_dict()["n_accepted"] == t.n_accepted
+    assert json.loads(json.dumps(s.as_dict()))["steps"][1]["n_drafted"] == s.steps[1].n_drafted
 
 
 def test_cost_model_learns(tiny):

@@ -225,6 +225,18 @@ def test_bench_measures_the_drafter_asked_for(runner, tiny, tmp_path, drafter):
     assert s["n_lookup_drafted"] == (s["n_drafted"] if drafter == "lookup" else 0)
 
 
+def test_bench_rounds_sample_with_their_own_seeds(runner, tiny, tmp_path):
+    """When sampling, each round of a configuration draws another sample (seed + round), so that
+    a median is over samples, not over one sample's timing; every configuration of a round shares
+    its seed."""
+    r = runner.invoke(main, ["bench", *_pair(tiny), "-n", "24", "--temp", "1", "--seed", "7", "--prompts", "code",
+                             "--sweep-n-draft", "2", "--repeats", "3", "-o", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    runs = json.loads(r.stdout)["all_runs"]
+    for mode in ("plain", "fixed", "adaptive"):
+        assert [run["seed"] for run in runs if run["mode"] == mode] == [7, 8, 9]
+
+
 def test_bench_needs_a_draft(runner, tiny):
     r = runner.invoke(main, ["bench", "-m", tiny.target, "--no-draft"])
     assert r.exit_code == 2 and "drop --no-draft" in r.stderr
