@@ -220,6 +220,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=1, help="runs per configuration and prompt (median kept)")
     ap.add_argument("--no-llama-cpp", action="store_true", help="skip llama-speculative-simple and llama-server")
     ap.add_argument("--quick", action="store_true", help="64 tokens, fewer prompts: a smoke test")
+    ap.add_argument("--no-extra", action="store_true",
+                    help="specllama's plain and default modes only (no draft-model-only, fixed, lookup-only or "
+                         "unshared-prefill runs), and no temperature-1 comparison of acceptance rules")
     ap.add_argument("--out", default="bench-out", help="directory for compare.json and compare.png")
     args = ap.parse_args()
 
@@ -255,13 +258,14 @@ def main():
                                 check=True).stdout.strip().splitlines()[-1]
         binary = Path(bindir) / "llama-speculative-simple"
 
+    extra = [] if args.no_extra else [
+        *([("specllama default, draft prefills itself", "specllama-unshared", dict())] if dec_unshared else []),
+        (f"specllama draft model only <= {args.n_draft}", "specllama", dict(drafter="model")),
+        *[(f"specllama fixed {k}", "specllama", dict(n_draft=k, adaptive=False, drafter="model")) for k in fixed],
+        ("specllama lookup only", "specllama", dict(drafter="lookup"))]
     configs = [("specllama plain", "specllama", dict(speculative=False)),
                (f"specllama default (model+lookup <= {args.n_draft})", "specllama", dict()),
-               *([("specllama default, draft prefills itself", "specllama-unshared", dict())]
-                 if dec_unshared else []),
-               (f"specllama draft model only <= {args.n_draft}", "specllama", dict(drafter="model")),
-               *[(f"specllama fixed {k}", "specllama", dict(n_draft=k, adaptive=False, drafter="model")) for k in fixed],
-               ("specllama lookup only", "specllama", dict(drafter="lookup")),
+               *extra,
                ("llama-cpp-python", "llcp", None),
                ("llama-cpp-python prompt lookup", "llcp-lookup", None),
                *([(f"llama-speculative-simple n_max {k}", "llama.cpp", k) for k in peer_n] if binary else []),
@@ -348,7 +352,7 @@ def main():
 
     # temperature 1: rejection rule vs sample-and-match, same draft length and seeds
     t1 = {}
-    for rule in ("rejection", "match"):
+    for rule in () if args.no_extra else ("rejection", "match"):
         drafted = accepted = 0
         tps = []
         for i, text in enumerate(texts.values()):
@@ -423,8 +427,9 @@ def _print(r):
         print("by prompt, over the fastest llama.cpp program on it: "
               + ", ".join(f"{p} {v:.2f}x" for p, v in r["speculative_over_best_llama_cpp_by_prompt"].items()))
     t1 = r["temperature_1"]
-    print(f"temperature 1, n_draft 6: acceptance {t1['rejection']['acceptance_rate']:.1%} with the rejection rule, "
-          f"{t1['match']['acceptance_rate']:.1%} with sample-and-match")
+    if t1:
+        print(f"temperature 1, n_draft 6: acceptance {t1['rejection']['acceptance_rate']:.1%} with the rejection rule, "
+              f"{t1['match']['acceptance_rate']:.1%} with sample-and-match")
 
 
 def _plot(r, path):
