@@ -29,7 +29,7 @@ AMX repacking, which crashes this llama.cpp: ggml-org/llama.cpp#20824), as specl
     python benchmarks/compare.py --repeats 2      # greedy; about 17 minutes on 2 cores
     python benchmarks/compare.py --temp 0.8 --out bench-out/t08   # a chat temperature
     python benchmarks/compare.py --pair qwen2.5-coder --target-type f16 --prompts chat,code,code-edit \
-        --fixed 4 --peer-n-max 3,6,10,16 --server-n-max 3,6,10,16 -n 128 --repeats 3
+        --no-extra --peer-n-max 3,6,10,16 --server-n-max 3,6 -n 96 --repeats 2   # about 35 minutes
     python benchmarks/compare.py --quick          # 64 tokens, one prompt of each kind
 
 Writes compare.json and compare.png to --out (default bench-out/).
@@ -422,7 +422,8 @@ def _print(r):
           f"(decode time only: {r['speculative_over_plain_decode_only']:.2f}x)")
     for k, v in r["ratio_to_peers"].items():
         print(f"specllama speculative over {k}: {v:.2f}x")
-    print("by prompt, over plain: " + ", ".join(f"{p} {v:.2f}x" for p, v in r["speculative_over_plain_by_prompt"].items()))
+    by_prompt = r["speculative_over_plain_by_prompt"]
+    print("by prompt, over plain: " + ", ".join(f"{p} {v:.2f}x" for p, v in by_prompt.items()))
     if r.get("speculative_over_best_llama_cpp_by_prompt"):
         print("by prompt, over the fastest llama.cpp program on it: "
               + ", ".join(f"{p} {v:.2f}x" for p, v in r["speculative_over_best_llama_cpp_by_prompt"].items()))

@@ -99,8 +99,9 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
     (sp, lookahead) in dsi (dsi_threads: drafter and per-server threads, 0 = split the budget).
     With repeats > 1 every run is repeated (interleaved) and the median-speed run of each prompt
     and configuration is the one reported; when sampling, round r uses seed + r, so that the median
-    is taken over r different samples of each configuration, not over one sample's timing alone
-    (at temperature > 0 how many drafts a sample keeps varies from sample to sample). drafter: as in generate() (DSI drafts with the model).
+    is taken over `repeats` samples of each configuration, not over one sample's timing alone (at
+    temperature > 0 how many drafts a sample keeps varies from sample to sample). drafter: as in
+    generate() (DSI drafts with the model).
 
     Returns the report dict (see `specllama bench --json`); its top-level speedup is the
     adaptive configuration's when there is one, else the best fixed n_draft's."""
