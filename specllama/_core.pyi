@@ -136,7 +136,8 @@ class StepPrices:
     @staticmethod
     def as_dict(obj) -> dict:
         """
-        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON).
+        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON; Stats.steps as a
+            list of dicts).
         """
     def __init__(self, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, verify_token_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
@@ -422,7 +423,8 @@ class Stats:
     @staticmethod
     def as_dict(obj) -> dict:
         """
-        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON).
+        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON; Stats.steps as a
+            list of dicts).
         """
     @property
     def acceptance_rate(self) -> float:
@@ -601,7 +603,8 @@ class DSIStats:
     @staticmethod
     def as_dict(obj) -> dict:
         """
-        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON).
+        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON; Stats.steps as a
+            list of dicts).
         """
     @property
     def lookahead(self) -> int:
