@@ -38,6 +38,7 @@ Writes compare.json and compare.png to --out (default bench-out/).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -53,6 +54,7 @@ import specllama
 from specllama.bench import PROMPTS
 from specllama.models import DEFAULT_PAIR, pair_paths
 from specllama.provenance import provenance
+from serve_bench import free_port, wait_healthy  # (this directory is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 
@@ -120,6 +122,7 @@ def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads
             "acceptance_rate": float(acc.group(1)) / 100 if acc else None, "n_generated": n_dec}
 
 
+@functools.lru_cache(maxsize=None)
 def has_amx() -> bool:
     """Whether this CPU has AMX: llama.cpp's AMX repacking crashes this llama.cpp there."""
     try:
@@ -150,28 +153,18 @@ def llama_cpp_python_model(target, threads, **kw):
 
 def start_llama_server(bindir, target, draft, n_max, threads):
     """llama-server with the draft at --spec-draft-n-max n_max, one slot; (process, url)."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     cmd = [str(Path(bindir) / "llama-server"), "-m", target, "-md", draft, "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(n_max), "-np", "1", "-c", "2048", "-t", str(threads), "-td", str(threads),
            "-ngl", "0", "-ngld", "0", "--port", str(port), "--host", "127.0.0.1", *_repack_flags()]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited with {proc.returncode}: {' '.join(cmd)}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("llama-server did not become healthy")
+    try:
+        wait_healthy(url, proc)
+    except RuntimeError:
+        proc.kill()
+        raise
+    return proc, url
 
 
 def run_llama_server(url, prompt_text, n, temp, seed=0):

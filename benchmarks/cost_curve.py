@@ -20,6 +20,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import specllama
 from specllama.bench import PROMPTS
@@ -64,7 +65,8 @@ def main():
             prompt = dec.chat_tokens([{"role": "user", "content": PROMPTS["code"]}])
             dec.generate(prompt, max_tokens=8, temperature=0)  # page the weights in
             curve, draft_ms = measure(dec, prompt, ks, args.n_predict, args.rounds)
-            report.setdefault("provenance", provenance({"target": target, "draft": draft}, args.threads or None))
+            if "provenance" not in report:  # (hashes the models: once; each curve names its target)
+                report["provenance"] = provenance({"target": target, "draft": draft}, args.threads or None)
         v1 = curve.get(1)
         rows = {k: {"verify_ms": ms, "per_token_ms": ms / k,
                     # a step of k (k - 1 drafts, the draft's catch-up counted as one decode) beats
@@ -72,7 +74,7 @@ def main():
                     "break_even_tokens": (ms + (k - 1) * draft_ms) / v1 if v1 and draft_ms else None}
                 for k, ms in curve.items()}
         name = tt or "default"
-        report["curves"][name] = {"verify": rows, "draft_decode_ms": draft_ms}
+        report["curves"][name] = {"target": Path(target).name, "verify": rows, "draft_decode_ms": draft_ms}
         print(f"{name}: draft decode {draft_ms:.1f} ms" if draft_ms else f"{name}:", file=sys.stderr)
         for k, r in rows.items():
             be = f"{r['break_even_tokens']:.2f}" if r["break_even_tokens"] else "-"

@@ -49,13 +49,13 @@ PROMPTS = [
 ]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def _wait_healthy(url: str, proc, timeout: float = 300) -> None:
+def wait_healthy(url: str, proc, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -70,7 +70,7 @@ def _wait_healthy(url: str, proc, timeout: float = 300) -> None:
 
 
 def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threads: int, llama_bin: Path):
-    port = _free_port()
+    port = free_port()
     if kind.startswith("llama-server"):
         # -md alone only loads the draft: this llama.cpp speculates with the types --spec-type names
         spec = (["-md", draft, "--spec-type", "draft-simple", "-td", str(threads), "-ngld", "0"]
@@ -84,7 +84,7 @@ def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threa
         cmd += ["-d", draft] if kind == "specllama" else ["--no-draft"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    _wait_healthy(url, proc)
+    wait_healthy(url, proc)
     return proc, url, cmd
 
 

@@ -136,8 +136,8 @@ class StepPrices:
     @staticmethod
     def as_dict(obj) -> dict:
         """
-        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON; Stats.steps as a
-            list of dicts).
+        A Stats, DSIStats, StepTrace or StepPrices as a plain dict of its fields (for JSON; Stats.steps
+            as a list of dicts).
         """
     def __init__(self, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, verify_token_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
@@ -352,9 +352,11 @@ class StepTrace:
     """
     One step of a generation (GenerateOptions.record_steps): what the adaptive rule saw.
     """
-    def as_dict(self) -> dict:
+    @staticmethod
+    def as_dict(obj) -> dict:
         """
-        the fields as a dict
+        A Stats, DSIStats, StepTrace or StepPrices as a plain dict of its fields (for JSON; Stats.steps
+            as a list of dicts).
         """
     @property
     def acceptance(self) -> float:
@@ -423,8 +425,8 @@ class Stats:
     @staticmethod
     def as_dict(obj) -> dict:
         """
-        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON; Stats.steps as a
-            list of dicts).
+        A Stats, DSIStats, StepTrace or StepPrices as a plain dict of its fields (for JSON; Stats.steps
+            as a list of dicts).
         """
     @property
     def acceptance_rate(self) -> float:
@@ -603,8 +605,8 @@ class DSIStats:
     @staticmethod
     def as_dict(obj) -> dict:
         """
-        A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON; Stats.steps as a
-            list of dicts).
+        A Stats, DSIStats, StepTrace or StepPrices as a plain dict of its fields (for JSON; Stats.steps
+            as a list of dicts).
         """
     @property
     def lookahead(self) -> int:

@@ -18,8 +18,8 @@ StepPrices = _core.StepPrices
 
 
 def as_dict(obj) -> dict:
-    """A Stats, DSIStats or StepPrices as a plain dict of its fields (for JSON; Stats.steps as a
-    list of dicts)."""
+    """A Stats, DSIStats, StepTrace or StepPrices as a plain dict of its fields (for JSON; Stats.steps
+    as a list of dicts)."""
     def plain(value):
         return [v.as_dict() for v in value] if isinstance(value, list) and value and hasattr(value[0], "as_dict") \
             else value
@@ -41,7 +41,7 @@ def type_error(name: str, value, default) -> Exception:
     return TypeError(f"{name} must be {want}, got {type(value).__name__}")
 
 
-for _cls in (Stats, DSIStats, StepPrices):
+for _cls in (Stats, DSIStats, StepPrices, _core.StepTrace):
     _cls.as_dict = as_dict  # stats.as_dict(): the fields as a dict
 
 

@@ -182,23 +182,7 @@ void register_step_trace(py::module_ & m) {
         .def_readonly("paused", &step_trace::paused, "the draft model was paused (drafting did not pay)")
         .def_readonly("probe", &step_trace::probe, "the step was a probe of the paused draft model")
         .def_readonly("rate", &step_trace::rate, "the rule's long-run tokens per ms when the step began")
-        .def_readonly("acceptance", &step_trace::acceptance, "its overall acceptance estimate then")
-        .def("as_dict", [](const step_trace & t) {
-            py::dict d;
-            d["n_model"]    = t.record.n_model;
-            d["n_drafted"]  = t.record.n;
-            d["n_accepted"] = t.record.n_accepted;
-            d["conf"]       = t.record.conf;
-            d["draft_ms"]   = t.record.draft_ms;
-            d["catch_up_ms"] = t.record.catch_up_ms;
-            d["verify_ms"]  = t.record.verify_ms;
-            d["n_max"]      = t.n_max;
-            d["paused"]     = t.paused;
-            d["probe"]      = t.probe;
-            d["rate"]       = t.rate;
-            d["acceptance"] = t.acceptance;
-            return d;
-        }, "the fields as a dict");
+        .def_readonly("acceptance", &step_trace::acceptance, "its overall acceptance estimate then");
 }
 
 void register_stats(py::module_ & m) {

@@ -17,7 +17,6 @@ acceptance_result accept_greedy(const llama_token * draft, int32_t n_draft, cons
     }
 }
 
-
 bool accept_one_sampled(llama_token x, const token_dist & q, const token_dist & p, int32_t n_vocab, rng_t & rng,
                         acceptance_scratch & scratch, llama_token & correction) {
     const float px = p.prob_of(x);
