@@ -140,7 +140,7 @@ def _adaptive_length(trace: Trace, i: int, n_cap: int, model) -> int:
     token it asks whether to draft another; the last one allowed is never asked about)."""
     p_reach = 1.0
     for n in range(1, n_cap):
-        more, p_reach = model.keep_drafting(n, trace.conf[i + n - 1], p_reach)
+        more, p_reach = model.keep_drafting(n, trace.conf[i + n - 1], p_reach, n_cap)
         if not more:
             return n
     return n_cap

@@ -765,13 +765,13 @@ class DraftLengthModel:
         ...
     def draft_this_step(self) -> bool:
         ...
-    def keep_drafting(self, n_done: typing.SupportsInt | typing.SupportsIndex, conf: typing.SupportsFloat | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex) -> tuple[bool, float]:
+    def keep_drafting(self, n_done: typing.SupportsInt | typing.SupportsIndex, conf: typing.SupportsFloat | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[bool, float]:
         """
-        after the n_done-th drafted token (confidence conf): (draft another?, the updated p_reach)
+        after the n_done-th drafted token (confidence conf), in a step of at most n_max drafts (0: look one token ahead only): (draft another?, the updated p_reach)
         """
-    def keep_going(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex) -> bool:
+    def keep_going(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
         ...
-    def keep_going_p(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, p_next: typing.SupportsFloat | typing.SupportsIndex, draft_cost: bool) -> bool:
+    def keep_going_p(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, p_next: typing.SupportsFloat | typing.SupportsIndex, draft_cost: bool, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
         ...
     def model_drafts(self, adaptive: bool) -> bool:
         """
@@ -829,6 +829,12 @@ class DraftLengthModel:
         """
         a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)
         """
+    @typing.overload
+    def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        the estimated ms of a target decode of n_tokens tokens
+        """
+    @typing.overload
     def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
         ...
     @property

@@ -353,12 +353,13 @@ void register_decoder(py::module_ & m) {
              "at the start of a step that may draft: whether the draft model drafts in it")
         .def(
             "keep_drafting",
-            [](const draft_length_model & m, int32_t n_done, float conf, double p_reach) {
-                const bool more = m.keep_drafting(n_done, conf, p_reach);
+            [](const draft_length_model & m, int32_t n_done, float conf, double p_reach, int32_t n_max) {
+                const bool more = m.keep_drafting(n_done, conf, p_reach, n_max);
                 return py::make_tuple(more, p_reach);
             },
-            py::arg("n_done"), py::arg("conf"), py::arg("p_reach"),
-            "after the n_done-th drafted token (confidence conf): (draft another?, the updated p_reach)")
+            py::arg("n_done"), py::arg("conf"), py::arg("p_reach"), py::arg("n_max") = 0,
+            "after the n_done-th drafted token (confidence conf), in a step of at most n_max drafts (0: "
+            "look one token ahead only): (draft another?, the updated p_reach)")
         .def(
             "observe",
             [](draft_length_model & m, int32_t n_model, int32_t n, int32_t n_accepted, std::vector<float> conf,
@@ -373,9 +374,11 @@ void register_decoder(py::module_ & m) {
             py::arg("n_model"), py::arg("n"), py::arg("n_accepted"), py::arg("conf"), py::arg("probe"),
             py::arg("catch_up_ms"), py::arg("draft_ms"), py::arg("verify_ms"), py::arg("prev_n"),
             "a finished step, as the decoding loop reports it")
-        .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"))
+        .def("verify_ms", &draft_length_model::verify_ms, py::arg("n_tokens"),
+             "the estimated ms of a target decode of n_tokens tokens")
+        .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"), py::arg("n_max") = 0)
         .def("keep_going_p", &draft_length_model::keep_going_p, py::arg("n"), py::arg("p_reach"), py::arg("p_next"),
-             py::arg("draft_cost"))
+             py::arg("draft_cost"), py::arg("n_max") = 0)
         .def("draft_pays", &draft_length_model::draft_pays)
         .def("pays_at_prices", &draft_length_model::pays_at_prices,
              "whether some length of a first batch pays at the prices and acceptance so far (what decides "

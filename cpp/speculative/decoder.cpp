@@ -533,7 +533,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         double          p_reach = 1.0;
         draft_continue  keep    = nullptr;
         if (plan.adaptive) {
-            keep = [&](int32_t n_done, float conf) { return lengths_.keep_drafting(n_done, conf, p_reach); };
+            keep = [&](int32_t n_done, float conf) { return lengths_.keep_drafting(n_done, conf, p_reach, step.n_max); };
         }
         // after the model sat out steps that brought more tokens than one step can, its catch-up
         // may copy the target's cache instead (model_drafter::catch_up); never after a drafted
@@ -639,7 +639,7 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
         }
         const double p_lookup = lengths_.lookup_accept_prob();
         int32_t      n_keep   = 0;
-        while (n_keep < n_found && lengths_.keep_going_p(n_model + n_keep, p_reach, p_lookup, false)) {
+        while (n_keep < n_found && lengths_.keep_going_p(n_model + n_keep, p_reach, p_lookup, false, n_max)) {
             p_reach *= p_lookup;
             ++n_keep;
         }

@@ -44,6 +44,10 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
         n_v1_ += 1;
         return;
     }
+    if (n_tokens <= k_max_sized) {
+        size_ms_[n_tokens] = k_decay * size_ms_[n_tokens] + ms;
+        size_w_[n_tokens]  = k_decay * size_w_[n_tokens] + 1.0;
+    }
     const double k = n_tokens;
     sw_  = k_decay * sw_ + 1.0;
     sk_  = k_decay * sk_ + k;
@@ -56,6 +60,14 @@ double draft_length_model::verify_ms(int32_t n_tokens) const {
     if (n_tokens <= 1 && n_v1_ > 0) {
         return v1_ms_;
     }
+    const double line = line_ms(n_tokens);
+    if (n_tokens <= k_max_sized && size_w_[n_tokens] > 0.0) {
+        return (size_ms_[n_tokens] + k_size_prior * line) / (size_w_[n_tokens] + k_size_prior);
+    }
+    return line;
+}
+
+double draft_length_model::line_ms(int32_t n_tokens) const {
     if (sw_ == 0.0) {
         return n_v1_ > 0 ? v1_ms_ + prompt_token_ms_ * (n_tokens - 1) : 0.0;
     }
@@ -116,12 +128,13 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     probing_ = false;
 }
 
-bool draft_length_model::keep_going(int32_t n, double p_reach) const {
-    // the next token's confidence is not known before it is drafted: price it at the overall rate
-    return keep_going_p(n, p_reach, acceptance(), true);
+bool draft_length_model::keep_going(int32_t n, double p_reach, int32_t n_max) const {
+    // the next tokens' confidence is not known before they are drafted: price them at the overall rate
+    return keep_going_p(n, p_reach, acceptance(), true, n_max);
 }
 
-bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost) const {
+bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost,
+                                      int32_t n_max) const {
     if (sw_ == 0.0 || step_ms_ == 0.0 || (draft_cost && !has_draft_ms_)) {
         // no costs or steps measured yet: draft a short batch once, to price a batch against a
         // plain step. Short, since what a batch costs per token is not known before: a little on
@@ -146,12 +159,23 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
         }
         return true;
     }
-    // drafting token n+1 costs a draft decode (none for lookup) and one more verified position
+    // drafting m more tokens costs m draft decodes (none for lookup) and m more verified positions
     // (the first one also turns a plain step into a batch, and the next plain step pays for that),
-    // and adds the chance that it too is accepted; worth it while that beats the long-run rate
-    const double cost_more =
-        (draft_cost ? draft_ms_ : 0.0) + (verify_ms(n + 2) - verify_ms(n + 1)) + (n == 0 ? leave_ms() : 0.0);
-    return p_reach * p_next > rate() * cost_more;
+    // and adds the chance that each of them is accepted; worth it while, for some m, that beats
+    // the long-run rate
+    const double each  = draft_cost ? draft_ms_ : 0.0;
+    const double fixed = verify_ms(n + 1) - (n == 0 ? leave_ms() : 0.0);
+    const double rate_ = rate();
+    const int32_t m_max = std::max(1, std::min(n_max - n, k_max_sized - 1 - n));
+    double       gain  = 0.0, p = p_reach;
+    for (int32_t m = 1; m <= m_max; ++m) {
+        p *= p_next;
+        gain += p;
+        if (gain > rate_ * (m * each + verify_ms(n + 1 + m) - fixed)) {
+            return true;
+        }
+    }
+    return false;
 }
 
 bool draft_length_model::clear_loss() const {
@@ -283,9 +307,9 @@ void draft_length_model::observe_lookup(bool accepted) {
     n_lookup_   = decay * n_lookup_ + 1.0;
 }
 
-bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_reach) const {
+bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_reach, int32_t n_max) const {
     p_reach *= accept_prob(conf);
-    return keep_going(n_done, p_reach);
+    return keep_going(n_done, p_reach, n_max);
 }
 
 void draft_length_model::observe(const step_record & s) {

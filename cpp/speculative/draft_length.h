@@ -1,13 +1,15 @@
 // speculative/draft_length.h: adaptive draft length. Drafting one more token costs a draft decode plus a
 // larger verification batch; it pays only if the chance that the target keeps it is high enough.
 // The model keeps running estimates of those costs (a draft decode; the draft's catch-up decode,
-// paid once per step; a steady one-token verification, and a batch of k tokens as a + b k, fitted
-// online), of how well
-// the draft's own confidence predicts acceptance, and of the loop's long-run rate (tokens per
-// millisecond over recent steps). Drafting continues while the next token's expected yield per
-// millisecond beats that long-run rate: a step is a renewal cycle, and the long-run rate is
-// maximized by extending a step while its marginal tokens per ms exceed the rate itself
-// (Dinkelbach's rule for ratio objectives; Leviathan et al. sec. 3.5 choose one length per run).
+// paid once per step; a steady one-token verification; a batch of k tokens as a + b k, fitted
+// online, and each size's own mean where it has been measured), of how well the draft's own
+// confidence predicts acceptance, and of the loop's long-run rate (tokens per millisecond over
+// recent steps). Drafting continues while the next tokens' expected yield per millisecond beats
+// that long-run rate: a step is a renewal cycle, and the long-run rate is maximized by extending
+// a step while its marginal tokens per ms exceed the rate itself (Dinkelbach's rule for ratio
+// objectives; Leviathan et al. sec. 3.5 choose one length per run). Where a batch's cost rises
+// in steps rather than by a constant per token (a CPU's matrix kernels), the yield of the next
+// few tokens together is weighed against the cost up to each of them (keep_going_p).
 // The draft's confidence (drafting.h: greedy, 1 - p2/p1 of its top two tokens; sampling, its
 // probability of the token it drew) is mapped to an acceptance chance through a calibration
 // curve learned from this pair's own verifications; it prices the tokens already drafted. The
@@ -60,14 +62,16 @@ class draft_length_model {
     // the start of a step that may draft with the model: whether the model drafts in it (always
     // when not adaptive; when adaptive, as draft_this_step says)
     bool model_drafts(bool adaptive) { return !adaptive || draft_this_step(); }
-    // after the model drafted its n_done-th token with confidence conf: draft another? p_reach
-    // carries the estimated chance that every token so far is accepted (start it at 1)
-    bool keep_drafting(int32_t n_done, float conf, double & p_reach) const;
+    // after the model drafted its n_done-th token with confidence conf: draft another, in a step
+    // that drafts at most n_max? p_reach carries the estimated chance that every token so far is
+    // accepted (start it at 1)
+    bool keep_drafting(int32_t n_done, float conf, double & p_reach, int32_t n_max) const;
     // a finished step: its costs and outcomes update every estimate
     void observe(const step_record & step);
 
-    // keep drafting? n drafted so far; p_reach = estimated chance that all n are accepted
-    bool keep_going(int32_t n, double p_reach) const;
+    // keep drafting? n drafted so far, at most n_max in the step (0: look one token ahead only);
+    // p_reach = estimated chance that all n are accepted
+    bool keep_going(int32_t n, double p_reach, int32_t n_max = 0) const;
 
     // draft with the model at all this step? Yes while the steps it drafted in made more tokens
     // per ms than plain steps do (one per steady one-token verification); else the step is a plain
@@ -130,9 +134,15 @@ class draft_length_model {
     // far less), so that a first batch stops where that price says drafting cannot pay
     void observe_prompt(int32_t n_tokens, double ms);
 
-    // the same decision given the next token's acceptance chance directly; draft_cost false for
-    // proposals that cost no draft decode (prompt lookup)
-    bool keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost) const;
+    // the same decision given the next tokens' acceptance chance directly; draft_cost false for
+    // proposals that cost no draft decode (prompt lookup). Drafting goes on while some number m of
+    // further tokens (up to n_max in all) is worth its price: their expected kept tokens beat the
+    // long-run rate times their draft decodes and the growth of the verification from n + 1 to
+    // n + 1 + m tokens. One token ahead is enough where a batch's cost grows by a constant per
+    // token; on a CPU it grows in steps (Qwen2.5-Coder-1.5B Q8_0 on 2 Xeon cores: 4 tokens
+    // 161 ms, 5 tokens 239, 8 tokens 234, 9 tokens 317), and a step that pays only past one of
+    // them is seen by looking further
+    bool keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost, int32_t n_max = 0) const;
 
     // prompt lookup's proposals: how often the target keeps one (tracks bursts of quoting)
     void   observe_lookup(bool accepted);
@@ -199,6 +209,16 @@ class draft_length_model {
     double  leave_ms_ = 0.0;
     // weighted least squares of verify ms on batch size (2 tokens and more)
     double sw_ = 0, sk_ = 0, skk_ = 0, sy_ = 0, sky_ = 0;
+    // the same sizes' own decayed means (sums and weights), up to k_max_sized tokens: a CPU's
+    // matrix kernels change with the batch's size, and a batch's cost with them. A size's mean is
+    // shrunk towards the line by k_size_prior observations' weight: a size seen a few times stays
+    // near the line (single decodes scatter by 5-10% on a shared machine), one measured steadily
+    // (at most 1 / (1 - k_decay) = 33 observations' weight) counts for two thirds
+    static constexpr int32_t k_max_sized  = 64;
+    static constexpr double  k_size_prior = 16.0;
+    std::array<double, k_max_sized + 1> size_ms_{};
+    std::array<double, k_max_sized + 1> size_w_{};
+    double line_ms(int32_t n_tokens) const;
     // a prompt token's ms (observe_prompt; 0: none), standing in for the line's slope until a batch is seen
     double prompt_token_ms_ = 0;
     // calibration curve: acceptance of reached drafts by the draft's confidence, in bins
