@@ -18,8 +18,10 @@ class Model:
         """
         Load a GGUF. device: where its offloaded layers go ('CUDA0', 'CUDA0,CUDA1', an rpc-server's 'HOST:PORT', 'none'; None: every GPU), split_mode / tensor_split / main_gpu: how it spans several (as llama.cpp's -sm, -ts, -mg).
         """
-    def detokenize(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], special: bool = False) -> str:
-        ...
+    def detokenize(self, tokens: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], special: bool = False, whole: bool = False) -> str:
+        """
+        The tokens' text: their pieces one after another, or (whole) as llama.cpp's llama_detokenize renders a whole text (a SentencePiece tokenizer's space in front of the first word dropped)
+        """
     def is_eog(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> bool:
         ...
     def token_text(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> str:
@@ -47,6 +49,11 @@ class Model:
     @property
     def eos(self) -> int:
         ...
+    @property
+    def fim_tokens(self) -> dict:
+        """
+        the fill-in-the-middle tokens the model's vocabulary names (pre, suf, mid, pad, rep, sep; -1 where it has none)
+        """
     @property
     def max_piece_bytes(self) -> int:
         """
@@ -203,6 +210,14 @@ class GenerateOptions:
         """
     @ignore_eos.setter
     def ignore_eos(self, arg0: bool) -> None:
+        ...
+    @property
+    def infill(self) -> bool:
+        """
+        llama.cpp's infill sampler after the chain (llama-server's 'infill' in its sampler list), applied to the target's and the draft's distributions alike; needs top_k in [1, 1024]
+        """
+    @infill.setter
+    def infill(self, arg0: bool) -> None:
         ...
     @property
     def lookahead(self) -> int:
@@ -997,9 +1012,9 @@ def rpc_serve(endpoint: str, n_threads: typing.SupportsInt | typing.SupportsInde
     """
     Serve this machine's devices to llama.cpp's RPC clients at HOST:PORT (llama.cpp's own rpc-server); returns only if the server fails to start.
     """
-def sampling_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806) -> numpy.typing.NDArray[numpy.float32]:
+def sampling_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, infill_model: Model = None) -> numpy.typing.NDArray[numpy.float32]:
     """
-    The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax.
+    The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax. infill_model: then llama.cpp's infill sampler, with that model's vocabulary.
     """
 def simulate_dsi(target_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_right: collections.abc.Sequence[bool], lookahead: typing.SupportsInt | typing.SupportsIndex = 4, sp: typing.SupportsInt | typing.SupportsIndex = 1, overlap: bool = True, n_prompt: typing.SupportsInt | typing.SupportsIndex = 1, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[DSIStats, int, bool]:
     """

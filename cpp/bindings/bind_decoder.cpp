@@ -102,6 +102,9 @@ void register_options(py::module_ & m) {
         .def_property(
             "min_p", [](const gp & p) { return p.sampling.min_p; }, [](gp & p, float v) { p.sampling.min_p = v; },
             "drop tokens below min_p times the most likely one's probability, in [0, 1)")
+        .def_readwrite("infill", &gp::infill,
+                       "llama.cpp's infill sampler after the chain (llama-server's 'infill' in its sampler list), "
+                       "applied to the target's and the draft's distributions alike; needs top_k in [1, 1024]")
         .def_readwrite("seed", &gp::seed, "random seed; None: a random one")
         .def_property(
             "stop", [](const gp & p) { return p.stop; },

@@ -57,6 +57,21 @@ void register_model(py::module_ & m) {
         .def_property_readonly("chat_template", &model_chat_template)
         .def_property_readonly("bos", [](const model & mdl) { return llama_vocab_bos(mdl.vocab); })
         .def_property_readonly("eos", [](const model & mdl) { return llama_vocab_eos(mdl.vocab); })
+        .def_property_readonly(
+            "fim_tokens",
+            [](const model & mdl) {
+                const llama_vocab * v = mdl.vocab;
+                py::dict            out;
+                out["pre"] = llama_vocab_fim_pre(v);
+                out["suf"] = llama_vocab_fim_suf(v);
+                out["mid"] = llama_vocab_fim_mid(v);
+                out["pad"] = llama_vocab_fim_pad(v);
+                out["rep"] = llama_vocab_fim_rep(v);
+                out["sep"] = llama_vocab_fim_sep(v);
+                return out;
+            },
+            "the fill-in-the-middle tokens the model's vocabulary names (pre, suf, mid, pad, rep, sep; -1 "
+            "where it has none)")
         .def_property_readonly("add_bos", [](const model & mdl) { return llama_vocab_get_add_bos(mdl.vocab); },
                                "Whether tokenize(add_special=True) puts the BOS token first.")
         .def_property_readonly("n_ctx_train", [](const model & mdl) { return llama_model_n_ctx_train(mdl.get()); })
@@ -80,14 +95,33 @@ void register_model(py::module_ & m) {
              },
              py::arg("token"), py::arg("special") = false)
         .def("detokenize",
-             [](const model & mdl, const std::vector<llama_token> & toks, bool special) {
+             [](const model & mdl, const std::vector<llama_token> & toks, bool special, bool whole) {
                  std::string s;
+                 if (whole) {
+                     for (llama_token t : toks) {
+                         if (t < 0 || t >= mdl.n_vocab) {
+                             throw std::invalid_argument("token id " + std::to_string(t) + " outside the vocabulary");
+                         }
+                     }
+                     s.resize(toks.size() * 4 + 16);
+                     int32_t n = llama_detokenize(mdl.vocab, toks.data(), (int32_t) toks.size(), s.data(),
+                                                  (int32_t) s.size(), false, special);
+                     if (n < 0) {
+                         s.resize(-n);
+                         n = llama_detokenize(mdl.vocab, toks.data(), (int32_t) toks.size(), s.data(), (int32_t) s.size(),
+                                              false, special);
+                     }
+                     s.resize(std::max(n, 0));
+                     return to_str(s);
+                 }
                  for (llama_token t : toks) {
                      s += token_to_piece(mdl, t, special);
                  }
                  return to_str(s);
              },
-             py::arg("tokens"), py::arg("special") = false)
+             py::arg("tokens"), py::arg("special") = false, py::arg("whole") = false,
+             "The tokens' text: their pieces one after another, or (whole) as llama.cpp's llama_detokenize "
+             "renders a whole text (a SentencePiece tokenizer's space in front of the first word dropped)")
         .def("token_text",
              [](const model & mdl, llama_token t) {
                  if (t < 0 || t >= mdl.n_vocab) {

@@ -6,6 +6,7 @@
 
 #include "speculative/acceptance.h"
 #include "bindings.h"
+#include "engine/model.h"
 #include "sampling/sampling.h"
 
 namespace py = pybind11;
@@ -17,12 +18,14 @@ namespace {
 
 using farray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-sampling_params make_sampling(float temperature, int32_t top_k, float top_p, float min_p) {
+sampling_params make_sampling(float temperature, int32_t top_k, float top_p, float min_p,
+                              const llama_vocab * infill = nullptr) {
     sampling_params p;
     p.temperature = temperature;
     p.top_k       = top_k;
     p.top_p       = top_p;
     p.min_p       = min_p;
+    p.infill      = infill;
     sampling_params_validate(p);
     return p;
 }
@@ -60,11 +63,16 @@ std::vector<token_dist> rows_to_dists(const farray & a, const char * name) {
 void register_sampling(py::module_ & m) {
     m.def(
         "sampling_distribution",
-        [](const farray & logits, float temperature, int32_t top_k, float top_p, float min_p) {
+        [](const farray & logits, float temperature, int32_t top_k, float top_p, float min_p,
+           const model * infill_model) {
             if (logits.ndim() != 1 || logits.shape(0) == 0) {
                 throw std::invalid_argument("logits must be a non-empty 1-D array");
             }
-            const sampling_params p = make_sampling(temperature, top_k, top_p, min_p);
+            if (infill_model != nullptr && logits.shape(0) != infill_model->n_vocab) {
+                throw std::invalid_argument("logits must hold one entry per token of infill_model's vocabulary");
+            }
+            const sampling_params p =
+                make_sampling(temperature, top_k, top_p, min_p, infill_model ? infill_model->vocab : nullptr);
             const int32_t         n = (int32_t) logits.shape(0);
             token_dist            d;
             sampling_distribution(logits.data(), n, p, d);
@@ -76,8 +84,9 @@ void register_sampling(py::module_ & m) {
             return dense;
         },
         py::arg("logits"), py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f,
-        py::arg("min_p") = 0.05f,
-        "The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax.");
+        py::arg("min_p") = 0.05f, py::arg("infill_model") = nullptr,
+        "The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot "
+        "argmax. infill_model: then llama.cpp's infill sampler, with that model's vocabulary.");
 
     m.def(
         "accept_trials",

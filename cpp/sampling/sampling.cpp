@@ -26,6 +26,11 @@ void sampling_params_validate(const sampling_params & p) {
     if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) {
         throw std::invalid_argument("min_p must be in [0, 1), got " + std::to_string(p.min_p));
     }
+    if (p.infill != nullptr && !p.greedy() && (p.top_k < 1 || p.top_k > k_max_infill_candidates)) {
+        // its merge compares every pair of candidates
+        throw std::invalid_argument("the infill sampler needs top_k in [1, " + std::to_string(k_max_infill_candidates) +
+                                    "], got " + std::to_string(p.top_k));
+    }
 }
 
 float token_dist::prob_of(llama_token id) const {
@@ -132,6 +137,118 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
     for (auto & p : probs) {
         p = (float) (p / sum);
     }
+    if (params.infill != nullptr) {
+        apply_infill(params.infill, out);
+    }
+}
+
+namespace {
+
+std::string piece_of(const llama_vocab * vocab, llama_token id) {
+    char          buf[256];
+    const int32_t n = llama_token_to_piece(vocab, id, buf, sizeof(buf), 0, false);
+    if (n >= 0) {
+        return std::string(buf, n);
+    }
+    std::string big(-n, '\0');
+    llama_token_to_piece(vocab, id, big.data(), -n, 0, false);
+    return big;
+}
+
+}  // namespace
+
+void apply_infill(const llama_vocab * vocab, token_dist & d) {
+    // llama_sampler_infill_apply (llama-sampler.cpp), step for step, on the candidates sorted most
+    // likely first (ties by id)
+    const size_t        n = d.ids.size();
+    std::vector<size_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return d.probs[a] != d.probs[b] ? d.probs[a] > d.probs[b] : d.ids[a] < d.ids[b];
+    });
+    std::vector<llama_token> ids(n);
+    std::vector<double>      chain_p(n), p(n);
+    std::vector<char>        eog(n), gone(n, 0);
+    double                   p_txt = 0.0, p_eog = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        ids[i]     = d.ids[order[i]];
+        chain_p[i] = p[i] = d.probs[order[i]];
+        eog[i]            = llama_vocab_is_eog(vocab, ids[i]);
+        (eog[i] ? p_eog : p_txt) += p[i];
+    }
+    const auto keep = [&](const std::vector<size_t> & kept) {
+        // the survivors, drawn by the chain's probabilities
+        double sum = 0.0;
+        for (const size_t i : kept) {
+            sum += chain_p[i];
+        }
+        d.ids.clear();
+        d.probs.clear();
+        for (const size_t i : kept) {
+            d.ids.push_back(ids[i]);
+            d.probs.push_back((float) (chain_p[i] / sum));
+        }
+    };
+    std::vector<size_t> kept;
+    if (3.0 * p_eog * (double) n > p_txt) {  // end-of-generation likely enough: only those
+        for (size_t i = 0; i < n; ++i) {
+            if (eog[i]) {
+                kept.push_back(i);
+            }
+        }
+        keep(kept);
+        return;
+    }
+    // a token whose text starts another's is merged with it, into the likelier of the two
+    std::vector<std::string> pieces(n);
+    for (size_t i = 0; i < n; ++i) {
+        pieces[i] = piece_of(vocab, ids[i]);
+    }
+    for (size_t i0 = 0; i0 < n; ++i0) {
+        for (size_t i1 = 0; i1 < n; ++i1) {
+            if (gone[i0]) {
+                break;
+            }
+            if (i0 == i1 || gone[i1]) {
+                continue;
+            }
+            const std::string & a = pieces[i0];
+            const std::string & b = pieces[i1];
+            if (!a.empty() && a.size() <= b.size() && b.compare(0, a.size(), a) == 0) {
+                size_t dst = i0, src = i1;
+                if (p[i1] > p[i0]) {
+                    std::swap(dst, src);
+                }
+                p[dst] += p[src];
+                p[src]    = 0.0;
+                gone[src] = 1;
+            }
+        }
+    }
+    // drop text tokens below 0.2, then below 1 / (the text tokens left + 1) of what is left
+    size_t n_text = 0;
+    double sum    = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+        if (eog[i] || (float) p[i] >= 0.2f) {
+            kept.push_back(i);
+            n_text += eog[i] ? 0 : 1;
+            sum += p[i];
+        }
+    }
+    if (n_text == 0) {  // no text token is likely enough: end here
+        llama_token end = llama_vocab_eot(vocab);
+        d.ids.assign(1, end != LLAMA_TOKEN_NULL ? end : llama_vocab_eos(vocab));
+        d.probs.assign(1, 1.0f);
+        return;
+    }
+    const double        thold = 1.0 / (double) (n_text + 1);
+    std::vector<size_t> kept2;
+    for (const size_t i : kept) {
+        if (eog[i] || (float) (p[i] / sum) >= (float) thold) {
+            kept2.push_back(i);
+        }
+    }
+    keep(kept2);
 }
 
 llama_token sample(const token_dist & dist, rng_t & rng) {

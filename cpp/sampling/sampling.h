@@ -3,7 +3,7 @@
 // draft's q, so accepting against them reproduces exactly what plain sampling with these settings
 // would produce. Order and meaning as llama.cpp's default chain: top-k; top-p on the softmax of the
 // tokens top-k left (of the whole vocabulary without top-k); min-p against the most likely token;
-// then temperature on the survivors.
+// then temperature on the survivors; then, where asked, llama.cpp's infill sampler.
 // Not here: the acceptance rule (acceptance.h).
 #pragma once
 
@@ -21,6 +21,12 @@ struct sampling_params {
     int32_t top_k       = 40;     // keep the k most likely tokens, 0 = all
     float   top_p       = 0.95f;  // keep the smallest set whose probability reaches top_p, in (0, 1]
     float   min_p       = 0.05f;  // drop tokens below min_p times the most likely one's probability, in [0, 1)
+    // llama.cpp's infill sampler after the chain (llama-server's "infill" in its sampler list), with
+    // this vocabulary's end-of-generation tokens and token texts; null: none. It keeps only
+    // end-of-generation tokens where they hold enough of the probability, else merges each token into
+    // a likelier one whose text it starts and drops what stays unlikely; the survivors are drawn
+    // by the chain's probabilities (llama.cpp's dist sampler recomputes them from the logits)
+    const llama_vocab * infill = nullptr;
 
     bool greedy() const { return temperature == 0.0f; }
 };
@@ -40,6 +46,12 @@ using rng_t = std::mt19937_64;
 
 // the distribution a sampler with params draws from, given raw logits (needs temperature > 0)
 void sampling_distribution(const float * logits, int32_t n_vocab, const sampling_params & params, token_dist & out);
+
+// llama.cpp's infill sampler on a distribution the chain made (sampling_params::infill)
+void apply_infill(const llama_vocab * vocab, token_dist & dist);
+
+// the most candidates the infill sampler is asked to merge (top_k at most this)
+constexpr int32_t k_max_infill_candidates = 1024;
 
 // one draw from dist
 llama_token sample(const token_dist & dist, rng_t & rng);

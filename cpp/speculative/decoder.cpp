@@ -82,6 +82,11 @@ void generate_params_validate(const generate_params & p) {
         in_range("n_draft", *p.n_draft, 1, k_max_draft);
     }
     sampling_params_validate(p.sampling);
+    if (p.infill && !p.sampling.greedy() && (p.sampling.top_k < 1 || p.sampling.top_k > k_max_infill_candidates)) {
+        // its merge compares every pair of candidates
+        throw std::invalid_argument("the infill sampler needs top_k in [1, " + std::to_string(k_max_infill_candidates) +
+                                    "], got " + std::to_string(p.sampling.top_k));
+    }
     if (p.prices) {
         const step_prices & c = *p.prices;
         if (!(c.draft_ms >= 0) || !(c.verify_ms > 0) || !(c.verify_token_ms >= 0)) {
@@ -317,6 +322,12 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
         throw std::invalid_argument("mode 'dsi' needs a draft with the target's vocabulary; this draft's differs "
                                     "(mode 'si' drafts across vocabularies)");
     }
+    if (params.infill && params.mode == decode_mode::dsi) {
+        throw std::invalid_argument("the infill sampler is not available in mode 'dsi'");
+    }
+    if (params.infill && vocab_map_) {
+        throw std::invalid_argument("the infill sampler needs a draft with the target's vocabulary; this draft's differs");
+    }
     run_plan plan;
     plan.n_draft = params.n_draft ? *params.n_draft : n_draft_;
     if (plan.n_draft + 1 > tgt_cache_->n_batch()) {
@@ -368,6 +379,11 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     }
     if (params.mode == decode_mode::dsi) {
         return generate_dsi(prompt, params, plan, on_step, check);
+    }
+    if (params.infill) {
+        generate_params with_infill  = params;
+        with_infill.sampling.infill = target_->vocab;
+        return generate_si(prompt, with_infill, plan, on_step, check);
     }
     return generate_si(prompt, params, plan, on_step, check);
 }

@@ -110,6 +110,9 @@ struct generate_params {
     decode_mode              mode = decode_mode::si;
     dsi_options              dsi;               // mode dsi only
     bool                     record_steps = false;  // keep a step_trace of every step in the stats (mode si)
+    // llama.cpp's infill sampler after the chain, on the target's vocabulary (sampling_params::infill),
+    // for the target's p and the draft's q alike (mode si, a draft of the target's vocabulary)
+    bool                     infill = false;
 };
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
