@@ -486,10 +486,14 @@ def chat(mo, so, do, system, chat_template, input_encoding):
 @click.option("--alias", default=None, help="The model's name in the API (default: the target file's name).")
 @click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
               help="Allow browser pages from ORIGIN (repeatable; '*' for any). CORS is off without it.")
+@click.option("-b", "--batch-size", "n_batch", type=click.IntRange(32), default=2048, show_default=True,
+              help="As llama-server's -b for /infill: the prompt keeps at most 3/4 of it of the prefix and 1/4 of "
+                   "the suffix, and the context beyond it for extra chunks.")
 @_library_errors
-def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins):
-    """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models),
-    with speculative decoding; Ctrl-C stops."""
+def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, n_batch):
+    """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) and
+    llama-server's own endpoints (/completion, /infill for editors' code completion, /tokenize,
+    /detokenize), with speculative decoding; Ctrl-C stops."""
     from .server import ServerConfig, serve as run_server
 
     defaults = make_options(**_generate_kwargs(mo, {}, {}))
@@ -501,7 +505,8 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
         if name.endswith(".gguf"):
             name = name[:-5]
         config = ServerConfig(host=host, port=port, parallel=parallel, queue_size=queue_size, api_key=api_key or None,
-                              chat_template=chat_template, cors_origins=cors_origins, model_name=name, defaults=defaults)
+                              chat_template=chat_template, cors_origins=cors_origins, model_name=name, defaults=defaults,
+                              n_batch=n_batch)
         _err(f"specllama serve: {what}")
         try:
             run_server(dec, config, announce=_err, own_decoder=True)

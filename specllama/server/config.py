@@ -19,4 +19,5 @@ class ServerConfig:
     cors_origins: Sequence[str] = ()
     max_body_bytes: int = 8 * 1024 * 1024
     model_name: str = "model"
+    n_batch: int = 2048  # llama-server's -b: /infill keeps 3/4 of it for the prefix, 1/4 for the suffix
     defaults: GenerateOptions = field(default_factory=GenerateOptions)

@@ -8,7 +8,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -60,16 +60,22 @@ class _Run:
     text and None at the end; setting cancel stops it within one step. The slot is free again once
     the generation has stopped."""
 
-    def __init__(self, st: ServerState, i: int, tokens: List[int], opts: GenerateOptions) -> None:
+    def __init__(self, st: ServerState, i: int, tokens: List[int], opts: GenerateOptions,
+                 hook: Optional[Callable[[List[int], str], Tuple[str, bool]]] = None) -> None:
+        """hook(step's tokens, step's text) -> (the text to pass on, stop now?), for stops that
+        depend on the text (llama-server's n_indent and t_max_predict_ms)."""
         self.loop = asyncio.get_running_loop()
         self.cancel = threading.Event()
         self.texts: "asyncio.Queue" = asyncio.Queue()
         slot = st.slots[i]
 
         def on_step(step_tokens, text, n_drafted, n_accepted):
+            stop = False
+            if hook is not None:
+                text, stop = hook(step_tokens, text)
             if text:
                 self.loop.call_soon_threadsafe(self.texts.put_nowait, text)
-            return self.cancel.is_set() or st.stopping.is_set()
+            return stop or self.cancel.is_set() or st.stopping.is_set()
 
         def work():
             try:

@@ -1,15 +1,27 @@
-"""llama-server's own endpoints: /tokenize and /detokenize with the target's vocabulary."""
+"""llama-server's own endpoints: /completion and /infill (native_generation), /tokenize and
+/detokenize with the target's vocabulary."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
 from ..completions import RequestError
+from . import native_generation
 from .errors import answer_error
 from .request_checks import read_json
 from .state import server_state
 
 router = APIRouter()
+
+
+@router.post("/completion")
+async def completion(request: Request):
+    return await native_generation.serve(request, "completion")
+
+
+@router.post("/infill")
+async def infill(request: Request):
+    return await native_generation.serve(request, "infill")
 
 
 @router.post("/tokenize")

@@ -62,7 +62,8 @@ async def read_json(request: Request) -> Any:
 
 
 def check_model(st: ServerState, name: Optional[str]) -> None:
-    """A request's "model" must name the served model (by its name or its file's), when given."""
-    if name is not None and name not in (st.config.model_name, os.path.basename(st.decoder.model_path)):
+    """A request's "model" must name the served model (by its name or its file's), when given and
+    not empty (llama.vim sends "")."""
+    if name and name not in (st.config.model_name, os.path.basename(st.decoder.model_path)):
         raise RequestError(f"the model '{name}' does not exist; this server serves '{st.config.model_name}'",
                            "model", "model_not_found", 404)
