@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
+from . import infill
 from ._version import __version__
 from .decoder import SpeculativeDecoder
 from .options import GenerateOptions, PromptTooLong, make_options
@@ -45,7 +46,6 @@ _NEUTRAL = {
     "top_logprobs": (0,),
     "echo": (False,),
     "best_of": (1,),
-    "suffix": ("",),
     "tools": ([],),
     "tool_choice": ("none", "auto"),
     "functions": ([],),
@@ -65,7 +65,9 @@ _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "tempera
            "stop", "seed", "stream", "stream_options", "n", "ignore_eos", "speculative", "n_draft", "drafter",
            "response_format", "return_tokens"}
 CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | set(_NEUTRAL) | _PASSIVE
-COMPLETION_FIELDS = _COMMON | {"prompt"} | set(_NEUTRAL) | _PASSIVE
+COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
+# /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
+FIM_N_BATCH = 2048
 
 
 @dataclass
@@ -80,6 +82,7 @@ class Request:
     model: Optional[str] = None
     messages: Optional[List[dict]] = None
     prompt: Any = None  # text or token ids (completions)
+    suffix: str = ""  # completions: the text after the completion (a fill-in-the-middle prompt)
     return_tokens: bool = False  # the answer's choice carries its token ids (llama-server's field)
     max_tokens: Optional[int] = None  # None: up to the end of the context
     template_kwargs: Dict[str, Any] = field(default_factory=dict)
@@ -139,6 +142,12 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> R
         _chat_prompt(body, req)
     else:
         req.prompt = _text_prompt(body)
+        suffix = body.get("suffix")
+        if suffix is not None and not isinstance(suffix, str):
+            raise RequestError("'suffix' must be a string", "suffix", "invalid_type")
+        if suffix and not isinstance(req.prompt, str):
+            raise RequestError("'suffix' needs a text prompt, not token ids", "suffix", "invalid_value")
+        req.suffix = suffix or ""
     return req
 
 
@@ -242,12 +251,15 @@ def _text_prompt(body: dict) -> Any:
     return prompt
 
 
-def prompt_tokens(dec, req: Request, template: Optional[str] = None) -> List[int]:
+def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: int = FIM_N_BATCH) -> List[int]:
     """The request's prompt as tokens for dec; RequestError when it cannot be rendered or does not
-    fit in the context, or when max_tokens does not fit after it."""
+    fit in the context, or when max_tokens does not fit after it. With a suffix, the
+    fill-in-the-middle prompt cut as /infill cuts it with n_batch (llama-server's -b)."""
     try:
         if req.kind == "chat":
             tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
+        elif req.suffix:
+            tokens = _fim_tokens(dec, req, n_batch)
         elif isinstance(req.prompt, str):
             tokens = dec._prompt_tokens(req.prompt)
         else:
@@ -256,6 +268,8 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None) -> List[int
             if bad is not None:
                 raise RequestError(f"token id {bad} is outside the vocabulary of {dec.target_model.n_vocab}", "prompt",
                                    "invalid_value")
+    except RequestError:
+        raise
     except PromptTooLong as exc:
         raise RequestError(str(exc), "messages" if req.kind == "chat" else "prompt", "context_length_exceeded") from None
     except ChatTemplateError as exc:
@@ -271,6 +285,15 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None) -> List[int
         raise RequestError(f"'{name}' is {req.max_tokens}, but only {room} tokens fit after the {len(tokens)}-token "
                            f"prompt in the context of {dec.n_ctx}", name, "context_length_exceeded")
     return tokens
+
+
+def _fim_tokens(dec, req: Request, n_batch: int) -> List[int]:
+    """A completion with a suffix: the fill-in-the-middle prompt llama-server's /infill builds from
+    the prompt as prefix and the suffix."""
+    try:
+        return infill.infill_prompt(dec.target_model, req.prompt, req.suffix, [], [], n_batch, -1, dec.n_ctx)
+    except infill.NoFIM as exc:
+        raise RequestError(f"'suffix' needs fill-in-the-middle tokens: {exc}", "suffix", "not_supported") from None
 
 
 def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:

@@ -376,3 +376,21 @@ def test_greedy_infill_is_plain_greedy_decoding(qwen_pair, qwen_server):
         assert len(prompt) == out["tokens_evaluated"]
         plain = dec.generate(prompt, max_tokens=48, temperature=0.0, speculative=False)
     assert out["tokens"] == plain.tokens
+
+
+def test_openai_completions_with_a_suffix_are_infill(fim_server):
+    """OpenAI's FIM field: /v1/completions with "suffix" completes the same prompt /infill builds
+    from that prefix and suffix (greedy: the same text)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=fim_server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    out = client.completions.create(model="tiny-fim", prompt=PREFIX, suffix=SUFFIX, max_tokens=12, temperature=0,
+                                    extra_body={"ignore_eos": True})
+    ref = fim_server.post("/infill", {"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 12,
+                                      "temperature": 0.0, "samplers": ["temperature"], "ignore_eos": True}).json()
+    assert out.choices[0].text == ref["content"] and out.usage.prompt_tokens == ref["tokens_evaluated"]
+
+
+def test_a_suffix_for_a_model_without_fim_tokens_is_a_400(no_fim_server):
+    r = no_fim_server.post("/v1/completions", {"prompt": "the cat", "suffix": "on the mat", "max_tokens": 4})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "suffix", r.text

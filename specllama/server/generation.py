@@ -45,7 +45,8 @@ async def _admit(st: ServerState, request: Request, kind: str
         raise model_lost(st.decoder.lost)
     req = completions.parse(await read_json(request), kind, st.config.defaults)
     check_model(st, req.model)
-    tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template)
+    tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template,
+                                     st.config.n_batch)
     opts = completions.options_for(st.slots[0], req, len(tokens))
     try:
         i = await st.pool.acquire(tokens)
