@@ -486,16 +486,28 @@ def chat(mo, so, do, system, chat_template, input_encoding):
 @click.option("--alias", default=None, help="The model's name in the API (default: the target file's name).")
 @click.option("--cors-origin", "cors_origins", multiple=True, metavar="ORIGIN",
               help="Allow browser pages from ORIGIN (repeatable; '*' for any). CORS is off without it.")
+@click.option("--fim-qwen-1.5b-spec", "fim_preset", is_flag=True,
+              help="Code completion for editors, as llama.cpp's --fim-qwen-7b-spec: the qwen2.5-coder pair (unless "
+                   "-m or --pair names another), port 8012 and -b 1024 (unless given), which is where llama.vim and "
+                   "llama.vscode look by default.")
 @click.option("-b", "--batch-size", "n_batch", type=click.IntRange(32), default=2048, show_default=True,
               help="As llama-server's -b for /infill: the prompt keeps at most 3/4 of it of the prefix and 1/4 of "
                    "the suffix, and the context beyond it for extra chunks.")
 @_library_errors
-def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, n_batch):
+def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, fim_preset, n_batch):
     """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) and
     llama-server's own endpoints (/completion, /infill for editors' code completion, /tokenize,
     /detokenize), with speculative decoding; Ctrl-C stops."""
     from .server import ServerConfig, serve as run_server
 
+    if fim_preset:
+        given = click.get_current_context().get_parameter_source
+        if not mo["model"] and not mo["pair"]:
+            mo = dict(mo, pair="qwen2.5-coder")
+        if given("port") == click.core.ParameterSource.DEFAULT:
+            port = 8012
+        if given("n_batch") == click.core.ParameterSource.DEFAULT:
+            n_batch = 1024
     defaults = make_options(**_generate_kwargs(mo, {}, {}))
     dec, what = _open_decoder(mo)
     with dec:

@@ -394,3 +394,17 @@ def test_openai_completions_with_a_suffix_are_infill(fim_server):
 def test_a_suffix_for_a_model_without_fim_tokens_is_a_400(no_fim_server):
     r = no_fim_server.post("/v1/completions", {"prompt": "the cat", "suffix": "on the mat", "max_tokens": 4})
     assert r.status_code == 400 and r.json()["error"]["param"] == "suffix", r.text
+
+
+@pytest.mark.real_pair
+@pytest.mark.slow
+def test_the_editor_preset_serves_the_qwen_pair_with_llama_cpps_fim_settings(qwen_pair):
+    """--fim-qwen-1.5b-spec: the Qwen2.5-Coder pair, and -b 1024, so that a long prefix keeps its
+    last 768 tokens (and the port 8012, unless --port is given, as here)."""
+    with running(["--fim-qwen-1.5b-spec", "-t", "2"]) as s:
+        assert any("Qwen2.5-Coder-1.5B-Instruct" in line and "Qwen2.5-Coder-0.5B" in line for line in s.lines)
+        out = s.post("/infill", {"input_prefix": _lines("line", 400), "input_suffix": "", "n_predict": 1,
+                                 "temperature": 0.0, "samplers": ["temperature"]}).json()
+    # the repo-level header (<|repo_name|>myproject\n<|file_sep|>filename\n: 7 tokens), FIM_PRE, the
+    # prefix's last 768 tokens, FIM_SUF, FIM_MID
+    assert out["tokens_evaluated"] == 7 + 1 + 768 + 1 + 1, out["prompt"][:200]
