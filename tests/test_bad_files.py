@@ -77,6 +77,19 @@ def test_messages_say_what_is_wrong(corpus, name, reason):
         specllama.Model(str(corpus[name]))
 
 
+def test_messages_say_what_is_wrong_after_llama_cpp_python_takes_the_log(corpus):
+    """llama-cpp-python installs its own logger when imported (one libllama per process): a load
+    after that still says why it failed."""
+    import ctypes
+
+    import llama_cpp
+    from llama_cpp import _logger
+
+    llama_cpp.llama_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+    with pytest.raises(ValueError, match="version 999"):
+        specllama.Model(str(corpus["version 999"]))
+
+
 def _set_u32(blob: bytes, key: str, value: int) -> bytes:
     """The file with the 32-bit value of metadata key `key` replaced (key text, u32 type, value)."""
     i = blob.find(key.encode() + struct.pack("<I", gguf.GGUFValueType.UINT32)) + len(key) + 4

@@ -65,10 +65,11 @@ std::string take_last_error() {
 
 void backend_init() {
     static std::once_flag once;
-    std::call_once(once, [] {
-        llama_log_set(log_callback, nullptr);
-        llama_backend_init();
-    });
+    std::call_once(once, [] { llama_backend_init(); });
+    // every time: another user of libllama in this process (llama-cpp-python sets its own logger
+    // when imported) may have taken the log since, and the messages that explain a failed load
+    // would go to its logger instead of into the error
+    llama_log_set(log_callback, nullptr);
 }
 
 void log_set_level(int level) { g_log_level.store(level); }
