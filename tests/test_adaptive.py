@@ -755,3 +755,27 @@ def test_a_paused_draft_model_takes_the_prompt_in_only_when_it_probes(tiny):
         # a generation long enough for probes: the draft catches up on the prompt and what followed
         res = dec.generate("the dog", max_tokens=200, **kw)
         assert res.stats.n_drafted > 0 and res.tokens == plain
+
+
+def test_a_draft_sits_out_a_short_answer_to_a_long_new_prompt(tiny):
+    """At given prices (a draft token 2 ms, a plain step 10 ms, each verified token beyond the
+    first 1 ms), a drafting step saves about 2 ms per token. A generation of 4 tokens after about
+    100 new prompt tokens cannot win back the draft's pass over them (200 ms): the draft model sits
+    it out and the loop decodes plainly; one of 200 tokens can, and drafts. Both outputs are plain
+    decoding's."""
+    prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=1.0)
+    kw = dict(temperature=0, ignore_eos=True, prices=prices, drafter="model", n_draft=4)
+    long_prompt = " ".join(["the cat is on the mat and"] * 4)
+    first = "she was in the house with a word"  # long enough to price the draft's prompt tokens
+    # (the draft's own prompt pass: not a copy of the target's, which would cost next to nothing)
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=1024, share_prefill=False) as dec:
+        dec.generate(first, max_tokens=120, **kw)  # prices plain and drafting steps, and prompt tokens
+        short = dec.generate(long_prompt, max_tokens=4, **kw)
+        assert short.stats.n_prompt > 90 and short.stats.n_drafted == 0
+        assert short.stats.n_paused_steps > 0  # (the stats say so: steps without the draft model)
+        dec.reset()
+        dec.generate(first, max_tokens=120, **kw)
+        long = dec.generate(long_prompt, max_tokens=200, **kw)
+        assert long.stats.n_drafted > 0
+        plain = dec.generate(long_prompt, max_tokens=200, temperature=0, ignore_eos=True, speculative=False)
+    assert short.tokens == plain.tokens[:4] and long.tokens == plain.tokens

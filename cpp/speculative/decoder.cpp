@@ -18,46 +18,6 @@ double ms_since(clock_type::time_point t) {
 
 }  // namespace
 
-namespace {
-
-template <typename E, size_t N>
-E enum_from_string(const std::string & name, const std::pair<const char *, E> (&names)[N], const char * what) {
-    std::string all;
-    for (const auto & n : names) {
-        if (name == n.first) {
-            return n.second;
-        }
-        all += std::string(all.empty() ? "" : ", ") + "'" + n.first + "'";
-    }
-    throw std::invalid_argument(std::string(what) + " must be one of " + all + ", got '" + name + "'");
-}
-
-template <typename E, size_t N>
-std::string enum_to_string(E value, const std::pair<const char *, E> (&names)[N]) {
-    for (const auto & n : names) {
-        if (value == n.second) {
-            return n.first;
-        }
-    }
-    return "?";
-}
-
-const std::pair<const char *, drafter_kind> k_drafters[] = {
-    {"auto", drafter_kind::automatic}, {"model", drafter_kind::model},
-    {"lookup", drafter_kind::lookup},  {"model+lookup", drafter_kind::model_lookup}};
-const std::pair<const char *, accept_rule> k_rules[] = {{"rejection", accept_rule::rejection},
-                                                         {"match", accept_rule::match}};
-const std::pair<const char *, decode_mode> k_modes[] = {{"si", decode_mode::si}, {"dsi", decode_mode::dsi}};
-
-}  // namespace
-
-drafter_kind drafter_from_string(const std::string & name) { return enum_from_string(name, k_drafters, "drafter"); }
-std::string  drafter_to_string(drafter_kind kind) { return enum_to_string(kind, k_drafters); }
-accept_rule  accept_rule_from_string(const std::string & name) { return enum_from_string(name, k_rules, "acceptance"); }
-std::string  accept_rule_to_string(accept_rule rule) { return enum_to_string(rule, k_rules); }
-decode_mode  decode_mode_from_string(const std::string & name) { return enum_from_string(name, k_modes, "mode"); }
-std::string  decode_mode_to_string(decode_mode mode) { return enum_to_string(mode, k_modes); }
-
 double dsi_report::t_verify_hidden_ms() const {
     const double used = stats.t_verify_ms - stats.t_verify_wasted_ms;
     return std::max(0.0, used - stats.t_draft_idle_ms);
@@ -66,61 +26,6 @@ double dsi_report::t_verify_hidden_ms() const {
 double dsi_report::verify_hidden_share() const {
     const double used = stats.t_verify_ms - stats.t_verify_wasted_ms;
     return used > 0 ? t_verify_hidden_ms() / used : 0.0;
-}
-
-void generate_params_validate(const generate_params & p) {
-    const auto in_range = [](const char * name, int64_t v, int64_t lo, int64_t hi) {
-        if (v < lo || v > hi) {
-            throw std::invalid_argument(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
-                                        std::to_string(hi) + "], got " + std::to_string(v));
-        }
-    };
-    if (p.max_tokens < 1) {
-        throw std::invalid_argument("max_tokens must be >= 1, got " + std::to_string(p.max_tokens));
-    }
-    if (p.n_draft) {
-        in_range("n_draft", *p.n_draft, 1, k_max_draft);
-    }
-    sampling_params_validate(p.sampling);
-    if (p.infill && !p.sampling.greedy() && (p.sampling.top_k < 1 || p.sampling.top_k > k_max_infill_candidates)) {
-        // its merge compares every pair of candidates
-        throw std::invalid_argument("the infill sampler needs top_k in [1, " + std::to_string(k_max_infill_candidates) +
-                                    "], got " + std::to_string(p.sampling.top_k));
-    }
-    if (p.prices) {
-        const step_prices & c = *p.prices;
-        if (!(c.draft_ms >= 0) || !(c.verify_ms > 0) || !(c.verify_token_ms >= 0)) {
-            throw std::invalid_argument("prices must be draft_ms >= 0, verify_ms > 0, verify_token_ms >= 0");
-        }
-    }
-    if (p.mode == decode_mode::dsi) {
-        in_range("sp", p.dsi.sp, 1, k_max_servers);
-        in_range("lookahead", p.dsi.lookahead, 1, k_max_draft);
-        if (p.dsi.n_threads_draft < 0) {
-            throw std::invalid_argument("threads_draft must be >= 0 (0 = from the thread budget), got " +
-                                        std::to_string(p.dsi.n_threads_draft));
-        }
-        if (p.dsi.n_threads_server < 0) {
-            throw std::invalid_argument("threads_server must be >= 0 (0 = from the thread budget), got " +
-                                        std::to_string(p.dsi.n_threads_server));
-        }
-        if (!p.speculative) {
-            throw std::invalid_argument("mode 'dsi' is speculative; use mode 'si' with speculative off to decode "
-                                        "plainly");
-        }
-        if (p.drafter != drafter_kind::automatic && p.drafter != drafter_kind::model) {
-            throw std::invalid_argument("mode 'dsi' drafts with the draft model only (drafter 'auto' or 'model'), "
-                                        "got '" + drafter_to_string(p.drafter) + "'");
-        }
-        if (p.rule != accept_rule::rejection) {
-            throw std::invalid_argument("mode 'dsi' verifies with the rejection rule only");
-        }
-
-        if (p.n_draft || p.adaptive || p.prices) {
-            throw std::invalid_argument("n_draft, adaptive and prices apply to mode 'si'; DSI drafts lookahead "
-                                        "tokens per verification task");
-        }
-    }
 }
 
 decoder::decoder(const decoder_params & params)
@@ -488,9 +393,17 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     }
     // a draft model the adaptive rule has paused takes the prompt in at its next probe instead (its
     // catch-up): while drafting does not pay, a prompt pass through it now would buy nothing
+    model_sits_out_ = false;
     if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
         const std::vector<llama_token> & dseq = draft_seq(seq);
         const int32_t n_kept = dft_cache_->common_prefix(dseq, (int32_t) dseq.size() - 1);
+        // nor does one where this generation is too short to win back the draft's prompt pass: it
+        // sits this generation out (and takes the prompt in at a later one's prefill)
+        if (plan.adaptive && !batcher_ && !share_prefill_ &&
+            !lengths_.draft_prompt_pays((int32_t) dseq.size() - 1 - n_kept, params.max_tokens)) {
+            model_sits_out_ = true;
+            return;
+        }
         const auto    t_d    = clock_type::now();
         st.n_prompt_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
         // (its price per token prices a probe's catch-up, where a pause comes before any probe)
@@ -516,7 +429,7 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     // leaves the draft model out of steps while drafting does not pay (draft_length.h)
     const bool model_wanted = step.n_max > 0 && plan.use_model;
     const bool pricing      = lengths_.pricing(plan.adaptive);
-    step.model              = model_wanted && !pricing && lengths_.model_drafts(plan.adaptive);
+    step.model              = model_wanted && !pricing && !model_sits_out_ && lengths_.model_drafts(plan.adaptive);
     // slots that share their decodes: while several generate, the group prices their merged
     // rounds and caps the draft length (batch_drafting.h); given prices keep the loop deterministic.
     // Seeded sampling drafts fixed lengths so that its output is reproducible, but while several

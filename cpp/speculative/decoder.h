@@ -390,6 +390,7 @@ class decoder {
     std::vector<std::shared_ptr<model>>    dsi_models_;   // the target loaded where dsi_servers places it
 
     draft_length_model        lengths_;  // costs and calibration, kept across generations
+    bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
 
     // per-step buffers, reused
     draft_result              drafted_;

@@ -128,6 +128,14 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     probing_ = false;
 }
 
+bool draft_length_model::draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const {
+    if (n_prompt <= 0 || draft_token_ms_ == 0.0 || n_v1_ == 0 || drafted_tokens_ == 0.0) {
+        return true;
+    }
+    const double saved_per_token = v1_ms_ - drafted_ms_ / drafted_tokens_;
+    return saved_per_token * n_gen > draft_token_ms_ * n_prompt;
+}
+
 bool draft_length_model::keep_going(int32_t n, double p_reach, int32_t n_max) const {
     // the next tokens' confidence is not known before they are drafted: price them at the overall rate
     return keep_going_p(n, p_reach, acceptance(), true, n_max);

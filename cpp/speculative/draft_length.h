@@ -18,7 +18,8 @@
 // accepted as often as any (0.97 against 0.98).
 // Before a step, the model decides whether to draft at all: not while the steps it drafted in
 // made fewer tokens per ms than plain steps (draft_this_step), as where both models are bound by
-// kernel launches on a GPU.
+// kernel launches on a GPU. Before a generation, whether the draft takes its prompt in at all:
+// not where the generation is too short to win that pass back (draft_prompt_pays).
 // Before any drafting step is measured, that decision is a prediction from the prices measured so
 // far (pays_at_prices), so that a pair whose prices cannot pay (a recurrent target on a CPU) starts
 // paused instead of learning it from drafting steps that each cost several plain steps; such a
@@ -84,6 +85,12 @@ class draft_length_model {
     bool draft_this_step();
     // whether drafting pays at the current estimates (no state change)
     bool draft_pays() const;
+    // whether a generation of at most n_gen tokens wins back the draft's prompt pass over n_prompt
+    // new tokens: what a drafting step saves per token against plain steps, times n_gen, against
+    // what the draft's prompt tokens cost. Short answers to long new prompts (an editor's completion
+    // after an edit: hundreds of new prompt tokens, tens of generated ones) do not. True while
+    // either side is not measured yet.
+    bool draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const;
     // before any drafting step is measured, whether drafting pays is predicted: does some length
     // of a first batch (1 to k_first_batch_drafts drafts) make more tokens per ms than plain steps,
     // at the acceptance judged so far (shrunk towards k_prior_acceptance) and the prices measured

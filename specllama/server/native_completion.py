@@ -324,7 +324,7 @@ def result(dec, req: NativeRequest, index: int, id_slot: int, model: str, prompt
     """llama-server's final answer object for one completion."""
     return {
         "index": index, "content": text, "tokens": tokens,
-        "id_slot": id_slot, "stop": True, "model": model, "tokens_predicted": stats.n_generated if stats else 0,
+        "id_slot": id_slot, "stop": True, "model": model, "tokens_predicted": len(tokens) if req.n_predict == 0 else stats.n_generated,
         "tokens_evaluated": len(prompt),
         "generation_settings": {"n_ctx": n_ctx, "n_predict": req.n_predict, "model": model, "seed": options.seed,
                                 "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p,
@@ -334,7 +334,7 @@ def result(dec, req: NativeRequest, index: int, id_slot: int, model: str, prompt
                                 "speculative.n_max": options.n_draft if options.n_draft is not None else dec.n_draft},
         "prompt": dec.target_model.detokenize(prompt, True, whole=True), "has_new_line": has_new_line, "truncated": truncated,
         "stop_type": stype, "stopping_word": word, "tokens_cached": len(prompt) + len(tokens),
-        "timings": timings(stats) if stats else _no_timings(),
+        "timings": _prompt_only(timings(stats)) if req.n_predict == 0 else timings(stats),
     }
 
 
@@ -348,10 +348,10 @@ def _samplers_of(options: GenerateOptions) -> List[str]:
     return out
 
 
-def _no_timings() -> Dict[str, Any]:
-    return {k: 0 for k in ("cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
-                           "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second",
-                           "draft_n", "draft_n_accepted")}
+def _prompt_only(t: Dict[str, Any]) -> Dict[str, Any]:
+    """A warm-up's timings: the prompt's, and nothing predicted."""
+    return dict(t, **{k: 0 for k in ("predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second",
+                                     "draft_n", "draft_n_accepted")})
 
 
 def select_fields(obj: Dict[str, Any], paths: List[str]) -> Dict[str, Any]:

@@ -94,7 +94,7 @@ def _final(st: ServerState, req: nc.NativeRequest, k: int, i: int, tokens: List[
            opts) -> Dict[str, Any]:
     dec = st.slots[i]
     if req.n_predict == 0:
-        text, toks, word, stype, stats = "", [], "", "limit", None
+        text, toks, word, stype, stats = "", [], "", "limit", out.stats  # the prompt's figures; nothing predicted
     else:
         text, toks = limits.cut(out.text, list(out.tokens))
         word = nc.stopping_word(dec, out, list(opts.stop))
