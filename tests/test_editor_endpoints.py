@@ -408,3 +408,18 @@ def test_the_editor_preset_serves_the_qwen_pair_with_llama_cpps_fim_settings(qwe
     # the repo-level header (<|repo_name|>myproject\n<|file_sep|>filename\n: 7 tokens), FIM_PRE, the
     # prefix's last 768 tokens, FIM_SUF, FIM_MID
     assert out["tokens_evaluated"] == 7 + 1 + 768 + 1 + 1, out["prompt"][:200]
+
+
+def test_props_and_apply_template_as_llama_vscode_reads_them(fim_server, fim_tiny):
+    """llama.vscode reads default_generation_settings.n_ctx from /props
+    (src/language-model-token-limits.ts:151-155) and the rendered prompt from /apply-template
+    (src/llama-server.ts:684-700)."""
+    props = fim_server.http.get("/props").json()
+    assert props["default_generation_settings"]["n_ctx"] == 1024 and props["total_slots"] == 1
+    messages = [{"role": "user", "content": "the cat"}]
+    r = fim_server.post("/apply-template", {"messages": messages, "model": ""})
+    assert r.status_code == 200
+    with specllama.SpeculativeDecoder(fim_tiny[0], n_ctx=64) as dec:
+        assert r.json()["prompt"] == dec.apply_chat_template(messages)
+    bad = fim_server.post("/apply-template", {"messages": []})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"

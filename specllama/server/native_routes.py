@@ -1,11 +1,16 @@
 """llama-server's own endpoints: /completion and /infill (native_generation), /tokenize and
-/detokenize with the target's vocabulary."""
+/detokenize with the target's vocabulary, /apply-template with its chat template, and /props."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+import os
 
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from .._version import __version__
 from ..completions import RequestError
+from ..templates import ChatTemplateError
 from . import native_generation
 from .errors import answer_error
 from .request_checks import read_json
@@ -64,3 +69,44 @@ async def detokenize(request: Request):
     except RequestError as exc:
         return answer_error(exc)
     return {"content": decoder.target_model.detokenize(toks, True)}
+
+
+@router.get("/props")
+@router.get("/v1/props")
+async def props(request: Request):
+    """The server's settings as llama-server's /props reports them (what the editor extensions
+    read: default_generation_settings.n_ctx)."""
+    st = server_state(request)
+    dec, d = st.decoder, st.config.defaults
+    settings = {"n_ctx": dec.n_ctx, "model": st.config.model_name,
+                "params": {"temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p, "min_p": d.min_p,
+                           "n_predict": -1, "speculative.n_max": d.n_draft if d.n_draft is not None else dec.n_draft}}
+    return {"default_generation_settings": settings, "total_slots": len(st.slots),
+            "model_alias": st.config.model_name, "model_path": os.path.basename(dec.model_path),
+            "chat_template": dec.target_model.chat_template or "", "build_info": f"specllama {__version__}"}
+
+
+@router.post("/apply-template")
+async def apply_template(request: Request):
+    """llama-server's /apply-template: the messages rendered by the chat template the server uses
+    ({"prompt"}), with "tools" passed to the template; nothing is generated."""
+    st = server_state(request)
+    try:
+        body = await read_json(request)
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty list of messages", "messages", "invalid_value")
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise RequestError("'tools' must be a list", "tools", "invalid_type")
+        variables = {"tools": tools} if tools else {}
+        try:
+            prompt = await run_in_threadpool(st.decoder.apply_chat_template, messages, True, st.config.chat_template,
+                                             **variables)
+        except ChatTemplateError as exc:
+            raise RequestError(str(exc), "messages", "chat_template_error") from None
+        except ValueError as exc:
+            raise RequestError(str(exc), "messages", "invalid_value") from None
+    except RequestError as exc:
+        return answer_error(exc)
+    return {"prompt": prompt}
