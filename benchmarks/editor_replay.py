@@ -20,7 +20,6 @@ prompt tokens taken from the slot's cache against those processed.
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from serve_bench import free_port, portable, wait_healthy  # noqa: E402
+from serve_bench import portable, start, stop  # noqa: E402
 
 from specllama.provenance import portable_settings, provenance  # noqa: E402
 
@@ -56,22 +55,6 @@ def session(first_line: int, n_lines: int):
 def extra_chunks():
     lines = OTHER.read_text().split("\n")
     return [{"text": "\n".join(lines[a:a + 32]) + "\n", "time": 0, "filename": OTHER.name} for a in (0, 60, 120)]
-
-
-def start(kind: str, target: str, draft: str, n_ctx: int, threads: int, llama_bin: Path):
-    port = free_port()
-    if kind.startswith("llama-server"):
-        spec = (["-md", draft, "--spec-type", "draft-simple", "-td", str(threads), "-ngld", "0"]
-                if kind == "llama-server" else [])
-        cmd = [str(llama_bin / "llama-server"), "-m", target, *spec, "-np", "1", "-c", str(n_ctx), "-t", str(threads),
-               "-ngl", "0", "--port", str(port), "--host", "127.0.0.1"]
-    else:
-        cmd = [sys.executable, "-m", "specllama", "serve", "-m", target, "-d", draft, "-c", str(n_ctx),
-               "-t", str(threads), "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, proc)
-    return proc, url, cmd
 
 
 def one(http: httpx.Client, prefix: str, prompt: str, suffix: str, extra, n: int) -> dict:
@@ -145,7 +128,7 @@ def main():
     commands = {}
     for r in range(args.rounds):
         for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
-            proc, url, cmd = start(kind, target, draft, args.ctx_size, args.threads, llama_bin)
+            proc, url, cmd = start(kind, target, draft, 1, args.ctx_size, args.threads, llama_bin)
             commands.setdefault(kind, portable(cmd))
             try:
                 # a connection per request, as the extensions' curl and axios calls make them
@@ -153,11 +136,7 @@ def main():
                     one(http, "", "", "", extra, 1)  # the server's first request (allocations, graphs)
                     got = [one(http, p, typed, s, extra, args.n_predict) for p, typed, s in requests]
             finally:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                stop(proc)
             runs[kind] += got
             texts.setdefault(kind, [g["text"] for g in got])
             s = summary(got)

@@ -88,6 +88,15 @@ def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threa
     return proc, url, cmd
 
 
+def stop(proc) -> None:
+    """Stop a server as Ctrl-C does (killed if it has not ended within a minute)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def portable(cmd) -> str:
     """A server's command line without this machine's paths or the port."""
     words = ["python" if w == sys.executable else os.path.basename(w) if os.sep in w else w for w in cmd]
@@ -179,11 +188,7 @@ def main():
                 try:
                     res = run_level(url, c, args.requests_per_client, args.n_predict, args.temp)
                 finally:
-                    proc.send_signal(signal.SIGINT)
-                    try:
-                        proc.wait(timeout=60)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+                    stop(proc)
                 if not kind.endswith("no-draft") and not res["drafted"]:
                     raise RuntimeError(f"{kind} drafted no token: its speculation is off ({portable(cmd)})")
                 rounds[kind].append(res)

@@ -396,18 +396,16 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     model_sits_out_ = false;
     if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
         const std::vector<llama_token> & dseq = draft_seq(seq);
-        const int32_t n_kept = dft_cache_->common_prefix(dseq, (int32_t) dseq.size() - 1);
+        const int32_t n_draft_new = (int32_t) dseq.size() - 1 - dft_cache_->common_prefix(dseq, (int32_t) dseq.size() - 1);
         // nor does one where this generation is too short to win back the draft's prompt pass: it
         // sits this generation out (and takes the prompt in at a later one's prefill)
-        if (plan.adaptive && !batcher_ && !share_prefill_ &&
-            !lengths_.draft_prompt_pays((int32_t) dseq.size() - 1 - n_kept, params.max_tokens)) {
+        if (plan.adaptive && !batcher_ && !share_prefill_ && !lengths_.draft_prompt_pays(n_draft_new, params.max_tokens)) {
             model_sits_out_ = true;
             return;
         }
-        const auto    t_d    = clock_type::now();
+        const auto t_d     = clock_type::now();
         st.n_prompt_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
         // (its price per token prices a probe's catch-up, where a pause comes before any probe)
-        const int32_t n_draft_new = (int32_t) dseq.size() - 1 - n_kept;
         if (plan.adaptive && !batcher_ && st.n_prompt_shared == 0) {
             lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms_since(t_d));
         }

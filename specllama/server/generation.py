@@ -90,14 +90,21 @@ class _Run:
         self.future.add_done_callback(lambda _: st.pool.release(i))
 
 
-async def _whole(st: ServerState, request: Request, req: completions.Request, kind: str, run: _Run):
+async def finished(request: Request, run: _Run):
+    """run's result, stopping it within one step if the client goes away first;
+    RPCConnectionLost where the model's rpc-server was lost."""
     watcher = asyncio.ensure_future(_watch_disconnect(request, run.cancel))
     try:
-        out = await asyncio.shield(run.future)
-    except RPCConnectionLost as exc:
-        return answer_error(model_lost(str(exc)))
+        return await asyncio.shield(run.future)
     finally:
         watcher.cancel()
+
+
+async def _whole(st: ServerState, request: Request, req: completions.Request, kind: str, run: _Run):
+    try:
+        out = await finished(request, run)
+    except RPCConnectionLost as exc:
+        return answer_error(model_lost(str(exc)))
     rid = completions.new_id(kind)
     return JSONResponse(completions.response(req, rid, st.config.model_name, int(time.time()), out.text,
                                              out.finish_reason, out.stats, out.tokens))

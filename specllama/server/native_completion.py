@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .. import infill
-from ..completions import RequestError, timings
+from ..completions import RequestError, _bool, _number, timings
 from ..options import GenerateOptions, make_options
 
 # llama-server's sampler names (and the aliases it accepts) -> the one name used here
@@ -67,17 +67,6 @@ class NativeRequest:
     model: Optional[str] = None
 
 
-def _number(body: dict, name: str, lo: float, hi: float, integer: bool = False):
-    v = body.get(name)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not isinstance(v, int)) or v != v:
-        raise RequestError(f"'{name}' must be {'an integer' if integer else 'a number'}", name, "invalid_type")
-    if not lo <= v <= hi:
-        raise RequestError(f"'{name}' must be between {lo:g} and {hi:g}, got {v}", name, "invalid_value")
-    return v
-
-
 def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> NativeRequest:
     """Check a /completion (kind "completion") or /infill ("infill") request body."""
     if not isinstance(body, dict):
@@ -91,9 +80,7 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> N
     if n_predict is None:
         n_predict = _number(body, "max_tokens", -1, 1 << 30, integer=True)
     n_cmpl = _number(body, "n_cmpl", 1, 16, integer=True) or _number(body, "n", 1, 16, integer=True) or 1
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError("'stream' must be true or false", "stream", "invalid_type")
+    stream = bool(_bool(body, "stream"))
     if stream and n_cmpl > 1:
         raise RequestError("'n_cmpl' above 1 is answered as one JSON array, not a stream", "n_cmpl",
                            "unsupported_value")
@@ -103,9 +90,7 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> N
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise RequestError("'model' must be a string", "model", "invalid_type")
-    return_tokens = body.get("return_tokens", False)
-    if not isinstance(return_tokens, bool):
-        raise RequestError("'return_tokens' must be true or false", "return_tokens", "invalid_type")
+    return_tokens = bool(_bool(body, "return_tokens"))
     req = NativeRequest(
         kind=kind, options=options, n_predict=-1 if n_predict is None else n_predict, n_cmpl=n_cmpl, stream=stream,
         n_indent=_number(body, "n_indent", 0, 1 << 20, integer=True) or 0,

@@ -18,7 +18,7 @@ from ..completions import RequestError
 from ..rpc_guard import RPCConnectionLost
 from . import native_completion as nc
 from .errors import answer_error, model_lost
-from .generation import _Run, _watch_disconnect
+from .generation import _Run, finished
 from .request_checks import read_json
 from .slots import QueueFull
 from .state import ServerState, server_state
@@ -36,20 +36,17 @@ async def serve(request: Request, kind: str):
     except RequestError as exc:
         return answer_error(exc)
     if req.stream:
-        return await _streamed(st, request, req, tokens, max_new)
+        return await _streamed(st, req, tokens, max_new)
     answers: List[Dict[str, Any]] = []
     for k in range(req.n_cmpl):
         try:
             run, limits, i, opts = await _start(st, req, tokens, max_new, k)
         except RequestError as exc:
             return answer_error(exc)
-        watcher = asyncio.ensure_future(_watch_disconnect(request, run.cancel))
         try:
-            out = await asyncio.shield(run.future)
+            out = await finished(request, run)
         except RPCConnectionLost as exc:
             return answer_error(model_lost(str(exc)))
-        finally:
-            watcher.cancel()
         answers.append(nc.select_fields(_final(st, req, k, i, tokens, out, limits, opts), req.response_fields))
     return JSONResponse(answers if req.n_cmpl > 1 else answers[0])
 
@@ -105,7 +102,7 @@ def _final(st: ServerState, req: nc.NativeRequest, k: int, i: int, tokens: List[
                      limits.has_new_line, truncated, dec.n_ctx, opts)
 
 
-async def _streamed(st: ServerState, request: Request, req: nc.NativeRequest, tokens: List[int], max_new: int):
+async def _streamed(st: ServerState, req: nc.NativeRequest, tokens: List[int], max_new: int):
     try:
         run, limits, i, opts = await _start(st, req, tokens, max_new, 0)
     except RequestError as exc:
