@@ -7,7 +7,8 @@ shaped as llama.vim sends it (autoload/llama.vim, s:fim_try_complete): up to 256
 the typed part of the line as "prompt", the rest of the line and 64 lines of suffix, and three
 32-line chunks of another file as extra context. Consecutive requests share their extra context
 and most of their prefix; the suffix moves. Greedy, with a fixed number of tokens per request and
-no time limit, so that every server does the same work and writes the same text.
+no time limit, so that every server does the same work. Every server runs with --cache-reuse 256
+(as llama.cpp's FIM presets start llama-server; --cache-reuse 0 for the common prefix alone).
 
 Each server is started fresh, warmed with one request, and then sent the session's requests one
 after another; rounds alternate the servers' order. Reported per server: latency (request sent to
@@ -112,6 +113,8 @@ def main():
     ap.add_argument("--lines", type=int, default=6, help="lines edited (two requests each)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--servers", default="specllama,llama-server,llama-server-no-draft")
+    ap.add_argument("--cache-reuse", type=int, default=256,
+                    help="every server's --cache-reuse (256 as in llama.cpp's FIM presets; 0: the common prefix only)")
     ap.add_argument("--out", default="bench-out")
     args = ap.parse_args()
 
@@ -128,7 +131,8 @@ def main():
     commands = {}
     for r in range(args.rounds):
         for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
-            proc, url, cmd = start(kind, target, draft, 1, args.ctx_size, args.threads, llama_bin)
+            proc, url, cmd = start(kind, target, draft, 1, args.ctx_size, args.threads, llama_bin,
+                                   ["--cache-reuse", str(args.cache_reuse)])
             commands.setdefault(kind, portable(cmd))
             try:
                 # a connection per request, as the extensions' curl and axios calls make them
@@ -163,7 +167,8 @@ def main():
               "settings": portable_settings(vars(args)), "server_commands": commands, "results": table,
               "same_text_as_first_server": same, "requests": len(requests),
               "runs": {k: [{key: v for key, v in g.items() if key != "text"} for g in runs[k]] for k in kinds}}
-    name = f"editor_replay_{args.pair}{'_' + args.target_type if args.target_type else ''}.json"
+    name = (f"editor_replay_{args.pair}{'_' + args.target_type if args.target_type else ''}"
+            f"{'_cache_reuse' if args.cache_reuse else ''}.json")
     (out / name).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out / name}")
 

@@ -69,7 +69,10 @@ def wait_healthy(url: str, proc, timeout: float = 300) -> None:
     raise RuntimeError("server did not become healthy")
 
 
-def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threads: int, llama_bin: Path):
+def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threads: int, llama_bin: Path,
+          extra=()):
+    """A server of kind specllama, specllama-no-draft, llama-server or llama-server-no-draft started on
+    a free port with the given flags (and extra ones, which both servers take); (process, url, command)."""
     port = free_port()
     if kind.startswith("llama-server"):
         # -md alone only loads the draft: this llama.cpp speculates with the types --spec-type names
@@ -82,6 +85,7 @@ def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threa
         cmd = [sys.executable, "-m", "specllama", "serve", "-m", target, "-np", str(n_parallel), "-c", str(n_ctx),
                "-t", str(threads), "--port", str(port)]
         cmd += ["-d", draft] if kind == "specllama" else ["--no-draft"]
+    cmd += list(extra)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, proc)

@@ -488,13 +488,20 @@ def chat(mo, so, do, system, chat_template, input_encoding):
               help="Allow browser pages from ORIGIN (repeatable; '*' for any). CORS is off without it.")
 @click.option("--fim-qwen-1.5b-spec", "fim_preset", is_flag=True,
               help="Code completion for editors, as llama.cpp's --fim-qwen-7b-spec: the qwen2.5-coder pair (unless "
-                   "-m or --pair names another), port 8012 and -b 1024 (unless given), which is where llama.vim and "
-                   "llama.vscode look by default.")
+                   "-m or --pair names another), port 8012, -b 1024 and --cache-reuse 256 (unless given); port 8012 "
+                   "is where llama.vim and llama.vscode look by default.")
+@click.option("--cache-reuse", "cache_reuse", type=click.IntRange(0), default=0, show_default=True, metavar="N",
+              help="As llama-server's --cache-reuse: after an edit in the middle of a prompt, runs of at least N "
+                   "tokens the slot's cache holds elsewhere move to their new positions instead of being processed "
+                   "again (here also after inserted text, such as a typed line). Not exact: the output then "
+                   "follows the target given those moved keys and values, computed before the edit. 0: only the "
+                   "common prefix is reused. A request's n_cache_reuse overrides it.")
 @click.option("-b", "--batch-size", "n_batch", type=click.IntRange(32), default=2048, show_default=True,
               help="As llama-server's -b for /infill: the prompt keeps at most 3/4 of it of the prefix and 1/4 of "
                    "the suffix, and the context beyond it for extra chunks.")
 @_library_errors
-def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, fim_preset, n_batch):
+def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, fim_preset, cache_reuse,
+          n_batch):
     """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models) and
     llama-server's own endpoints (/completion, /infill for editors' code completion, /tokenize,
     /detokenize), with speculative decoding; Ctrl-C stops."""
@@ -508,7 +515,9 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
             port = 8012
         if given("n_batch") == click.core.ParameterSource.DEFAULT:
             n_batch = 1024
-    defaults = make_options(**_generate_kwargs(mo, {}, {}))
+        if given("cache_reuse") == click.core.ParameterSource.DEFAULT:
+            cache_reuse = 256
+    defaults = make_options(**_generate_kwargs(mo, {}, {}), cache_reuse=cache_reuse)
     dec, what = _open_decoder(mo)
     with dec:
         if chat_template is not None:

@@ -312,6 +312,41 @@ def test_completion_streams_as_llama_server(fim_server):
     assert "".join(e["content"] for e in events[:-1]) == whole["content"]
 
 
+def test_several_completions_stream_one_after_another(fim_server):
+    """n_cmpl with stream: each completion's chunks carry its index and end with its whole object."""
+    body = {"prompt": "the cat", "n_predict": 6, "n_cmpl": 2, "temperature": 0.0, "samplers": ["temperature"],
+            "ignore_eos": True}
+    with fim_server.http.stream("POST", "/completion", json=dict(body, stream=True)) as r:
+        events = [json.loads(line[len("data: "):]) for line in r.iter_lines() if line.startswith("data: ")]
+    assert [e["index"] for e in events if e["stop"]] == [0, 1] and events[-1]["stop"]
+    whole = fim_server.post("/completions", body).json()  # llama-server's alias of /completion
+    assert [w["index"] for w in whole] == [0, 1]
+    for k in (0, 1):
+        assert "".join(e["content"] for e in events if e["index"] == k and not e["stop"]) == whole[k]["content"]
+
+
+def test_an_edit_before_the_suffix_reuses_it_with_n_cache_reuse(fim_server):
+    """Typing in a line moves the whole suffix along: with n_cache_reuse (llama-server's
+    --cache-reuse) its cached keys and values move with it instead of being processed again."""
+    base = {"input_prefix": PREFIX, "input_suffix": _lines("after", 30), "n_predict": 1, "temperature": 0.0,
+            "samplers": ["temperature"]}
+
+    def typed(text, **fields):
+        r = fim_server.post("/infill", dict(base, prompt=text, **fields))
+        assert r.status_code == 200, r.text
+        return r.json()["timings"]
+
+    typed("")
+    again = typed("x = 1", n_cache_reuse=0)  # the common prefix only: the suffix is processed again
+    typed("")
+    moved = typed("x = 1", n_cache_reuse=16)
+    n_typed = len(fim_server.post("/tokenize", {"content": "x = 1"}).json()["tokens"])
+    # the typed tokens and FIM_MID (the last, decoded anew each time) against those and the suffix (-b 256
+    # keeps about 64 - 2 - n_typed of its tokens)
+    assert moved["prompt_n"] <= n_typed + 2 < again["prompt_n"] - 40, (again, moved)
+    assert moved["cache_n"] - again["cache_n"] == again["prompt_n"] - moved["prompt_n"]
+
+
 @pytest.mark.parametrize("body, param", [
     ({"input_prefix": "x", "input_extra": [{"filename": "a.py"}]}, "input_extra"),
     ({"input_prefix": "x", "input_extra": "text"}, "input_extra"),
@@ -321,7 +356,7 @@ def test_completion_streams_as_llama_server(fim_server):
     ({"input_prefix": "x", "samplers": ["temperature", "top_k"]}, "samplers"),
     ({"input_prefix": "x", "samplers": ["infill"], "top_k": 0}, "top_k"),
     ({"input_prefix": "x", "repeat_penalty": 1.1}, "repeat_penalty"),
-    ({"input_prefix": "x", "n_cmpl": 2, "stream": True}, "n_cmpl"),
+    ({"input_prefix": "x", "n_cache_reuse": -1}, "n_cache_reuse"),
     (_cases(120, 60)["too long"], "input_prefix"),  # fits only once cut, and not even so
 ])
 def test_bad_infill_requests_get_a_400_and_the_server_goes_on(fim_server, body, param):

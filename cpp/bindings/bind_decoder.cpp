@@ -105,6 +105,11 @@ void register_options(py::module_ & m) {
         .def_readwrite("infill", &gp::infill,
                        "llama.cpp's infill sampler after the chain (llama-server's 'infill' in its sampler list), "
                        "applied to the target's and the draft's distributions alike; needs top_k in [1, 1024]")
+        .def_readwrite("cache_reuse", &gp::cache_reuse,
+                       "llama-server's --cache-reuse: >= 1 moves runs of at least this many prompt tokens that the "
+                       "cache holds at other positions (after an edit in the middle) instead of processing them "
+                       "again; the output then follows the target given those moved keys and values, not a fresh "
+                       "pass. 0: the common prefix only")
         .def_readwrite("seed", &gp::seed, "random seed; None: a random one")
         .def_property(
             "stop", [](const gp & p) { return p.stop; },
@@ -194,6 +199,8 @@ void register_stats(py::module_ & m) {
     py::class_<gs>(m, "Stats", "What one generation did, and where its time went.")
         .def_readonly("n_prompt", &gs::n_prompt, "prompt tokens")
         .def_readonly("n_prompt_cached", &gs::n_prompt_cached, "of which were reused from the cache")
+        .def_readonly("n_prompt_reused", &gs::n_prompt_reused,
+                      "of those, moved to new positions after an edit (GenerateOptions.cache_reuse)")
         .def_readonly("n_prompt_shared", &gs::n_prompt_shared,
                       "prompt tokens the draft took from the target's cache instead of processing")
         .def_readonly("n_resume_shared", &gs::n_resume_shared,

@@ -247,6 +247,25 @@ void register_model(py::module_ & m) {
             "Empty the cache and go on from position n_from of seq: tokens becomes seq[:n_from], none of which "
             "the memory holds (later tokens attend only to what follows them); a rollback into them empties "
             "the cache")
+        .def(
+            "keep_reusable",
+            [](py_context & c, const std::vector<llama_token> & seq, int32_t n_min, std::optional<int32_t> n_max) {
+                kv_cache::reuse_result r;
+                {
+                    py::gil_scoped_release      nogil;
+                    std::lock_guard<std::mutex> lock(c.mutex);
+                    r = c.cache.keep_reusable(seq, n_max.value_or((int32_t) seq.size()), n_min, check_signals);
+                }
+                return py::make_tuple(r.n_kept, r.n_shifted, r.n_decoded);
+            },
+            py::arg("seq"), py::arg("n_min"), py::arg("n_max") = py::none(),
+            "Keep what the cache shares with seq (at most n_max tokens): the common prefix, and beyond it runs of "
+            "at least n_min tokens held at other positions, moved to their positions in seq, with the tokens "
+            "between them decoded (llama-server's --cache-reuse, also after inserted text). Returns (n_kept, "
+            "n_shifted, n_decoded): tokens now holds seq[:n_kept]. The moved keys and values were computed after "
+            "the old text, so what follows is close to, not exactly, a fresh pass over seq.")
+        .def_property_readonly("can_reuse", [](const py_context & c) { return c.cache.can_reuse(); },
+                               "whether keep_reusable can move keys and values here (a model with plain attention)")
         .def_property_readonly("n_forgotten", [](py_context & c) {
             py::gil_scoped_release      nogil;
             std::lock_guard<std::mutex> lock(c.mutex);

@@ -50,7 +50,11 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     cparams.n_ctx           = (uint32_t) params.n_ctx;
     cparams.n_batch         = (uint32_t) params.n_batch;
     cparams.n_ubatch        = (uint32_t) params.n_batch;  // a verification batch is never split
-    cparams.n_seq_max       = 1;
+    // a second sequence in the same cells, where keep_reusable parks what it moves (a model with
+    // plain attention only: recurrent states and sliding windows cannot move)
+    const bool spare        = !recurrent_ && llama_model_n_swa(mdl_->get()) == 0;
+    cparams.n_seq_max       = spare ? 2 : 1;
+    cparams.kv_unified      = spare;
     int32_t n_threads       = params.n_threads > 0 ? params.n_threads : default_threads();
     cparams.n_threads       = n_threads;
     cparams.n_threads_batch = n_threads;
@@ -62,6 +66,7 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
                                  std::to_string(params.n_ctx) + "); out of memory?");
     }
     ctx_.reset(raw);
+    spare_seq_ = spare && llama_memory_can_shift(llama_get_memory(raw)) ? 1 : -1;
     n_ctx_   = (int32_t) llama_n_ctx(raw);
     n_batch_ = (int32_t) llama_n_batch(raw);
     batch_   = llama_batch_init(n_batch_, 0, 1);

@@ -126,6 +126,29 @@ class kv_cache {
     // (0 where that prefix would end among forgotten positions)
     int32_t keep_common_prefix(const std::vector<llama_token> & seq, int32_t n_max);
 
+    // what keep_reusable kept: n_kept tokens of seq are held (the caller decodes from there), of
+    // which n_shifted moved to new positions and n_decoded were decoded between them
+    struct reuse_result {
+        int32_t n_kept    = 0;
+        int32_t n_shifted = 0;
+        int32_t n_decoded = 0;
+    };
+    // keep_common_prefix, and beyond it reuse runs of at least n_min tokens (n_min >= 1) that the
+    // cache holds at other positions, in order: their keys and values move to the positions seq
+    // gives them (llama.cpp's KV shift), and the tokens seq has between them are decoded in place.
+    // This is llama-server's --cache-reuse, extended from deleted text to inserted text: after an
+    // edit in the middle of a prompt, what follows the edit is not decoded again. The moved keys
+    // and values were computed after the old text, so the model's output from here is no longer
+    // exactly that of a fresh pass over seq. Without a match, or on a memory that cannot shift (a
+    // recurrent, hybrid or sliding-window model, a slot's cache, one with forgotten positions) it
+    // is keep_common_prefix. On an error the cache keeps the tokens decoded so far.
+    reuse_result keep_reusable(const std::vector<llama_token> & seq, int32_t n_max, int32_t n_min,
+                               const std::function<void()> & between_chunks = nullptr);
+    // whether keep_reusable can move keys and values in this cache
+    bool can_reuse() const;
+    // the tokens keep_reusable would keep without decoding them (the common prefix and the runs)
+    int32_t n_reusable(const std::vector<llama_token> & seq, int32_t n_max, int32_t n_min) const;
+
     // empty the memory and go on from position n_from of seq: tokens() becomes seq[0..n_from), of
     // which the memory holds none (they are forgotten: the next decodes attend to what follows
     // them only). A draft that lags far behind catches up on the last tokens alone this way
@@ -185,6 +208,9 @@ class kv_cache {
     void recover_after_failed_decode();
 
     bool                     recurrent_ = false;
+    // the sequence keep_reusable parks moved runs in while it decodes before them (-1: none: the
+    // context holds one sequence)
+    llama_seq_id             spare_seq_ = -1;
     bool                     ckpt_on_device_ = false;  // checkpoint() saves to device memory
     int32_t                  window_    = 0;  // the sliding window of a window-only cache (0: none)
     saved_state              step_ckpt_;      // checkpoint()

@@ -377,10 +377,17 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     // both models cache all but the last prompt token, which opens the target's first
     // verification batch and the draft's first catch-up (it drafts from that token's logits)
     const int32_t n_prompt = (int32_t) seq.size();
-    st.n_prompt_cached     = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
-    const int32_t n_new    = n_prompt - 1 - st.n_prompt_cached;
     const auto    t        = clock_type::now();
-    tgt_cache_->decode(seq.data() + st.n_prompt_cached, n_new, false, nullptr, check);
+    kv_cache::reuse_result kept;
+    if (params.cache_reuse > 0) {
+        kept = tgt_cache_->keep_reusable(seq, n_prompt - 1, params.cache_reuse, check);
+    } else {
+        kept.n_kept = tgt_cache_->keep_common_prefix(seq, n_prompt - 1);
+    }
+    st.n_prompt_cached  = kept.n_kept - kept.n_decoded;
+    st.n_prompt_reused  = kept.n_shifted;
+    const int32_t n_new = n_prompt - 1 - st.n_prompt_cached;
+    tgt_cache_->decode(seq.data() + kept.n_kept, n_prompt - 1 - kept.n_kept, false, nullptr, check);
     // (a slot's prompt pass is merged with other slots' decodes: its time is not its own)
     if (plan.adaptive && !batcher_) {
         lengths_.observe_prompt(n_new, params.prices ? n_new * params.prices->verify_token_ms : ms_since(t));
@@ -396,7 +403,8 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     model_sits_out_ = false;
     if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
         const std::vector<llama_token> & dseq = draft_seq(seq);
-        const int32_t n_draft_new = (int32_t) dseq.size() - 1 - dft_cache_->common_prefix(dseq, (int32_t) dseq.size() - 1);
+        const int32_t n_draft_new =
+            (int32_t) dseq.size() - 1 - dft_cache_->n_reusable(dseq, (int32_t) dseq.size() - 1, params.cache_reuse);
         // nor does one where this generation is too short to win back the draft's prompt pass: it
         // sits this generation out (and takes the prompt in at a later one's prefill)
         if (plan.adaptive && !batcher_ && !share_prefill_ && !lengths_.draft_prompt_pays(n_draft_new, params.max_tokens)) {
@@ -404,7 +412,7 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
             return;
         }
         const auto t_d     = clock_type::now();
-        st.n_prompt_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr);
+        st.n_prompt_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr, params.cache_reuse);
         // (its price per token prices a probe's catch-up, where a pause comes before any probe)
         if (plan.adaptive && !batcher_ && st.n_prompt_shared == 0) {
             lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms_since(t_d));

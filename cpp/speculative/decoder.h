@@ -113,6 +113,12 @@ struct generate_params {
     // llama.cpp's infill sampler after the chain, on the target's vocabulary (sampling_params::infill),
     // for the target's p and the draft's q alike (mode si, a draft of the target's vocabulary)
     bool                     infill = false;
+    // >= 1: after an edit in the middle of a prompt, runs of at least this many tokens that the
+    // caches hold at other positions move to their new positions instead of being decoded again
+    // (llama-server's --cache-reuse, here also after inserted text: kv_cache::keep_reusable). The
+    // output then follows the target given those moved keys and values, not a fresh pass over the
+    // prompt. 0: only the common prefix is reused. Mode si on a decoder's own caches (not a slot's)
+    int32_t                  cache_reuse = 0;
 };
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
@@ -134,6 +140,7 @@ struct step_trace {
 struct generate_stats {
     int32_t              n_prompt        = 0;  // prompt tokens
     int32_t              n_prompt_cached = 0;  // of which were already in the target's cache
+    int32_t              n_prompt_reused = 0;  // of those, moved to new positions (generate_params::cache_reuse)
     int32_t              n_prompt_shared = 0;  // prompt tokens the draft took from the target's cache
     int32_t              n_resume_shared = 0;  // tokens it lacked and took from there when the model drafted again after a pause
     int32_t              n_generated     = 0;  // tokens emitted

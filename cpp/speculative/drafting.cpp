@@ -8,7 +8,7 @@
 namespace specllama {
 
 bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
-                         const std::function<void()> & between_chunks, int32_t window) {
+                         const std::function<void()> & between_chunks, int32_t window, int32_t reuse) {
     // keep what the cache shares with seq (never its last token, whose logits are q_1), decode up to n_end
     const int32_t n_last   = (int32_t) seq.size() - 1;
     const int32_t n_from   = n_last - window;
@@ -16,7 +16,8 @@ bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
     if (restart) {
         cache_.restart_at(seq, n_from);
     }
-    const int32_t n_common = cache_.keep_common_prefix(seq, n_last);
+    const int32_t n_common = reuse > 0 && !restart ? cache_.keep_reusable(seq, n_last, reuse, between_chunks).n_kept
+                                                   : cache_.keep_common_prefix(seq, n_last);
     cache_.decode(seq.data() + n_common, n_end - n_common, false, nullptr, between_chunks);
     return restart;
 }
@@ -42,10 +43,10 @@ model_drafter::catch_up_result model_drafter::catch_up(const std::vector<llama_t
 }
 
 int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks,
-                               const kv_cache * target) {
+                               const kv_cache * target, int32_t reuse) {
     const int32_t n_shared = copy_target(seq, target) > 0 ? (int32_t) seq.size() - 1 : 0;
     if (n_shared == 0) {
-        sync(seq, (int32_t) seq.size() - 1, between_chunks);
+        sync(seq, (int32_t) seq.size() - 1, between_chunks, 0, reuse);
     }
     cache_.keep_checkpoint();  // a state that cannot drop a tail comes back here for the next turn
     return n_shared;

@@ -48,8 +48,10 @@ class model_drafter {
     // target: the target's cache, holding exactly that much of seq, when its keys and values can
     // stand in for the draft's (kv_interchangeable): then the draft copies them instead of decoding
     // where that is cheaper. Returns how many of the tokens it cached were copied (0: decoded).
+    // reuse >= 1: where the cache holds runs of at least that many of seq's tokens after an edit,
+    // they move to their new positions instead of being decoded again (kv_cache::keep_reusable)
     int32_t prefill(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
-                    const kv_cache * target = nullptr);
+                    const kv_cache * target = nullptr, int32_t reuse = 0);
 
     // decode whatever part of seq the cache lacks (after a fully accepted step: the last draft, which
     // it never decoded, and the target's bonus token), so that its last logits follow seq.

@@ -2,6 +2,7 @@
 // acceptance rule, mode) and their checks.
 #include "speculative/decoder.h"
 
+#include <climits>
 #include <string>
 
 namespace specllama {
@@ -65,6 +66,7 @@ void generate_params_validate(const generate_params & p) {
         throw std::invalid_argument("the infill sampler needs top_k in [1, " + std::to_string(k_max_infill_candidates) +
                                     "], got " + std::to_string(p.sampling.top_k));
     }
+    in_range("cache_reuse", p.cache_reuse, 0, INT32_MAX);
     if (p.prices) {
         const step_prices & c = *p.prices;
         if (!(c.draft_ms >= 0) || !(c.verify_ms > 0) || !(c.verify_token_ms >= 0)) {

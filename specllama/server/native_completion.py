@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .. import infill
-from ..completions import RequestError, _bool, _number, timings
+from ..completions import RequestError, _bool, _number, control_fields, timings
 from ..options import GenerateOptions, make_options
 
 # llama-server's sampler names (and the aliases it accepts) -> the one name used here
@@ -81,9 +81,6 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> N
         n_predict = _number(body, "max_tokens", -1, 1 << 30, integer=True)
     n_cmpl = _number(body, "n_cmpl", 1, 16, integer=True) or _number(body, "n", 1, 16, integer=True) or 1
     stream = bool(_bool(body, "stream"))
-    if stream and n_cmpl > 1:
-        raise RequestError("'n_cmpl' above 1 is answered as one JSON array, not a stream", "n_cmpl",
-                           "unsupported_value")
     fields = body.get("response_fields", [])
     if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
         raise RequestError("'response_fields' must be a list of strings", "response_fields", "invalid_type")

@@ -103,29 +103,41 @@ def _final(st: ServerState, req: nc.NativeRequest, k: int, i: int, tokens: List[
 
 
 async def _streamed(st: ServerState, req: nc.NativeRequest, tokens: List[int], max_new: int):
+    """Each completion's chunks in turn, marked with its index (llama-server interleaves those of
+    completions generated at once; a client tells them apart by index either way), each ending with
+    its final object (stop: true)."""
     try:
-        run, limits, i, opts = await _start(st, req, tokens, max_new, 0)
+        started = await _start(st, req, tokens, max_new, 0)
     except RequestError as exc:
         return answer_error(exc)
 
     async def events():
-        try:
-            while True:
-                text = await run.texts.get()
-                if text is None:
-                    break
-                yield json.dumps({"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": i,
-                                  "tokens_predicted": len(limits.tokens), "tokens_evaluated": len(tokens)},
-                                 separators=(",", ":"))
+        nonlocal started
+        for k in range(req.n_cmpl):
+            if k:
+                try:
+                    started = await _start(st, req, tokens, max_new, k)
+                except RequestError as exc:
+                    yield json.dumps(exc.body(), separators=(",", ":"))
+                    return
+            run, limits, i, opts = started
             try:
-                out = await asyncio.shield(run.future)
-            except RPCConnectionLost as exc:
-                yield json.dumps(model_lost(str(exc)).body(), separators=(",", ":"))
-                return
-            final = _final(st, req, 0, i, tokens, out, limits, opts)
-            final["content"], final["tokens"] = "", []  # as llama-server's last chunk: the text came before
-            yield json.dumps(nc.select_fields(final, req.response_fields), separators=(",", ":"))
-        finally:
-            run.cancel.set()  # a client gone: the generation stops within one step
+                while True:
+                    text = await run.texts.get()
+                    if text is None:
+                        break
+                    yield json.dumps({"index": k, "content": text, "tokens": [], "stop": False, "id_slot": i,
+                                      "tokens_predicted": len(limits.tokens), "tokens_evaluated": len(tokens)},
+                                     separators=(",", ":"))
+                try:
+                    out = await asyncio.shield(run.future)
+                except RPCConnectionLost as exc:
+                    yield json.dumps(model_lost(str(exc)).body(), separators=(",", ":"))
+                    return
+                final = _final(st, req, k, i, tokens, out, limits, opts)
+                final["content"], final["tokens"] = "", []  # as llama-server's last chunk: the text came before
+                yield json.dumps(nc.select_fields(final, req.response_fields), separators=(",", ":"))
+            finally:
+                run.cancel.set()  # a client gone: the generation stops within one step
 
     return EventSourceResponse(events(), sep="\n", ping=15, shutdown_grace_period=30)

@@ -20,6 +20,7 @@ router = APIRouter()
 
 
 @router.post("/completion")
+@router.post("/completions")  # llama-server's alias of /completion (OpenAI's is /v1/completions)
 async def completion(request: Request):
     return await native_generation.serve(request, "completion")
 

@@ -1,5 +1,6 @@
-"""OpenAI's endpoints: chat and text completions, and the model list (each also at the path
-without /v1, as llama-server serves them)."""
+"""OpenAI's endpoints: chat and text completions, and the model list (chat and the model list also
+at the path without /v1, as llama-server serves them; its /completions is its native endpoint,
+served in native_routes)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ async def chat_completions(request: Request):
 
 
 @router.post("/v1/completions")
-@router.post("/completions")
 async def text_completions(request: Request):
     return await complete(request, "text")
 
