@@ -89,6 +89,10 @@ class Context:
         """
         A recurrent, hybrid or window-only memory: save its state now in a checkpoint that checkpoint() leaves in place (where a prompt ends); a no-op for a KV cache.
         """
+    def keep_reusable(self, seq: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], n_min: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex | None = None) -> tuple[int, int, int]:
+        """
+        Keep what the cache shares with seq (at most n_max tokens): the common prefix, and beyond it runs of at least n_min tokens held at other positions, moved to their positions in seq, with the tokens between them decoded (llama-server's --cache-reuse, also after inserted text). Returns (n_kept, n_shifted, n_decoded): tokens now holds seq[:n_kept]. The moved keys and values were computed after the old text, so what follows is close to, not exactly, a fresh pass over seq.
+        """
     def restart_at(self, seq: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], n_from: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         Empty the cache and go on from position n_from of seq: tokens becomes seq[:n_from], none of which the memory holds (later tokens attend only to what follows them); a rollback into them empties the cache
@@ -99,6 +103,11 @@ class Context:
         """
     def set_n_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
+    @property
+    def can_reuse(self) -> bool:
+        """
+        whether keep_reusable can move keys and values here (a model with plain attention)
+        """
     @property
     def checkpoint_memory(self) -> str:
         """
@@ -196,12 +205,28 @@ class GenerateOptions:
     def adaptive(self, arg0: bool | None) -> None:
         ...
     @property
+    def cache_reuse(self) -> int:
+        """
+        llama-server's --cache-reuse: >= 1 moves runs of at least this many prompt tokens that the cache holds at other positions (after an edit in the middle) instead of processing them again; the output then follows the target given those moved keys and values, not a fresh pass. 0: the common prefix only
+        """
+    @cache_reuse.setter
+    def cache_reuse(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def drafter(self) -> str:
         """
         'auto' (model+lookup with a draft model, the model alone in DSI, plain decoding without one), 'model', 'lookup' (no draft model needed) or 'model+lookup'
         """
     @drafter.setter
     def drafter(self, arg1: str) -> None:
+        ...
+    @property
+    def frequency_penalty(self) -> float:
+        """
+        subtracted per occurrence from a counted token's logit; 0 = off
+        """
+    @frequency_penalty.setter
+    def frequency_penalty(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def ignore_eos(self) -> bool:
@@ -218,6 +243,14 @@ class GenerateOptions:
         """
     @infill.setter
     def infill(self, arg0: bool) -> None:
+        ...
+    @property
+    def logit_bias(self) -> dict[int, float]:
+        """
+        {token id: bias} added to the token's logits before the chain (-inf: never drawn), for the target and the draft alike
+        """
+    @logit_bias.setter
+    def logit_bias(self, arg1: collections.abc.Mapping[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]) -> None:
         ...
     @property
     def lookahead(self) -> int:
@@ -268,6 +301,14 @@ class GenerateOptions:
     def overlap(self, arg1: bool) -> None:
         ...
     @property
+    def presence_penalty(self) -> float:
+        """
+        subtracted once from a counted token's logit; 0 = off
+        """
+    @presence_penalty.setter
+    def presence_penalty(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    @property
     def prices(self) -> StepPrices | None:
         """
         StepPrices for the adaptive rule instead of measured times; None: measured
@@ -282,6 +323,22 @@ class GenerateOptions:
         """
     @record_steps.setter
     def record_steps(self, arg0: bool) -> None:
+        ...
+    @property
+    def repeat_last_n(self) -> int:
+        """
+        tokens the penalties count (0: none; -1: all before the position)
+        """
+    @repeat_last_n.setter
+    def repeat_last_n(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def repeat_penalty(self) -> float:
+        """
+        llama.cpp's repetition penalty over the last repeat_last_n tokens (prompt, output and drafts before each position): a counted token's logit divided by it where positive, multiplied where not; 1 = off
+        """
+    @repeat_penalty.setter
+    def repeat_penalty(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
     def seed(self) -> int | None:
@@ -507,6 +564,11 @@ class Stats:
     def n_prompt_cached(self) -> int:
         """
         of which were reused from the cache
+        """
+    @property
+    def n_prompt_reused(self) -> int:
+        """
+        of those, moved to new positions after an edit (GenerateOptions.cache_reuse)
         """
     @property
     def n_prompt_shared(self) -> int:
@@ -1012,9 +1074,9 @@ def rpc_serve(endpoint: str, n_threads: typing.SupportsInt | typing.SupportsInde
     """
     Serve this machine's devices to llama.cpp's RPC clients at HOST:PORT (llama.cpp's own rpc-server); returns only if the server fails to start.
     """
-def sampling_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, infill_model: Model = None) -> numpy.typing.NDArray[numpy.float32]:
+def sampling_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_k: typing.SupportsInt | typing.SupportsIndex = 40, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806, infill_model: Model = None, *, logit_bias: collections.abc.Mapping[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex] = {}, repeat_penalty: typing.SupportsFloat | typing.SupportsIndex = 1.0, repeat_last_n: typing.SupportsInt | typing.SupportsIndex = 64, presence_penalty: typing.SupportsFloat | typing.SupportsIndex = 0.0, frequency_penalty: typing.SupportsFloat | typing.SupportsIndex = 0.0, history: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex] = []) -> numpy.typing.NDArray[numpy.float32]:
     """
-    The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax. infill_model: then llama.cpp's infill sampler, with that model's vocabulary.
+    The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax. infill_model: then llama.cpp's infill sampler, with that model's vocabulary. logit_bias ({token: bias}) and the repetition penalties over the last repeat_last_n tokens of history come first, as in llama.cpp's chain.
     """
 def simulate_dsi(target_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_right: collections.abc.Sequence[bool], lookahead: typing.SupportsInt | typing.SupportsIndex = 4, sp: typing.SupportsInt | typing.SupportsIndex = 1, overlap: bool = True, n_prompt: typing.SupportsInt | typing.SupportsIndex = 1, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[DSIStats, int, bool]:
     """

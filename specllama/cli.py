@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -179,18 +181,46 @@ def sampling_options(fn):
         click.option("--top-p", type=float, default=round(_GEN.top_p, 6), show_default=True, help="Top-p (1 = off)."),
         click.option("--min-p", type=float, default=round(_GEN.min_p, 6), show_default=True, help="Min-p (0 = off)."),
         click.option("-s", "--seed", type=click.IntRange(0, 2**64 - 1), default=None, help="Random seed (default: random)."),
+        click.option("--repeat-penalty", type=float, default=_GEN.repeat_penalty, show_default=True,
+                     help="Penalize the tokens among the last --repeat-last-n (1 = off)."),
+        click.option("--repeat-last-n", type=int, default=_GEN.repeat_last_n, show_default=True,
+                     help="Tokens the penalties count (0 = off, -1 = all)."),
+        click.option("--presence-penalty", type=float, default=0.0, show_default=True,
+                     help="Subtracted once from a repeated token's logit (0 = off)."),
+        click.option("--frequency-penalty", type=float, default=0.0, show_default=True,
+                     help="Subtracted per repetition from a token's logit (0 = off)."),
+        click.option("-l", "--logit-bias", "logit_bias", multiple=True, metavar="TOKEN(+|-)BIAS",
+                     help="Add BIAS to token TOKEN's logit, as llama.cpp's -l: 15043+1, 15043-inf (never); repeatable."),
     ]
 
     @functools.wraps(fn)
     def gather(*args, **kwargs):
         kwargs["so"] = dict(max_tokens=kwargs.pop("n_predict"), temperature=kwargs.pop("temp"),
                             top_k=kwargs.pop("top_k"), top_p=kwargs.pop("top_p"), min_p=kwargs.pop("min_p"),
-                            seed=kwargs.pop("seed"))
+                            seed=kwargs.pop("seed"), repeat_penalty=kwargs.pop("repeat_penalty"),
+                            repeat_last_n=kwargs.pop("repeat_last_n"), presence_penalty=kwargs.pop("presence_penalty"),
+                            frequency_penalty=kwargs.pop("frequency_penalty"),
+                            logit_bias=_parse_logit_bias(kwargs.pop("logit_bias")))
         return fn(*args, **kwargs)
 
     for opt in reversed(opts):
         gather = opt(gather)
     return gather
+
+
+def _parse_logit_bias(items) -> dict:
+    out = {}
+    for item in items:
+        m = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(\S+)\s*", item)
+        try:
+            bias = float(m.group(2) + m.group(3)) if m else math.nan
+        except ValueError:
+            bias = math.nan
+        if m is None or math.isnan(bias) or bias == math.inf:
+            raise click.BadParameter(f"expected TOKEN+BIAS or TOKEN-BIAS (15043+1, 15043-inf), got {item!r}",
+                                     param_hint="'-l/--logit-bias'")
+        out[int(m.group(1))] = bias
+    return out
 
 
 def dsi_options(fn):
@@ -222,7 +252,9 @@ def dsi_options(fn):
 _FLAGS = {"max_tokens": "-n/--n-predict", "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p",
           "min_p": "--min-p", "seed": "-s/--seed", "n_draft": "--n-draft", "drafter": "--drafter",
           "sp": "--sp", "lookahead": "--lookahead", "threads_draft": "--threads-draft",
-          "threads_server": "--threads-server", "mode": "--mode"}
+          "threads_server": "--threads-server", "mode": "--mode", "repeat_penalty": "--repeat-penalty",
+          "repeat_last_n": "--repeat-last-n", "presence_penalty": "--presence-penalty",
+          "frequency_penalty": "--frequency-penalty", "logit_bias": "-l/--logit-bias"}
 
 
 def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:

@@ -39,9 +39,6 @@ class RequestError(ValueError):
 
 # fields of OpenAI's requests that are accepted only at the value that asks for nothing
 _NEUTRAL = {
-    "presence_penalty": (0, 0.0),
-    "frequency_penalty": (0, 0.0),
-    "logit_bias": ({},),
     "logprobs": (False, 0),
     "top_logprobs": (0,),
     "echo": (False,),
@@ -63,7 +60,8 @@ _PASSIVE = {"user", "metadata", "service_tier", "cache_prompt", "id_slot"}
 
 _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p",
            "stop", "seed", "stream", "stream_options", "n", "ignore_eos", "speculative", "n_draft", "drafter",
-           "response_format", "return_tokens"}
+           "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
+           "repeat_last_n", "logit_bias"}
 CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | set(_NEUTRAL) | _PASSIVE
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
 # /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
@@ -183,9 +181,48 @@ def _max_tokens(body: dict) -> Optional[int]:
     return None
 
 
+def control_fields(body: dict, opts: Dict[str, Any]) -> None:
+    """The logit bias and repetition penalties a request asks for (OpenAI's presence_penalty,
+    frequency_penalty and logit_bias; llama-server's repeat_penalty and repeat_last_n), into opts."""
+    for name in ("presence_penalty", "frequency_penalty", "repeat_penalty"):
+        v = _number(body, name, -math.inf, math.inf)
+        if v is not None:
+            opts[name] = float(v)
+    last_n = _number(body, "repeat_last_n", -1, (1 << 31) - 1, integer=True)
+    if last_n is not None:
+        opts["repeat_last_n"] = last_n
+    bias = body.get("logit_bias")
+    if bias is not None:
+        opts["logit_bias"] = logit_bias(bias)
+
+
+def logit_bias(value: Any) -> Dict[int, float]:
+    """A logit_bias field as {token id: bias}: OpenAI's object keyed by token ids ({"15043": -100}),
+    or llama-server's list of [token id, bias] pairs, where a bias of false bans the token."""
+    pairs = value.items() if isinstance(value, dict) else value
+    if not isinstance(value, (dict, list)) or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in pairs):
+        raise RequestError("'logit_bias' must map token ids to biases: {\"15043\": -100} or [[15043, -100]]",
+                           "logit_bias", "invalid_type")
+    out: Dict[int, float] = {}
+    for key, bias in pairs:
+        if isinstance(key, str) and key.lstrip("-").isdigit():
+            key = int(key)
+        if not isinstance(key, int) or isinstance(key, bool):
+            raise RequestError(f"'logit_bias' keys must be token ids, got {key!r} (POST /tokenize gives a text's ids)",
+                               "logit_bias", "invalid_value")
+        if bias is False:
+            bias = -math.inf
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or math.isnan(bias) or bias == math.inf:
+            raise RequestError(f"'logit_bias' for token {key} must be a number (or false: never)", "logit_bias",
+                               "invalid_value")
+        out[key] = float(bias)
+    return out
+
+
 def _sampling_fields(body: dict) -> Dict[str, Any]:
     """The GenerateOptions fields the request sets, in JSON's types; the native core checks values."""
     opts: Dict[str, Any] = {}
+    control_fields(body, opts)
     # JSON types here, and OpenAI's ceiling on temperature; the native core checks every value
     for name, lo, hi in (("temperature", -math.inf, 2), ("top_p", -math.inf, math.inf),
                          ("min_p", -math.inf, math.inf)):
@@ -304,7 +341,7 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:
-        param = next((p for p in ("drafter", "n_draft", "speculative", "seed") if p in str(exc)), None)
+        param = next((p for p in ("drafter", "n_draft", "speculative", "seed", "logit_bias") if p in str(exc)), None)
         raise RequestError(str(exc), param, "invalid_value") from None
 
 

@@ -325,6 +325,18 @@ def test_several_completions_stream_one_after_another(fim_server):
         assert "".join(e["content"] for e in events if e["index"] == k and not e["stop"]) == whole[k]["content"]
 
 
+def test_penalties_and_logit_bias_on_the_native_endpoints(fim_server):
+    """llama-server's fields: logit_bias as [id, bias] pairs (false bans), the penalties, which a
+    samplers list without "penalties" turns off (the bias stays: it is not in the list, as there)."""
+    body = {"prompt": "the cat", "n_predict": 12, "temperature": 0.0, "ignore_eos": True,
+            "logit_bias": [[10, 25], [11, False]], "frequency_penalty": 2.0, "repeat_penalty": 1.3}
+    on = fim_server.post("/completion", body).json()
+    assert 1 < on["tokens"].count(10) < 12 and 11 not in on["tokens"]
+    assert on["generation_settings"]["logit_bias"] == [[10, 25.0], [11, False]]
+    off = fim_server.post("/completion", dict(body, samplers=["top_k", "temperature"])).json()
+    assert off["tokens"] == [10] * 12
+
+
 def test_an_edit_before_the_suffix_reuses_it_with_n_cache_reuse(fim_server):
     """Typing in a line moves the whole suffix along: with n_cache_reuse (llama-server's
     --cache-reuse) its cached keys and values move with it instead of being processed again."""
@@ -355,7 +367,9 @@ def test_an_edit_before_the_suffix_reuses_it_with_n_cache_reuse(fim_server):
     ({"input_prefix": "x", "samplers": ["top_k", "mirostat"]}, "samplers"),
     ({"input_prefix": "x", "samplers": ["temperature", "top_k"]}, "samplers"),
     ({"input_prefix": "x", "samplers": ["infill"], "top_k": 0}, "top_k"),
-    ({"input_prefix": "x", "repeat_penalty": 1.1}, "repeat_penalty"),
+    ({"input_prefix": "x", "repeat_penalty": 0}, "repeat_penalty"),
+    ({"input_prefix": "x", "logit_bias": [["x", 1]]}, "logit_bias"),
+    ({"input_prefix": "x", "dry_multiplier": 0.8}, "dry_multiplier"),
     ({"input_prefix": "x", "n_cache_reuse": -1}, "n_cache_reuse"),
     (_cases(120, 60)["too long"], "input_prefix"),  # fits only once cut, and not even so
 ])

@@ -172,6 +172,30 @@ def test_greedy_reply_equals_plain_decoding_of_generate(server, tiny, tmp_path):
         assert json.loads(out.stdout)["text"] == text
 
 
+def test_penalties_and_logit_bias_as_generate_applies_them(server, tiny, tmp_path):
+    """OpenAI's presence_penalty, frequency_penalty and logit_bias and llama-server's
+    repeat_penalty, with the draft: the greedy reply equals `specllama generate --no-draft` with
+    llama.cpp's flags for the same controls."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # token 10 lifted to the top, until the penalties on its repeats bring it down again
+    body = {"prompt": "she was out with", "temperature": 0, "max_tokens": 24, "presence_penalty": 0.8,
+            "frequency_penalty": 2.0, "repeat_penalty": 1.3, "repeat_last_n": 16, "logit_bias": {"10": 25, "11": -100}}
+    r = _client(server).completions.create(model="tiny", **{k: v for k, v in body.items()
+                                                             if k not in ("repeat_penalty", "repeat_last_n")},
+                                           extra_body={"repeat_penalty": 1.3, "repeat_last_n": 16})
+    text = r.choices[0].text
+    assert (r.model_extra or {}).get("timings", {}).get("draft_n", 0) > 0
+    out = subprocess.run([sys.executable, "-m", "specllama", "generate", body["prompt"], "-m", tiny.target_q,
+                          "--no-draft", "-n", "24", "--temp", "0", "-c", "512", "--json", "--presence-penalty", "0.8",
+                          "--frequency-penalty", "2", "--repeat-penalty", "1.3", "--repeat-last-n", "16",
+                          "-l", "10+25", "-l", "11-100"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["text"] == text
+    assert 1 < got["tokens"].count(10) < 24  # the bias lifted token 10, and the penalties brought it down
+
+
 def test_specllama_extensions_and_tokenize(server):
     r = server.post(CHAT, {"messages": MESSAGES, "temperature": 0, "max_tokens": 8, "speculative": False}).json()
     assert r["timings"]["draft_n"] == 0
@@ -240,8 +264,14 @@ BAD = [
     ("a sampling value out of range", dict(json={"messages": MESSAGES, "top_p": 0}), 400, "invalid_value", "top_p"),
     ("no messages", dict(json={"prompt": "x"}), 400, "unsupported_field", "prompt"),
     ("n other than 1", dict(json={"messages": MESSAGES, "n": 2}), 400, "unsupported_value", "n"),
-    ("a field it cannot honour", dict(json={"messages": MESSAGES, "logit_bias": {"5": 1}}), 400, "unsupported_field",
+    ("a field it cannot honour", dict(json={"messages": MESSAGES, "logprobs": True}), 400, "unsupported_field",
+     "logprobs"),
+    ("a logit_bias keyed by text", dict(json={"messages": MESSAGES, "logit_bias": {"cat": 1}}), 400, "invalid_value",
      "logit_bias"),
+    ("a logit_bias token outside the vocabulary", dict(json={"messages": MESSAGES, "logit_bias": {"99999": 1}}), 400,
+     "invalid_value", "logit_bias"),
+    ("a repeat_penalty of 0", dict(json={"messages": MESSAGES, "repeat_penalty": 0}), 400, "invalid_value",
+     "repeat_penalty"),
     ("an unknown field", dict(json={"messages": MESSAGES, "chat_template": "/etc/passwd"}), 400, "unsupported_field",
      "chat_template"),
     ("a prompt longer than the slot's context", dict(json={"messages": [{"role": "user", "content": "the cat " * 400}]}),

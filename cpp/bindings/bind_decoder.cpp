@@ -1,6 +1,8 @@
 // bindings/bind_decoder.cpp: the native decoding loop as one Python call. Arguments become C++ values
 // before the GIL is released; the per-step callback takes the GIL back only to report a step
 // and to check for Ctrl-C.
+#include <map>
+
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -105,6 +107,28 @@ void register_options(py::module_ & m) {
         .def_readwrite("infill", &gp::infill,
                        "llama.cpp's infill sampler after the chain (llama-server's 'infill' in its sampler list), "
                        "applied to the target's and the draft's distributions alike; needs top_k in [1, 1024]")
+        .def_property(
+            "logit_bias",
+            [](const gp & p) { return std::map<llama_token, float>(p.controls.bias.begin(), p.controls.bias.end()); },
+            [](gp & p, const std::map<llama_token, float> & v) { p.controls.bias.assign(v.begin(), v.end()); },
+            "{token id: bias} added to the token's logits before the chain (-inf: never drawn), for the target and "
+            "the draft alike")
+        .def_property(
+            "repeat_penalty", [](const gp & p) { return p.controls.repeat; },
+            [](gp & p, float v) { p.controls.repeat = v; },
+            "llama.cpp's repetition penalty over the last repeat_last_n tokens (prompt, output and drafts before "
+            "each position): a counted token's logit divided by it where positive, multiplied where not; 1 = off")
+        .def_property(
+            "repeat_last_n", [](const gp & p) { return p.controls.last_n; },
+            [](gp & p, int32_t v) { p.controls.last_n = v; },
+            "tokens the penalties count (0: none; -1: all before the position)")
+        .def_property(
+            "presence_penalty", [](const gp & p) { return p.controls.presence; },
+            [](gp & p, float v) { p.controls.presence = v; }, "subtracted once from a counted token's logit; 0 = off")
+        .def_property(
+            "frequency_penalty", [](const gp & p) { return p.controls.frequency; },
+            [](gp & p, float v) { p.controls.frequency = v; },
+            "subtracted per occurrence from a counted token's logit; 0 = off")
         .def_readwrite("cache_reuse", &gp::cache_reuse,
                        "llama-server's --cache-reuse: >= 1 moves runs of at least this many prompt tokens that the "
                        "cache holds at other positions (after an edit in the middle) instead of processing them "

@@ -1,5 +1,7 @@
 // bindings/bind_sampling.cpp: the sampling transforms and the acceptance rule on arrays, so tests and
 // experiments can check them against distributions they build themselves.
+#include <map>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,6 +9,7 @@
 #include "speculative/acceptance.h"
 #include "bindings.h"
 #include "engine/model.h"
+#include "sampling/controls.h"
 #include "sampling/sampling.h"
 
 namespace py = pybind11;
@@ -64,7 +67,9 @@ void register_sampling(py::module_ & m) {
     m.def(
         "sampling_distribution",
         [](const farray & logits, float temperature, int32_t top_k, float top_p, float min_p,
-           const model * infill_model) {
+           const model * infill_model, const std::map<llama_token, float> & logit_bias, float repeat_penalty,
+           int32_t repeat_last_n, float presence_penalty, float frequency_penalty,
+           const std::vector<llama_token> & history) {
             if (logits.ndim() != 1 || logits.shape(0) == 0) {
                 throw std::invalid_argument("logits must be a non-empty 1-D array");
             }
@@ -74,8 +79,17 @@ void register_sampling(py::module_ & m) {
             const sampling_params p =
                 make_sampling(temperature, top_k, top_p, min_p, infill_model ? infill_model->vocab : nullptr);
             const int32_t         n = (int32_t) logits.shape(0);
-            token_dist            d;
-            sampling_distribution(logits.data(), n, p, d);
+            logit_controls        c;
+            c.bias.assign(logit_bias.begin(), logit_bias.end());
+            c.repeat    = repeat_penalty;
+            c.last_n    = repeat_last_n;
+            c.presence  = presence_penalty;
+            c.frequency = frequency_penalty;
+            logit_controls_validate(c, n);
+            logit_editor  editor;
+            const float * row = editor.apply(c, logits.data(), n, history.data(), (int32_t) history.size(), nullptr, 0);
+            token_dist    d;
+            sampling_distribution(row, n, p, d);
             py::array_t<float> dense(n);
             std::fill_n(dense.mutable_data(), n, 0.0f);
             for (size_t i = 0; i < d.ids.size(); ++i) {
@@ -84,9 +98,14 @@ void register_sampling(py::module_ & m) {
             return dense;
         },
         py::arg("logits"), py::arg("temperature") = 0.8f, py::arg("top_k") = 40, py::arg("top_p") = 0.95f,
-        py::arg("min_p") = 0.05f, py::arg("infill_model") = nullptr,
+        py::arg("min_p") = 0.05f, py::arg("infill_model") = nullptr, py::kw_only(),
+        py::arg("logit_bias") = std::map<llama_token, float>{}, py::arg("repeat_penalty") = 1.0f,
+        py::arg("repeat_last_n") = 64, py::arg("presence_penalty") = 0.0f, py::arg("frequency_penalty") = 0.0f,
+        py::arg("history") = std::vector<llama_token>{},
         "The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot "
-        "argmax. infill_model: then llama.cpp's infill sampler, with that model's vocabulary.");
+        "argmax. infill_model: then llama.cpp's infill sampler, with that model's vocabulary. logit_bias "
+        "({token: bias}) and the repetition penalties over the last repeat_last_n tokens of history come first, "
+        "as in llama.cpp's chain.");
 
     m.def(
         "accept_trials",

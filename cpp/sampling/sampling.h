@@ -16,6 +16,8 @@
 
 namespace specllama {
 
+struct logit_controls;  // controls.h
+
 struct sampling_params {
     float   temperature = 0.8f;   // 0 = greedy (argmax); > 0 samples
     int32_t top_k       = 40;     // keep the k most likely tokens, 0 = all
@@ -27,6 +29,9 @@ struct sampling_params {
     // a likelier one whose text it starts and drops what stays unlikely; the survivors are drawn
     // by the chain's probabilities (llama.cpp's dist sampler recomputes them from the logits)
     const llama_vocab * infill = nullptr;
+    // logit bias and repetition penalties before the chain (controls.h), which whoever holds the
+    // logits applies with the position's history (a sampling_distribution call does not): null: none
+    const logit_controls * controls = nullptr;
 
     bool greedy() const { return temperature == 0.0f; }
 };

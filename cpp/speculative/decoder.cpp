@@ -233,6 +233,14 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (params.infill && vocab_map_) {
         throw std::invalid_argument("the infill sampler needs a draft with the target's vocabulary; this draft's differs");
     }
+    logit_controls_validate(params.controls, target_->n_vocab);
+    if (params.controls.active() && params.mode == decode_mode::dsi) {
+        throw std::invalid_argument("logit_bias and the repetition penalties are not available in mode 'dsi'");
+    }
+    if (params.controls.active() && vocab_map_) {
+        throw std::invalid_argument("logit_bias and the repetition penalties need a draft with the target's vocabulary; "
+                                    "this draft's differs");
+    }
     run_plan plan;
     plan.n_draft = params.n_draft ? *params.n_draft : n_draft_;
     if (plan.n_draft + 1 > tgt_cache_->n_batch()) {
@@ -285,10 +293,11 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     if (params.mode == decode_mode::dsi) {
         return generate_dsi(prompt, params, plan, on_step, check);
     }
-    if (params.infill) {
-        generate_params with_infill  = params;
-        with_infill.sampling.infill = target_->vocab;
-        return generate_si(prompt, with_infill, plan, on_step, check);
+    if (params.infill || params.controls.active()) {
+        generate_params applied   = params;
+        applied.sampling.infill   = params.infill ? target_->vocab : nullptr;
+        applied.sampling.controls = params.controls.active() ? &applied.controls : nullptr;
+        return generate_si(prompt, applied, plan, on_step, check);
     }
     return generate_si(prompt, params, plan, on_step, check);
 }
@@ -511,17 +520,24 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     t = clock_type::now();
     const sampling_params & sp = params.sampling;
     acceptance_result       acc;
+    // the target's logits at position i, after the controls with that position's history: seq,
+    // then the drafts before it (the row is used before the next position's is made)
+    const auto row = [&](int32_t i) {
+        return sp.controls == nullptr ? tgt_cache_->logits(i)
+                                      : editor_.apply(*sp.controls, tgt_cache_->logits(i), target_->n_vocab, seq.data(),
+                                                      n_seq, drafted_.tokens.data(), i);
+    };
     // the target's choices and distributions are made from its logits as the rule reads them: none
     // after the first rejected draft
     if (sp.greedy()) {
-        const auto choice = [&](int32_t i) { return argmax(tgt_cache_->logits(i), target_->n_vocab); };
+        const auto choice = [&](int32_t i) { return argmax(row(i), target_->n_vocab); };
         acc               = accept_greedy(drafted_.tokens.data(), n, choice);
     } else {
         if ((int32_t) p_.size() < n + 1) {
             p_.resize(n + 1);
         }
         const auto dist = [&](int32_t i) -> const token_dist & {
-            sampling_distribution(tgt_cache_->logits(i), target_->n_vocab, sp, p_[i]);
+            sampling_distribution(row(i), target_->n_vocab, sp, p_[i]);
             return p_[i];
         };
         acc = params.rule == accept_rule::match

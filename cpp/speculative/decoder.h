@@ -19,6 +19,7 @@
 #include "batching/slot_batcher.h"
 #include "dsi/dsi.h"
 #include "engine/kv_cache.h"
+#include "sampling/controls.h"
 #include "speculative/acceptance.h"
 #include "speculative/draft_length.h"
 #include "speculative/drafting.h"
@@ -119,6 +120,10 @@ struct generate_params {
     // output then follows the target given those moved keys and values, not a fresh pass over the
     // prompt. 0: only the common prefix is reused. Mode si on a decoder's own caches (not a slot's)
     int32_t                  cache_reuse = 0;
+    // logit bias and repetition penalties before the chain (sampling/controls.h), applied at every
+    // drafted and verified position with its own history, to the draft's logits and the target's
+    // alike (mode si, a draft of the target's vocabulary)
+    logit_controls           controls;
 };
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
@@ -406,6 +411,7 @@ class decoder {
     std::vector<llama_token>  batch_;
     step_record               record_;
     acceptance_scratch        scratch_;
+    logit_editor              editor_;  // generate_params::controls on the target's logits
 };
 
 // throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)

@@ -120,6 +120,10 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
             logits = masked_.data();
             out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_mask).count();
         }
+        if (params.controls != nullptr) {  // with this position's history: seq, then the drafts before it
+            logits = editor_.apply(*params.controls, logits, n_vocab, seq.data(), (int32_t) seq.size(),
+                                   out.tokens.data(), (int32_t) out.tokens.size());
+        }
         llama_token tok;
         float       conf;
         const auto  t_sample = std::chrono::steady_clock::now();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/kv_cache.h"
+#include "sampling/controls.h"
 #include "sampling/sampling.h"
 #include "speculative/vocab_map.h"
 
@@ -80,11 +81,12 @@ class model_drafter {
     // keep the cache's common prefix with seq and decode seq[..n_end); window as catch_up's.
     // Returns whether it restarted at the window
     bool sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks,
-              int32_t window = 0);
+              int32_t window = 0, int32_t reuse = 0);
 
     kv_cache &         cache_;
     const vocab_map *  map_ = nullptr;
     std::vector<float> masked_;  // the draft's logits with tokens outside the shared set masked
+    logit_editor       editor_;  // sampling_params::controls on the draft's logits
 };
 
 }  // namespace specllama

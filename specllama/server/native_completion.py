@@ -34,15 +34,14 @@ _SAMPLER_NAMES = {
 _SAMPLER_CHARS = {"k": "top_k", "p": "top_p", "m": "min_p", "t": "temperature", "i": "infill", "e": "penalties",
                   "d": "dry", "x": "xtc", "s": "top_n_sigma", "y": "typ_p", "a": "adaptive_p"}
 # the samplers this server's chain applies, in its order: a request's list must keep this order
-_CHAIN = ("top_k", "top_p", "min_p", "temperature", "infill")
+_CHAIN = ("penalties", "top_k", "top_p", "min_p", "temperature", "infill")
 # samplers that change nothing at the parameters this server accepts (checked in _NEUTRAL below)
-_IDLE_SAMPLERS = {"penalties", "dry", "xtc", "top_n_sigma", "typ_p"}
+_IDLE_SAMPLERS = {"dry", "xtc", "top_n_sigma", "typ_p"}
 
 # llama-server's fields this server honours only at the value that asks for nothing
 _NEUTRAL = {
-    "repeat_penalty": (1, 1.0), "presence_penalty": (0, 0.0), "frequency_penalty": (0, 0.0),
     "dry_multiplier": (0, 0.0), "xtc_probability": (0, 0.0), "typical_p": (1, 1.0), "top_n_sigma": (-1, -1.0),
-    "mirostat": (0,), "dynatemp_range": (0, 0.0), "n_probs": (0,), "logit_bias": ([], {}),
+    "mirostat": (0,), "dynatemp_range": (0, 0.0), "n_probs": (0,),
     "grammar": ("",), "json_schema": ({},), "lora": ([],), "post_sampling_probs": (False,),
 }
 
@@ -152,6 +151,12 @@ def _options(body: dict, defaults: Optional[GenerateOptions]) -> GenerateOptions
     for name in ("n_draft", "drafter"):
         if body.get(name) is not None:
             opts[name] = body[name]
+    control_fields(body, opts)
+    if "penalties" in opts.pop("_without", ()):  # a samplers list that leaves penalties out: none
+        opts.update(repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
+    n_cache_reuse = _number(body, "n_cache_reuse", 0, (1 << 31) - 1, integer=True)
+    if n_cache_reuse is not None:  # llama-server's per-request --cache-reuse
+        opts["cache_reuse"] = n_cache_reuse
     try:
         options = make_options(defaults, **opts)
     except (TypeError, ValueError) as exc:
@@ -187,6 +192,7 @@ def _apply_samplers(samplers: Any, opts: Dict[str, Any], temperature: Optional[f
     if chain != sorted(chain, key=_CHAIN.index) or len(set(chain)) != len(chain):
         raise RequestError(f"'samplers' must keep the order {', '.join(_CHAIN)} (each at most once)", "samplers",
                            "unsupported_value")
+    opts["_without"] = [n for n in _CHAIN if n not in chain]
     if "top_k" not in chain:
         opts["top_k"] = 0
     if "top_p" not in chain:
@@ -310,7 +316,11 @@ def result(dec, req: NativeRequest, index: int, id_slot: int, model: str, prompt
         "tokens_evaluated": len(prompt),
         "generation_settings": {"n_ctx": n_ctx, "n_predict": req.n_predict, "model": model, "seed": options.seed,
                                 "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p,
-                                "min_p": options.min_p, "stop": list(options.stop), "n_indent": req.n_indent,
+                                "min_p": options.min_p, "repeat_penalty": options.repeat_penalty,
+                                "repeat_last_n": options.repeat_last_n, "presence_penalty": options.presence_penalty,
+                                "frequency_penalty": options.frequency_penalty,
+                                "logit_bias": [[t, b if b > -math.inf else False] for t, b in options.logit_bias.items()],
+                                "stop": list(options.stop), "n_indent": req.n_indent,
                                 "t_max_predict_ms": req.t_max_predict_ms, "stream": req.stream,
                                 "samplers": _samplers_of(options),
                                 "speculative.n_max": options.n_draft if options.n_draft is not None else dec.n_draft},
@@ -324,7 +334,9 @@ def _samplers_of(options: GenerateOptions) -> List[str]:
     """The chain a completion ran with, by llama-server's sampler names."""
     if options.temperature == 0:
         return ["greedy"]
-    out = [name for name, on in (("top_k", options.top_k > 0), ("top_p", options.top_p < 1.0),
+    penalizes = options.repeat_last_n != 0 and (options.repeat_penalty != 1.0 or options.presence_penalty != 0.0
+                                                 or options.frequency_penalty != 0.0)
+    out = [name for name, on in (("penalties", penalizes), ("top_k", options.top_k > 0), ("top_p", options.top_p < 1.0),
                                  ("min_p", options.min_p > 0.0), ("temperature", options.temperature != 1.0),
                                  ("infill", options.infill)) if on]
     return out

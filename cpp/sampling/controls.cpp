@@ -1,0 +1,83 @@
+// sampling/controls.cpp: logit bias and repetition penalties, as llama.cpp's samplers apply them.
+#include "sampling/controls.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace specllama {
+
+void logit_controls_validate(const logit_controls & c, int32_t n_vocab) {
+    for (const auto & [id, b] : c.bias) {
+        if (id < 0 || id >= n_vocab) {
+            throw std::invalid_argument("logit_bias names token " + std::to_string(id) + ", outside the vocabulary of " +
+                                        std::to_string(n_vocab));
+        }
+        if (std::isnan(b) || b == INFINITY) {
+            throw std::invalid_argument("logit_bias for token " + std::to_string(id) +
+                                        " must be a number or -inf (never drawn)");
+        }
+    }
+    std::vector<llama_token> banned;
+    for (const auto & [id, b] : c.bias) {
+        if (b == -INFINITY) {
+            banned.push_back(id);
+        }
+    }
+    std::sort(banned.begin(), banned.end());
+    if ((int32_t) (std::unique(banned.begin(), banned.end()) - banned.begin()) >= n_vocab) {
+        throw std::invalid_argument("logit_bias leaves no token that can be drawn");
+    }
+    if (c.last_n < -1) {
+        throw std::invalid_argument("repeat_last_n must be >= -1 (-1: every token before), got " +
+                                    std::to_string(c.last_n));
+    }
+    if (!(c.repeat > 0.0f) || !std::isfinite(c.repeat)) {
+        throw std::invalid_argument("repeat_penalty must be a positive number, got " + std::to_string(c.repeat));
+    }
+    if (!std::isfinite(c.frequency) || !std::isfinite(c.presence)) {
+        throw std::invalid_argument("frequency_penalty and presence_penalty must be finite numbers");
+    }
+}
+
+const float * logit_editor::apply(const logit_controls & c, const float * logits, int32_t n_vocab,
+                                  const llama_token * before, int32_t n_before, const llama_token * after,
+                                  int32_t n_after) {
+    if (!c.active()) {
+        return logits;
+    }
+    row_.assign(logits, logits + n_vocab);
+    for (const auto & [id, b] : c.bias) {
+        row_[id] += b;
+    }
+    if (c.penalizes()) {
+        if ((int32_t) count_.size() != n_vocab) {
+            count_.assign(n_vocab, 0);
+        }
+        // the window: the last last_n of before + after
+        const int32_t n_all  = n_before + n_after;
+        const int32_t n_win  = c.last_n < 0 ? n_all : std::min(c.last_n, n_all);
+        const auto    count  = [&](llama_token t) {
+            if (t >= 0 && t < n_vocab && count_[t]++ == 0) {
+                counted_.push_back(t);
+            }
+        };
+        for (int32_t i = n_all - n_win; i < n_all; ++i) {
+            count(i < n_before ? before[i] : after[i - n_before]);
+        }
+        for (const llama_token t : counted_) {
+            float & l = row_[t];
+            l         = l <= 0.0f ? l * c.repeat : l / c.repeat;
+            l -= (float) count_[t] * c.frequency + c.presence;
+            count_[t] = 0;
+        }
+        counted_.clear();
+    }
+    if (!std::any_of(row_.begin(), row_.end(), [](float l) { return l > -INFINITY; })) {
+        throw std::invalid_argument("logit_bias leaves no token that can be drawn");
+    }
+    return row_.data();
+}
+
+}  // namespace specllama
