@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'list_devices', 'log_set_level', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'list_devices', 'log_set_level', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -251,6 +251,14 @@ class GenerateOptions:
         """
     @logit_bias.setter
     def logit_bias(self, arg1: collections.abc.Mapping[typing.SupportsInt | typing.SupportsIndex, typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        ...
+    @property
+    def logprobs(self) -> int | None:
+        """
+        None, or 0..20: each generated token's log-probability under the target's final distribution (the chain's; greedy: the softmax of the logits), with this many likeliest tokens at its position (Completion.logprobs)
+        """
+    @logprobs.setter
+    def logprobs(self, arg0: typing.SupportsInt | typing.SupportsIndex | None) -> None:
         ...
     @property
     def lookahead(self) -> int:
@@ -771,6 +779,23 @@ class DSIStats:
         """
         t_verify_hidden_ms over the used verification time
         """
+class TokenLogprob:
+    """
+    An emitted token's log-probability under the target's final distribution at its position, and the likeliest tokens there (GenerateOptions.logprobs of them).
+    """
+    def __repr__(self) -> str:
+        ...
+    @property
+    def logprob(self) -> float:
+        ...
+    @property
+    def token(self) -> int:
+        ...
+    @property
+    def top(self) -> list[tuple[int, float]]:
+        """
+        [(token, logprob)], most likely first
+        """
 class Completion:
     """
     The result of a generation.
@@ -789,6 +814,11 @@ class Completion:
     def finish_reason(self) -> str:
         """
         'stop' (end token or stop string), 'length' (max_tokens or context full), 'cancelled'
+        """
+    @property
+    def logprobs(self) -> list[TokenLogprob]:
+        """
+        a TokenLogprob per token with GenerateOptions.logprobs, else empty
         """
     @property
     def stats(self) -> Stats:
@@ -966,7 +996,7 @@ class Decoder:
         """
     def generate(self, prompt: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], options: GenerateOptions, on_step: collections.abc.Callable | None = None) -> Completion:
         """
-        Generate after prompt (token ids). on_step(tokens, text, n_drafted, n_accepted) runs after every verification step; returning True stops.
+        Generate after prompt (token ids). on_step(tokens, text, n_drafted, n_accepted) runs after every verification step (with options.logprobs set, a fifth argument: the tokens' TokenLogprob entries); returning True stops.
         """
     def reset(self) -> None:
         ...

@@ -39,8 +39,6 @@ class RequestError(ValueError):
 
 # fields of OpenAI's requests that are accepted only at the value that asks for nothing
 _NEUTRAL = {
-    "logprobs": (False, 0),
-    "top_logprobs": (0,),
     "echo": (False,),
     "best_of": (1,),
     "tools": ([],),
@@ -61,8 +59,8 @@ _PASSIVE = {"user", "metadata", "service_tier", "cache_prompt", "id_slot"}
 _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p",
            "stop", "seed", "stream", "stream_options", "n", "ignore_eos", "speculative", "n_draft", "drafter",
            "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
-           "repeat_last_n", "logit_bias"}
-CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs"} | set(_NEUTRAL) | _PASSIVE
+           "repeat_last_n", "logit_bias", "logprobs"}
+CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs", "top_logprobs"} | set(_NEUTRAL) | _PASSIVE
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
 # /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
 FIM_N_BATCH = 2048
@@ -115,6 +113,7 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> R
     _check_fields(body, kind)
     max_tokens = _max_tokens(body)
     opts = _sampling_fields(body)
+    _logprobs_field(body, kind, opts)
     stream = bool(_bool(body, "stream"))
     so = body.get("stream_options")
     if so is not None and (not isinstance(so, dict) or set(so) - {"include_usage"}):
@@ -179,6 +178,49 @@ def _max_tokens(body: dict) -> Optional[int]:
         if v is not None and v > 0:
             return v
     return None
+
+
+def _logprobs_field(body: dict, kind: str, opts: Dict[str, Any]) -> None:
+    """OpenAI's logprobs: chat's logprobs (true) with top_logprobs (0..20), completions' logprobs
+    (the number of likeliest tokens, 0..20), into opts["logprobs"] (None: not asked for)."""
+    if kind == "chat":
+        on = _bool(body, "logprobs")
+        top = _number(body, "top_logprobs", 0, 20, integer=True)
+        if top is not None and not on:
+            raise RequestError("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
+        if on:
+            opts["logprobs"] = top or 0
+    else:
+        n = _number(body, "logprobs", 0, 20, integer=True)
+        if n is not None:
+            opts["logprobs"] = n
+
+
+def logprobs_json(req: "Request", model, entries, text_offset: int = 0) -> Optional[Dict[str, Any]]:
+    """OpenAI's logprobs object for TokenLogprob entries (None where the request did not ask):
+    chat's {"content": [{token, logprob, bytes, top_logprobs}]}, completions' {tokens,
+    token_logprobs, top_logprobs, text_offset} (offsets counted from text_offset)."""
+    if req.options.logprobs is None or entries is None:
+        return None
+
+    def piece(t):
+        raw = model.token_to_piece(t, True)
+        return raw.decode("utf-8", "replace"), list(raw)
+
+    if req.kind == "chat":
+        content = []
+        for e in entries:
+            text, raw = piece(e.token)
+            top = [dict(zip(("token", "bytes"), piece(t)), logprob=lp) for t, lp in e.top]
+            content.append({"token": text, "logprob": e.logprob, "bytes": raw, "top_logprobs": top})
+        return {"content": content, "refusal": None}
+    tokens = [piece(e.token)[0] for e in entries]
+    offsets = []
+    for t in tokens:
+        offsets.append(text_offset)
+        text_offset += len(t)
+    return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries],
+            "top_logprobs": [{piece(t)[0]: lp for t, lp in e.top} for e in entries], "text_offset": offsets}
 
 
 def control_fields(body: dict, opts: Dict[str, Any]) -> None:
@@ -376,14 +418,16 @@ def timings(stats) -> Dict[str, Any]:
 
 
 def response(req: Request, rid: str, model: str, created: int, text: str, finish_reason: str, stats,
-             tokens: Optional[List[int]] = None) -> Dict[str, Any]:
-    """The whole (non-streamed) answer; with req.return_tokens its choice holds tokens."""
+             tokens: Optional[List[int]] = None, logprobs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The whole (non-streamed) answer; with req.return_tokens its choice holds tokens; logprobs:
+    logprobs_json's object."""
     if req.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                  "logprobs": None, "finish_reason": FINISH.get(finish_reason, finish_reason)}
+                  "logprobs": logprobs, "finish_reason": FINISH.get(finish_reason, finish_reason)}
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": FINISH.get(finish_reason, finish_reason)}
+        choice = {"index": 0, "text": text, "logprobs": logprobs,
+                  "finish_reason": FINISH.get(finish_reason, finish_reason)}
         obj = "text_completion"
     if req.return_tokens:
         choice["tokens"] = list(tokens or [])
@@ -401,6 +445,7 @@ class ChunkWriter:
         self.id = new_id(req.kind)
         self.created = int(time.time())
         self.started = False
+        self.n_text = 0  # characters of text sent (completions' text_offset)
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:
         obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
@@ -411,18 +456,20 @@ class ChunkWriter:
         out.update(extra)
         return out
 
-    def text(self, text: str) -> List[Dict[str, Any]]:
+    def text(self, text: str, logprobs: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+        """The chunks for new text (and its tokens' logprobs_json object, which may come with none)."""
         out = []
+        self.n_text += len(text)
         if self.req.kind == "chat":
             if not self.started:
                 out.append(self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                                         "finish_reason": None}))
             self.started = True
-            if text:
-                out.append(self._chunk({"index": 0, "delta": {"content": text}, "logprobs": None,
+            if text or logprobs:
+                out.append(self._chunk({"index": 0, "delta": {"content": text}, "logprobs": logprobs,
                                         "finish_reason": None}))
-        elif text:
-            out.append(self._chunk({"index": 0, "text": text, "logprobs": None, "finish_reason": None}))
+        elif text or logprobs:
+            out.append(self._chunk({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": None}))
         return out
 
     def end(self, finish_reason: str, stats) -> List[Dict[str, Any]]:
@@ -447,16 +494,16 @@ def run(dec, req: Request, model: str, template: Optional[str] = None):
     if not req.stream:
         out = dec.generate(tokens, opts)
         return response(req, new_id(req.kind), model, int(time.time()), out.text, out.finish_reason, out.stats,
-                        out.tokens)
-    return _stream(dec.stream(tokens, opts), ChunkWriter(req, model))
+                        out.tokens, logprobs_json(req, dec.target_model, out.logprobs))
+    return _stream(dec.stream(tokens, opts), ChunkWriter(req, model), dec.target_model)
 
 
-def _stream(chunks: Iterable, writer: ChunkWriter):
+def _stream(chunks: Iterable, writer: ChunkWriter, model):
     for chunk in chunks:
         if chunk.finish_reason is not None:
             yield from writer.end(chunk.finish_reason, chunk.stats)
         else:
-            yield from writer.text(chunk.text)
+            yield from writer.text(chunk.text, logprobs_json(writer.req, model, chunk.logprobs, writer.n_text))
 
 
 # --- llama-cpp-python's method names on the decoder ----------------------------------------------

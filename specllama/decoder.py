@@ -362,7 +362,7 @@ class SpeculativeDecoder:
         temperature 0 is greedy; otherwise top-k, top-p and min-p (as in llama.cpp) shape the
         distribution both models sample from, and the rejection rule keeps the output exactly
         the target's. on_step(tokens, text, n_drafted, n_accepted) runs after each verification
-        step; returning True stops early (finish_reason "cancelled"); calls that wait for a running
+        step (with logprobs set, a fifth argument: the step's TokenLogprob entries); returning True stops early (finish_reason "cancelled"); calls that wait for a running
         generation (reset, cached_tokens, slots, generate) raise RuntimeError inside it. Ctrl-C
         raises KeyboardInterrupt within one step; the decoder stays usable.
         """
@@ -404,8 +404,8 @@ class SpeculativeDecoder:
         stop_flag = threading.Event()
         done = object()
 
-        def on_step(step_tokens, text, n_drafted, n_accepted):
-            chunks.put(StepChunk(text, list(step_tokens), n_drafted, n_accepted))
+        def on_step(step_tokens, text, n_drafted, n_accepted, logprobs=None):
+            chunks.put(StepChunk(text, list(step_tokens), n_drafted, n_accepted, logprobs=logprobs))
             return stop_flag.is_set()
 
         def worker():
@@ -467,7 +467,7 @@ def _wrap_on_step(on_step):
     if on_step is None:
         return None
 
-    def call(tokens, text, n_drafted, n_accepted):
-        return bool(on_step(list(tokens), text, n_drafted, n_accepted))
+    def call(tokens, text, n_drafted, n_accepted, *logprobs):  # the step's TokenLogprobs, with options.logprobs
+        return bool(on_step(list(tokens), text, n_drafted, n_accepted, *logprobs))
 
     return call

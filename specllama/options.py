@@ -14,6 +14,7 @@ Completion = _core.Completion  # text, tokens, finish_reason, context_full, stat
 Stats = _core.Stats
 DSIStats = _core.DSIStats
 GenerateOptions = _core.GenerateOptions
+TokenLogprob = _core.TokenLogprob
 StepPrices = _core.StepPrices
 
 
@@ -82,3 +83,4 @@ class StepChunk:
     context_full: bool = False
     stats: Optional[Stats] = field(default=None, repr=False)
     dsi: Optional[DSIStats] = field(default=None, repr=False)
+    logprobs: Optional[list] = field(default=None, repr=False)  # TokenLogprob per token, with options.logprobs

@@ -16,8 +16,8 @@ using namespace specllama;
 
 namespace specllama_py {
 
-step_callback make_step_callback(const std::optional<py::function> & on_step) {
-    return [on_step](const step_event & ev) -> bool {
+step_callback make_step_callback(const std::optional<py::function> & on_step, bool with_logprobs) {
+    return [on_step, with_logprobs](const step_event & ev) -> bool {
         py::gil_scoped_acquire gil;
         if (PyErr_CheckSignals() != 0) {
             throw py::error_already_set();
@@ -25,7 +25,10 @@ step_callback make_step_callback(const std::optional<py::function> & on_step) {
         if (!on_step) {
             return false;
         }
-        py::object r = (*on_step)(ev.tokens, to_str(ev.text), ev.n_drafted, ev.n_accepted);
+        // with GenerateOptions.logprobs, a fifth argument: the tokens' TokenLogprob entries
+        py::object r = with_logprobs
+                           ? (*on_step)(ev.tokens, to_str(ev.text), ev.n_drafted, ev.n_accepted, ev.logprobs)
+                           : (*on_step)(ev.tokens, to_str(ev.text), ev.n_drafted, ev.n_accepted);
         return r.cast<bool>();
     };
 }
@@ -129,6 +132,10 @@ void register_options(py::module_ & m) {
             "frequency_penalty", [](const gp & p) { return p.controls.frequency; },
             [](gp & p, float v) { p.controls.frequency = v; },
             "subtracted per occurrence from a counted token's logit; 0 = off")
+        .def_readwrite("logprobs", &gp::logprobs,
+                       "None, or 0..20: each generated token's log-probability under the target's final "
+                       "distribution (the chain's; greedy: the softmax of the logits), with this many likeliest "
+                       "tokens at its position (Completion.logprobs)")
         .def_readwrite("cache_reuse", &gp::cache_reuse,
                        "llama-server's --cache-reuse: >= 1 moves runs of at least this many prompt tokens that the "
                        "cache holds at other positions (after an edit in the middle) instead of processing them "
@@ -318,6 +325,15 @@ void register_stats(py::module_ & m) {
         .def_property_readonly("verify_hidden_share", &dsi_report::verify_hidden_share,
                                "t_verify_hidden_ms over the used verification time");
 
+    py::class_<token_logprob>(m, "TokenLogprob",
+                              "An emitted token's log-probability under the target's final distribution at its "
+                              "position, and the likeliest tokens there (GenerateOptions.logprobs of them).")
+        .def_readonly("token", &token_logprob::token)
+        .def_readonly("logprob", &token_logprob::logprob)
+        .def_readonly("top", &token_logprob::top, "[(token, logprob)], most likely first")
+        .def("__repr__", [](const token_logprob & t) {
+            return "TokenLogprob(token=" + std::to_string(t.token) + ", logprob=" + std::to_string(t.logprob) + ")";
+        });
     py::class_<generate_result>(m, "Completion", "The result of a generation.")
         .def_readonly("tokens", &generate_result::tokens)
         .def_property_readonly("text", [](const generate_result & r) { return to_str(r.text); })
@@ -326,7 +342,9 @@ void register_stats(py::module_ & m) {
         .def_readonly("context_full", &generate_result::context_full,
                       "True when 'length' came from the context having no room left")
         .def_readonly("stats", &generate_result::stats)
-        .def_readonly("dsi", &generate_result::dsi, "DSIStats (mode 'dsi'), else None");
+        .def_readonly("dsi", &generate_result::dsi, "DSIStats (mode 'dsi'), else None")
+        .def_readonly("logprobs", &generate_result::logprobs,
+                      "a TokenLogprob per token with GenerateOptions.logprobs, else empty");
 }
 
 void register_decoder(py::module_ & m) {
@@ -612,7 +630,7 @@ void register_decoder(py::module_ & m) {
             "generate",
             [](decoder & d, const std::vector<llama_token> & prompt, const generate_params & options,
                std::optional<py::function> on_step) {
-                step_callback   cb = make_step_callback(on_step);
+                step_callback   cb = make_step_callback(on_step, options.logprobs.has_value());
                 generate_result res;
                 {
                     py::gil_scoped_release nogil;
@@ -622,7 +640,8 @@ void register_decoder(py::module_ & m) {
             },
             py::arg("prompt"), py::arg("options"), py::arg("on_step") = py::none(),
             "Generate after prompt (token ids). on_step(tokens, text, n_drafted, n_accepted) runs after "
-            "every verification step; returning True stops.")
+            "every verification step (with options.logprobs set, a fifth argument: the tokens' TokenLogprob "
+            "entries); returning True stops.")
         .def("drafter_name", &decoder::drafter_name, py::arg("options"),
              "who drafts in a generation with these options: 'model', 'lookup', 'model+lookup' or 'none'")
         .def("validate", &decoder::validate, py::arg("options"),

@@ -26,7 +26,8 @@ specllama::placement to_placement(const pybind11::object & device, const std::st
                                   const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu);
 
 // on_step(tokens, text, n_drafted, n_accepted) -> bool, with a Ctrl-C check before each call
-specllama::step_callback make_step_callback(const std::optional<pybind11::function> & on_step);
+// on_step(tokens, text, n_drafted, n_accepted[, logprobs]): the fifth with GenerateOptions.logprobs
+specllama::step_callback make_step_callback(const std::optional<pybind11::function> & on_step, bool with_logprobs);
 
 // bytes from llama.cpp to str; invalid UTF-8 (a character cut by max_tokens) becomes U+FFFD
 inline pybind11::str to_str(const std::string & s) {

@@ -2,6 +2,7 @@
 #include "speculative/decoder.h"
 
 #include "engine/vocab.h"
+#include "sampling/logprobs.h"
 
 #include <algorithm>
 #include <random>
@@ -236,6 +237,13 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     logit_controls_validate(params.controls, target_->n_vocab);
     if (params.controls.active() && params.mode == decode_mode::dsi) {
         throw std::invalid_argument("logit_bias and the repetition penalties are not available in mode 'dsi'");
+    }
+    if (params.logprobs && (*params.logprobs < 0 || *params.logprobs > k_max_logprobs)) {
+        throw std::invalid_argument("logprobs must be in [0, " + std::to_string(k_max_logprobs) + "], got " +
+                                    std::to_string(*params.logprobs));
+    }
+    if (params.logprobs && params.mode == decode_mode::dsi) {
+        throw std::invalid_argument("logprobs are not available in mode 'dsi'");
     }
     if (params.controls.active() && vocab_map_) {
         throw std::invalid_argument("logit_bias and the repetition penalties need a draft with the target's vocabulary; "
@@ -544,6 +552,20 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
                   ? accept_match(drafted_.tokens.data(), n, dist, rng)
                   : accept_sampled(drafted_.tokens.data(), n, drafted_.dists, dist, target_->n_vocab, rng, scratch_);
     }
+    if (params.logprobs) {
+        step_logprobs_.resize(acc.n_accepted + 1);
+        for (int32_t i = 0; i <= acc.n_accepted; ++i) {
+            const llama_token tok = i < acc.n_accepted ? drafted_.tokens[i] : acc.next;
+            if (sp.greedy()) {
+                row_logprobs(row(i), target_->n_vocab, tok, *params.logprobs, step_logprobs_[i].logprob,
+                             step_logprobs_[i].top);
+            } else {
+                sampling_distribution(row(i), target_->n_vocab, sp, logprob_dist_);
+                dist_logprobs(logprob_dist_, tok, *params.logprobs, step_logprobs_[i].logprob, step_logprobs_[i].top);
+            }
+            step_logprobs_[i].token = tok;
+        }
+    }
     // keep seq[:-1], last and the accepted drafts; the draft cache is trimmed on its next catch-up
     const auto t_rollback = clock_type::now();
     tgt_cache_->rollback(n_seq + acc.n_accepted);
@@ -559,6 +581,7 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
 void decoder::emit(const acceptance_result & acc, const generate_params & params, text_stream & stream,
                    std::vector<llama_token> & seq, generate_result & res, step_event & ev, std::string & finish) const {
     ev.tokens.clear();
+    ev.logprobs.clear();
     ev.n_drafted  = (int32_t) drafted_.tokens.size();
     ev.n_accepted = acc.n_accepted;
     for (int32_t i = 0; i <= acc.n_accepted && finish.empty(); ++i) {
@@ -568,6 +591,10 @@ void decoder::emit(const acceptance_result & acc, const generate_params & params
         }
         seq.push_back(tok);
         ev.tokens.push_back(tok);
+        if (params.logprobs) {
+            ev.logprobs.push_back(step_logprobs_[i]);
+            res.logprobs.push_back(step_logprobs_[i]);
+        }
     }
     if (finish.empty() && (int32_t) seq.size() > tgt_cache_->n_ctx()) {
         finish           = "length";

@@ -124,6 +124,20 @@ struct generate_params {
     // drafted and verified position with its own history, to the draft's logits and the target's
     // alike (mode si, a draft of the target's vocabulary)
     logit_controls           controls;
+    // >= 0: each emitted token's log-probability under the target's final distribution at its
+    // position (the chain's; greedy: the softmax of the logits after the controls), with the
+    // logprobs likeliest tokens there (at most k_max_logprobs); none: not computed (mode si)
+    std::optional<int32_t>   logprobs;
+};
+
+constexpr int32_t k_max_logprobs = 20;
+
+// an emitted token's log-probability (generate_params::logprobs), and the likeliest tokens at its
+// position, most likely first
+struct token_logprob {
+    llama_token                                token   = -1;
+    float                                      logprob = 0;
+    std::vector<std::pair<llama_token, float>> top;
 };
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
@@ -215,6 +229,7 @@ struct generate_result {
     bool                     context_full = false;  // "length" because the context had no room left
     generate_stats           stats;
     std::optional<dsi_report> dsi;                  // mode dsi only
+    std::vector<token_logprob> logprobs;            // one per token, with generate_params::logprobs
 };
 
 // what one verification step added
@@ -223,6 +238,7 @@ struct step_event {
     std::string              text;    // text safe to show now (may lag tokens: stop strings, UTF-8)
     int32_t                  n_drafted  = 0;
     int32_t                  n_accepted = 0;
+    std::vector<token_logprob> logprobs;  // one per token, with generate_params::logprobs
 };
 
 // called after every step; return true to stop. May throw (e.g. Ctrl-C): generation stops and the
@@ -412,6 +428,8 @@ class decoder {
     step_record               record_;
     acceptance_scratch        scratch_;
     logit_editor              editor_;  // generate_params::controls on the target's logits
+    std::vector<token_logprob> step_logprobs_;  // of the step's emitted tokens (generate_params::logprobs)
+    token_dist                logprob_dist_;    // a position's distribution, for its log-probabilities
 };
 
 // throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)

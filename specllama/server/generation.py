@@ -64,18 +64,19 @@ class _Run:
     def __init__(self, st: ServerState, i: int, tokens: List[int], opts: GenerateOptions,
                  hook: Optional[Callable[[List[int], str], Tuple[str, bool]]] = None) -> None:
         """hook(step's tokens, step's text) -> (the text to pass on, stop now?), for stops that
-        depend on the text (llama-server's n_indent and t_max_predict_ms)."""
+        depend on the text (llama-server's n_indent and t_max_predict_ms). texts receives (text,
+        the step's TokenLogprob entries or None) per step that has either."""
         self.loop = asyncio.get_running_loop()
         self.cancel = threading.Event()
         self.texts: "asyncio.Queue" = asyncio.Queue()
         slot = st.slots[i]
 
-        def on_step(step_tokens, text, n_drafted, n_accepted):
+        def on_step(step_tokens, text, n_drafted, n_accepted, logprobs=None):
             stop = False
             if hook is not None:
                 text, stop = hook(step_tokens, text)
-            if text:
-                self.loop.call_soon_threadsafe(self.texts.put_nowait, text)
+            if text or logprobs:
+                self.loop.call_soon_threadsafe(self.texts.put_nowait, (text, logprobs))
             return stop or self.cancel.is_set() or st.stopping.is_set()
 
         def work():
@@ -106,22 +107,25 @@ async def _whole(st: ServerState, request: Request, req: completions.Request, ki
     except RPCConnectionLost as exc:
         return answer_error(model_lost(str(exc)))
     rid = completions.new_id(kind)
+    lps = completions.logprobs_json(req, st.decoder.target_model, out.logprobs)
     return JSONResponse(completions.response(req, rid, st.config.model_name, int(time.time()), out.text,
-                                             out.finish_reason, out.stats, out.tokens))
+                                             out.finish_reason, out.stats, out.tokens, lps))
 
 
 def _streamed(st: ServerState, req: completions.Request, run: _Run) -> EventSourceResponse:
     writer = completions.ChunkWriter(req, st.config.model_name)
+    model = st.decoder.target_model
 
     async def events():
         try:
             for c in writer.text(""):
                 yield json.dumps(c)
             while True:
-                text = await run.texts.get()
-                if text is None:
+                item = await run.texts.get()
+                if item is None:
                     break
-                for c in writer.text(text):
+                text, lps = item
+                for c in writer.text(text, completions.logprobs_json(req, model, lps, writer.n_text)):
                     yield json.dumps(c)
             try:
                 out = await asyncio.shield(run.future)

@@ -123,9 +123,10 @@ async def _streamed(st: ServerState, req: nc.NativeRequest, tokens: List[int], m
             run, limits, i, opts = started
             try:
                 while True:
-                    text = await run.texts.get()
-                    if text is None:
+                    item = await run.texts.get()
+                    if item is None:
                         break
+                    text = item[0]
                     yield json.dumps({"index": k, "content": text, "tokens": [], "stop": False, "id_slot": i,
                                       "tokens_predicted": len(limits.tokens), "tokens_evaluated": len(tokens)},
                                      separators=(",", ":"))
