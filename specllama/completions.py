@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
-from . import infill
+from . import infill, tools
 from ._version import __version__
 from .decoder import SpeculativeDecoder
 from .options import GenerateOptions, PromptTooLong, make_options
@@ -41,11 +41,8 @@ class RequestError(ValueError):
 _NEUTRAL = {
     "echo": (False,),
     "best_of": (1,),
-    "tools": ([],),
-    "tool_choice": ("none", "auto"),
     "functions": ([],),
     "function_call": ("none", "auto"),
-    "parallel_tool_calls": (True, False),
     "store": (False,),
     "modalities": (["text"],),
     "audio": (),
@@ -60,7 +57,8 @@ _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "tempera
            "stop", "seed", "stream", "stream_options", "n", "ignore_eos", "speculative", "n_draft", "drafter",
            "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
            "repeat_last_n", "logit_bias", "logprobs"}
-CHAT_FIELDS = _COMMON | {"messages", "chat_template_kwargs", "top_logprobs"} | set(_NEUTRAL) | _PASSIVE
+CHAT_FIELDS = (_COMMON | {"messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice",
+                          "parallel_tool_calls"} | set(_NEUTRAL) | _PASSIVE)
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
 # /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
 FIM_N_BATCH = 2048
@@ -82,6 +80,7 @@ class Request:
     return_tokens: bool = False  # the answer's choice carries its token ids (llama-server's field)
     max_tokens: Optional[int] = None  # None: up to the end of the context
     template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    tools: bool = False  # chat: tools were rendered, and calls are parsed out of the reply (specllama.tools)
 
 
 def _number(body: dict, name: str, lo: float, hi: float, integer: bool = False):
@@ -303,13 +302,38 @@ def _chat_prompt(body: dict, req: Request) -> None:
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list of messages", "messages",
                            "invalid_value" if isinstance(messages, list) else "invalid_type")
-    req.messages = messages
+    req.messages = tools.template_messages(messages)
     tk = body.get("chat_template_kwargs")
     if tk is not None:
         if not isinstance(tk, dict) or any(k in ("messages", "add_generation_prompt") for k in tk):
             raise RequestError("'chat_template_kwargs' must be an object of extra template variables",
                                "chat_template_kwargs", "invalid_value")
-        req.template_kwargs = tk
+        req.template_kwargs = dict(tk)
+    _tools_fields(body, req)
+
+
+def _tools_fields(body: dict, req: Request) -> None:
+    """OpenAI's tools and tool_choice: the tools go to the chat template (the model's own renders
+    them), and calls in the reply are parsed (specllama.tools). A choice that must force a call
+    ("required", a named function) needs constrained decoding, which this server does not do."""
+    given = body.get("tools")
+    if given is None or given == []:
+        return
+    try:
+        checked = tools.check_tools(given)
+    except ValueError as exc:
+        raise RequestError(str(exc), "tools", "invalid_value") from None
+    choice = body.get("tool_choice", "auto")
+    if choice == "none":
+        return
+    if choice != "auto":
+        raise RequestError("'tool_choice' may be \"auto\" or \"none\": forcing a call (\"required\", a named "
+                           "function) needs constrained decoding, which this server does not do", "tool_choice",
+                           "unsupported_value")
+    if body.get("parallel_tool_calls") not in (None, True, False):
+        raise RequestError("'parallel_tool_calls' must be true or false", "parallel_tool_calls", "invalid_type")
+    req.template_kwargs["tools"] = checked
+    req.tools = True
 
 
 def _text_prompt(body: dict) -> Any:
@@ -424,6 +448,11 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     if req.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                   "logprobs": logprobs, "finish_reason": FINISH.get(finish_reason, finish_reason)}
+        if req.tools:
+            content, calls = tools.parse(text)
+            if calls:
+                choice["message"].update(content=content, tool_calls=calls)
+                choice["finish_reason"] = "tool_calls"
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": logprobs,
@@ -446,6 +475,7 @@ class ChunkWriter:
         self.created = int(time.time())
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
+        self.splitter = tools.StreamSplitter() if req.tools else None
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:
         obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
@@ -459,6 +489,8 @@ class ChunkWriter:
     def text(self, text: str, logprobs: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
         """The chunks for new text (and its tokens' logprobs_json object, which may come with none)."""
         out = []
+        if self.splitter is not None:
+            text = self.splitter.feed(text)
         self.n_text += len(text)
         if self.req.kind == "chat":
             if not self.started:
@@ -475,6 +507,16 @@ class ChunkWriter:
     def end(self, finish_reason: str, stats) -> List[Dict[str, Any]]:
         out = self.text("") if self.req.kind == "chat" and not self.started else []
         fr = FINISH.get(finish_reason, finish_reason)
+        if self.splitter is not None:
+            rest, calls = self.splitter.finish()
+            if rest:
+                out.append(self._chunk({"index": 0, "delta": {"content": rest}, "logprobs": None,
+                                        "finish_reason": None}))
+            if calls:
+                deltas = [dict(c, index=i) for i, c in enumerate(calls)]
+                out.append(self._chunk({"index": 0, "delta": {"tool_calls": deltas}, "logprobs": None,
+                                        "finish_reason": None}))
+                fr = "tool_calls"
         if self.req.kind == "chat":
             choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": fr}
         else:

@@ -1,0 +1,147 @@
+"""Tool calls in the format of the Hermes and Qwen2.5 chat templates, which tell the model to answer
+a call as <tool_call>{"name": ..., "arguments": {...}}</tool_call>: OpenAI's tools checked, calls
+parsed out of the generated text into OpenAI's tool_calls, and a stream's text held back from
+the first <tool_call> on. Small models often leave the tags out and answer with the JSON object
+alone, bare or in a ```json block: a reply that is only that is taken as a call too (as
+llama.cpp's Hermes parser takes it). Another family's calls (Mistral's [TOOL_CALLS], Llama 3.1's
+<|python_tag|>) are not parsed: their text comes back as the message's content."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+# a whole reply that is one call's JSON object, bare or fenced
+_WHOLE = re.compile(r"\s*(?:```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*", re.S)
+# how a reply that is a whole call starts (a stream holds these back until it ends)
+_WHOLE_STARTS = ("{", "```json", "```\n{")
+
+
+def check_tools(tools: Any) -> List[Dict[str, Any]]:
+    """OpenAI's tools list ([{"type": "function", "function": {"name", "description",
+    "parameters"}}]); ValueError naming the first bad entry."""
+    if not isinstance(tools, list):
+        raise ValueError("'tools' must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise ValueError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ValueError(f"tools[{i}].function needs a 'name'")
+        params = fn.get("parameters")
+        if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
+            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema of type object")
+    return tools
+
+
+def template_messages(messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Messages as chat templates take them: an assistant's tool_calls with their arguments as
+    objects (OpenAI sends a JSON string, which a template's tojson would quote again)."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        if isinstance(calls, list):
+            m = dict(m, tool_calls=[_with_object_arguments(c) for c in calls])
+        out.append(m)
+    return out
+
+
+def _with_object_arguments(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+        try:
+            return dict(call, function=dict(fn, arguments=json.loads(fn["arguments"])))
+        except ValueError:
+            pass
+    return call
+
+
+def parse(text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    """(content, tool_calls) of a generated text: the calls in OpenAI's shape, the content the
+    text before the first call (None where empty). Text with no call that parses comes back whole
+    as content, with no calls."""
+    whole = _WHOLE.fullmatch(text)
+    if whole:
+        call = _call(whole.group(1) or whole.group(2))
+        if call is not None:
+            return None, [call]
+    calls = []
+    start = text.find(OPEN)
+    at = start
+    while at >= 0:
+        end = text.find(CLOSE, at + len(OPEN))
+        body = text[at + len(OPEN):end if end >= 0 else len(text)]
+        call = _call(body)
+        if call is not None:
+            calls.append(call)
+        at = text.find(OPEN, end + len(CLOSE)) if end >= 0 else -1
+    if not calls:
+        return text, []
+    content = text[:start].strip()
+    return content or None, calls
+
+
+def _call(body: str) -> Optional[Dict[str, Any]]:
+    try:
+        obj = json.loads(body.strip())
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+            "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)}}
+
+
+class StreamSplitter:
+    """A streamed reply's text split into what can be shown as content now and what may be a tool
+    call: everything from the first <tool_call> on is held back (and a tail that could be the start
+    of one), and a whole reply that starts as a call's JSON object does, until finish() parses it."""
+
+    def __init__(self) -> None:
+        self.held = ""
+        self.calling = False
+        self.started = False  # the reply's start was seen and is not a bare call's
+
+    def feed(self, text: str) -> str:
+        """The part of text (with what was held) that is content for sure."""
+        self.held += text
+        if self.calling:
+            return ""
+        if not self.started:
+            head = self.held.lstrip()
+            if any(head.startswith(s) for s in _WHOLE_STARTS):
+                self.calling = True
+                return ""
+            if not head or any(s.startswith(head) for s in _WHOLE_STARTS):
+                return ""  # not decided yet
+            self.started = True
+        at = self.held.find(OPEN)
+        if at >= 0:
+            self.calling = True
+            shown, self.held = self.held[:at], self.held[at:]
+            return shown
+        keep = next((k for k in range(min(len(OPEN) - 1, len(self.held)), 0, -1)
+                     if OPEN.startswith(self.held[-k:])), 0)
+        shown, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+        return shown
+
+    def finish(self) -> Tuple[str, List[Dict[str, Any]]]:
+        """(the rest of the content, the tool calls) once the text is complete."""
+        held, self.held = self.held, ""
+        if not self.calling:
+            return held, []
+        content, calls = parse(held)
+        if not calls:
+            return held, []
+        return content or "", calls

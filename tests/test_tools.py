@@ -1,0 +1,123 @@
+"""Tool calling: OpenAI's tools rendered by the model's own chat template, calls in the Hermes /
+Qwen2.5 format parsed into OpenAI's tool_calls (streamed as deltas), tool results rendered back;
+with the official openai client against a real server on the Qwen2.5-Coder pair."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specllama import tools
+from test_server import running
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+def test_calls_are_parsed_out_of_the_text():
+    text = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n' \
+           '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}\n</tool_call>'
+    content, calls = tools.parse(text)
+    assert content == "Let me look."
+    assert [c["function"]["name"] for c in calls] == ["get_weather"] * 2
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris"}, {"city": "Oslo"}]
+    assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
+    assert tools.parse('<tool_call>{"name": "f", "arguments": {}}')[1]  # cut off before its closing tag
+    for text in ['```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```',
+                 ' {"name": "get_weather", "arguments": {"city": "Paris"}}\n']:  # the JSON alone: a call too
+        content, calls = tools.parse(text)
+        assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    for text in ["no call here", "<tool_call>not json</tool_call>", '<tool_call>{"arguments": {}}</tool_call>',
+                 '{"city": "Paris"}', 'It is {"name": "x", "arguments": {}} here']:
+        assert tools.parse(text) == (text, [])
+
+
+def test_a_stream_holds_back_from_the_first_call_on():
+    s = tools.StreamSplitter()
+    shown = [s.feed(piece) for piece in ["Sure", ". <tool", "_call>\n{\"name\": \"get_weather\", ",
+                                         "\"arguments\": {\"city\": \"Rome\"}}\n</tool_call>"]]
+    assert shown == ["Sure", ". ", "", ""]
+    rest, calls = s.finish()
+    assert rest == "" and json.loads(calls[0]["function"]["arguments"]) == {"city": "Rome"}
+    s = tools.StreamSplitter()
+    assert s.feed("a < b and <tool") == "a < b and "  # a tail that may open a call waits
+    assert s.feed("s>") == "<tools>" and s.finish() == ("", [])
+    s = tools.StreamSplitter()  # a reply that starts as a bare call waits for its end
+    assert [s.feed(p) for p in ["``", "`json\n{\"name\": \"f\", ", "\"arguments\": {}}\n```"]] == ["", "", ""]
+    assert s.finish()[1][0]["function"]["name"] == "f"
+    s = tools.StreamSplitter()  # and shows it whole where it was not one
+    assert s.feed("{not") == "" and s.finish() == ("{not", [])
+    s = tools.StreamSplitter()
+    assert s.feed("``") == "" and s.feed("`python\nx = 1") == "```python\nx = 1"
+
+
+def test_template_messages_pass_arguments_as_objects():
+    msgs = [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]}]
+    out = tools.template_messages(msgs)
+    assert out[0]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
+    assert msgs[0]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'  # the request's own is left alone
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"tools": [{"type": "function"}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, "tools"),
+    ({"tools": "get_weather"}, "tools"),
+    ({"tools": [WEATHER], "tool_choice": "required"}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
+])
+def test_bad_tools_requests_are_400s(tiny, body, param):
+    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "256"]) as s:
+        r = s.post("/v1/chat/completions", dict(body, messages=[{"role": "user", "content": "hi"}], max_tokens=2))
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        assert s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                                               "tools": [WEATHER]}).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def qwen_server(qwen_pair):
+    target, draft = qwen_pair
+    with running(["-m", target, "-d", draft, "-c", "2048", "-t", "2", "--alias", "qwen"]) as s:
+        yield s
+
+
+@pytest.mark.real_pair
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_calling_loop_with_the_openai_client(qwen_server, stream):
+    """call, tool result, final answer; greedy, on the Qwen2.5-Coder pair."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=qwen_server.url + "/v1", api_key="none", max_retries=0, timeout=600)
+    messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
+
+    def ask():
+        kw = dict(model="qwen", messages=messages, tools=[WEATHER], temperature=0, max_tokens=96)
+        if not stream:
+            r = client.chat.completions.create(**kw)
+            return r.choices[0].message.content, [c.model_dump() for c in r.choices[0].message.tool_calls or []], \
+                r.choices[0].finish_reason
+        content, calls, finish = "", {}, None
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            if not chunk.choices:
+                continue
+            d = chunk.choices[0].delta
+            content += d.content or ""
+            for tc in d.tool_calls or []:
+                calls.setdefault(tc.index, {"id": tc.id, "type": "function", "function": {"name": "", "arguments": ""}})
+                calls[tc.index]["function"]["name"] += tc.function.name or ""
+                calls[tc.index]["function"]["arguments"] += tc.function.arguments or ""
+            finish = chunk.choices[0].finish_reason or finish
+        return content or None, [calls[i] for i in sorted(calls)], finish
+
+    content, calls, finish = ask()
+    assert finish == "tool_calls" and len(calls) == 1, (content, calls)
+    call = calls[0]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+    messages += [{"role": "assistant", "content": content, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": call["id"], "content": '{"temperature_c": 17, "sky": "cloudy"}'}]
+    content, calls, finish = ask()
+    assert finish == "stop" and not calls and "17" in content, content
