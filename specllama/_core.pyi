@@ -229,6 +229,22 @@ class GenerateOptions:
     def frequency_penalty(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
+    def grammar(self) -> str:
+        """
+        a GBNF grammar (llama.cpp's) the output must follow: what it rejects is masked out of the target's and the draft's logits alike at every position; '' = none
+        """
+    @grammar.setter
+    def grammar(self, arg1: str) -> None:
+        ...
+    @property
+    def grammar_root(self) -> str:
+        """
+        the grammar's start rule
+        """
+    @grammar_root.setter
+    def grammar_root(self, arg0: str) -> None:
+        ...
+    @property
     def ignore_eos(self) -> bool:
         """
         keep going past end-of-generation tokens

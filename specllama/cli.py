@@ -191,6 +191,10 @@ def sampling_options(fn):
                      help="Subtracted per repetition from a token's logit (0 = off)."),
         click.option("-l", "--logit-bias", "logit_bias", multiple=True, metavar="TOKEN(+|-)BIAS",
                      help="Add BIAS to token TOKEN's logit, as llama.cpp's -l: 15043+1, 15043-inf (never); repeatable."),
+        click.option("--grammar", default=None, metavar="GBNF", help="A grammar (llama.cpp's GBNF) the output follows."),
+        click.option("--grammar-file", type=click.File("r"), default=None, help="--grammar from a file."),
+        click.option("-j", "--json-schema", default=None, metavar="SCHEMA",
+                     help="A JSON schema the output follows (as a grammar; @FILE reads it from a file)."),
     ]
 
     @functools.wraps(fn)
@@ -200,7 +204,9 @@ def sampling_options(fn):
                             seed=kwargs.pop("seed"), repeat_penalty=kwargs.pop("repeat_penalty"),
                             repeat_last_n=kwargs.pop("repeat_last_n"), presence_penalty=kwargs.pop("presence_penalty"),
                             frequency_penalty=kwargs.pop("frequency_penalty"),
-                            logit_bias=_parse_logit_bias(kwargs.pop("logit_bias")))
+                            logit_bias=_parse_logit_bias(kwargs.pop("logit_bias")),
+                            grammar=_grammar_option(kwargs.pop("grammar"), kwargs.pop("grammar_file"),
+                                                    kwargs.pop("json_schema")))
         return fn(*args, **kwargs)
 
     for opt in reversed(opts):
@@ -221,6 +227,30 @@ def _parse_logit_bias(items) -> dict:
                                      param_hint="'-l/--logit-bias'")
         out[int(m.group(1))] = bias
     return out
+
+
+def _grammar_option(grammar, grammar_file, json_schema) -> str:
+    """The GBNF text of --grammar, --grammar-file or --json-schema (at most one)."""
+    if sum(x is not None for x in (grammar, grammar_file, json_schema)) > 1:
+        raise click.UsageError("give one of --grammar, --grammar-file and --json-schema")
+    if grammar_file is not None:
+        return grammar_file.read()
+    if json_schema is None:
+        return grammar or ""
+    from .completions import RequestError, grammar_fields
+
+    text = json_schema
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {text[1:]}: {exc.strerror}", param_hint="'--json-schema'") from None
+    try:
+        opts: dict = {}
+        grammar_fields({"json_schema": json.loads(text)}, opts)
+    except (ValueError, RequestError) as exc:
+        raise click.BadParameter(str(exc), param_hint="'--json-schema'") from None
+    return opts["grammar"]
 
 
 def dsi_options(fn):
@@ -254,7 +284,7 @@ _FLAGS = {"max_tokens": "-n/--n-predict", "temperature": "--temp", "top_k": "--t
           "sp": "--sp", "lookahead": "--lookahead", "threads_draft": "--threads-draft",
           "threads_server": "--threads-server", "mode": "--mode", "repeat_penalty": "--repeat-penalty",
           "repeat_last_n": "--repeat-last-n", "presence_penalty": "--presence-penalty",
-          "frequency_penalty": "--frequency-penalty", "logit_bias": "-l/--logit-bias"}
+          "frequency_penalty": "--frequency-penalty", "logit_bias": "-l/--logit-bias", "grammar": "--grammar"}
 
 
 def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:

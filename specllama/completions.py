@@ -56,7 +56,7 @@ _PASSIVE = {"user", "metadata", "service_tier", "cache_prompt", "id_slot"}
 _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p",
            "stop", "seed", "stream", "stream_options", "n", "ignore_eos", "speculative", "n_draft", "drafter",
            "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
-           "repeat_last_n", "logit_bias", "logprobs"}
+           "repeat_last_n", "logit_bias", "logprobs", "grammar", "json_schema"}
 CHAT_FIELDS = (_COMMON | {"messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice",
                           "parallel_tool_calls"} | set(_NEUTRAL) | _PASSIVE)
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
@@ -162,10 +162,6 @@ def _check_fields(body: Any, kind: str) -> None:
     n = _number(body, "n", 1, 1 << 30, integer=True)
     if n is not None and n != 1:
         raise RequestError("'n' must be 1: this server generates one choice per request", "n", "unsupported_value")
-    fmt = body.get("response_format")
-    if fmt is not None and fmt != {"type": "text"}:
-        raise RequestError("'response_format' must be {\"type\": \"text\"}: constrained output is not supported",
-                           "response_format", "unsupported_value")
 
 
 def _max_tokens(body: dict) -> Optional[int]:
@@ -222,6 +218,57 @@ def logprobs_json(req: "Request", model, entries, text_offset: int = 0) -> Optio
             "top_logprobs": [{piece(t)[0]: lp for t, lp in e.top} for e in entries], "text_offset": offsets}
 
 
+def grammar_fields(body: dict, opts: Dict[str, Any]) -> None:
+    """The grammar a request's output must follow, into opts["grammar"]: OpenAI's response_format
+    (json_object: any JSON object; json_schema: its schema), or llama-server's json_schema or
+    grammar (GBNF). A schema becomes a grammar by llama-cpp-python's converter (a port of
+    llama.cpp's json_schema_to_grammar)."""
+    given = []
+    fmt = body.get("response_format")
+    if fmt is not None and fmt != {"type": "text"}:
+        kind = fmt.get("type") if isinstance(fmt, dict) else None
+        if kind == "json_object":
+            schema = fmt.get("schema")  # (llama-server takes a schema here too)
+            given.append(_schema_grammar(schema, "response_format") if schema is not None else _json_grammar())
+        elif kind == "json_schema":
+            js = fmt.get("json_schema")
+            if not isinstance(js, dict) or not isinstance(js.get("schema"), dict):
+                raise RequestError("'response_format.json_schema.schema' must be a JSON schema object",
+                                   "response_format", "invalid_value")
+            given.append(_schema_grammar(js["schema"], "response_format"))
+        else:
+            raise RequestError("'response_format' must be of type text, json_object or json_schema", "response_format",
+                               "invalid_value")
+    if body.get("json_schema") is not None:
+        given.append(_schema_grammar(body["json_schema"], "json_schema"))
+    if body.get("grammar") is not None:
+        if not isinstance(body["grammar"], str):
+            raise RequestError("'grammar' must be a string (llama.cpp's GBNF)", "grammar", "invalid_type")
+        if body["grammar"]:
+            given.append(body["grammar"])
+    if len(given) > 1:
+        raise RequestError("give one of 'response_format', 'json_schema' and 'grammar'", "grammar", "invalid_value")
+    if given:
+        opts["grammar"] = given[0]
+
+
+def _json_grammar() -> str:
+    from llama_cpp.llama_grammar import JSON_GBNF
+
+    return JSON_GBNF
+
+
+def _schema_grammar(schema: Any, param: str) -> str:
+    if not isinstance(schema, dict):
+        raise RequestError(f"'{param}' must hold a JSON schema object", param, "invalid_type")
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    try:
+        return json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # the converter reports a schema it cannot follow by AssertionError
+        raise RequestError(f"the JSON schema cannot be followed: {exc}", param, "invalid_value") from None
+
+
 def control_fields(body: dict, opts: Dict[str, Any]) -> None:
     """The logit bias and repetition penalties a request asks for (OpenAI's presence_penalty,
     frequency_penalty and logit_bias; llama-server's repeat_penalty and repeat_last_n), into opts."""
@@ -264,6 +311,7 @@ def _sampling_fields(body: dict) -> Dict[str, Any]:
     """The GenerateOptions fields the request sets, in JSON's types; the native core checks values."""
     opts: Dict[str, Any] = {}
     control_fields(body, opts)
+    grammar_fields(body, opts)
     # JSON types here, and OpenAI's ceiling on temperature; the native core checks every value
     for name, lo, hi in (("temperature", -math.inf, 2), ("top_p", -math.inf, math.inf),
                          ("min_p", -math.inf, math.inf)):
@@ -407,7 +455,8 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:
-        param = next((p for p in ("drafter", "n_draft", "speculative", "seed", "logit_bias") if p in str(exc)), None)
+        param = next((p for p in ("drafter", "n_draft", "speculative", "seed", "logit_bias", "grammar") if p in str(exc)),
+                     None)
         raise RequestError(str(exc), param, "invalid_value") from None
 
 

@@ -132,6 +132,12 @@ void register_options(py::module_ & m) {
             "frequency_penalty", [](const gp & p) { return p.controls.frequency; },
             [](gp & p, float v) { p.controls.frequency = v; },
             "subtracted per occurrence from a counted token's logit; 0 = off")
+        .def_property(
+            "grammar", [](const gp & p) { return to_str(p.grammar); },
+            [](gp & p, const std::string & v) { p.grammar = v; },
+            "a GBNF grammar (llama.cpp's) the output must follow: what it rejects is masked out of the target's and "
+            "the draft's logits alike at every position; '' = none")
+        .def_readwrite("grammar_root", &gp::grammar_root, "the grammar's start rule")
         .def_readwrite("logprobs", &gp::logprobs,
                        "None, or 0..20: each generated token's log-probability under the target's final "
                        "distribution (the chain's; greedy: the softmax of the logits), with this many likeliest "

@@ -61,8 +61,10 @@ void row_logprobs(const float * logits, int32_t n_vocab, llama_token token, int3
     double      sum = 0.0;
     top_k_pairs best(k);
     for (int32_t i = 0; i < n_vocab; ++i) {
-        sum += std::exp((double) logits[i] - m);
-        best.offer(i, logits[i]);
+        if (logits[i] > -INFINITY) {  // (a token that cannot be drawn is no alternative)
+            sum += std::exp((double) logits[i] - m);
+            best.offer(i, logits[i]);
+        }
     }
     const float lse = m + (float) std::log(sum);
     best.take(top);

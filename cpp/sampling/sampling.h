@@ -17,6 +17,7 @@
 namespace specllama {
 
 struct logit_controls;  // controls.h
+class grammar_track;    // grammar.h
 
 struct sampling_params {
     float   temperature = 0.8f;   // 0 = greedy (argmax); > 0 samples
@@ -32,6 +33,9 @@ struct sampling_params {
     // logit bias and repetition penalties before the chain (controls.h), which whoever holds the
     // logits applies with the position's history (a sampling_distribution call does not): null: none
     const logit_controls * controls = nullptr;
+    // a grammar's states at the step's positions (grammar.h), which whoever holds the logits masks
+    // them with before the chain, and the drafter advances over its drafts: null: none
+    grammar_track * grammar = nullptr;
 
     bool greedy() const { return temperature == 0.0f; }
 };

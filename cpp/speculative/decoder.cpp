@@ -2,6 +2,7 @@
 #include "speculative/decoder.h"
 
 #include "engine/vocab.h"
+#include "sampling/grammar.h"
 #include "sampling/logprobs.h"
 
 #include <algorithm>
@@ -245,6 +246,14 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (params.logprobs && params.mode == decode_mode::dsi) {
         throw std::invalid_argument("logprobs are not available in mode 'dsi'");
     }
+    if (!params.grammar.empty()) {
+        if (params.mode == decode_mode::dsi || vocab_map_) {
+            throw std::invalid_argument(params.mode == decode_mode::dsi
+                                            ? "a grammar is not available in mode 'dsi'"
+                                            : "a grammar needs a draft with the target's vocabulary; this draft's differs");
+        }
+        grammar_state(target_->vocab, params.grammar, params.grammar_root);  // throws where it does not parse
+    }
     if (params.controls.active() && vocab_map_) {
         throw std::invalid_argument("logit_bias and the repetition penalties need a draft with the target's vocabulary; "
                                     "this draft's differs");
@@ -301,10 +310,15 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     if (params.mode == decode_mode::dsi) {
         return generate_dsi(prompt, params, plan, on_step, check);
     }
-    if (params.infill || params.controls.active()) {
+    std::optional<grammar_track> grammar;
+    if (!params.grammar.empty()) {
+        grammar.emplace(grammar_state(target_->vocab, params.grammar, params.grammar_root));
+    }
+    if (params.infill || params.controls.active() || grammar) {
         generate_params applied   = params;
         applied.sampling.infill   = params.infill ? target_->vocab : nullptr;
         applied.sampling.controls = params.controls.active() ? &applied.controls : nullptr;
+        applied.sampling.grammar  = grammar ? &*grammar : nullptr;
         return generate_si(prompt, applied, plan, on_step, check);
     }
     return generate_si(prompt, params, plan, on_step, check);
@@ -372,6 +386,9 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         st.accepted_hist[acc.n_accepted] += 1;
 
         emit(acc, params, stream, seq, res, ev, finish);
+        if (params.sampling.grammar != nullptr) {
+            params.sampling.grammar->commit(acc.n_accepted, acc.next);
+        }
         if (batcher_) {
             const int32_t model_kept = std::min(acc.n_accepted, n_model);
             batcher_->drafting().observe_step(n_model, model_kept, n - n_model, acc.n_accepted - model_kept);
@@ -481,6 +498,10 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
     drafted_.tokens.clear();
     drafted_.conf.clear();
     drafted_.catch_up_ms = 0.0;
+    grammar_track * grammar = params.sampling.grammar;
+    if (grammar != nullptr) {
+        grammar->begin_step();
+    }
     if (step.model) {
         double          p_reach = 1.0;
         draft_continue  keep    = nullptr;
@@ -508,6 +529,15 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         (n_model == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back()))) {
         st.n_lookup_drafted += add_lookup_drafts(seq, step.n_max, plan.adaptive, params.lookup, probe);
     }
+    if (grammar != nullptr) {  // lookup's drafts up to the first the grammar rejects (p = 0 there)
+        int32_t keep = n_model;
+        while (keep < (int32_t) drafted_.tokens.size() && grammar->push(drafted_.tokens[keep])) {
+            ++keep;
+        }
+        st.n_lookup_drafted -= (int32_t) drafted_.tokens.size() - keep;
+        drafted_.tokens.resize(keep);
+        drafted_.conf.resize(std::min<size_t>(drafted_.conf.size(), keep));
+    }
     return n_model;
 }
 
@@ -530,22 +560,25 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     acceptance_result       acc;
     // the target's logits at position i, after the controls with that position's history: seq,
     // then the drafts before it (the row is used before the next position's is made)
-    const auto row = [&](int32_t i) {
-        return sp.controls == nullptr ? tgt_cache_->logits(i)
-                                      : editor_.apply(*sp.controls, tgt_cache_->logits(i), target_->n_vocab, seq.data(),
-                                                      n_seq, drafted_.tokens.data(), i);
+    // (and masked by the grammar in its state there)
+    const auto row = [&](int32_t i, const sampling_params & chain) {
+        const float * r = tgt_cache_->logits(i);
+        if (sp.controls != nullptr) {
+            r = editor_.apply(*sp.controls, r, target_->n_vocab, seq.data(), n_seq, drafted_.tokens.data(), i);
+        }
+        return sp.grammar == nullptr ? r : sp.grammar->at(i).mask(r, target_->n_vocab, chain, grammar_row_);
     };
     // the target's choices and distributions are made from its logits as the rule reads them: none
     // after the first rejected draft
     if (sp.greedy()) {
-        const auto choice = [&](int32_t i) { return argmax(row(i), target_->n_vocab); };
+        const auto choice = [&](int32_t i) { return argmax(row(i, sp), target_->n_vocab); };
         acc               = accept_greedy(drafted_.tokens.data(), n, choice);
     } else {
         if ((int32_t) p_.size() < n + 1) {
             p_.resize(n + 1);
         }
         const auto dist = [&](int32_t i) -> const token_dist & {
-            sampling_distribution(row(i), target_->n_vocab, sp, p_[i]);
+            sampling_distribution(row(i, sp), target_->n_vocab, sp, p_[i]);
             return p_[i];
         };
         acc = params.rule == accept_rule::match
@@ -556,11 +589,14 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
         step_logprobs_.resize(acc.n_accepted + 1);
         for (int32_t i = 0; i <= acc.n_accepted; ++i) {
             const llama_token tok = i < acc.n_accepted ? drafted_.tokens[i] : acc.next;
-            if (sp.greedy()) {
-                row_logprobs(row(i), target_->n_vocab, tok, *params.logprobs, step_logprobs_[i].logprob,
+            if (sp.greedy()) {  // (the softmax over every token the grammar allows)
+                sampling_params all = sp;
+                all.temperature = 1.0f;
+                all.top_k       = 0;
+                row_logprobs(row(i, all), target_->n_vocab, tok, *params.logprobs, step_logprobs_[i].logprob,
                              step_logprobs_[i].top);
             } else {
-                sampling_distribution(row(i), target_->n_vocab, sp, logprob_dist_);
+                sampling_distribution(row(i, sp), target_->n_vocab, sp, logprob_dist_);
                 dist_logprobs(logprob_dist_, tok, *params.logprobs, step_logprobs_[i].logprob, step_logprobs_[i].top);
             }
             step_logprobs_[i].token = tok;

@@ -128,6 +128,11 @@ struct generate_params {
     // position (the chain's; greedy: the softmax of the logits after the controls), with the
     // logprobs likeliest tokens there (at most k_max_logprobs); none: not computed (mode si)
     std::optional<int32_t>   logprobs;
+    // a GBNF grammar (llama.cpp's) the output must follow, from rule grammar_root: the tokens it
+    // rejects are masked out of the target's and the draft's logits alike at every position, with
+    // its state after the tokens before it (mode si, a draft of the target's vocabulary); "": none
+    std::string              grammar;
+    std::string              grammar_root = "root";
 };
 
 constexpr int32_t k_max_logprobs = 20;
@@ -430,6 +435,7 @@ class decoder {
     logit_editor              editor_;  // generate_params::controls on the target's logits
     std::vector<token_logprob> step_logprobs_;  // of the step's emitted tokens (generate_params::logprobs)
     token_dist                logprob_dist_;    // a position's distribution, for its log-probabilities
+    std::vector<float>        grammar_row_;     // the target's logits under the grammar
 };
 
 // throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)

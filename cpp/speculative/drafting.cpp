@@ -1,6 +1,8 @@
 // speculative/drafting.cpp: autoregressive drafting with the draft model.
 #include "speculative/drafting.h"
 
+#include "sampling/grammar.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -124,6 +126,9 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
             logits = editor_.apply(*params.controls, logits, n_vocab, seq.data(), (int32_t) seq.size(),
                                    out.tokens.data(), (int32_t) out.tokens.size());
         }
+        if (params.grammar != nullptr) {  // in the grammar's state after the drafts before it
+            logits = params.grammar->at(i).mask(logits, n_vocab, params, grammar_row_);
+        }
         llama_token tok;
         float       conf;
         const auto  t_sample = std::chrono::steady_clock::now();
@@ -142,6 +147,9 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         }
         out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);
         out.conf.push_back(conf);
+        if (params.grammar != nullptr) {
+            params.grammar->push(tok);  // allowed: it was drawn from the masked logits
+        }
         // the last draft is not decoded here: the target verifies it, and the next step feeds it
         // to the draft together with the target's token if it is kept
         if (i + 1 == n_draft || llama_vocab_is_eog(vocab, tok) || cache_.n_past() >= cache_.n_ctx()) {

@@ -87,6 +87,7 @@ class model_drafter {
     const vocab_map *  map_ = nullptr;
     std::vector<float> masked_;  // the draft's logits with tokens outside the shared set masked
     logit_editor       editor_;  // sampling_params::controls on the draft's logits
+    std::vector<float> grammar_row_;  // the draft's logits under sampling_params::grammar
 };
 
 }  // namespace specllama

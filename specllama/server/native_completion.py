@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .. import infill
-from ..completions import RequestError, _bool, _number, control_fields, timings
+from ..completions import RequestError, _bool, _number, control_fields, grammar_fields, timings
 from ..options import GenerateOptions, make_options
 
 # llama-server's sampler names (and the aliases it accepts) -> the one name used here
@@ -42,7 +42,7 @@ _IDLE_SAMPLERS = {"dry", "xtc", "top_n_sigma", "typ_p"}
 _NEUTRAL = {
     "dry_multiplier": (0, 0.0), "xtc_probability": (0, 0.0), "typical_p": (1, 1.0), "top_n_sigma": (-1, -1.0),
     "mirostat": (0,), "dynatemp_range": (0, 0.0), "n_probs": (0,),
-    "grammar": ("",), "json_schema": ({},), "lora": ([],), "post_sampling_probs": (False,),
+    "lora": ([],), "post_sampling_probs": (False,),
 }
 
 
@@ -152,6 +152,7 @@ def _options(body: dict, defaults: Optional[GenerateOptions]) -> GenerateOptions
         if body.get(name) is not None:
             opts[name] = body[name]
     control_fields(body, opts)
+    grammar_fields(body, opts)
     if "penalties" in opts.pop("_without", ()):  # a samplers list that leaves penalties out: none
         opts.update(repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
     n_cache_reuse = _number(body, "n_cache_reuse", 0, (1 << 31) - 1, integer=True)

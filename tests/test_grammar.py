@@ -1,0 +1,177 @@
+"""Grammars (llama.cpp's GBNF; JSON schemas and OpenAI's response_format through llama-cpp-python's
+converter): the tokens a grammar rejects are masked out of the draft's q and the target's p alike
+at every position, in the grammar's state after the tokens before it, so the output follows the
+constrained target's distribution exactly: chi-square against llama.cpp's own grammar sampler
+applied before the chain, with a negative control (the same samples against the unconstrained
+target); greedy output with the draft equals plain decoding; the server
+returns JSON that parses, and refuses what it cannot follow."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+
+import llama_cpp
+import numpy as np
+import pytest
+
+import specllama
+from test_sampling_end_to_end import _pvalue
+from test_server import _client, running
+
+CHAIN = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
+WORDS = 'root ::= (" the" | " cat" | " is" | " on" | " a" | " mat")+ "."'
+N = 2000
+
+
+class _LlamaGrammar:
+    """llama.cpp's own grammar sampler on the tiny vocabulary, through llama-cpp-python."""
+
+    def __init__(self, path, gbnf):
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.root = llama_cpp.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
+
+    def masked(self, state, logits):
+        n = len(logits)
+        data = (llama_cpp.llama_token_data * n)()
+        for i, v in enumerate(logits):
+            data[i].id, data[i].logit, data[i].p = i, float(v), 0.0
+        arr = llama_cpp.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(state, ctypes.byref(arr))
+        return np.array([data[i].logit for i in range(n)], dtype=np.float32)
+
+    def after(self, state, token):
+        s = llama_cpp.llama_sampler_clone(state)
+        llama_cpp.llama_sampler_accept(s, token)
+        return s
+
+
+def _marginals(path, prompt, constrained=True):
+    """p1 and the second token's marginal sum_x p1(x) p2(. | x), under the grammar (llama.cpp's
+    own sampler, before the chain) or (the negative control) without it."""
+    g = _LlamaGrammar(path, WORDS)
+    model = specllama.Model(path)
+    logits_after = lambda toks: specllama.Context(model, n_ctx=128).decode(toks, all_logits=False)[-1]  # noqa: E731
+
+    def dist(state, logits):
+        masked = g.masked(state, logits) if constrained else logits
+        return specllama.sampling_distribution(masked, **CHAIN).astype(np.float64)
+
+    p1 = dist(g.root, logits_after(prompt))
+    p2 = np.zeros_like(p1)
+    for x in np.flatnonzero(p1):
+        p2 += p1[x] * dist(g.after(g.root, int(x)) if constrained else None, logits_after(prompt + [int(x)]))
+    return p1, p2
+
+
+@pytest.mark.slow
+def test_speculative_sampling_follows_the_constrained_target(tiny):
+    prompt = specllama.Model(tiny.target).tokenize("the cat")
+    p1, p2 = _marginals(tiny.target, prompt)
+    firsts, seconds, n_rejected = [], [], 0
+    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=128) as dec:
+        for seed in range(N):
+            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, adaptive=False, grammar=WORDS, **CHAIN)
+            firsts.append(r.tokens[0])
+            seconds.append(r.tokens[1])
+            n_rejected += r.stats.n_drafted - r.stats.n_accepted
+    assert n_rejected > N // 10, "the pair must disagree for this test to mean anything"
+    assert _pvalue(np.array(firsts), p1) > 1e-4
+    assert _pvalue(np.array(seconds), p2) > 1e-4
+    wrong = _marginals(tiny.target, prompt, constrained=False)[1]
+    try:
+        p_wrong = _pvalue(np.array(seconds), wrong)
+    except AssertionError:  # a token the wrong distribution cannot draw
+        p_wrong = 0.0
+    assert p_wrong < 1e-6
+
+
+def test_greedy_with_a_grammar_is_plain_greedy_decoding(tiny):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        plain = dec.generate("the cat", max_tokens=30, temperature=0, speculative=False, grammar=WORDS)
+        spec = dec.generate("the cat", max_tokens=30, temperature=0, grammar=WORDS, n_draft=4, adaptive=False)
+        sampled = dec.generate("the cat", max_tokens=30, seed=5, grammar=WORDS, n_draft=4, adaptive=False)
+    assert spec.tokens == plain.tokens and spec.stats.n_drafted > 0
+    for r in (plain, sampled):
+        words = r.text.rstrip(".").split()
+        assert words and set(words) <= {"the", "cat", "is", "on", "a", "mat"} or r.finish_reason == "length", r.text
+
+
+def test_a_grammar_that_does_not_parse_is_refused(tiny):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=128) as dec:
+        with pytest.raises(ValueError, match="grammar"):
+            dec.generate("the cat", max_tokens=2, grammar='root ::= ("a"')
+        assert dec.generate("the cat", max_tokens=2, temperature=0).tokens
+
+
+ENUM = {"type": "object", "properties": {"pet": {"enum": ["cat", "dog"]}, "legs": {"enum": [3, 4]}},
+        "required": ["pet", "legs"]}
+
+
+def test_the_server_follows_schemas_and_refuses_what_it_cannot(tiny):
+    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "512"]) as s:
+        msgs = [{"role": "user", "content": "a pet"}]
+        for body in [{"response_format": {"type": "json_schema", "json_schema": {"name": "pet", "schema": ENUM}}},
+                     {"json_schema": ENUM}]:
+            r = s.post("/v1/chat/completions", dict(body, messages=msgs, max_tokens=40, temperature=0)).json()
+            out = json.loads(r["choices"][0]["message"]["content"])
+            assert out["pet"] in ("cat", "dog") and out["legs"] in (3, 4)
+        r = s.post("/completion", {"prompt": "a pet", "json_schema": ENUM, "n_predict": 40, "temperature": 0}).json()
+        assert set(json.loads(r["content"])) == {"pet", "legs"}
+        for body, param in [({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "strin"}}}},
+                             "response_format"),
+                            ({"grammar": 'root ::= ("a"'}, "grammar"),
+                            ({"json_schema": ENUM, "grammar": 'root ::= "a"'}, "grammar"),
+                            ({"response_format": {"type": "yaml"}}, "response_format")]:
+            r = s.post("/v1/chat/completions", dict(body, messages=msgs, max_tokens=4))
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        assert s.health()["status"] == "ok"
+
+
+@pytest.mark.real_pair
+@pytest.mark.slow
+def test_structured_output_with_the_openai_client(qwen_pair):
+    """client.chat.completions.parse with a Pydantic model, on the Qwen2.5-Coder pair."""
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: str
+        country: str
+        population_millions: float
+
+    target, draft = qwen_pair
+    with running(["-m", target, "-d", draft, "-c", "2048", "-t", "2", "--alias", "qwen"]) as s:
+        r = _client(s).chat.completions.parse(
+            model="qwen", temperature=0, max_tokens=80, response_format=City,
+            messages=[{"role": "user", "content": "The capital of France, as JSON."}])
+    city = r.choices[0].message.parsed
+    assert isinstance(city, City) and city.name == "Paris" and city.country == "France"
+
+
+def test_the_cli_takes_a_json_schema_and_a_grammar_file(tiny, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from test_server import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    (tmp_path / "pet.json").write_text(json.dumps(ENUM))
+    (tmp_path / "words.gbnf").write_text(WORDS)
+    base = [sys.executable, "-m", "specllama", "generate", "a pet", "-m", tiny.target_q, "-d", tiny.draft_q,
+            "--temp", "0", "-n", "40", "-c", "256", "--json"]
+    out = subprocess.run(base + ["--json-schema", "@" + str(tmp_path / "pet.json")], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert set(json.loads(json.loads(out.stdout)["text"])) == {"pet", "legs"}
+    out = subprocess.run(base + ["--grammar-file", str(tmp_path / "words.gbnf")], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0 and set(json.loads(out.stdout)["text"].rstrip(".").split()) <= {
+        "the", "cat", "is", "on", "a", "mat"}, out.stdout
+    out = subprocess.run(base + ["--json-schema", '{"type": "strin"}'], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert out.returncode == 2 and "json-schema" in out.stderr and "Traceback" not in out.stderr
