@@ -147,8 +147,10 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         }
         out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);
         out.conf.push_back(conf);
-        if (params.grammar != nullptr) {
-            params.grammar->push(tok);  // allowed: it was drawn from the masked logits
+        if (params.grammar != nullptr && !params.grammar->push(tok)) {  // (drawn from the masked logits: allowed)
+            out.tokens.pop_back();
+            out.conf.pop_back();
+            break;
         }
         // the last draft is not decoded here: the target verifies it, and the next step feeds it
         // to the draft together with the target's token if it is kept
