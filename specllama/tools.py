@@ -2,9 +2,9 @@
 a call as <tool_call>{"name": ..., "arguments": {...}}</tool_call>: OpenAI's tools checked, calls
 parsed out of the generated text into OpenAI's tool_calls, and a stream's text held back from
 the first <tool_call> on. Small models often leave the tags out and answer with the JSON object
-alone, bare or in a ```json block: a reply that is only that is taken as a call too (as
-llama.cpp's Hermes parser takes it). Another family's calls (Mistral's [TOOL_CALLS], Llama 3.1's
-<|python_tag|>) are not parsed: their text comes back as the message's content."""
+alone, bare or in a ```json block: a reply that is only that is taken as a call too. Another
+family's calls (Mistral's [TOOL_CALLS], Llama 3.1's <|python_tag|>) are not parsed: their text
+comes back as the message's content."""
 
 from __future__ import annotations
 
