@@ -50,7 +50,7 @@ class _LlamaGrammar:
         return s
 
 
-def _marginals(path, prompt, constrained=True):
+def _marginals(path, prompt, constrained=True, chain=CHAIN):
     """p1 and the second token's marginal sum_x p1(x) p2(. | x), under the grammar (llama.cpp's
     own sampler, before the chain) or (the negative control) without it."""
     g = _LlamaGrammar(path, WORDS)
@@ -59,7 +59,7 @@ def _marginals(path, prompt, constrained=True):
 
     def dist(state, logits):
         masked = g.masked(state, logits) if constrained else logits
-        return specllama.sampling_distribution(masked, **CHAIN).astype(np.float64)
+        return specllama.sampling_distribution(masked, **chain).astype(np.float64)
 
     p1 = dist(g.root, logits_after(prompt))
     p2 = np.zeros_like(p1)
@@ -69,20 +69,23 @@ def _marginals(path, prompt, constrained=True):
 
 
 @pytest.mark.slow
-def test_speculative_sampling_follows_the_constrained_target(tiny):
+@pytest.mark.parametrize("chain", [CHAIN, dict(CHAIN, top_k=40, top_p=0.8, min_p=0.1)], ids=["top-k", "all filters"])
+def test_speculative_sampling_follows_the_constrained_target(tiny, chain):
+    """With top-p and min-p, the loop checks the vocabulary only until the tokens further down
+    cannot change what they keep: the samples must still follow the full check's distribution."""
     prompt = specllama.Model(tiny.target).tokenize("the cat")
-    p1, p2 = _marginals(tiny.target, prompt)
+    p1, p2 = _marginals(tiny.target, prompt, chain=chain)
     firsts, seconds, n_rejected = [], [], 0
     with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=128) as dec:
         for seed in range(N):
-            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, adaptive=False, grammar=WORDS, **CHAIN)
+            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, adaptive=False, grammar=WORDS, **chain)
             firsts.append(r.tokens[0])
             seconds.append(r.tokens[1])
             n_rejected += r.stats.n_drafted - r.stats.n_accepted
     assert n_rejected > N // 10, "the pair must disagree for this test to mean anything"
     assert _pvalue(np.array(firsts), p1) > 1e-4
     assert _pvalue(np.array(seconds), p2) > 1e-4
-    wrong = _marginals(tiny.target, prompt, constrained=False)[1]
+    wrong = _marginals(tiny.target, prompt, constrained=False, chain=chain)[1]
     try:
         p_wrong = _pvalue(np.array(seconds), wrong)
     except AssertionError:  # a token the wrong distribution cannot draw

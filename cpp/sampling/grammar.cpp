@@ -10,6 +10,50 @@
 
 namespace specllama {
 
+namespace {
+
+// top-p's head over candidates of weights w (descending) and normalizer z: how many it keeps, or
+// w.size() + 1 where the candidates do not hold top_p of z
+size_t top_p_head(const std::vector<double> & w, double z, float top_p) {
+    double cum = 0.0;
+    for (size_t i = 0; i < w.size(); ++i) {
+        cum += w[i] / z;
+        if (cum >= top_p) {
+            return i + 1;
+        }
+    }
+    return w.size() + 1;
+}
+
+// whether the chain p makes the same distribution from the allowed tokens found so far (logits
+// found, descending) whatever the tokens not yet checked hold: each of them has a logit of at most
+// l_next, and at most n_more of them could join the candidates. Their weight can only move top-p's
+// cut further down; it settles where that cut stays among the found tokens, or where min-p drops
+// everything below them. (The infill sampler, which reads every candidate, never settles.)
+bool settled(const std::vector<float> & found, float l_next, int32_t n_more, const sampling_params & p) {
+    if (p.infill != nullptr || found.empty()) {
+        return false;
+    }
+    const float lmax       = found[0];
+    const bool  min_p_cuts = p.min_p > 0.0f && l_next < lmax + std::log(p.min_p);
+    if (p.top_p >= 1.0f) {
+        return min_p_cuts;
+    }
+    thread_local std::vector<double> w;
+    w.resize(found.size());
+    double sum = 0.0;
+    for (size_t i = 0; i < found.size(); ++i) {
+        w[i] = std::exp((double) found[i] - lmax);
+        sum += w[i];
+    }
+    const double rest  = (double) n_more * std::exp((double) l_next - lmax);
+    const size_t least = top_p_head(w, sum, p.top_p);
+    const size_t most  = top_p_head(w, sum + rest, p.top_p);
+    return (most <= found.size() && least == most) || (least == found.size() && min_p_cuts);
+}
+
+}  // namespace
+
 grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root) {
     take_last_error();
     smpl_ = llama_sampler_init_grammar(vocab, gbnf.c_str(), root.c_str());
@@ -54,7 +98,9 @@ const float * grammar_state::mask(const float * logits, int32_t n_vocab, const s
     order_.resize(n_vocab);
     std::iota(order_.begin(), order_.end(), 0);
     int32_t found = 0;
-    // the likeliest tokens in growing blocks, checked a block at a time, until enough are allowed
+    found_.clear();
+    // the likeliest tokens in growing blocks, checked a block at a time, until enough are allowed or
+    // the rest cannot change what the chain makes of those
     for (int32_t start = 0, block = 64; start < n_vocab && found < want; start += block, block *= 4) {
         const int32_t end = std::min(n_vocab, start + block);
         if (want < n_vocab) {
@@ -72,8 +118,14 @@ const float * grammar_state::mask(const float * logits, int32_t n_vocab, const s
         for (const llama_token_data & d : cand_) {
             if (d.logit != -INFINITY && found < want) {
                 out[d.id] = logits[d.id];
+                found_.push_back(logits[d.id]);
                 ++found;
             }
+        }
+        // (after a partial sort the next token in order is the likeliest one not yet checked)
+        if (want < n_vocab && end < n_vocab && found < want &&
+            settled(found_, logits[order_[end]], want - found, p)) {
+            break;
         }
     }
     if (found == 0) {

@@ -3,7 +3,8 @@
 // (sampling.h) takes its top-k, for the draft's logits and the target's alike, so the rejection
 // rule emits exactly the constrained target's distribution. Only as much of the vocabulary is
 // checked as the chain reads: the likeliest tokens, in order, until top_k of them are allowed (the
-// first allowed one for greedy decoding); the whole vocabulary without top-k.
+// first allowed one for greedy decoding), or until no token further down could change what top-p
+// and min-p keep of those found; the whole vocabulary without top-k.
 // Not here: which state goes with which drafted position (speculative/decoder.cpp).
 #pragma once
 
@@ -30,13 +31,15 @@ class grammar_state {
     void accept(llama_token token);
     // logits with what sampling with p reads of the rejected tokens at -inf, in out (n_vocab
     // entries): for greedy decoding the first allowed token by logit, for top_k > 0 the top_k
-    // likeliest allowed ones, else every allowed token. std::invalid_argument where it allows none.
+    // likeliest allowed ones (or as many of them as decide p's distribution), else every allowed
+    // token. std::invalid_argument where it allows none.
     const float * mask(const float * logits, int32_t n_vocab, const sampling_params & p, std::vector<float> & out);
 
   private:
     llama_sampler *                   smpl_ = nullptr;
     std::vector<int32_t>              order_;  // token ids, partly sorted by logit
     std::vector<llama_token_data>     cand_;
+    std::vector<float>                found_;  // logits of the allowed tokens found, descending
 };
 
 // the grammar's state at each position of a verification step: after the tokens emitted so far
