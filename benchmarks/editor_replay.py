@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from serve_bench import portable, start, stop  # noqa: E402
+from serve_bench import fresh_servers, llama_cpp_bin  # noqa: E402
 
 from specllama.provenance import portable_settings, provenance  # noqa: E402
 
@@ -121,33 +120,26 @@ def main():
     from specllama.models import pair_paths
 
     target, draft = pair_paths(args.pair, args.target_type)
-    llama_bin = Path(subprocess.run(["bash", str(HERE / "build_llama_cpp.sh")], capture_output=True, text=True,
-                                    check=True).stdout.strip().splitlines()[-1])
     kinds = args.servers.split(",")
     requests = session(args.first_line, args.lines)
     extra = extra_chunks()
     runs = {k: [] for k in kinds}
     texts = {}
     commands = {}
-    for r in range(args.rounds):
-        for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
-            proc, url, cmd = start(kind, target, draft, 1, args.ctx_size, args.threads, llama_bin,
-                                   ["--cache-reuse", str(args.cache_reuse)])
-            commands.setdefault(kind, portable(cmd))
-            try:
-                # a connection per request, as the extensions' curl and axios calls make them
-                with httpx.Client(base_url=url, timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as http:
-                    one(http, "", "", "", extra, 1)  # the server's first request (allocations, graphs)
-                    got = [one(http, p, typed, s, extra, args.n_predict) for p, typed, s in requests]
-            finally:
-                stop(proc)
-            runs[kind] += got
-            texts.setdefault(kind, [g["text"] for g in got])
-            s = summary(got)
-            print(f"round {r + 1} {kind:22s} p50 {s['latency_p50_ms']:7.0f} ms  p90 {s['latency_p90_ms']:7.0f} ms  "
-                  f"ttft {s['ttft_p50_ms']:6.0f} ms  {s['tokens_per_second_median']:5.1f} tok/s  cached "
-                  f"{s['prompt_tokens_cached']}/{s['prompt_tokens_cached'] + s['prompt_tokens_processed']}",
-                  flush=True)
+    for r, kind, url, cmd in fresh_servers(kinds, args.rounds, target, draft, args.ctx_size, args.threads,
+                                           llama_cpp_bin(), ["--cache-reuse", str(args.cache_reuse)]):
+        commands.setdefault(kind, cmd)
+        # a connection per request, as the extensions' curl and axios calls make them
+        with httpx.Client(base_url=url, timeout=600, limits=httpx.Limits(max_keepalive_connections=0)) as http:
+            one(http, "", "", "", extra, 1)  # the server's first request (allocations, graphs)
+            got = [one(http, p, typed, s, extra, args.n_predict) for p, typed, s in requests]
+        runs[kind] += got
+        texts.setdefault(kind, [g["text"] for g in got])
+        s = summary(got)
+        print(f"round {r + 1} {kind:22s} p50 {s['latency_p50_ms']:7.0f} ms  p90 {s['latency_p90_ms']:7.0f} ms  "
+              f"ttft {s['ttft_p50_ms']:6.0f} ms  {s['tokens_per_second_median']:5.1f} tok/s  cached "
+              f"{s['prompt_tokens_cached']}/{s['prompt_tokens_cached'] + s['prompt_tokens_processed']}",
+              flush=True)
     table = {k: summary(v) for k, v in runs.items()}
     same = {k: texts[k] == texts[kinds[0]] for k in kinds}
     for k in kinds:

@@ -92,6 +92,25 @@ def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threa
     return proc, url, cmd
 
 
+def llama_cpp_bin() -> Path:
+    """Where benchmarks/build_llama_cpp.sh puts llama.cpp's programs (built there on first use)."""
+    out = subprocess.run(["bash", str(HERE / "build_llama_cpp.sh")], capture_output=True, text=True, check=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def fresh_servers(kinds, rounds: int, target: str, draft: str, n_ctx: int, threads: int, llama_bin: Path,
+                  extra=()):
+    """Each round, each kind of server started fresh (one slot), the kinds' order rotating by round:
+    yields (round, kind, url, its portable command line) and stops the server after its turn."""
+    for r in range(rounds):
+        for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
+            proc, url, cmd = start(kind, target, draft, 1, n_ctx, threads, llama_bin, extra)
+            try:
+                yield r, kind, url, portable(cmd)
+            finally:
+                stop(proc)
+
+
 def stop(proc) -> None:
     """Stop a server as Ctrl-C does (killed if it has not ended within a minute)."""
     proc.send_signal(signal.SIGINT)
@@ -177,8 +196,7 @@ def main():
     kinds = args.servers.split(",")
     llama_bin = None
     if any(k.startswith("llama-server") for k in kinds):
-        llama_bin = Path(subprocess.run(["bash", str(HERE / "build_llama_cpp.sh")], capture_output=True, text=True,
-                                        check=True).stdout.strip().splitlines()[-1])
+        llama_bin = llama_cpp_bin()
     source = provenance({"target": target, "draft": draft}, args.threads)
     levels = [int(c) for c in args.concurrency.split(",")]
     table = {}

@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from serve_bench import portable, start, stop  # noqa: E402
+from serve_bench import fresh_servers, llama_cpp_bin  # noqa: E402
 
 from specllama.provenance import portable_settings, provenance  # noqa: E402
 
@@ -71,25 +70,18 @@ def main():
     from specllama.models import pair_paths
 
     target, draft = pair_paths(args.pair, args.target_type)
-    llama_bin = Path(subprocess.run(["bash", str(HERE / "build_llama_cpp.sh")], capture_output=True, text=True,
-                                    check=True).stdout.strip().splitlines()[-1])
     kinds = args.servers.split(",")
     temps = [float(x) for x in args.temps.split(",")]
     runs = {(k, t): [] for k in kinds for t in temps}
     commands = {}
-    for r in range(args.rounds):
-        for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
-            proc, url, cmd = start(kind, target, draft, 1, 2048, args.threads, llama_bin)
-            commands.setdefault(kind, portable(cmd))
-            try:
-                with httpx.Client(base_url=url, timeout=900) as http:
-                    one(http, TEXTS[0], 0.0, 0, 8)  # the server's first request (allocations, graphs)
-                    for temp in temps:
-                        for i, text in enumerate(TEXTS):
-                            runs[(kind, temp)].append(one(http, text, temp, 100 * r + i, args.n_predict))
-            finally:
-                stop(proc)
-            print(f"round {r + 1} {kind} done", flush=True)
+    for r, kind, url, cmd in fresh_servers(kinds, args.rounds, target, draft, 2048, args.threads, llama_cpp_bin()):
+        commands.setdefault(kind, cmd)
+        with httpx.Client(base_url=url, timeout=900) as http:
+            one(http, TEXTS[0], 0.0, 0, 8)  # the server's first request (allocations, graphs)
+            for temp in temps:
+                for i, text in enumerate(TEXTS):
+                    runs[(kind, temp)].append(one(http, text, temp, 100 * r + i, args.n_predict))
+        print(f"round {r + 1} {kind} done", flush=True)
     table = {}
     for (kind, temp), got in runs.items():
         drafted = sum(g["draft_n"] for g in got)

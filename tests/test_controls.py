@@ -13,7 +13,7 @@ import pytest
 
 import specllama
 from specllama.options import make_options
-from test_sampling_end_to_end import _dist_after, _pvalue
+from test_sampling_end_to_end import _dist_after, _pvalue, first_two_tokens, pvalue_or_zero
 
 CHAIN = dict(temperature=1.0, top_k=40, top_p=0.95, min_p=0.0)
 PENALTIES = dict(repeat_penalty=1.8, repeat_last_n=8, presence_penalty=1.0, frequency_penalty=0.7)
@@ -100,26 +100,15 @@ def test_speculative_sampling_follows_the_controlled_target(tiny, which):
     else:
         controls = {"logit_bias": {favoured[0]: 3.0, favoured[1]: 2.0, int(np.argmax(p_plain)): -math.inf}}
     p1, p2 = _marginals(target, prompt, controls)
-    firsts, seconds, n_rejected = [], [], 0
-    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=128) as dec:
-        for seed in range(N):
-            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, adaptive=False, **CHAIN,
-                             **controls)
-            firsts.append(r.tokens[0])
-            seconds.append(r.tokens[1])
-            n_rejected += r.stats.n_drafted - r.stats.n_accepted
+    firsts, seconds, n_rejected = first_two_tokens(tiny.target, tiny.far_draft, prompt, CHAIN, N, **controls)
     assert n_rejected > N // 10, "the pair must disagree for this test to mean anything"
-    assert _pvalue(np.array(firsts), p1) > 1e-4
-    assert _pvalue(np.array(seconds), p2) > 1e-4
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
     if which == "logit_bias":
         wrong = _marginals(target, prompt, {})[1]
     else:
         wrong = _marginals(target, prompt, controls, window_without_first=True)[1]
-    try:
-        p_wrong = _pvalue(np.array(seconds), wrong)
-    except AssertionError:  # a token the wrong distribution cannot draw
-        p_wrong = 0.0
-    assert p_wrong < 1e-6
+    assert pvalue_or_zero(seconds, wrong) < 1e-6
 
 
 @pytest.mark.parametrize("controls", [PENALTIES, {"logit_bias": {10: 4.0, 11: -math.inf}},

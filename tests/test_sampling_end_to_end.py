@@ -40,13 +40,23 @@ def _pvalue(samples, p):
     return stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
 
 
-def first_two_tokens(target_path, draft_path, prompt, **kw):
-    """N seeded generations of 3 tokens with n_draft 2: the first and second tokens (numpy arrays)
-    and how many drafts the rejection rule corrected."""
+def pvalue_or_zero(samples, p):
+    """_pvalue, or 0 where the samples hold a token p cannot draw (for a negative control)."""
+    try:
+        return _pvalue(samples, p)
+    except AssertionError:
+        return 0.0
+
+
+def first_two_tokens(target_path, draft_path, prompt, settings=None, n=N, **kw):
+    """n seeded generations of 3 tokens with n_draft 2, sampling with settings (default: SETTINGS)
+    and kw: the first and second tokens (numpy arrays) and how many drafts the rejection rule
+    corrected."""
     firsts, seconds, n_rejected = [], [], 0
     with specllama.SpeculativeDecoder(target_path, draft_path, n_ctx=128) as dec:
-        for seed in range(N):
-            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, **SETTINGS, **kw)
+        for seed in range(n):
+            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, **(settings or SETTINGS),
+                             **kw)
             assert len(r.tokens) == 3
             firsts.append(r.tokens[0])
             seconds.append(r.tokens[1])

@@ -61,6 +61,12 @@ def test_template_messages_pass_arguments_as_objects():
     assert msgs[0]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'  # the request's own is left alone
 
 
+@pytest.fixture(scope="module")
+def tiny_server(tiny):
+    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "256"]) as s:
+        yield s
+
+
 @pytest.mark.parametrize("body, param", [
     ({"tools": [{"type": "function"}]}, "tools"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, "tools"),
@@ -68,12 +74,12 @@ def test_template_messages_pass_arguments_as_objects():
     ({"tools": [WEATHER], "tool_choice": "required"}, "tool_choice"),
     ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
 ])
-def test_bad_tools_requests_are_400s(tiny, body, param):
-    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "256"]) as s:
-        r = s.post("/v1/chat/completions", dict(body, messages=[{"role": "user", "content": "hi"}], max_tokens=2))
-        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
-        assert s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
-                                               "tools": [WEATHER]}).status_code == 200
+def test_bad_tools_requests_are_400s(tiny_server, body, param):
+    s = tiny_server
+    r = s.post("/v1/chat/completions", dict(body, messages=[{"role": "user", "content": "hi"}], max_tokens=2))
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+                                           "tools": [WEATHER]}).status_code == 200
 
 
 @pytest.fixture(scope="module")

@@ -246,13 +246,10 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (params.logprobs && params.mode == decode_mode::dsi) {
         throw std::invalid_argument("logprobs are not available in mode 'dsi'");
     }
-    if (!params.grammar.empty()) {
-        if (params.mode == decode_mode::dsi || vocab_map_) {
-            throw std::invalid_argument(params.mode == decode_mode::dsi
-                                            ? "a grammar is not available in mode 'dsi'"
-                                            : "a grammar needs a draft with the target's vocabulary; this draft's differs");
-        }
-        grammar_state(target_->vocab, params.grammar, params.grammar_root);  // throws where it does not parse
+    if (!params.grammar.empty() && (params.mode == decode_mode::dsi || vocab_map_)) {
+        throw std::invalid_argument(params.mode == decode_mode::dsi
+                                        ? "a grammar is not available in mode 'dsi'"
+                                        : "a grammar needs a draft with the target's vocabulary; this draft's differs");
     }
     if (params.controls.active() && vocab_map_) {
         throw std::invalid_argument("logit_bias and the repetition penalties need a draft with the target's vocabulary; "
@@ -279,6 +276,9 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
 
 void decoder::validate(const generate_params & params) const {
     plan_run(params);
+    if (!params.grammar.empty()) {  // (a generation parses it when it starts)
+        grammar_state(target_->vocab, params.grammar, params.grammar_root);  // throws where it does not parse
+    }
 }
 
 std::string decoder::run_plan::drafter() const {
@@ -595,9 +595,8 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
                 all.top_k       = 0;
                 row_logprobs(row(i, all), target_->n_vocab, tok, *params.logprobs, step_logprobs_[i].logprob,
                              step_logprobs_[i].top);
-            } else {
-                sampling_distribution(row(i, sp), target_->n_vocab, sp, logprob_dist_);
-                dist_logprobs(logprob_dist_, tok, *params.logprobs, step_logprobs_[i].logprob, step_logprobs_[i].top);
+            } else {  // (both rules read p at every position up to the one that emitted next)
+                dist_logprobs(p_[i], tok, *params.logprobs, step_logprobs_[i].logprob, step_logprobs_[i].top);
             }
             step_logprobs_[i].token = tok;
         }

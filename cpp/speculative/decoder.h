@@ -434,7 +434,6 @@ class decoder {
     acceptance_scratch        scratch_;
     logit_editor              editor_;  // generate_params::controls on the target's logits
     std::vector<token_logprob> step_logprobs_;  // of the step's emitted tokens (generate_params::logprobs)
-    token_dist                logprob_dist_;    // a position's distribution, for its log-probabilities
     std::vector<float>        grammar_row_;     // the target's logits under the grammar
 };
 

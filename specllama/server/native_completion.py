@@ -129,7 +129,7 @@ def _options(body: dict, defaults: Optional[GenerateOptions]) -> GenerateOptions
     top_k = _number(body, "top_k", -(1 << 30), 1 << 30, integer=True)
     if top_k is not None:
         opts["top_k"] = max(0, top_k)
-    _apply_samplers(body.get("samplers"), opts, temperature)
+    left_out = _apply_samplers(body.get("samplers"), opts, temperature)
     seed = _number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True)
     if seed is not None and seed >= 0:
         opts["seed"] = seed
@@ -153,7 +153,7 @@ def _options(body: dict, defaults: Optional[GenerateOptions]) -> GenerateOptions
             opts[name] = body[name]
     control_fields(body, opts)
     grammar_fields(body, opts)
-    if "penalties" in opts.pop("_without", ()):  # a samplers list that leaves penalties out: none
+    if "penalties" in left_out:  # a samplers list that leaves penalties out: none
         opts.update(repeat_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
     n_cache_reuse = _number(body, "n_cache_reuse", 0, (1 << 31) - 1, integer=True)
     if n_cache_reuse is not None:  # llama-server's per-request --cache-reuse
@@ -165,14 +165,14 @@ def _options(body: dict, defaults: Optional[GenerateOptions]) -> GenerateOptions
     return options
 
 
-def _apply_samplers(samplers: Any, opts: Dict[str, Any], temperature: Optional[float]) -> None:
-    """llama-server's sampler list mapped onto this server's chain (top-k, top-p, min-p,
+def _apply_samplers(samplers: Any, opts: Dict[str, Any], temperature: Optional[float]) -> List[str]:
+    """llama-server's sampler list mapped onto this server's chain (penalties, top-k, top-p, min-p,
     temperature, infill, in that order): a sampler left out of the list does nothing. Without a
-    list, the chain as llama-server's default."""
+    list, the chain as llama-server's default. Returns the samplers of the chain left out."""
     if samplers is None:
         if temperature is not None:
             opts["temperature"] = max(0.0, float(temperature))
-        return
+        return []
     if isinstance(samplers, str):
         bad = next((c for c in samplers if c not in _SAMPLER_CHARS), None)
         if bad is not None:
@@ -193,7 +193,6 @@ def _apply_samplers(samplers: Any, opts: Dict[str, Any], temperature: Optional[f
     if chain != sorted(chain, key=_CHAIN.index) or len(set(chain)) != len(chain):
         raise RequestError(f"'samplers' must keep the order {', '.join(_CHAIN)} (each at most once)", "samplers",
                            "unsupported_value")
-    opts["_without"] = [n for n in _CHAIN if n not in chain]
     if "top_k" not in chain:
         opts["top_k"] = 0
     if "top_p" not in chain:
@@ -207,6 +206,7 @@ def _apply_samplers(samplers: Any, opts: Dict[str, Any], temperature: Optional[f
         opts["temperature"] = 1.0  # llama.cpp's chain without a temperature sampler draws at T = 1
     if "infill" in chain:
         opts["infill"] = True
+    return [n for n in _CHAIN if n not in chain]
 
 
 def prompt_tokens(dec, req: NativeRequest, n_batch: int, server_n_predict: int) -> List[int]:
