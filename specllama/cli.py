@@ -114,6 +114,10 @@ def model_options(fn):
                           "draft model (the model alone with --mode dsi)."),
         click.option("--fixed-draft", is_flag=True,
                      help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
+        click.option("--forced-drafts/--no-forced-drafts", default=True, show_default=True,
+                     help="With a grammar and a draft model: where the grammar leaves no choice of the next "
+                          "characters (a JSON schema's keys), draft their tokens ahead of the draft model, without "
+                          "draft decodes to choose them. The output is the same either way."),
         click.option("-c", "--ctx-size", type=click.IntRange(0), default=DECODER_DEFAULTS["n_ctx"], show_default=True,
                      help="Context size in tokens (0 = the model's)."),
         click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = the physical cores)."),
@@ -156,7 +160,8 @@ def model_options(fn):
                           "kept: device (a copy within the GPU's memory), host, or auto (device where the model "
                           "is offloaded). The output is the same either way."),
     ]
-    names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "ctx_size", "threads", "threads_draft",
+    names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "forced_drafts",
+             "ctx_size", "threads", "threads_draft",
              "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "checkpoint_memory", "device",
              "device_draft", "split_mode",
              "tensor_split", "main_gpu", "rpc", "dsi_devices"]
@@ -294,7 +299,7 @@ def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
         kwargs = dict(so, **do, threads_draft=mo["threads_draft"], drafter=mo["drafter"], **extra)
     else:
         kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
-                      speculative=not mo["no_draft"], **extra)
+                      speculative=not mo["no_draft"], forced_drafts=mo["forced_drafts"], **extra)
     try:
         # the decoder's n_draft is checked by the same rule
         make_options(**kwargs, **({} if do else {"n_draft": mo["n_draft"]}))

@@ -476,7 +476,8 @@ def usage(stats) -> Dict[str, Any]:
 
 
 def timings(stats) -> Dict[str, Any]:
-    """llama-server's timings object, with its draft counts."""
+    """llama-server's timings object, with its draft counts (and, under a grammar, how many of the
+    drafts the grammar forced: draft_n_forced, draft_n_forced_accepted)."""
     prompt_n = stats.n_prompt - stats.n_prompt_cached
     prompt_ms = stats.t_prefill_ms
     predicted_ms = stats.t_total_ms - stats.t_prefill_ms
@@ -487,7 +488,9 @@ def timings(stats) -> Dict[str, Any]:
             "predicted_n": n, "predicted_ms": predicted_ms,
             "predicted_per_token_ms": predicted_ms / n if n else 0.0,
             "predicted_per_second": n * 1000.0 / predicted_ms if predicted_ms > 0 else 0.0,
-            "draft_n": stats.n_drafted, "draft_n_accepted": stats.n_accepted}
+            "draft_n": stats.n_drafted, "draft_n_accepted": stats.n_accepted,
+            **({"draft_n_forced": stats.n_forced_drafted, "draft_n_forced_accepted": stats.n_forced_accepted}
+               if stats.n_forced_drafted else {})}
 
 
 def response(req: Request, rid: str, model: str, created: int, text: str, finish_reason: str, stats,

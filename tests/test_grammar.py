@@ -18,6 +18,7 @@ import pytest
 import specllama
 from test_sampling_end_to_end import _pvalue, first_two_tokens, pvalue_or_zero
 from test_server import _client, running
+from tiny_models import vocab
 
 CHAIN = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
 WORDS = 'root ::= (" the" | " cat" | " is" | " on" | " a" | " mat")+ "."'
@@ -50,21 +51,24 @@ class _LlamaGrammar:
         return s
 
 
-def _marginals(path, prompt, constrained=True, chain=CHAIN):
+def _marginals(path, prompt, constrained=True, chain=CHAIN, gbnf=WORDS, controls=None):
     """p1 and the second token's marginal sum_x p1(x) p2(. | x), under the grammar (llama.cpp's
-    own sampler, before the chain) or (the negative control) without it."""
-    g = _LlamaGrammar(path, WORDS)
+    own sampler, before the chain) or (the negative control) without it; with controls (logit
+    bias and penalties, sampling_distribution's arguments), with each position's history."""
+    g = _LlamaGrammar(path, gbnf)
     model = specllama.Model(path)
     logits_after = lambda toks: specllama.Context(model, n_ctx=128).decode(toks, all_logits=False)[-1]  # noqa: E731
 
-    def dist(state, logits):
+    def dist(state, toks):
+        logits = logits_after(toks)
         masked = g.masked(state, logits) if constrained else logits
-        return specllama.sampling_distribution(masked, **chain).astype(np.float64)
+        extra = dict(controls, history=toks) if controls else {}
+        return specllama.sampling_distribution(masked, **chain, **extra).astype(np.float64)
 
-    p1 = dist(g.root, logits_after(prompt))
+    p1 = dist(g.root, prompt)
     p2 = np.zeros_like(p1)
     for x in np.flatnonzero(p1):
-        p2 += p1[x] * dist(g.after(g.root, int(x)) if constrained else None, logits_after(prompt + [int(x)]))
+        p2 += p1[x] * dist(g.after(g.root, int(x)) if constrained else None, prompt + [int(x)])
     return p1, p2
 
 
@@ -80,6 +84,51 @@ def test_speculative_sampling_follows_the_constrained_target(tiny, chain):
     assert _pvalue(firsts, p1) > 1e-4
     assert _pvalue(seconds, p2) > 1e-4
     assert pvalue_or_zero(seconds, _marginals(tiny.target, prompt, constrained=False, chain=chain)[1]) < 1e-6
+
+
+FORCING = 'root ::= ("a" | "o") " the cat is" (" on" | " a" | " mat")+ "."'
+
+
+@pytest.mark.slow
+def test_forced_drafts_with_every_control_follow_the_controlled_target(tiny):
+    """The text a grammar forces after the first token (" the cat is") is drafted with q = 1 as the
+    vocabulary tokenizes it (" the", " cat"), while the target may spell it otherwise (" ", "t",
+    ...): the rule must keep each forced draft with probability p and otherwise draw from p without
+    it. With a logit bias that makes " the" likely, and every penalty, all applied alike: the first
+    two tokens follow the controlled, constrained target. Negative controls: forced drafts kept
+    unchecked (the second token always " the"), and the target without the controls."""
+    the = vocab().index("\u2581the")
+    controls = dict(logit_bias={the: 1.0}, repeat_penalty=1.3, repeat_last_n=8, presence_penalty=0.4,
+                    frequency_penalty=0.3)
+    prompt = specllama.Model(tiny.target).tokenize("the cat")
+    p1, p2 = _marginals(tiny.target, prompt, gbnf=FORCING, controls=controls)
+    assert 0.2 < p2[the] < 0.8, "the forced draft must be kept sometimes and rejected sometimes"
+    firsts, seconds, forced, kept = [], [], 0, 0
+    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=128) as dec:
+        for seed in range(N):
+            r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, adaptive=False, **CHAIN,
+                             grammar=FORCING, **controls)
+            firsts.append(r.tokens[0])
+            seconds.append(r.tokens[1])
+            forced += r.stats.n_forced_drafted
+            kept += r.stats.n_forced_accepted
+    firsts, seconds = np.array(firsts), np.array(seconds)
+    assert 0 < kept < forced
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
+    unchecked = np.zeros_like(p1)
+    unchecked[the] = 1.0
+    assert pvalue_or_zero(seconds, unchecked) < 1e-6
+    assert pvalue_or_zero(seconds, _marginals(tiny.target, prompt, gbnf=FORCING)[1]) < 1e-6
+
+
+def test_forced_drafts_leave_greedy_output_unchanged(tiny):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        plain = dec.generate("the cat", max_tokens=30, temperature=0, speculative=False, grammar=FORCING)
+        runs = [dec.generate("the cat", max_tokens=30, temperature=0, grammar=FORCING, n_draft=4, adaptive=False,
+                             forced_drafts=forced) for forced in (True, False)]
+    assert runs[0].tokens == runs[1].tokens == plain.tokens
+    assert runs[0].stats.n_forced_drafted > 0 and runs[1].stats.n_forced_drafted == 0
 
 
 def test_greedy_with_a_grammar_is_plain_greedy_decoding(tiny):

@@ -138,6 +138,10 @@ void register_options(py::module_ & m) {
             "a GBNF grammar (llama.cpp's) the output must follow: what it rejects is masked out of the target's and "
             "the draft's logits alike at every position; '' = none")
         .def_readwrite("grammar_root", &gp::grammar_root, "the grammar's start rule")
+        .def_readwrite("forced_drafts", &gp::forced_drafts,
+                       "with a grammar and a draft model: where the grammar leaves no choice of the next characters, "
+                       "their tokens are drafted with q = 1 ahead of the draft model, without draft decodes to "
+                       "choose them (exact either way)")
         .def_readwrite("logprobs", &gp::logprobs,
                        "None, or 0..20: each generated token's log-probability under the target's final "
                        "distribution (the chain's; greedy: the softmax of the logits), with this many likeliest "
@@ -249,6 +253,9 @@ void register_stats(py::module_ & m) {
         .def_readonly("n_accepted", &gs::n_accepted, "of which the target kept")
         .def_readonly("n_lookup_drafted", &gs::n_lookup_drafted, "of the drafted tokens, those prompt lookup proposed")
         .def_readonly("n_lookup_accepted", &gs::n_lookup_accepted, "of which the target kept")
+        .def_readonly("n_forced_drafted", &gs::n_forced_drafted,
+                      "of the drafted tokens, those the grammar forced (GenerateOptions.forced_drafts)")
+        .def_readonly("n_forced_accepted", &gs::n_forced_accepted, "of which the target kept")
         .def_readonly("n_window_catch_ups", &gs::n_window_catch_ups,
                       "probes of a paused draft model that caught up on the last tokens alone, not on "
                       "everything since the pause")

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 namespace specllama {
@@ -86,6 +87,11 @@ bool grammar_state::allows(llama_token token) const {
     return d.logit != -INFINITY;
 }
 
+void grammar_state::apply(std::vector<llama_token_data> & cand) const {
+    llama_token_data_array a{cand.data(), cand.size(), -1, false};
+    llama_sampler_apply(smpl_, &a);
+}
+
 void grammar_state::accept(llama_token token) {
     llama_sampler_accept(smpl_, token);
 }
@@ -132,6 +138,118 @@ const float * grammar_state::mask(const float * logits, int32_t n_vocab, const s
         throw std::invalid_argument("the grammar allows no token here");
     }
     return out.data();
+}
+
+grammar_forcing::grammar_forcing(const llama_vocab * vocab) : vocab_(vocab) {
+    // a probe token for each one-character text the vocabulary has (of the characters a JSON
+    // schema's or a GBNF literal's fixed text is made of), the end-of-generation tokens, and every
+    // token's text for tokenizing forced text where llama.cpp's tokenizer does not spell it back
+    const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+    std::vector<llama_token> by_char(128, -1);
+    char                     buf[256];
+    for (llama_token t = 0; t < n_vocab; ++t) {
+        if (llama_vocab_is_eog(vocab, t)) {
+            probe_.push_back({t, 0.0f, 0.0f});
+            chars_.push_back('\0');
+            continue;
+        }
+        if (llama_vocab_is_control(vocab, t)) {
+            continue;
+        }
+        const int32_t n = llama_token_to_piece(vocab, t, buf, sizeof(buf), 0, false);
+        if (n <= 0) {
+            continue;
+        }
+        const std::string piece(buf, n);
+        pieces_.emplace(piece, t);  // (the first token with this text)
+        max_piece_ = std::max(max_piece_, n);
+        const unsigned char c = (unsigned char) piece[0];
+        if (n == 1 && c < 128 && (c >= ' ' || c == '\t' || c == '\n' || c == '\r') && by_char[c] < 0) {
+            by_char[c] = t;
+        }
+    }
+    for (int c = 0; c < 128; ++c) {
+        if (by_char[c] >= 0) {
+            probe_.push_back({by_char[c], 0.0f, 0.0f});
+            chars_.push_back((char) c);
+        }
+    }
+}
+
+void grammar_forcing::tokenize(const std::string & text, std::vector<llama_token> & out) {
+    // llama.cpp's tokenizer where its tokens spell the text back (a BPE vocabulary's); else (an SPM
+    // vocabulary adds a space in front) the longest token that starts the rest, one after another
+    out.resize(text.size() + 2);
+    const int32_t n = llama_tokenize(vocab_, text.data(), (int32_t) text.size(), out.data(), (int32_t) out.size(),
+                                     false, false);
+    out.resize(std::max(0, n));
+    std::string spelled;
+    char        buf[256];
+    for (const llama_token t : out) {
+        const int32_t m = llama_token_to_piece(vocab_, t, buf, sizeof(buf), 0, false);
+        spelled.append(buf, std::max(0, m));
+    }
+    if (n > 0 && spelled == text) {
+        return;
+    }
+    out.clear();
+    for (size_t at = 0; at < text.size();) {
+        size_t len = std::min<size_t>(max_piece_, text.size() - at);
+        for (; len > 0; --len) {
+            const auto it = pieces_.find(text.substr(at, len));
+            if (it != pieces_.end()) {
+                out.push_back(it->second);
+                break;
+            }
+        }
+        if (len == 0) {
+            return;  // (a character no token spells: the tokens up to it)
+        }
+        at += len;
+    }
+}
+
+void grammar_forcing::tokens(const grammar_state & state, int32_t n_max, std::vector<llama_token> & out) {
+    out.clear();
+    if (n_max <= 0) {
+        return;
+    }
+    text_.clear();
+    std::optional<grammar_state> ahead;  // the state after the forced text so far (copied at its first character)
+    bool                         ends = false;
+    while ((int32_t) text_.size() < k_max_chars) {
+        cand_ = probe_;
+        (ahead ? *ahead : state).apply(cand_);
+        int32_t n_chars = 0;
+        int32_t which   = -1;
+        bool    can_end = false;
+        for (size_t j = 0; j < cand_.size(); ++j) {
+            if (cand_[j].logit != -INFINITY) {
+                can_end |= chars_[j] == '\0';
+                n_chars += chars_[j] != '\0';
+                which = chars_[j] != '\0' ? (int32_t) j : which;
+            }
+        }
+        ends = can_end && n_chars == 0;
+        if (n_chars != 1 || can_end) {
+            break;
+        }
+        text_ += chars_[which];
+        if (!ahead) {
+            ahead.emplace(state);
+        }
+        ahead->accept(probe_[which].id);
+    }
+    if (text_.empty()) {
+        return;
+    }
+    tokenize(text_, toks_);
+    const int32_t n = (int32_t) toks_.size();
+    if (n == 0) {
+        return;
+    }
+    const int32_t n_out = std::min(n_max, ends ? n : n - 1);
+    out.assign(toks_.begin(), toks_.begin() + std::max(0, n_out));
 }
 
 }  // namespace specllama

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "llama.h"
@@ -27,6 +28,8 @@ class grammar_state {
 
     // whether the grammar allows token next
     bool allows(llama_token token) const;
+    // the grammar's verdict on each of cand (a rejected one's logit becomes -inf); the state is unchanged
+    void apply(std::vector<llama_token_data> & cand) const;
     // advance over token (which it must allow)
     void accept(llama_token token);
     // logits with what sampling with p reads of the rejected tokens at -inf, in out (n_vocab
@@ -42,11 +45,41 @@ class grammar_state {
     std::vector<float>                found_;  // logits of the allowed tokens found, descending
 };
 
+// grammar-forced drafts: where the grammar admits a single character next (the keys and closing
+// quotes of a fixed JSON schema, say), a run of such characters is text the output must contain
+// whatever either model's logits say. Its tokens (the vocabulary's own tokenization of the text)
+// are proposed as drafts with q = 1, without a draft decode; the rejection rule is exact for any q,
+// so a proposal the target would not make costs acceptance, never exactness. The text's last token
+// is left out (the output may merge it with what follows, as `name` + `":` for the text `name"`),
+// unless nothing but the end of the output can follow it.
+class grammar_forcing {
+  public:
+    explicit grammar_forcing(const llama_vocab * vocab);
+    // up to n_max forced tokens to follow state (none where the next character is not forced), in out
+    void tokens(const grammar_state & state, int32_t n_max, std::vector<llama_token> & out);
+
+    static constexpr int32_t k_max_chars = 64;  // the longest forced text looked for at once
+
+  private:
+    void tokenize(const std::string & text, std::vector<llama_token> & out);
+
+    const llama_vocab *           vocab_;
+    std::unordered_map<std::string, llama_token> pieces_;  // a token for each token text
+    int32_t                       max_piece_ = 1;
+    std::vector<llama_token_data> probe_;  // a token for each one-character text, then the end tokens
+    std::vector<char>             chars_;  // probe_[i]'s character ('\0': an end-of-generation token)
+    std::vector<llama_token_data> cand_;
+    std::string                   text_;
+    std::vector<llama_token>      toks_;
+};
+
 // the grammar's state at each position of a verification step: after the tokens emitted so far
 // (at(0)), and after each of the step's drafts
 class grammar_track {
   public:
-    explicit grammar_track(const grammar_state & start) : committed_(start) {}
+    // forcing: where given, the grammar proposes the tokens it forces (forced())
+    explicit grammar_track(const grammar_state & start, grammar_forcing * forcing = nullptr)
+        : committed_(start), forcing_(forcing) {}
     void begin_step() { at_.assign(1, committed_); }
     grammar_state & at(int32_t i) { return at_[i]; }
     // the state after one more draft; false (and nothing added) where the grammar rejects it
@@ -59,6 +92,13 @@ class grammar_track {
         at_.push_back(std::move(next));
         return true;
     }
+    // the tokens the grammar forces after the latest state (at most n_max; none without forcing)
+    void forced(int32_t n_max, std::vector<llama_token> & out) {
+        out.clear();
+        if (forcing_ != nullptr) {
+            forcing_->tokens(at_.back(), n_max, out);
+        }
+    }
     // after a step that kept n_kept drafts and then emitted next
     void commit(int32_t n_kept, llama_token next) {
         committed_ = at_[n_kept];
@@ -67,6 +107,7 @@ class grammar_track {
 
   private:
     grammar_state              committed_;
+    grammar_forcing *          forcing_ = nullptr;
     std::vector<grammar_state> at_;
 };
 

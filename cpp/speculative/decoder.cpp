@@ -312,7 +312,11 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     }
     std::optional<grammar_track> grammar;
     if (!params.grammar.empty()) {
-        grammar.emplace(grammar_state(target_->vocab, params.grammar, params.grammar_root));
+        if (params.forced_drafts && plan.use_model && !forcing_) {
+            forcing_.emplace(target_->vocab);
+        }
+        grammar.emplace(grammar_state(target_->vocab, params.grammar, params.grammar_root),
+                        params.forced_drafts && plan.use_model ? &*forcing_ : nullptr);
     }
     if (params.infill || params.controls.active() || grammar) {
         generate_params applied   = params;
@@ -379,7 +383,14 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
             st.steps.push_back(std::move(trace));
         }
         prev_n = n;
-        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_model);
+        int32_t forced_kept = 0;
+        for (int32_t i = 0; i < acc.n_accepted; ++i) {
+            forced_kept += drafted_.forced[i];
+        }
+        const int32_t n_before_lookup = n_model > 0 ? n_model : drafted_.n_forced;  // (forced drafts come before lookup's)
+        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_before_lookup);
+        st.n_forced_drafted += drafted_.n_forced;
+        st.n_forced_accepted += forced_kept;
         st.n_steps += 1;
         st.n_drafted += n;
         st.n_accepted += acc.n_accepted;
@@ -497,6 +508,9 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
                             const interrupt_check & check) {
     drafted_.tokens.clear();
     drafted_.conf.clear();
+    drafted_.forced.clear();
+    drafted_.n_forced    = 0;
+    drafted_.n_decodes   = 0;
     drafted_.catch_up_ms = 0.0;
     grammar_track * grammar = params.sampling.grammar;
     if (grammar != nullptr) {
@@ -523,14 +537,35 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         st.t_vocab_ms += drafted_.vocab_ms;
         st.t_draft_sample_ms += drafted_.sample_ms;
     }
-    // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
+    // a step without the draft model still proposes the text the grammar forces (no decode needed);
+    // prompt lookup may follow it
     const int32_t n_model = (int32_t) drafted_.tokens.size();
-    if (step.n_max > n_model && plan.use_lookup &&
-        (n_model == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back()))) {
+    if (!step.model && step.n_max > 0 && grammar != nullptr && !batcher_) {
+        grammar->forced(step.n_max, forced_);
+        for (const llama_token t : forced_) {
+            if (!grammar->push(t)) {
+                break;
+            }
+            const size_t i = drafted_.tokens.size();
+            if (drafted_.dists.size() <= i) {
+                drafted_.dists.resize(i + 1);
+            }
+            drafted_.dists[i].ids.assign(1, t);
+            drafted_.dists[i].probs.assign(1, 1.0f);
+            drafted_.tokens.push_back(t);
+            drafted_.conf.push_back(1.0f);
+            drafted_.forced.push_back(1);
+            drafted_.n_forced += 1;
+        }
+    }
+    // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
+    const int32_t n_first = (int32_t) drafted_.tokens.size();
+    if (step.n_max > n_first && plan.use_lookup &&
+        (n_first == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back()))) {
         st.n_lookup_drafted += add_lookup_drafts(seq, step.n_max, plan.adaptive, params.lookup, probe);
     }
     if (grammar != nullptr) {  // lookup's drafts up to the first the grammar rejects (p = 0 there)
-        int32_t keep = n_model;
+        int32_t keep = n_first;
         while (keep < (int32_t) drafted_.tokens.size() && grammar->push(drafted_.tokens[keep])) {
             ++keep;
         }
@@ -538,6 +573,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         drafted_.tokens.resize(keep);
         drafted_.conf.resize(std::min<size_t>(drafted_.conf.size(), keep));
     }
+    drafted_.forced.resize(drafted_.tokens.size(), 0);  // (lookup's drafts are not forced)
     return n_model;
 }
 
@@ -681,6 +717,8 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     r.n             = n;
     r.n_accepted    = acc.n_accepted;
     r.conf.assign(drafted_.conf.begin(), drafted_.conf.begin() + n_model);
+    r.forced.assign(drafted_.forced.begin(), drafted_.forced.end());
+    r.n_decodes = n_model > 0 ? drafted_.n_decodes : 0;
     r.probe       = probe < 0 ? -1 : acc.next == probe ? 1 : 0;
     r.catch_up_ms = drafted_.catch_up_ms;
     r.draft_ms    = draft_ms;
@@ -688,7 +726,7 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     r.prev_n      = prev_n;
     if (prices) {
         r.catch_up_ms = n_model > 0 ? prices->draft_ms : 0.0;
-        r.draft_ms    = n_model * prices->draft_ms;
+        r.draft_ms    = n_model > 0 ? (1 + r.n_decodes) * prices->draft_ms : 0.0;
         r.verify_ms   = prices->verify_ms + n * prices->verify_token_ms;
     }
     lengths_.observe(r);

@@ -20,6 +20,7 @@
 #include "dsi/dsi.h"
 #include "engine/kv_cache.h"
 #include "sampling/controls.h"
+#include "sampling/grammar.h"
 #include "speculative/acceptance.h"
 #include "speculative/draft_length.h"
 #include "speculative/drafting.h"
@@ -133,6 +134,9 @@ struct generate_params {
     // its state after the tokens before it (mode si, a draft of the target's vocabulary); "": none
     std::string              grammar;
     std::string              grammar_root = "root";
+    // where the grammar leaves no choice of the next characters, propose their tokens as drafts with
+    // q = 1 ahead of the draft model, without draft decodes to choose them (grammar_forcing)
+    bool                     forced_drafts = true;
 };
 
 constexpr int32_t k_max_logprobs = 20;
@@ -173,6 +177,8 @@ struct generate_stats {
     int32_t              n_accepted      = 0;  // of which the target kept
     int32_t              n_lookup_drafted  = 0;  // of the drafted tokens, proposed by prompt lookup
     int32_t              n_lookup_accepted = 0;  // of which the target kept
+    int32_t              n_forced_drafted  = 0;  // of the drafted tokens, forced by the grammar (generate_params::forced_drafts)
+    int32_t              n_forced_accepted = 0;  // of which the target kept
     int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
     // probes after a pause whose draft caught up on the last tokens alone (decoder::k_probe_window)
     int32_t              n_window_catch_ups = 0;
@@ -435,6 +441,8 @@ class decoder {
     logit_editor              editor_;  // generate_params::controls on the target's logits
     std::vector<token_logprob> step_logprobs_;  // of the step's emitted tokens (generate_params::logprobs)
     std::vector<float>        grammar_row_;     // the target's logits under the grammar
+    std::optional<grammar_forcing> forcing_;    // the target's vocabulary's probe for forced text (made at first use)
+    std::vector<llama_token>  forced_;          // the tokens a grammar forces, in a step without the draft model
 };
 
 // throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)

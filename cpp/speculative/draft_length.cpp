@@ -326,8 +326,9 @@ void draft_length_model::observe(const step_record & s) {
     if (s.n_model > 0) {
         observe_catch_up(s.catch_up_ms);
     }
-    if (s.n_model > 1) {
-        observe_draft_decode((s.draft_ms - s.catch_up_ms) / (s.n_model - 1));
+    const int32_t n_decodes = s.n_decodes >= 0 ? s.n_decodes : s.n_model - 1;
+    if (n_decodes > 0) {
+        observe_draft_decode((s.draft_ms - s.catch_up_ms) / n_decodes);
     }
     // a one-token verification is priced only when steady (after another); right after a batch,
     // what it costs beyond that is the price of having left plain steps
@@ -338,6 +339,9 @@ void draft_length_model::observe(const step_record & s) {
     }
     // every draft the target looked at: all accepted ones and the first rejected one
     for (int32_t i = 0; i <= s.n_accepted && i < s.n; ++i) {
+        if (i < (int32_t) s.forced.size() && s.forced[i]) {
+            continue;  // (a grammar's forced token says nothing of the model's confidence or of lookup's)
+        }
         if (i < s.n_model) {
             observe_acceptance(s.conf[i], i < s.n_accepted);
         } else {

@@ -53,6 +53,9 @@ struct step_record {
     double             draft_ms    = 0;  // all of the step's drafting, the catch-up included
     double             verify_ms   = 0;  // the verification of n + 1 tokens
     int32_t            prev_n      = -1; // tokens drafted in the step before (-1: it was prefill)
+    // forced[i]: draft i was forced by a grammar (q = 1: neither the model's choice nor lookup's); empty: none
+    std::vector<uint8_t> forced;
+    int32_t            n_decodes  = -1;  // the draft's decodes after its catch-up (-1: n_model - 1)
 };
 
 class draft_length_model {

@@ -89,6 +89,9 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
                           const std::function<void()> & between_chunks, const kv_cache * target, int32_t window) {
     out.tokens.clear();
     out.conf.clear();
+    out.forced.clear();
+    out.n_forced    = 0;
+    out.n_decodes   = 0;
     out.catch_up_ms = 0.0;
     out.vocab_ms    = 0.0;
     out.sample_ms   = 0.0;
@@ -112,6 +115,31 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         out.dists.resize(n_draft);
     }
     for (int32_t i = 0; i < n_draft; ++i) {
+        if (params.grammar != nullptr) {  // text the grammar forces: drafts with q = 1, no decode to choose them
+            params.grammar->forced(n_draft - i, forced_);
+            int32_t k = 0;
+            while (k < (int32_t) forced_.size() && params.grammar->push(forced_[k])) {
+                out.tokens.push_back(forced_[k]);
+                out.conf.push_back(1.0f);
+                out.forced.push_back(1);
+                out.dists[i + k].ids.assign(1, forced_[k]);
+                out.dists[i + k].probs.assign(1, 1.0f);
+                ++k;
+            }
+            if (k > 0) {
+                out.n_forced += k;
+                i += k;
+                // the draft reads the forced run in one decode, for its logits after it
+                if (i == n_draft || llama_vocab_is_eog(vocab, out.tokens.back()) ||
+                    cache_.n_past() + k > cache_.n_ctx() || (keep_going && !keep_going(i, 1.0f))) {
+                    break;
+                }
+                cache_.decode(forced_.data(), k, false);
+                out.n_decodes += 1;
+                --i;  // (the next position is i + k)
+                continue;
+            }
+        }
         const float * logits = cache_.logits(0);
         if (map_ != nullptr) {  // q' of token-level intersection: only shared tokens, renormalized
             const auto t_mask = std::chrono::steady_clock::now();
@@ -147,9 +175,11 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         }
         out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);
         out.conf.push_back(conf);
+        out.forced.push_back(0);
         if (params.grammar != nullptr && !params.grammar->push(tok)) {  // (drawn from the masked logits: allowed)
             out.tokens.pop_back();
             out.conf.pop_back();
+            out.forced.pop_back();
             break;
         }
         // the last draft is not decoded here: the target verifies it, and the next step feeds it
@@ -161,6 +191,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
             break;
         }
         cache_.decode(&tok, 1, false);
+        out.n_decodes += 1;
     }
 }
 

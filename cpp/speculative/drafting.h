@@ -23,6 +23,10 @@ struct draft_result {
     double                   vocab_ms    = 0.0;  // of the drafting time, masking and converting tokens (vocab_map)
     double                   sample_ms   = 0.0;  // of the drafting time, choosing the tokens from the logits
     int32_t                  n_copied    = 0;    // tokens the catch-up lacked and took from the target's cache
+    // forced[i]: tokens[i] is text the grammar forces (grammar_forcing), proposed with q = 1
+    std::vector<uint8_t>     forced;
+    int32_t                  n_forced    = 0;    // how many tokens are
+    int32_t                  n_decodes   = 0;    // draft decodes after the catch-up (a forced run's is one)
     bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
 };
 
@@ -88,6 +92,7 @@ class model_drafter {
     std::vector<float> masked_;  // the draft's logits with tokens outside the shared set masked
     logit_editor       editor_;  // sampling_params::controls on the draft's logits
     std::vector<float> grammar_row_;  // the draft's logits under sampling_params::grammar
+    std::vector<llama_token> forced_;  // the tokens the grammar forces at a position
 };
 
 }  // namespace specllama
