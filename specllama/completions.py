@@ -362,24 +362,46 @@ def _chat_prompt(body: dict, req: Request) -> None:
 
 def _tools_fields(body: dict, req: Request) -> None:
     """OpenAI's tools and tool_choice: the tools go to the chat template (the model's own renders
-    them), and calls in the reply are parsed (specllama.tools). A choice that must force a call
-    ("required", a named function) needs constrained decoding, which this server does not do."""
+    them), and calls in the reply are parsed (specllama.tools). A choice that forces a call
+    ("required", or a named function) makes the output follow a grammar of calls to the tools (or
+    to the named one) in the template's format, arguments by their schemas (tools.call_grammar)."""
     given = body.get("tools")
+    choice = body.get("tool_choice", "auto")
     if given is None or given == []:
+        if choice not in ("auto", "none"):
+            raise RequestError("'tool_choice' forces a call, but no 'tools' were given", "tool_choice",
+                               "invalid_value")
         return
     try:
         checked = tools.check_tools(given)
     except ValueError as exc:
         raise RequestError(str(exc), "tools", "invalid_value") from None
-    choice = body.get("tool_choice", "auto")
     if choice == "none":
         return
-    if choice != "auto":
-        raise RequestError("'tool_choice' may be \"auto\" or \"none\": forcing a call (\"required\", a named "
-                           "function) needs constrained decoding, which this server does not do", "tool_choice",
-                           "unsupported_value")
-    if body.get("parallel_tool_calls") not in (None, True, False):
+    parallel = body.get("parallel_tool_calls")
+    if parallel not in (None, True, False):
         raise RequestError("'parallel_tool_calls' must be true or false", "parallel_tool_calls", "invalid_type")
+    named = None
+    if isinstance(choice, dict):
+        fn = choice.get("function")
+        if choice.get("type") != "function" or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise RequestError("'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                               "\"function\": {\"name\": ...}}", "tool_choice", "invalid_value")
+        named = fn["name"]
+        if not any(t["function"]["name"] == named for t in checked):
+            raise RequestError(f"'tool_choice' names {named!r}, which is not among the tools", "tool_choice",
+                               "invalid_value")
+    elif choice not in ("auto", "required"):
+        raise RequestError("'tool_choice' must be \"auto\", \"none\", \"required\" or a named function",
+                           "tool_choice", "invalid_value")
+    if choice != "auto":
+        if req.options.grammar:
+            raise RequestError("a 'tool_choice' that forces a call cannot be combined with 'response_format', "
+                               "'json_schema' or 'grammar'", "tool_choice", "invalid_value")
+        try:
+            req.options.grammar = tools.call_grammar(checked, named, parallel is not False)
+        except ValueError as exc:
+            raise RequestError(str(exc), "tools", "invalid_value") from None
     req.template_kwargs["tools"] = checked
     req.tools = True
 

@@ -37,6 +37,30 @@ def check_tools(tools: Any) -> List[Dict[str, Any]]:
     return tools
 
 
+def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:
+    """A GBNF grammar (llama.cpp's) whose every output is one or more calls in the Hermes / Qwen2.5
+    format, <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, of the checked tools (or
+    of the one named), each call's arguments following its tool's parameters schema: tool_choice
+    "required" or a named function. ValueError where a schema cannot be converted."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    chosen = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
+    if not chosen:
+        raise ValueError(f"no tool is named {name!r}")
+    calls = [{"type": "object", "properties": {"name": {"const": fn["name"]},
+                                               "arguments": fn.get("parameters") or {"type": "object"}},
+              "required": ["name", "arguments"]} for fn in chosen]
+    try:
+        rules = json_schema_to_gbnf(json.dumps(calls[0] if len(calls) == 1 else {"anyOf": calls}))
+    except Exception as exc:  # the converter reports a schema it cannot follow by AssertionError
+        raise ValueError(f"a tool's parameters cannot be followed: {exc}") from None
+    # the converter's start rule becomes the call's JSON; calls are wrapped in the format's tags
+    rules = re.sub(r"^root ::=", "tool-call-json ::=", rules, flags=re.M)
+    more = ' ("\\n" tool-call)*' if parallel else ""
+    return (f"root ::= tool-call{more}\n"
+            f'tool-call ::= "{OPEN}\\n" tool-call-json "\\n{CLOSE}"\n' + rules)
+
+
 def template_messages(messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """Messages as chat templates take them: an assistant's tool_calls with their arguments as
     objects (OpenAI sends a JSON string, which a template's tojson would quote again)."""

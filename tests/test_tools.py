@@ -71,8 +71,12 @@ def tiny_server(tiny):
     ({"tools": [{"type": "function"}]}, "tools"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]}, "tools"),
     ({"tools": "get_weather"}, "tools"),
-    ({"tools": [WEATHER], "tool_choice": "required"}, "tool_choice"),
-    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": "always"}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_time"}}}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": {"not": {"type": "string"}}}}}}], "tool_choice": "required"}, "tools"),
 ])
 def test_bad_tools_requests_are_400s(tiny_server, body, param):
     s = tiny_server
@@ -80,6 +84,54 @@ def test_bad_tools_requests_are_400s(tiny_server, body, param):
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     assert s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
                                            "tools": [WEATHER]}).status_code == 200
+
+
+CLOCK = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]},
+                                                                     "hours": {"type": "integer"}},
+                                       "required": ["zone", "hours"]}}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_is_a_call_to_a_given_tool_by_its_schema(tiny_server, choice, stream):
+    """tool_choice "required" or a named function: whatever the (random, tiny) model prefers, the
+    reply is calls to the tools (the named one), with arguments their schemas admit."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=tiny_server.url + "/v1", api_key="none", max_retries=0, timeout=600)
+    for seed in range(3):
+        kw = dict(model="target_q4_1", messages=[{"role": "user", "content": "the cat"}], tools=[WEATHER, CLOCK],
+                  tool_choice=choice, parallel_tool_calls=False, temperature=1.0, seed=seed, max_tokens=200)
+        if stream:
+            args, names, finish = {}, {}, None
+            for chunk in client.chat.completions.create(stream=True, **kw):
+                for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                    names[tc.index] = names.get(tc.index, "") + (tc.function.name or "")
+                    args[tc.index] = args.get(tc.index, "") + (tc.function.arguments or "")
+                finish = (chunk.choices[0].finish_reason if chunk.choices else None) or finish
+            calls = [(names[i], args[i]) for i in sorted(names)]
+        else:
+            r = client.chat.completions.create(**kw)
+            finish = r.choices[0].finish_reason
+            calls = [(c.function.name, c.function.arguments) for c in r.choices[0].message.tool_calls or []]
+        assert finish == "tool_calls" and len(calls) == 1, (finish, calls)
+        name, arguments = calls[0]
+        arguments = json.loads(arguments)
+        if choice != "required":
+            assert name == "get_time"
+        if name == "get_time":
+            assert arguments["zone"] in ("UTC", "CET") and isinstance(arguments["hours"], int)
+        else:
+            assert name == "get_weather" and isinstance(arguments["city"], str)
+
+
+def test_the_call_grammar_follows_the_format():
+    g = tools.call_grammar(tools.check_tools([WEATHER, CLOCK]), "get_time", parallel=False)
+    assert g.startswith('root ::= tool-call\n') and '"\\"get_time\\""' in g and "get_weather" not in g
+    assert "(\"\\n\" tool-call)*" in tools.call_grammar([WEATHER])
+    with pytest.raises(ValueError):
+        tools.call_grammar([WEATHER], "nope")
 
 
 @pytest.fixture(scope="module")
