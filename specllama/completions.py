@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -364,7 +365,8 @@ def _tools_fields(body: dict, req: Request) -> None:
     """OpenAI's tools and tool_choice: the tools go to the chat template (the model's own renders
     them), and calls in the reply are parsed (specllama.tools). A choice that forces a call
     ("required", or a named function) makes the output follow a grammar of calls to the tools (or
-    to the named one) in the template's format, arguments by their schemas (tools.call_grammar)."""
+    to the named one) in the template's format, arguments by their schemas (tools.call_grammar); "auto"
+    makes it a lazy grammar that holds from a call's opening tag on."""
     given = body.get("tools")
     choice = body.get("tool_choice", "auto")
     if given is None or given == []:
@@ -402,6 +404,14 @@ def _tools_fields(body: dict, req: Request) -> None:
             req.options.grammar = tools.call_grammar(checked, named, parallel is not False)
         except ValueError as exc:
             raise RequestError(str(exc), "tools", "invalid_value") from None
+    elif not req.options.grammar:
+        # "auto": a lazy grammar, as llama-server's, that holds a call to the tools' schemas from its
+        # opening tag on (a tool whose schema the converter cannot follow leaves the calls free)
+        try:
+            req.options.grammar = tools.call_grammar(checked, None, parallel is not False)
+            req.options.grammar_trigger_patterns = [re.escape(tools.OPEN)]
+        except ValueError:
+            pass
     req.template_kwargs["tools"] = checked
     req.tools = True
 

@@ -131,6 +131,32 @@ def test_forced_drafts_leave_greedy_output_unchanged(tiny):
     assert runs[0].stats.n_forced_drafted > 0 and runs[1].stats.n_forced_drafted == 0
 
 
+def test_a_lazy_grammar_holds_from_its_trigger_on(tiny):
+    """llama.cpp's lazy grammar: free text until a trigger (a pattern or a token), then the grammar;
+    greedy with the draft equals plain decoding, and sampled output follows the grammar after it."""
+    lazy = dict(grammar='root ::= " hot" (" is" | " on")+ "."', grammar_trigger_patterns=[" hot"])
+    hot = vocab().index("\u2581hot")
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        plain = dec.generate("the cat", max_tokens=30, temperature=0, speculative=False, **lazy)
+        spec = dec.generate("the cat", max_tokens=30, temperature=0, n_draft=4, adaptive=False, **lazy)
+        assert spec.tokens == plain.tokens and spec.stats.n_drafted > 0
+        triggered = 0
+        for seed in range(20):
+            for trigger in (lazy, dict(lazy, grammar_trigger_patterns=[], grammar_trigger_tokens=[hot])):
+                r = dec.generate("the cat", max_tokens=40, seed=seed, n_draft=4, logit_bias={hot: 3.0}, **trigger)
+                triggered += " hot" in r.text
+                if " hot" in r.text:
+                    tail = r.text[r.text.index(" hot") + 4:]
+                    words = tail.rstrip(".").split()[:-1 if r.finish_reason == "length" else None]  # (a cut word)
+                    assert set(words) <= {"is", "on"}, r.text
+                    assert r.finish_reason == "length" or tail.endswith("."), r.text
+        assert triggered >= 10
+        with pytest.raises(ValueError, match="trigger"):
+            dec.generate("the cat", max_tokens=2, grammar_trigger_patterns=["x"])
+        with pytest.raises(ValueError, match="regular expression"):
+            dec.generate("the cat", max_tokens=2, grammar=lazy["grammar"], grammar_trigger_patterns=["(x"])
+
+
 def test_greedy_with_a_grammar_is_plain_greedy_decoding(tiny):
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
         plain = dec.generate("the cat", max_tokens=30, temperature=0, speculative=False, grammar=WORDS)

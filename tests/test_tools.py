@@ -143,16 +143,17 @@ def qwen_server(qwen_pair):
 
 @pytest.mark.real_pair
 @pytest.mark.slow
-@pytest.mark.parametrize("stream", [False, True])
-def test_a_tool_calling_loop_with_the_openai_client(qwen_server, stream):
-    """call, tool result, final answer; greedy, on the Qwen2.5-Coder pair."""
+@pytest.mark.parametrize("stream, choice", [(False, "auto"), (True, "auto"), (True, "required")])
+def test_a_tool_calling_loop_with_the_openai_client(qwen_server, stream, choice):
+    """call (tool_choice as given), tool result, final answer; greedy, on the Qwen2.5-Coder pair."""
     from openai import OpenAI
 
     client = OpenAI(base_url=qwen_server.url + "/v1", api_key="none", max_retries=0, timeout=600)
     messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
 
-    def ask():
-        kw = dict(model="qwen", messages=messages, tools=[WEATHER], temperature=0, max_tokens=96)
+    def ask(tool_choice="auto"):
+        kw = dict(model="qwen", messages=messages, tools=[WEATHER], tool_choice=tool_choice, temperature=0,
+                  max_tokens=96)
         if not stream:
             r = client.chat.completions.create(**kw)
             return r.choices[0].message.content, [c.model_dump() for c in r.choices[0].message.tool_calls or []], \
@@ -170,7 +171,7 @@ def test_a_tool_calling_loop_with_the_openai_client(qwen_server, stream):
             finish = chunk.choices[0].finish_reason or finish
         return content or None, [calls[i] for i in sorted(calls)], finish
 
-    content, calls, finish = ask()
+    content, calls, finish = ask(choice)
     assert finish == "tool_calls" and len(calls) == 1, (content, calls)
     call = calls[0]
     assert call["function"]["name"] == "get_weather"

@@ -138,6 +138,12 @@ void register_options(py::module_ & m) {
             "a GBNF grammar (llama.cpp's) the output must follow: what it rejects is masked out of the target's and "
             "the draft's logits alike at every position; '' = none")
         .def_readwrite("grammar_root", &gp::grammar_root, "the grammar's start rule")
+        .def_readwrite("grammar_trigger_patterns", &gp::grammar_trigger_patterns,
+                       "a lazy grammar (llama.cpp's, as llama-server's for tool calls): it allows everything until "
+                       "the output matches one of these regular expressions, and then follows from the first capture "
+                       "group's start (or the match's)")
+        .def_readwrite("grammar_trigger_tokens", &gp::grammar_trigger_tokens,
+                       "a lazy grammar's trigger tokens: it follows from the first of these in the output")
         .def_readwrite("forced_drafts", &gp::forced_drafts,
                        "with a grammar and a draft model: where the grammar leaves no choice of the next characters, "
                        "their tokens are drafted with q = 1 ahead of the draft model, without draft decodes to "

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 #include <optional>
+#include <regex>
 #include <stdexcept>
 
 namespace specllama {
@@ -55,9 +56,31 @@ bool settled(const std::vector<float> & found, float l_next, int32_t n_more, con
 
 }  // namespace
 
-grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root) {
+grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root,
+                             const std::vector<std::string> & trigger_patterns,
+                             const std::vector<llama_token> & trigger_tokens) {
     take_last_error();
-    smpl_ = llama_sampler_init_grammar(vocab, gbnf.c_str(), root.c_str());
+    if (trigger_patterns.empty() && trigger_tokens.empty()) {
+        smpl_ = llama_sampler_init_grammar(vocab, gbnf.c_str(), root.c_str());
+    } else {
+        const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+        for (const llama_token t : trigger_tokens) {
+            if (t < 0 || t >= n_vocab) {
+                throw std::invalid_argument("grammar trigger token " + std::to_string(t) + " is outside the vocabulary");
+            }
+        }
+        std::vector<const char *> patterns;
+        for (const std::string & p : trigger_patterns) {
+            patterns.push_back(p.c_str());
+        }
+        try {
+            smpl_ = llama_sampler_init_grammar_lazy_patterns(vocab, gbnf.c_str(), root.c_str(), patterns.data(),
+                                                             patterns.size(), trigger_tokens.data(),
+                                                             trigger_tokens.size());
+        } catch (const std::regex_error & e) {
+            throw std::invalid_argument(std::string("a grammar trigger pattern is not a regular expression: ") + e.what());
+        }
+    }
     if (smpl_ == nullptr) {
         const std::string why = take_last_error();
         throw std::invalid_argument("the grammar does not parse as llama.cpp's GBNF from rule '" + root + "'" +

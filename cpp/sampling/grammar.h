@@ -20,8 +20,14 @@ namespace specllama {
 
 class grammar_state {
   public:
-    // std::invalid_argument where llama.cpp cannot parse the grammar
-    grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root = "root");
+    // std::invalid_argument where llama.cpp cannot parse the grammar (or a trigger pattern).
+    // Lazy (llama.cpp's lazy grammar, as llama-server's for tool calls) where triggers are given:
+    // it allows everything until the output matches one of trigger_patterns (regular expressions;
+    // the grammar then follows from the first capture group's start, or the match's) or holds one of
+    // trigger_tokens (from that token on)
+    grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root = "root",
+                  const std::vector<std::string> & trigger_patterns = {},
+                  const std::vector<llama_token> & trigger_tokens = {});
     grammar_state(const grammar_state & other);
     grammar_state & operator=(const grammar_state & other);
     ~grammar_state();

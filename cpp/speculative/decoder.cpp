@@ -246,6 +246,9 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (params.logprobs && params.mode == decode_mode::dsi) {
         throw std::invalid_argument("logprobs are not available in mode 'dsi'");
     }
+    if (params.grammar.empty() && (!params.grammar_trigger_patterns.empty() || !params.grammar_trigger_tokens.empty())) {
+        throw std::invalid_argument("grammar triggers need a grammar");
+    }
     if (!params.grammar.empty() && (params.mode == decode_mode::dsi || vocab_map_)) {
         throw std::invalid_argument(params.mode == decode_mode::dsi
                                         ? "a grammar is not available in mode 'dsi'"
@@ -277,7 +280,8 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
 void decoder::validate(const generate_params & params) const {
     plan_run(params);
     if (!params.grammar.empty()) {  // (a generation parses it when it starts)
-        grammar_state(target_->vocab, params.grammar, params.grammar_root);  // throws where it does not parse
+        grammar_state(target_->vocab, params.grammar, params.grammar_root, params.grammar_trigger_patterns,
+                      params.grammar_trigger_tokens);  // throws where it does not parse
     }
 }
 
@@ -315,7 +319,8 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         if (params.forced_drafts && plan.use_model && !forcing_) {
             forcing_.emplace(target_->vocab);
         }
-        grammar.emplace(grammar_state(target_->vocab, params.grammar, params.grammar_root),
+        grammar.emplace(grammar_state(target_->vocab, params.grammar, params.grammar_root,
+                                      params.grammar_trigger_patterns, params.grammar_trigger_tokens),
                         params.forced_drafts && plan.use_model ? &*forcing_ : nullptr);
     }
     if (params.infill || params.controls.active() || grammar) {

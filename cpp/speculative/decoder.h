@@ -134,6 +134,11 @@ struct generate_params {
     // its state after the tokens before it (mode si, a draft of the target's vocabulary); "": none
     std::string              grammar;
     std::string              grammar_root = "root";
+    // a lazy grammar (llama.cpp's, as llama-server's for tool calls): it allows everything until the
+    // output matches one of these regular expressions (then it follows from the first capture
+    // group's start, or the match's) or holds one of these tokens (from that token on)
+    std::vector<std::string> grammar_trigger_patterns;
+    std::vector<llama_token> grammar_trigger_tokens;
     // where the grammar leaves no choice of the next characters, propose their tokens as drafts with
     // q = 1 ahead of the draft model, without draft decodes to choose them (grammar_forcing)
     bool                     forced_drafts = true;
