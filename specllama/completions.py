@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
-from . import infill, tools
+from . import infill, schemas, tools
 from ._version import __version__
 from .decoder import SpeculativeDecoder
 from .options import GenerateOptions, PromptTooLong, make_options
@@ -222,8 +222,8 @@ def logprobs_json(req: "Request", model, entries, text_offset: int = 0) -> Optio
 def grammar_fields(body: dict, opts: Dict[str, Any]) -> None:
     """The grammar a request's output must follow, into opts["grammar"]: OpenAI's response_format
     (json_object: any JSON object; json_schema: its schema), or llama-server's json_schema or
-    grammar (GBNF). A schema becomes a grammar by llama-cpp-python's converter (a port of
-    llama.cpp's json_schema_to_grammar)."""
+    grammar (GBNF). A schema becomes a grammar by specllama.schemas (llama-cpp-python's converter,
+    a port of llama.cpp's json_schema_to_grammar)."""
     given = []
     fmt = body.get("response_format")
     if fmt is not None and fmt != {"type": "text"}:
@@ -262,12 +262,10 @@ def _json_grammar() -> str:
 def _schema_grammar(schema: Any, param: str) -> str:
     if not isinstance(schema, dict):
         raise RequestError(f"'{param}' must hold a JSON schema object", param, "invalid_type")
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
     try:
-        return json_schema_to_gbnf(json.dumps(schema))
-    except Exception as exc:  # the converter reports a schema it cannot follow by AssertionError
-        raise RequestError(f"the JSON schema cannot be followed: {exc}", param, "invalid_value") from None
+        return schemas.to_grammar(schema)
+    except ValueError as exc:
+        raise RequestError(str(exc), param, "invalid_value") from None
 
 
 def control_fields(body: dict, opts: Dict[str, Any]) -> None:

@@ -13,6 +13,8 @@ import re
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import schemas
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # a whole reply that is one call's JSON object, bare or fenced
 _WHOLE = re.compile(r"\s*(?:```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*", re.S)
@@ -42,18 +44,13 @@ def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parall
     format, <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, of the checked tools (or
     of the one named), each call's arguments following its tool's parameters schema: tool_choice
     "required" or a named function. ValueError where a schema cannot be converted."""
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
-
     chosen = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
     if not chosen:
         raise ValueError(f"no tool is named {name!r}")
     calls = [{"type": "object", "properties": {"name": {"const": fn["name"]},
                                                "arguments": fn.get("parameters") or {"type": "object"}},
               "required": ["name", "arguments"]} for fn in chosen]
-    try:
-        rules = json_schema_to_gbnf(json.dumps(calls[0] if len(calls) == 1 else {"anyOf": calls}))
-    except Exception as exc:  # the converter reports a schema it cannot follow by AssertionError
-        raise ValueError(f"a tool's parameters cannot be followed: {exc}") from None
+    rules = schemas.to_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls})
     # the converter's start rule becomes the call's JSON; calls are wrapped in the format's tags
     rules = re.sub(r"^root ::=", "tool-call-json ::=", rules, flags=re.M)
     more = ' ("\\n" tool-call)*' if parallel else ""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 
 import llama_cpp
 import numpy as np
@@ -179,6 +180,24 @@ ENUM = {"type": "object", "properties": {"pet": {"enum": ["cat", "dog"]}, "legs"
         "required": ["pet", "legs"]}
 
 
+def test_keywords_the_converter_would_pass_over_are_refused():
+    """A schema keyword the converter skips without a word would leave the output free of it: each
+    is refused, named with its place; annotations and what the converter follows are fine."""
+    from specllama import schemas
+
+    for schema, where in [({"type": "integer", "minimum": 0}, "'minimum' (at schema)"),
+                          ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
+                           "'uniqueItems' (at schema.properties.tags)"),
+                          ({"anyOf": [{"type": "number"}, {"type": "string", "format": "email"}]},
+                           "'email' (at schema.anyOf[1])"),
+                          ({"$defs": {"p": {"not": {"type": "null"}}}, "$ref": "#/$defs/p"}, "'not' (at schema.$defs.p)")]:
+        with pytest.raises(ValueError, match=re.escape(where)):
+            schemas.to_grammar(schema)
+    fine = {"title": "P", "description": "d", "type": "object", "additionalProperties": False,
+            "properties": {"minimum": {"type": "string", "format": "date", "default": "x", "minLength": 1}}}
+    assert "minimum" in schemas.to_grammar(fine)  # (a property named like a keyword is a property)
+
+
 def test_the_server_follows_schemas_and_refuses_what_it_cannot(tiny):
     with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "512"]) as s:
         msgs = [{"role": "user", "content": "a pet"}]
@@ -192,6 +211,8 @@ def test_the_server_follows_schemas_and_refuses_what_it_cannot(tiny):
         for body, param in [({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "strin"}}}},
                              "response_format"),
                             ({"grammar": 'root ::= ("a"'}, "grammar"),
+                            ({"json_schema": {"type": "object", "properties": {"age": {"type": "integer",
+                                                                                      "minimum": 0}}}}, "json_schema"),
                             ({"json_schema": ENUM, "grammar": 'root ::= "a"'}, "grammar"),
                             ({"response_format": {"type": "yaml"}}, "response_format")]:
             r = s.post("/v1/chat/completions", dict(body, messages=msgs, max_tokens=4))
