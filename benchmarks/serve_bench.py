@@ -71,7 +71,8 @@ def wait_healthy(url: str, proc, timeout: float = 300) -> None:
 
 def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threads: int, llama_bin: Path,
           extra=()):
-    """A server of kind specllama, specllama-no-draft, llama-server or llama-server-no-draft started on
+    """A server of kind specllama, specllama-no-draft, specllama-no-forced (a draft, no grammar-forced
+    drafts), llama-server or llama-server-no-draft started on
     a free port with the given flags (and extra ones, which both servers take); (process, url, command)."""
     port = free_port()
     if kind.startswith("llama-server"):
@@ -84,7 +85,8 @@ def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threa
     else:
         cmd = [sys.executable, "-m", "specllama", "serve", "-m", target, "-np", str(n_parallel), "-c", str(n_ctx),
                "-t", str(threads), "--port", str(port)]
-        cmd += ["-d", draft] if kind == "specllama" else ["--no-draft"]
+        cmd += ["--no-draft"] if kind == "specllama-no-draft" else ["-d", draft]
+        cmd += ["--no-forced-drafts"] if kind == "specllama-no-forced" else []
     cmd += list(extra)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
