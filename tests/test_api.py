@@ -161,6 +161,17 @@ def test_stats_add_up(dec, temperature):
     assert s.tokens_per_second > 0
     d = s.as_dict()
     assert d["mean_accepted_length"] == pytest.approx(s.n_generated / s.n_steps)
+    # logits written out for the host: a row per verified position (drafts + 1 a step) and per
+    # position the draft decoded, at least
+    row = 4 * dec.target_model.n_vocab
+    assert s.logits_bytes % row == 0 and s.logits_bytes >= (s.n_drafted + s.n_steps) * row
+    assert s.logits_bytes_per_token == pytest.approx(s.logits_bytes / s.n_generated)
+
+
+def test_plain_decoding_writes_one_row_of_logits_per_token(dec):
+    s = dec.generate("what some of the", max_tokens=12, ignore_eos=True, speculative=False).stats
+    assert s.n_steps == s.n_generated == 12
+    assert s.logits_bytes == 12 * 4 * dec.target_model.n_vocab
 
 
 def test_plain_mode_drafts_nothing(dec):

@@ -307,6 +307,13 @@ void register_stats(py::module_ & m) {
         .def_property_readonly("t_host_ms", &gs::t_host_ms,
                                "after the prompt, the loop's work on the host outside llama_decode: t_draft_sample_ms, "
                                "t_accept_ms and the rest (not measured with mode dsi)")
+        .def_readonly("logits_bytes", &gs::logits_bytes,
+                      "after the prompt, bytes of logits both models' decodes wrote out for the host (a row of "
+                      "n_vocab floats per drafted or verified position)")
+        .def_property_readonly(
+            "logits_bytes_per_token",
+            [](const gs & s) { return s.n_generated > 0 ? (double) s.logits_bytes / s.n_generated : 0.0; },
+            "logits_bytes per generated token")
         .def_property_readonly("mean_accepted_length", &gs::mean_accepted_length,
                                "tokens emitted per verification step");
 

@@ -172,6 +172,7 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
         tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
         const int32_t chunk_first_out = std::max(first_out, start) - start;  // batch index of its first output
         const int32_t chunk_n_out     = std::max(0, n_chunk - chunk_first_out);
+        logits_bytes_ += (int64_t) chunk_n_out * n_vocab * (int64_t) sizeof(float);
         if (out != nullptr) {
             for (int32_t i = chunk_first_out; i < n_chunk; ++i) {
                 std::copy_n(llama_get_logits_ith(ctx_.get(), i), n_vocab,
@@ -206,6 +207,7 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
         const int32_t n_chunk         = start == 0 ? first_chunk : std::min(n_batch_, n - start);
         const int32_t chunk_first_out = std::min(n_chunk, std::max(first_out, start) - start);
         const int32_t chunk_n_out     = n_chunk - chunk_first_out;
+        logits_bytes_ += (int64_t) std::max(0, chunk_n_out) * n_vocab * (int64_t) sizeof(float);
         float *       dest            = nullptr;
         if (chunk_n_out > 0) {
             if (out != nullptr) {

@@ -117,6 +117,9 @@ class kv_cache {
     // time spent in llama_decode and waiting for its results (a slot's: in its batcher's merged
     // decodes, waits included)
     double decode_ms() const { return decode_ms_; }
+    // bytes of logits the decodes so far wrote out for the host to read: a row of n_vocab floats per
+    // output (llama.cpp copies every output row, from the device where the model runs on one)
+    int64_t logits_bytes() const { return logits_bytes_; }
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
     int64_t n_redecoded() const { return n_redecoded_; }
 
@@ -217,6 +220,7 @@ class kv_cache {
     saved_state              kept_ckpt_;      // keep_checkpoint()
     double                   rollback_ms_ = 0;
     double                   decode_ms_   = 0;
+    int64_t                  logits_bytes_ = 0;
     int64_t                  n_redecoded_ = 0;
     std::shared_ptr<shared_context> shared_;  // a slot's cache: the shared context, and
     llama_seq_id             seq_       = 0;   // its sequence there

@@ -355,12 +355,14 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto   redecoded    = [&] { return tgt_cache_->n_redecoded() + (dft_cache_ ? dft_cache_->n_redecoded() : 0); };
     const int64_t redecoded0  = redecoded();
     const auto    decode_ms   = [&] { return tgt_cache_->decode_ms() + (dft_cache_ ? dft_cache_->decode_ms() : 0.0); };
+    const auto    logits_bytes = [&] { return tgt_cache_->logits_bytes() + (dft_cache_ ? dft_cache_->logits_bytes() : 0); };
     const auto t_start = clock_type::now();
 
     std::vector<llama_token> seq = prompt;
     prefill(seq, plan, params, st, check);
     st.t_prefill_ms = ms_since(t_start);
-    const double decode_ms0 = decode_ms();
+    const double  decode_ms0    = decode_ms();
+    const int64_t logits_bytes0 = logits_bytes();
 
     text_stream stream(params.stop);
     std::string finish;
@@ -419,6 +421,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.n_redecoded    = redecoded() - redecoded0;
     st.t_total_ms     = ms_since(t_start);
     st.t_decode_ms    = decode_ms() - decode_ms0;
+    st.logits_bytes   = logits_bytes() - logits_bytes0;
     return res;
 }
 
@@ -525,7 +528,17 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         double          p_reach = 1.0;
         draft_continue  keep    = nullptr;
         if (plan.adaptive) {
-            keep = [&](int32_t n_done, float conf) { return lengths_.keep_drafting(n_done, conf, p_reach, step.n_max); };
+            keep = [&](int32_t n_done, float conf, draft_ask ask) {
+                switch (ask) {
+                    case draft_ask::after_model:
+                        return lengths_.keep_drafting(n_done, conf, p_reach, step.n_max);
+                    case draft_ask::before_forced:
+                        return keep_forced(n_done, p_reach, step.n_max);
+                    case draft_ask::after_forced:
+                        break;
+                }
+                return lengths_.keep_going(n_done, p_reach, step.n_max);
+            };
         }
         // after the model sat out steps that brought more tokens than one step can, its catch-up
         // may copy the target's cache instead (model_drafter::catch_up); never after a drafted
@@ -547,8 +560,10 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
     const int32_t n_model = (int32_t) drafted_.tokens.size();
     if (!step.model && step.n_max > 0 && grammar != nullptr && !batcher_) {
         grammar->forced(step.n_max, forced_);
+        double p_reach = 1.0;
         for (const llama_token t : forced_) {
-            if (!grammar->push(t)) {
+            const int32_t n_done = (int32_t) drafted_.tokens.size();
+            if ((plan.adaptive && !keep_forced(n_done, p_reach, step.n_max)) || !grammar->push(t)) {
                 break;
             }
             const size_t i = drafted_.tokens.size();
@@ -580,6 +595,17 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
     }
     drafted_.forced.resize(drafted_.tokens.size(), 0);  // (lookup's drafts are not forced)
     return n_model;
+}
+
+bool decoder::keep_forced(int32_t n_done, double & p_reach, int32_t n_max) const {
+    // a forced draft costs no draft decode, only its place in the verification: worth it while the
+    // chance that the target keeps it (and every draft before it) pays for that at the long-run rate
+    const double p = lengths_.forced_accept_prob();
+    if (!lengths_.keep_going_p(n_done, p_reach, p, false, n_max)) {
+        return false;
+    }
+    p_reach *= p;
+    return true;
 }
 
 acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,

@@ -223,6 +223,9 @@ struct generate_stats {
     double t_other_ms() const { return t_total_ms - t_prefill_ms - t_draft_ms - t_verify_ms - t_accept_ms; }
     // after the prompt, the loop's own work on the host: everything outside llama_decode
     double t_host_ms() const { return std::max(0.0, t_total_ms - t_prefill_ms - t_decode_ms); }
+    // after the prompt, bytes of logits both models' decodes wrote out for the host (a row of n_vocab
+    // floats per drafted or verified position)
+    int64_t logits_bytes = 0;
     // tokens emitted per verification step (accepted drafts + the target's own token)
     double mean_accepted_length() const { return n_steps > 0 ? (double) n_generated / n_steps : 0.0; }
 };
@@ -386,6 +389,9 @@ class decoder {
                        const interrupt_check & check);
     // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
     // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length)
+    // the adaptive rule's verdict on proposing one more forced draft after n_done drafts that all
+    // stand with chance p_reach (updated where it says yes)
+    bool keep_forced(int32_t n_done, double & p_reach, int32_t n_max) const;
     acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
                                         rng_t & rng, double & verify_ms, generate_stats & st);
     // emit: the accepted drafts and the target's token into res and seq, until a stop; fills ev

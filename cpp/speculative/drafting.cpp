@@ -118,7 +118,8 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         if (params.grammar != nullptr) {  // text the grammar forces: drafts with q = 1, no decode to choose them
             params.grammar->forced(n_draft - i, forced_);
             int32_t k = 0;
-            while (k < (int32_t) forced_.size() && params.grammar->push(forced_[k])) {
+            while (k < (int32_t) forced_.size() && (!keep_going || keep_going(i + k, 1.0f, draft_ask::before_forced)) &&
+                   params.grammar->push(forced_[k])) {
                 out.tokens.push_back(forced_[k]);
                 out.conf.push_back(1.0f);
                 out.forced.push_back(1);
@@ -131,7 +132,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
                 i += k;
                 // the draft reads the forced run in one decode, for its logits after it
                 if (i == n_draft || llama_vocab_is_eog(vocab, out.tokens.back()) ||
-                    cache_.n_past() + k > cache_.n_ctx() || (keep_going && !keep_going(i, 1.0f))) {
+                    cache_.n_past() + k > cache_.n_ctx() || (keep_going && !keep_going(i, 1.0f, draft_ask::after_forced))) {
                     break;
                 }
                 cache_.decode(forced_.data(), k, false);
@@ -187,7 +188,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         if (i + 1 == n_draft || llama_vocab_is_eog(vocab, tok) || cache_.n_past() >= cache_.n_ctx()) {
             break;
         }
-        if (keep_going && !keep_going(i + 1, conf)) {
+        if (keep_going && !keep_going(i + 1, conf, draft_ask::after_model)) {
             break;
         }
         cache_.decode(&tok, 1, false);

@@ -30,8 +30,14 @@ struct draft_result {
     bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
 };
 
-// asked after each drafted token: draft another? (n drafted so far, confidence in the latest)
-using draft_continue = std::function<bool(int32_t n, float conf)>;
+// what a draft_continue is asked
+enum class draft_ask {
+    after_model,    // the model drafted its n-th token with confidence conf: draft another?
+    before_forced,  // n drafted so far: propose the next token the grammar forces?
+    after_forced,   // n drafted so far, the last ones forced: go on drafting with the model?
+};
+// asked as drafting goes: draft more? (n drafted so far, confidence in the latest)
+using draft_continue = std::function<bool(int32_t n, float conf, draft_ask ask)>;
 
 class model_drafter {
   public:
