@@ -221,6 +221,14 @@ class GenerateOptions:
     def drafter(self, arg1: str) -> None:
         ...
     @property
+    def forced_drafts(self) -> bool:
+        """
+        with a grammar and a draft model: where the grammar leaves no choice of the next characters, their tokens are drafted with q = 1 ahead of the draft model, without draft decodes to choose them (exact either way)
+        """
+    @forced_drafts.setter
+    def forced_drafts(self, arg0: bool) -> None:
+        ...
+    @property
     def frequency_penalty(self) -> float:
         """
         subtracted per occurrence from a counted token's logit; 0 = off
@@ -243,6 +251,22 @@ class GenerateOptions:
         """
     @grammar_root.setter
     def grammar_root(self, arg0: str) -> None:
+        ...
+    @property
+    def grammar_trigger_patterns(self) -> list[str]:
+        """
+        a lazy grammar (llama.cpp's, as llama-server's for tool calls): it allows everything until the output matches one of these regular expressions, and then follows from the first capture group's start (or the match's)
+        """
+    @grammar_trigger_patterns.setter
+    def grammar_trigger_patterns(self, arg0: collections.abc.Sequence[str]) -> None:
+        ...
+    @property
+    def grammar_trigger_tokens(self) -> list[int]:
+        """
+        a lazy grammar's trigger tokens: it follows from the first of these in the output
+        """
+    @grammar_trigger_tokens.setter
+    def grammar_trigger_tokens(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
         ...
     @property
     def ignore_eos(self) -> bool:
@@ -545,6 +569,16 @@ class Stats:
         who drafted: 'model', 'lookup', 'model+lookup' or 'none'
         """
     @property
+    def logits_bytes(self) -> int:
+        """
+        after the prompt, bytes of logits both models' decodes wrote out for the host (a row of n_vocab floats per drafted or verified position)
+        """
+    @property
+    def logits_bytes_per_token(self) -> float:
+        """
+        logits_bytes per generated token
+        """
+    @property
     def mean_accepted_length(self) -> float:
         """
         tokens emitted per verification step
@@ -558,6 +592,16 @@ class Stats:
     def n_drafted(self) -> int:
         """
         tokens proposed by the drafter
+        """
+    @property
+    def n_forced_accepted(self) -> int:
+        """
+        of which the target kept
+        """
+    @property
+    def n_forced_drafted(self) -> int:
+        """
+        of the drafted tokens, those the grammar forced (GenerateOptions.forced_drafts)
         """
     @property
     def n_generated(self) -> int:

@@ -358,6 +358,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto    logits_bytes = [&] { return tgt_cache_->logits_bytes() + (dft_cache_ ? dft_cache_->logits_bytes() : 0); };
     const auto t_start = clock_type::now();
 
+    forced_kept_ = forced_seen_ = 0.0;
     std::vector<llama_token> seq = prompt;
     prefill(seq, plan, params, st, check);
     st.t_prefill_ms = ms_since(t_start);
@@ -393,6 +394,14 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         int32_t forced_kept = 0;
         for (int32_t i = 0; i < acc.n_accepted; ++i) {
             forced_kept += drafted_.forced[i];
+        }
+        // every forced draft the target looked at: the kept ones and a first rejected one
+        constexpr double decay = 0.95;
+        for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
+            if (drafted_.forced[i]) {
+                forced_kept_ = decay * forced_kept_ + (i < acc.n_accepted ? 1.0 : 0.0);
+                forced_seen_ = decay * forced_seen_ + 1.0;
+            }
         }
         const int32_t n_before_lookup = n_model > 0 ? n_model : drafted_.n_forced;  // (forced drafts come before lookup's)
         st.n_lookup_accepted += std::max(0, acc.n_accepted - n_before_lookup);
@@ -526,14 +535,17 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
     }
     if (step.model) {
         double          p_reach = 1.0;
-        draft_continue  keep    = nullptr;
+        double          p_fixed = 1.0;
+        draft_continue  keep    = [&](int32_t n_done, float, draft_ask ask) {
+            return ask != draft_ask::before_forced || keep_forced(n_done, p_fixed, step.n_max, false, true);
+        };
         if (plan.adaptive) {
             keep = [&](int32_t n_done, float conf, draft_ask ask) {
                 switch (ask) {
                     case draft_ask::after_model:
                         return lengths_.keep_drafting(n_done, conf, p_reach, step.n_max);
                     case draft_ask::before_forced:
-                        return keep_forced(n_done, p_reach, step.n_max);
+                        return keep_forced(n_done, p_reach, step.n_max, true, true);
                     case draft_ask::after_forced:
                         break;
                 }
@@ -563,7 +575,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         double p_reach = 1.0;
         for (const llama_token t : forced_) {
             const int32_t n_done = (int32_t) drafted_.tokens.size();
-            if ((plan.adaptive && !keep_forced(n_done, p_reach, step.n_max)) || !grammar->push(t)) {
+            if (!keep_forced(n_done, p_reach, step.n_max, plan.adaptive, false) || !grammar->push(t)) {
                 break;
             }
             const size_t i = drafted_.tokens.size();
@@ -597,11 +609,14 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
     return n_model;
 }
 
-bool decoder::keep_forced(int32_t n_done, double & p_reach, int32_t n_max) const {
-    // a forced draft costs no draft decode, only its place in the verification: worth it while the
-    // chance that the target keeps it (and every draft before it) pays for that at the long-run rate
-    const double p = lengths_.forced_accept_prob();
-    if (!lengths_.keep_going_p(n_done, p_reach, p, false, n_max)) {
+bool decoder::keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool adaptive, bool model) const {
+    // a forced draft costs no draft decode, only its place in the verification (and, where it is
+    // rejected, the model's drafts after it)
+    const double p = forced_accept_prob();
+    if (!adaptive) {
+        return p >= k_forced_min_accept;
+    }
+    if ((model && p < lengths_.acceptance()) || !lengths_.keep_going_p(n_done, p_reach, p, false, n_max)) {
         return false;
     }
     p_reach *= p;

@@ -156,6 +156,8 @@ struct token_logprob {
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
 constexpr int32_t k_max_draft = 64;
+// with fixed draft lengths, forced drafts are proposed while the target keeps at least this share of them
+constexpr double k_forced_min_accept = 0.7;
 // maximum DSI target servers
 constexpr int32_t k_max_servers = 64;
 
@@ -389,9 +391,16 @@ class decoder {
                        const interrupt_check & check);
     // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
     // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length)
-    // the adaptive rule's verdict on proposing one more forced draft after n_done drafts that all
-    // stand with chance p_reach (updated where it says yes)
-    bool keep_forced(int32_t n_done, double & p_reach, int32_t n_max) const;
+    // whether to propose one more forced draft after n_done drafts that all stand with chance p_reach
+    // (updated where it says yes): adaptive, where its place in the verification pays at the long-run
+    // rate, and in a step the model drafts, where the target keeps forced drafts as often as the
+    // model's; with fixed lengths, where the target has kept most of this generation's
+    bool keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool adaptive, bool model) const;
+    // how often the target kept this generation's forced drafts (they are the vocabulary's spelling of
+    // the forced text, which a model may spell otherwise); optimistic before any is seen. Per
+    // generation, so that a seeded generation's drafts depend on nothing before it
+    double forced_accept_prob() const { return forced_seen_ > 0.5 ? forced_kept_ / forced_seen_ : 0.9; }
+    double forced_kept_ = 0, forced_seen_ = 0;
     acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
                                         rng_t & rng, double & verify_ms, generate_stats & st);
     // emit: the accepted drafts and the target's token into res and seq, until a stop; fills ev

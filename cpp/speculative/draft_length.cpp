@@ -315,12 +315,6 @@ void draft_length_model::observe_lookup(bool accepted) {
     n_lookup_   = decay * n_lookup_ + 1.0;
 }
 
-void draft_length_model::observe_forced(bool accepted) {
-    constexpr double decay = 0.95;
-    acc_forced_ = decay * acc_forced_ + (accepted ? 1.0 : 0.0);
-    n_forced_   = decay * n_forced_ + 1.0;
-}
-
 bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_reach, int32_t n_max) const {
     p_reach *= accept_prob(conf);
     return keep_going(n_done, p_reach, n_max);
@@ -345,9 +339,8 @@ void draft_length_model::observe(const step_record & s) {
     }
     // every draft the target looked at: all accepted ones and the first rejected one
     for (int32_t i = 0; i <= s.n_accepted && i < s.n; ++i) {
-        if (i < (int32_t) s.forced.size() && s.forced[i]) {  // (it says nothing of the model's or lookup's)
-            observe_forced(i < s.n_accepted);
-            continue;
+        if (i < (int32_t) s.forced.size() && s.forced[i]) {
+            continue;  // (a grammar's forced draft says nothing of the model's confidence or of lookup's)
         }
         if (i < s.n_model) {
             observe_acceptance(s.conf[i], i < s.n_accepted);

@@ -157,10 +157,7 @@ class draft_length_model {
     // prompt lookup's proposals: how often the target keeps one (tracks bursts of quoting)
     void   observe_lookup(bool accepted);
     double lookup_accept_prob() const { return n_lookup_ > 0.5 ? acc_lookup_ / n_lookup_ : 0.5; }
-    // how often the target keeps a draft a grammar forced (the vocabulary's tokenization of the forced
-    // text, which a model may spell otherwise); optimistic before any is seen
-    void   observe_forced(bool accepted);
-    double forced_accept_prob() const { return n_forced_ > 0.5 ? acc_forced_ / n_forced_ : 0.9; }
+
 
     // estimated chance the target accepts a token the draft gave confidence conf
     double accept_prob(double conf) const;
@@ -241,7 +238,6 @@ class draft_length_model {
     std::array<double, k_bins> n_bin_{};
     double acc_all_ = 0, n_all_ = 0;
     double acc_lookup_ = 0, n_lookup_ = 0;
-    double acc_forced_ = 0, n_forced_ = 0;
     double step_tokens_ = 0, step_ms_ = 0;
     // the same over the steps the model drafted in (a probe weighs as much as all before it), their
     // decayed weight, and how many
