@@ -537,7 +537,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         double          p_reach = 1.0;
         double          p_fixed = 1.0;
         draft_continue  keep    = [&](int32_t n_done, float, draft_ask ask) {
-            return ask != draft_ask::before_forced || keep_forced(n_done, p_fixed, step.n_max, false, true);
+            return ask != draft_ask::before_forced || keep_forced(n_done, p_fixed, step.n_max, false);
         };
         if (plan.adaptive) {
             keep = [&](int32_t n_done, float conf, draft_ask ask) {
@@ -545,7 +545,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
                     case draft_ask::after_model:
                         return lengths_.keep_drafting(n_done, conf, p_reach, step.n_max);
                     case draft_ask::before_forced:
-                        return keep_forced(n_done, p_reach, step.n_max, true, true);
+                        return keep_forced(n_done, p_reach, step.n_max, true);
                     case draft_ask::after_forced:
                         break;
                 }
@@ -575,7 +575,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         double p_reach = 1.0;
         for (const llama_token t : forced_) {
             const int32_t n_done = (int32_t) drafted_.tokens.size();
-            if (!keep_forced(n_done, p_reach, step.n_max, plan.adaptive, false) || !grammar->push(t)) {
+            if (!keep_forced(n_done, p_reach, step.n_max, plan.adaptive) || !grammar->push(t)) {
                 break;
             }
             const size_t i = drafted_.tokens.size();
@@ -609,14 +609,14 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
     return n_model;
 }
 
-bool decoder::keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool adaptive, bool model) const {
+bool decoder::keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool adaptive) const {
     // a forced draft costs no draft decode, only its place in the verification (and, where it is
     // rejected, the model's drafts after it)
     const double p = forced_accept_prob();
     if (!adaptive) {
         return p >= k_forced_min_accept;
     }
-    if ((model && p < lengths_.acceptance()) || !lengths_.keep_going_p(n_done, p_reach, p, false, n_max)) {
+    if (!lengths_.keep_going_p(n_done, p_reach, p, false, n_max)) {
         return false;
     }
     p_reach *= p;

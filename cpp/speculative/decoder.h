@@ -393,9 +393,9 @@ class decoder {
     // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length)
     // whether to propose one more forced draft after n_done drafts that all stand with chance p_reach
     // (updated where it says yes): adaptive, where its place in the verification pays at the long-run
-    // rate, and in a step the model drafts, where the target keeps forced drafts as often as the
-    // model's; with fixed lengths, where the target has kept most of this generation's
-    bool keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool adaptive, bool model) const;
+    // rate given how often the target keeps them; with fixed lengths, where it has kept most of this
+    // generation's
+    bool keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool adaptive) const;
     // how often the target kept this generation's forced drafts (they are the vocabulary's spelling of
     // the forced text, which a model may spell otherwise); optimistic before any is seen. Per
     // generation, so that a seeded generation's drafts depend on nothing before it
