@@ -89,6 +89,25 @@ def _tensor_split(text):
     return shares
 
 
+def _drafting_options():
+    """model_options' options of who drafts and how much."""
+    return [
+        click.option("--n-draft", type=int, default=DECODER_DEFAULTS["n_draft"], show_default=True,
+                     help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
+        click.option("--drafter", type=click.Choice(["auto", "model", "lookup", "model+lookup"]), default="auto",
+                     show_default=True,
+                     help="Who drafts: the draft model, prompt lookup (copies from earlier text; no draft model), "
+                          "or the model with lookup filling in where it stops short. auto: model+lookup with a "
+                          "draft model (the model alone with --mode dsi)."),
+        click.option("--fixed-draft", is_flag=True,
+                     help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
+        click.option("--forced-drafts/--no-forced-drafts", default=True, show_default=True,
+                     help="With a grammar and a draft model: where the grammar leaves no choice of the next "
+                          "characters (a JSON schema's keys), draft their tokens ahead of the draft model, without "
+                          "draft decodes to choose them. The output is the same either way."),
+    ]
+
+
 def model_options(fn):
     """Options every model-running command shares (llama.cpp's names where it has one)."""
     opts = [
@@ -105,19 +124,7 @@ def model_options(fn):
                      help="The pair's target in this number format (qwen2.5-coder: q4_k_m as released, q8_0 or f16, "
                           "made from it once)."),
         click.option("--no-draft", is_flag=True, help="Plain decoding on the target alone."),
-        click.option("--n-draft", type=int, default=DECODER_DEFAULTS["n_draft"], show_default=True,
-                     help="Tokens drafted per verification step: the most (adaptive) or exactly (--fixed-draft)."),
-        click.option("--drafter", type=click.Choice(["auto", "model", "lookup", "model+lookup"]), default="auto",
-                     show_default=True,
-                     help="Who drafts: the draft model, prompt lookup (copies from earlier text; no draft model), "
-                          "or the model with lookup filling in where it stops short. auto: model+lookup with a "
-                          "draft model (the model alone with --mode dsi)."),
-        click.option("--fixed-draft", is_flag=True,
-                     help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
-        click.option("--forced-drafts/--no-forced-drafts", default=True, show_default=True,
-                     help="With a grammar and a draft model: where the grammar leaves no choice of the next "
-                          "characters (a JSON schema's keys), draft their tokens ahead of the draft model, without "
-                          "draft decodes to choose them. The output is the same either way."),
+        *_drafting_options(),
         click.option("-c", "--ctx-size", type=click.IntRange(0), default=DECODER_DEFAULTS["n_ctx"], show_default=True,
                      help="Context size in tokens (0 = the model's)."),
         click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = the physical cores)."),

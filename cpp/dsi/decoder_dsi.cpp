@@ -11,11 +11,6 @@ namespace specllama {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double ms_since(clock_type::time_point t) {
-    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
-}
 
 // sets a context's threads for the duration of a run and puts the old count back
 class threads_scope {

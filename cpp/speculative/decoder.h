@@ -30,6 +30,12 @@
 
 namespace specllama {
 
+// the loop's clock, and the milliseconds since t by it
+using clock_type = std::chrono::steady_clock;
+inline double ms_since(clock_type::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock_type::now() - t).count();
+}
+
 struct decoder_params {
     model_params                target;
     std::optional<model_params> draft;           // none: plain decoding only

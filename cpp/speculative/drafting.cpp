@@ -87,16 +87,7 @@ void to_target_ids(const vocab_map & map, token_dist & dist) {
 void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
                           rng_t & rng, draft_result & out, const draft_continue & keep_going,
                           const std::function<void()> & between_chunks, const kv_cache * target, int32_t window) {
-    out.tokens.clear();
-    out.conf.clear();
-    out.forced.clear();
-    out.n_forced    = 0;
-    out.n_decodes   = 0;
-    out.catch_up_ms = 0.0;
-    out.vocab_ms    = 0.0;
-    out.sample_ms   = 0.0;
-    out.n_copied    = 0;
-    out.windowed    = false;
+    out.clear();
     if (n_draft <= 0 || seq.empty()) {
         return;
     }

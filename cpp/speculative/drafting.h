@@ -28,6 +28,16 @@ struct draft_result {
     int32_t                  n_forced    = 0;    // how many tokens are
     int32_t                  n_decodes   = 0;    // draft decodes after the catch-up (a forced run's is one)
     bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
+
+    // empty, for a new step (dists keep their memory)
+    void clear() {
+        tokens.clear();
+        conf.clear();
+        forced.clear();
+        n_forced = n_decodes = n_copied = 0;
+        catch_up_ms = vocab_ms = sample_ms = 0.0;
+        windowed = false;
+    }
 };
 
 // what a draft_continue is asked

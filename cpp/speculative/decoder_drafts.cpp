@@ -1,0 +1,206 @@
+// speculative/decoder_drafts.cpp: a step's drafts: how many the step may draft (the adaptive rule,
+// the slots' shared cap), the draft model's and the grammar's forced drafts, prompt lookup's, and
+// what the step tells the adaptive rule afterwards.
+#include "speculative/decoder.h"
+
+#include "sampling/grammar.h"
+
+#include <algorithm>
+
+namespace specllama {
+
+decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_params & params, int32_t n_seq,
+                                      generate_stats & st) {
+    // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
+    const int32_t room      = tgt_cache_->n_ctx() - n_seq;
+    const int32_t remaining = params.max_tokens - st.n_generated;
+    step_plan     step;
+    // the first step is plain: its token comes as soon as the prompt is in (the time to first
+    // token of a stream), where drafting first would add the drafts' and a longer batch's time
+    if ((plan.use_model || plan.use_lookup) && st.n_steps > 0) {
+        step.n_max = std::max(0, std::min({plan.n_draft, room, remaining - 1}));
+    }
+    // the adaptive rule compares drafting with plain steps: it prices those first, and then
+    // leaves the draft model out of steps while drafting does not pay (draft_length.h)
+    const bool model_wanted = step.n_max > 0 && plan.use_model;
+    const bool pricing      = lengths_.pricing(plan.adaptive);
+    step.model              = model_wanted && !pricing && !model_sits_out_ && lengths_.model_drafts(plan.adaptive);
+    // slots that share their decodes: while several generate, the group prices their merged
+    // rounds and caps the draft length (batch_drafting.h); given prices keep the loop deterministic.
+    // Seeded sampling drafts fixed lengths so that its output is reproducible, but while several
+    // slots generate the merged decodes already make it depend on the other requests: the cap
+    // applies there too, unless adaptive=False was asked for
+    const bool group_caps = batcher_ && !params.prices && params.adaptive.value_or(true);
+    if (step.model && group_caps) {
+        const int32_t cap = batcher_->drafting().cap(batcher_->n_generating(), step.n_max);
+        step.model        = cap > 0;
+        step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
+    }
+    // and prompt lookup's drafts in a step without model drafts: each adds to the merged verification
+    if (!step.model && step.n_max > 0 && plan.use_lookup && group_caps) {
+        step.n_max = batcher_->drafting().lookup_cap(batcher_->n_generating(), step.n_max);
+    }
+    st.n_paused_steps += model_wanted && !pricing && !step.model;  // (pricing steps are not pauses)
+    if (pricing) {
+        step.n_max = 0;
+    }
+    return step;
+}
+
+int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
+                            const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
+                            const interrupt_check & check) {
+    drafted_.clear();
+    grammar_track * grammar = params.sampling.grammar;
+    if (grammar != nullptr) {
+        grammar->begin_step();
+    }
+    if (step.model) {
+        double          p_reach = 1.0;
+        double          p_fixed = 1.0;
+        draft_continue  keep    = [&](int32_t n_done, float, draft_ask ask) {
+            return ask != draft_ask::before_forced || keep_forced(n_done, p_fixed, step.n_max, false);
+        };
+        if (plan.adaptive) {
+            keep = [&](int32_t n_done, float conf, draft_ask ask) {
+                switch (ask) {
+                    case draft_ask::after_model:
+                        return lengths_.keep_drafting(n_done, conf, p_reach, step.n_max);
+                    case draft_ask::before_forced:
+                        return keep_forced(n_done, p_reach, step.n_max, true);
+                    case draft_ask::after_forced:
+                        break;
+                }
+                return lengths_.keep_going(n_done, p_reach, step.n_max);
+            };
+        }
+        // after the model sat out steps that brought more tokens than one step can, its catch-up
+        // may copy the target's cache instead (model_drafter::catch_up); never after a drafted
+        // step, so that what is measured of a draft is the draft's
+        const auto                       t_view = clock_type::now();
+        const std::vector<llama_token> & dseq   = draft_seq(seq);
+        st.t_vocab_ms += view_ ? ms_since(t_view) : 0.0;
+        const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
+        drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
+                        share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
+                        plan.adaptive && lengths_.probing() ? k_probe_window : 0);
+        st.n_resume_shared += drafted_.n_copied;
+        st.n_window_catch_ups += drafted_.windowed;
+        st.t_vocab_ms += drafted_.vocab_ms;
+        st.t_draft_sample_ms += drafted_.sample_ms;
+    }
+    // a step without the draft model still proposes the text the grammar forces (no decode needed);
+    // prompt lookup may follow it
+    const int32_t n_model = (int32_t) drafted_.tokens.size();
+    if (!step.model && step.n_max > 0 && grammar != nullptr && !batcher_) {
+        grammar->forced(step.n_max, forced_);
+        double p_reach = 1.0;
+        for (const llama_token t : forced_) {
+            const int32_t n_done = (int32_t) drafted_.tokens.size();
+            if (!keep_forced(n_done, p_reach, step.n_max, plan.adaptive) || !grammar->push(t)) {
+                break;
+            }
+            const size_t i = drafted_.tokens.size();
+            if (drafted_.dists.size() <= i) {
+                drafted_.dists.resize(i + 1);
+            }
+            drafted_.dists[i].ids.assign(1, t);
+            drafted_.dists[i].probs.assign(1, 1.0f);
+            drafted_.tokens.push_back(t);
+            drafted_.conf.push_back(1.0f);
+            drafted_.forced.push_back(1);
+            drafted_.n_forced += 1;
+        }
+    }
+    // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
+    const int32_t n_first = (int32_t) drafted_.tokens.size();
+    if (step.n_max > n_first && plan.use_lookup &&
+        (n_first == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back()))) {
+        st.n_lookup_drafted += add_lookup_drafts(seq, step.n_max, plan.adaptive, params.lookup, probe);
+    }
+    if (grammar != nullptr) {  // lookup's drafts up to the first the grammar rejects (p = 0 there)
+        int32_t keep = n_first;
+        while (keep < (int32_t) drafted_.tokens.size() && grammar->push(drafted_.tokens[keep])) {
+            ++keep;
+        }
+        st.n_lookup_drafted -= (int32_t) drafted_.tokens.size() - keep;
+        drafted_.tokens.resize(keep);
+        drafted_.conf.resize(std::min<size_t>(drafted_.conf.size(), keep));
+    }
+    drafted_.forced.resize(drafted_.tokens.size(), 0);  // (lookup's drafts are not forced)
+    return n_model;
+}
+
+bool decoder::keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool adaptive) const {
+    // a forced draft costs no draft decode, only its place in the verification (and, where it is
+    // rejected, the model's drafts after it)
+    const double p = forced_accept_prob();
+    if (!adaptive) {
+        return p >= k_forced_min_accept;
+    }
+    if (!lengths_.keep_going_p(n_done, p_reach, p, false, n_max)) {
+        return false;
+    }
+    p_reach *= p;
+    return true;
+}
+
+int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, bool adaptive,
+                                   const lookup_params & params, llama_token & probe) {
+    const int32_t n_model = (int32_t) drafted_.tokens.size();
+    lookup_seq_.assign(seq.begin(), seq.end());
+    lookup_seq_.insert(lookup_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+    int32_t n_found = lookup_draft(lookup_seq_, n_max - n_model, params, drafted_.tokens);
+    if (adaptive && n_found > 0) {
+        // keep the lookup tokens that pay, judged like model drafts but costing no draft decode
+        double p_reach = 1.0;
+        for (int32_t i = 0; i < n_model; ++i) {
+            p_reach *= lengths_.accept_prob(drafted_.conf[i]);
+        }
+        const double p_lookup = lengths_.lookup_accept_prob();
+        int32_t      n_keep   = 0;
+        while (n_keep < n_found && lengths_.keep_going_p(n_model + n_keep, p_reach, p_lookup, false, n_max)) {
+            p_reach *= p_lookup;
+            ++n_keep;
+        }
+        // the first dropped proposal is still judged, for free: if everything before it is
+        // accepted, the target's own next token says whether it would have been kept
+        probe = n_keep < n_found ? drafted_.tokens[n_model + n_keep] : -1;
+        drafted_.tokens.resize(n_model + n_keep);
+        n_found = n_keep;
+    }
+    if ((int32_t) drafted_.dists.size() < n_model + n_found) {
+        drafted_.dists.resize(n_model + n_found);
+    }
+    for (int32_t i = n_model; i < n_model + n_found; ++i) {
+        drafted_.conf.push_back(-1.0f);  // no confidence: kept out of the calibration
+        drafted_.dists[i].ids.assign(1, drafted_.tokens[i]);  // a deterministic proposal: q is one-hot
+        drafted_.dists[i].probs.assign(1, 1.0f);
+    }
+    return n_found;
+}
+
+void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
+                           double draft_ms, double verify_ms, int32_t prev_n,
+                           const std::optional<step_prices> & prices) {
+    step_record & r = record_;
+    r.n_model       = n_model;
+    r.n             = n;
+    r.n_accepted    = acc.n_accepted;
+    r.conf.assign(drafted_.conf.begin(), drafted_.conf.begin() + n_model);
+    r.forced.assign(drafted_.forced.begin(), drafted_.forced.end());
+    r.n_decodes = n_model > 0 ? drafted_.n_decodes : 0;
+    r.probe       = probe < 0 ? -1 : acc.next == probe ? 1 : 0;
+    r.catch_up_ms = drafted_.catch_up_ms;
+    r.draft_ms    = draft_ms;
+    r.verify_ms   = verify_ms;
+    r.prev_n      = prev_n;
+    if (prices) {
+        r.catch_up_ms = n_model > 0 ? prices->draft_ms : 0.0;
+        r.draft_ms    = n_model > 0 ? (1 + r.n_decodes) * prices->draft_ms : 0.0;
+        r.verify_ms   = prices->verify_ms + n * prices->verify_token_ms;
+    }
+    lengths_.observe(r);
+}
+
+}  // namespace specllama
