@@ -81,6 +81,17 @@ grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf
             throw std::invalid_argument(std::string("a grammar trigger pattern is not a regular expression: ") + e.what());
         }
     }
+    if (smpl_ != nullptr && !(trigger_patterns.empty() && trigger_tokens.empty())) {
+        llama_token   t[4];
+        char          piece[8];
+        const char    nul = '\0';
+        const int32_t n   = llama_tokenize(vocab, &nul, 1, t, 4, false, false);  // (an SPM vocabulary puts a space first)
+        for (int32_t i = 0; i < n; ++i) {
+            if (llama_token_to_piece(vocab, t[i], piece, sizeof(piece), 0, true) == 1 && piece[0] == '\0') {
+                nul_ = t[i];
+            }
+        }
+    }
     if (smpl_ == nullptr) {
         const std::string why = take_last_error();
         throw std::invalid_argument("the grammar does not parse as llama.cpp's GBNF from rule '" + root + "'" +
@@ -88,15 +99,27 @@ grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf
     }
 }
 
-grammar_state::grammar_state(const grammar_state & other) : smpl_(llama_sampler_clone(other.smpl_)) {}
+grammar_state::grammar_state(const grammar_state & other)
+    : smpl_(llama_sampler_clone(other.smpl_)), nul_(other.nul_) {}
 
 grammar_state & grammar_state::operator=(const grammar_state & other) {
     if (this != &other) {
         llama_sampler * copy = llama_sampler_clone(other.smpl_);
         llama_sampler_free(smpl_);
         smpl_ = copy;
+        nul_  = other.nul_;
     }
     return *this;
+}
+
+bool grammar_state::constraining() const {
+    if (nul_ < 0) {
+        return true;
+    }
+    llama_token_data       d{nul_, 0.0f, 0.0f};
+    llama_token_data_array a{&d, 1, -1, false};
+    llama_sampler_apply(smpl_, &a);
+    return d.logit == -INFINITY;
 }
 
 grammar_state::~grammar_state() {
@@ -121,6 +144,9 @@ void grammar_state::accept(llama_token token) {
 
 const float * grammar_state::mask(const float * logits, int32_t n_vocab, const sampling_params & p,
                                   std::vector<float> & out) {
+    if (!constraining()) {
+        return logits;  // (a lazy grammar before its trigger allows every token)
+    }
     out.assign(n_vocab, -INFINITY);
     const int32_t want = p.greedy() ? 1 : p.top_k > 0 ? p.top_k : n_vocab;
     const auto    by_logit = [logits](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };

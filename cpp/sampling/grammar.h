@@ -41,11 +41,18 @@ class grammar_state {
     // logits with what sampling with p reads of the rejected tokens at -inf, in out (n_vocab
     // entries): for greedy decoding the first allowed token by logit, for top_k > 0 the top_k
     // likeliest allowed ones (or as many of them as decide p's distribution), else every allowed
-    // token. std::invalid_argument where it allows none.
+    // token; logits themselves while a lazy grammar awaits its trigger. std::invalid_argument where it
+    // allows none.
     const float * mask(const float * logits, int32_t n_vocab, const sampling_params & p, std::vector<float> & out);
 
   private:
+    // whether the grammar constrains the next token: false only for a lazy grammar still awaiting its
+    // trigger (told by the token of the NUL byte, which llama.cpp's grammar rejects whenever it is
+    // active and leaves alone while it waits); true where the vocabulary has no such token
+    bool constraining() const;
+
     llama_sampler *                   smpl_ = nullptr;
+    llama_token                       nul_  = -1;  // a lazy grammar's: the NUL byte's token (-1: none, or not lazy)
     std::vector<int32_t>              order_;  // token ids, partly sorted by logit
     std::vector<llama_token_data>     cand_;
     std::vector<float>                found_;  // logits of the allowed tokens found, descending
