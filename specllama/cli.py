@@ -249,7 +249,7 @@ def _grammar_option(grammar, grammar_file, json_schema) -> str:
         return grammar_file.read()
     if json_schema is None:
         return grammar or ""
-    from .completions import RequestError, grammar_fields
+    from . import schemas
 
     text = json_schema
     if text.startswith("@"):
@@ -258,11 +258,9 @@ def _grammar_option(grammar, grammar_file, json_schema) -> str:
         except OSError as exc:
             raise click.BadParameter(f"cannot read {text[1:]}: {exc.strerror}", param_hint="'--json-schema'") from None
     try:
-        opts: dict = {}
-        grammar_fields({"json_schema": json.loads(text)}, opts)
-    except (ValueError, RequestError) as exc:
+        return schemas.to_grammar(json.loads(text))
+    except ValueError as exc:  # (not JSON, or a schema it cannot follow)
         raise click.BadParameter(str(exc), param_hint="'--json-schema'") from None
-    return opts["grammar"]
 
 
 def dsi_options(fn):

@@ -84,9 +84,9 @@ def test_cost_model_learns(tiny):
         m = dec._native().cost_model()
     assert m["draft_ms"] > 0
     assert m["catch_up_ms"] > 0  # the draft's catch-up decode, paid once per step
-    assert all(v > 0 for v in m["verify_ms"])
-    assert 0 <= m["acceptance"] <= 1
-    assert all(0 <= p <= 1 for p in m["accept_prob_by_confidence"])
+    assert all(v > 0 for v in m["verify_ms"]), m
+    assert 0 <= m["acceptance"] <= 1, m
+    assert all(0 <= p <= 1 for p in m["accept_prob_by_confidence"]), m
 
 
 def _replay_module():

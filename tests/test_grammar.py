@@ -232,8 +232,8 @@ def test_structured_output_with_the_openai_client(qwen_pair):
         population_millions: float
 
     target, draft = qwen_pair
-    with running(["-m", target, "-d", draft, "-c", "2048", "-t", "2", "--alias", "qwen"]) as s:
-        r = _client(s).chat.completions.parse(
+    with running(["-m", target, "-d", draft, "-c", "2048", "-t", "2", "--alias", "qwen"]) as s, _client(s) as client:
+        r = client.chat.completions.parse(
             model="qwen", temperature=0, max_tokens=80, response_format=City,
             messages=[{"role": "user", "content": "The capital of France, as JSON."}])
     city = r.choices[0].message.parsed

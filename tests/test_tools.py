@@ -97,9 +97,17 @@ CLOCK = {"type": "function", "function": {
 def test_a_forced_call_is_a_call_to_a_given_tool_by_its_schema(tiny_server, choice, stream):
     """tool_choice "required" or a named function: whatever the (random, tiny) model prefers, the
     reply is calls to the tools (the named one), with arguments their schemas admit."""
+    with _openai(tiny_server) as client:
+        _forced_calls(client, choice, stream)
+
+
+def _openai(server):
     from openai import OpenAI
 
-    client = OpenAI(base_url=tiny_server.url + "/v1", api_key="none", max_retries=0, timeout=600)
+    return OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=600)
+
+
+def _forced_calls(client, choice, stream):
     for seed in range(3):
         kw = dict(model="target_q4_1", messages=[{"role": "user", "content": "the cat"}], tools=[WEATHER, CLOCK],
                   tool_choice=choice, parallel_tool_calls=False, temperature=1.0, seed=seed, max_tokens=200)
@@ -146,9 +154,11 @@ def qwen_server(qwen_pair):
 @pytest.mark.parametrize("stream, choice", [(False, "auto"), (True, "auto"), (True, "required")])
 def test_a_tool_calling_loop_with_the_openai_client(qwen_server, stream, choice):
     """call (tool_choice as given), tool result, final answer; greedy, on the Qwen2.5-Coder pair."""
-    from openai import OpenAI
+    with _openai(qwen_server) as client:
+        _tool_loop(client, stream, choice)
 
-    client = OpenAI(base_url=qwen_server.url + "/v1", api_key="none", max_retries=0, timeout=600)
+
+def _tool_loop(client, stream, choice):
     messages = [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}]
 
     def ask(tool_choice="auto"):

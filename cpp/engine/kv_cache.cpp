@@ -207,7 +207,7 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
         const int32_t n_chunk         = start == 0 ? first_chunk : std::min(n_batch_, n - start);
         const int32_t chunk_first_out = std::min(n_chunk, std::max(first_out, start) - start);
         const int32_t chunk_n_out     = n_chunk - chunk_first_out;
-        logits_bytes_ += (int64_t) std::max(0, chunk_n_out) * n_vocab * (int64_t) sizeof(float);
+        logits_bytes_ += (int64_t) chunk_n_out * n_vocab * (int64_t) sizeof(float);
         float *       dest            = nullptr;
         if (chunk_n_out > 0) {
             if (out != nullptr) {

@@ -81,7 +81,12 @@ grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf
             throw std::invalid_argument(std::string("a grammar trigger pattern is not a regular expression: ") + e.what());
         }
     }
-    if (smpl_ != nullptr && !(trigger_patterns.empty() && trigger_tokens.empty())) {
+    if (smpl_ == nullptr) {
+        const std::string why = take_last_error();
+        throw std::invalid_argument("the grammar does not parse as llama.cpp's GBNF from rule '" + root + "'" +
+                                    (why.empty() ? std::string() : ": " + why));
+    }
+    if (!(trigger_patterns.empty() && trigger_tokens.empty())) {  // (constraining() tells a lazy one's wait)
         llama_token   t[4];
         char          piece[8];
         const char    nul = '\0';
@@ -91,11 +96,6 @@ grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf
                 nul_ = t[i];
             }
         }
-    }
-    if (smpl_ == nullptr) {
-        const std::string why = take_last_error();
-        throw std::invalid_argument("the grammar does not parse as llama.cpp's GBNF from rule '" + root + "'" +
-                                    (why.empty() ? std::string() : ": " + why));
     }
 }
 
@@ -113,13 +113,7 @@ grammar_state & grammar_state::operator=(const grammar_state & other) {
 }
 
 bool grammar_state::constraining() const {
-    if (nul_ < 0) {
-        return true;
-    }
-    llama_token_data       d{nul_, 0.0f, 0.0f};
-    llama_token_data_array a{&d, 1, -1, false};
-    llama_sampler_apply(smpl_, &a);
-    return d.logit == -INFINITY;
+    return nul_ < 0 || !allows(nul_);
 }
 
 grammar_state::~grammar_state() {

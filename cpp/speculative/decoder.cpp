@@ -381,22 +381,20 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
             st.steps.push_back(std::move(trace));
         }
         prev_n = n;
-        int32_t forced_kept = 0;
-        for (int32_t i = 0; i < acc.n_accepted; ++i) {
-            forced_kept += drafted_.forced[i];
-        }
         // every forced draft the target looked at: the kept ones and a first rejected one
         constexpr double decay = 0.95;
         for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
             if (drafted_.forced[i]) {
-                forced_kept_ = decay * forced_kept_ + (i < acc.n_accepted ? 1.0 : 0.0);
+                const bool kept = i < acc.n_accepted;
+                st.n_forced_accepted += kept;
+                forced_kept_ = decay * forced_kept_ + (kept ? 1.0 : 0.0);
                 forced_seen_ = decay * forced_seen_ + 1.0;
             }
         }
-        const int32_t n_before_lookup = n_model > 0 ? n_model : drafted_.n_forced;  // (forced drafts come before lookup's)
+        const int32_t n_forced = drafted_.n_forced();
+        st.n_forced_drafted += n_forced;
+        const int32_t n_before_lookup = n_model > 0 ? n_model : n_forced;  // (forced drafts come before lookup's)
         st.n_lookup_accepted += std::max(0, acc.n_accepted - n_before_lookup);
-        st.n_forced_drafted += drafted_.n_forced;
-        st.n_forced_accepted += forced_kept;
         st.n_steps += 1;
         st.n_drafted += n;
         st.n_accepted += acc.n_accepted;

@@ -395,8 +395,6 @@ class decoder {
     int32_t draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,
                        const generate_params & params, rng_t & rng, llama_token & probe, generate_stats & st,
                        const interrupt_check & check);
-    // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
-    // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length)
     // whether to propose one more forced draft after n_done drafts that all stand with chance p_reach
     // (updated where it says yes): adaptive, where its place in the verification pays at the long-run
     // rate given how often the target keeps them; with fixed lengths, where it has kept most of this
@@ -406,7 +404,8 @@ class decoder {
     // the forced text, which a model may spell otherwise); optimistic before any is seen. Per
     // generation, so that a seeded generation's drafts depend on nothing before it
     double forced_accept_prob() const { return forced_seen_ > 0.5 ? forced_kept_ / forced_seen_ : 0.9; }
-    double forced_kept_ = 0, forced_seen_ = 0;
+    // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
+    // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length)
     acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
                                         rng_t & rng, double & verify_ms, generate_stats & st);
     // emit: the accepted drafts and the target's token into res and seq, until a stop; fills ev
@@ -469,6 +468,7 @@ class decoder {
     std::vector<float>        grammar_row_;     // the target's logits under the grammar
     std::optional<grammar_forcing> forcing_;    // the target's vocabulary's probe for forced text (made at first use)
     std::vector<llama_token>  forced_;          // the tokens a grammar forces, in a step without the draft model
+    double                    forced_kept_ = 0, forced_seen_ = 0;  // forced_accept_prob(), decayed counts
 };
 
 // throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)

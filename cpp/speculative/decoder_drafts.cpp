@@ -93,24 +93,10 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
     // prompt lookup may follow it
     const int32_t n_model = (int32_t) drafted_.tokens.size();
     if (!step.model && step.n_max > 0 && grammar != nullptr && !batcher_) {
-        grammar->forced(step.n_max, forced_);
         double p_reach = 1.0;
-        for (const llama_token t : forced_) {
-            const int32_t n_done = (int32_t) drafted_.tokens.size();
-            if (!keep_forced(n_done, p_reach, step.n_max, plan.adaptive) || !grammar->push(t)) {
-                break;
-            }
-            const size_t i = drafted_.tokens.size();
-            if (drafted_.dists.size() <= i) {
-                drafted_.dists.resize(i + 1);
-            }
-            drafted_.dists[i].ids.assign(1, t);
-            drafted_.dists[i].probs.assign(1, 1.0f);
-            drafted_.tokens.push_back(t);
-            drafted_.conf.push_back(1.0f);
-            drafted_.forced.push_back(1);
-            drafted_.n_forced += 1;
-        }
+        add_forced_drafts(*grammar, step.n_max, drafted_,
+                          [&](int32_t n_done) { return keep_forced(n_done, p_reach, step.n_max, plan.adaptive); },
+                          forced_);
     }
     // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
     const int32_t n_first = (int32_t) drafted_.tokens.size();

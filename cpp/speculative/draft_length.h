@@ -158,7 +158,6 @@ class draft_length_model {
     void   observe_lookup(bool accepted);
     double lookup_accept_prob() const { return n_lookup_ > 0.5 ? acc_lookup_ / n_lookup_ : 0.5; }
 
-
     // estimated chance the target accepts a token the draft gave confidence conf
     double accept_prob(double conf) const;
 

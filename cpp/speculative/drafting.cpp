@@ -84,6 +84,28 @@ void to_target_ids(const vocab_map & map, token_dist & dist) {
 
 }  // namespace
 
+int32_t add_forced_drafts(grammar_track & grammar, int32_t n_max, draft_result & out,
+                          const std::function<bool(int32_t)> & keep, std::vector<llama_token> & scratch) {
+    grammar.forced(n_max, scratch);
+    int32_t k = 0;
+    for (; k < (int32_t) scratch.size(); ++k) {
+        const llama_token t = scratch[k];
+        const size_t      i = out.tokens.size();
+        if (!keep((int32_t) i) || !grammar.push(t)) {
+            break;
+        }
+        if (out.dists.size() <= i) {
+            out.dists.resize(i + 1);
+        }
+        out.dists[i].ids.assign(1, t);
+        out.dists[i].probs.assign(1, 1.0f);
+        out.tokens.push_back(t);
+        out.conf.push_back(1.0f);
+        out.forced.push_back(1);
+    }
+    return k;
+}
+
 void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
                           rng_t & rng, draft_result & out, const draft_continue & keep_going,
                           const std::function<void()> & between_chunks, const kv_cache * target, int32_t window) {
@@ -105,30 +127,22 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     if ((int32_t) out.dists.size() < n_draft) {
         out.dists.resize(n_draft);
     }
-    for (int32_t i = 0; i < n_draft; ++i) {
+    const auto keep_forced = [&](int32_t n_done) {
+        return !keep_going || keep_going(n_done, 1.0f, draft_ask::before_forced);
+    };
+    while ((int32_t) out.tokens.size() < n_draft) {
+        const int32_t i = (int32_t) out.tokens.size();
         if (params.grammar != nullptr) {  // text the grammar forces: drafts with q = 1, no decode to choose them
-            params.grammar->forced(n_draft - i, forced_);
-            int32_t k = 0;
-            while (k < (int32_t) forced_.size() && (!keep_going || keep_going(i + k, 1.0f, draft_ask::before_forced)) &&
-                   params.grammar->push(forced_[k])) {
-                out.tokens.push_back(forced_[k]);
-                out.conf.push_back(1.0f);
-                out.forced.push_back(1);
-                out.dists[i + k].ids.assign(1, forced_[k]);
-                out.dists[i + k].probs.assign(1, 1.0f);
-                ++k;
-            }
+            const int32_t k = add_forced_drafts(*params.grammar, n_draft - i, out, keep_forced, forced_);
             if (k > 0) {
-                out.n_forced += k;
-                i += k;
                 // the draft reads the forced run in one decode, for its logits after it
-                if (i == n_draft || llama_vocab_is_eog(vocab, out.tokens.back()) ||
-                    cache_.n_past() + k > cache_.n_ctx() || (keep_going && !keep_going(i, 1.0f, draft_ask::after_forced))) {
+                if (i + k == n_draft || llama_vocab_is_eog(vocab, out.tokens.back()) ||
+                    cache_.n_past() + k > cache_.n_ctx() ||
+                    (keep_going && !keep_going(i + k, 1.0f, draft_ask::after_forced))) {
                     break;
                 }
-                cache_.decode(forced_.data(), k, false);
+                cache_.decode(out.tokens.data() + i, k, false);
                 out.n_decodes += 1;
-                --i;  // (the next position is i + k)
                 continue;
             }
         }
@@ -165,15 +179,12 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
             to_target_ids(*map_, out.dists[i]);
             out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_map).count();
         }
+        if (params.grammar != nullptr && !params.grammar->push(tok)) {  // (drawn from the masked logits: allowed)
+            break;
+        }
         out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);
         out.conf.push_back(conf);
         out.forced.push_back(0);
-        if (params.grammar != nullptr && !params.grammar->push(tok)) {  // (drawn from the masked logits: allowed)
-            out.tokens.pop_back();
-            out.conf.pop_back();
-            out.forced.pop_back();
-            break;
-        }
         // the last draft is not decoded here: the target verifies it, and the next step feeds it
         // to the draft together with the target's token if it is kept
         if (i + 1 == n_draft || llama_vocab_is_eog(vocab, tok) || cache_.n_past() >= cache_.n_ctx()) {

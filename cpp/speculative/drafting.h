@@ -3,6 +3,8 @@
 // Not here: verification and acceptance (speculative/decoder.h, acceptance.h).
 #pragma once
 
+#include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "engine/kv_cache.h"
@@ -25,7 +27,6 @@ struct draft_result {
     int32_t                  n_copied    = 0;    // tokens the catch-up lacked and took from the target's cache
     // forced[i]: tokens[i] is text the grammar forces (grammar_forcing), proposed with q = 1
     std::vector<uint8_t>     forced;
-    int32_t                  n_forced    = 0;    // how many tokens are
     int32_t                  n_decodes   = 0;    // draft decodes after the catch-up (a forced run's is one)
     bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
 
@@ -34,10 +35,11 @@ struct draft_result {
         tokens.clear();
         conf.clear();
         forced.clear();
-        n_forced = n_decodes = n_copied = 0;
+        n_decodes = n_copied = 0;
         catch_up_ms = vocab_ms = sample_ms = 0.0;
         windowed = false;
     }
+    int32_t n_forced() const { return (int32_t) std::count(forced.begin(), forced.end(), 1); }
 };
 
 // what a draft_continue is asked
@@ -48,6 +50,11 @@ enum class draft_ask {
 };
 // asked as drafting goes: draft more? (n drafted so far, confidence in the latest)
 using draft_continue = std::function<bool(int32_t n, float conf, draft_ask ask)>;
+
+// append to out the tokens the grammar forces after its latest state (at most n_max), each with q = 1,
+// while keep(drafts so far) says so and the grammar takes it (grammar_forcing); returns how many
+int32_t add_forced_drafts(grammar_track & grammar, int32_t n_max, draft_result & out,
+                          const std::function<bool(int32_t)> & keep, std::vector<llama_token> & scratch);
 
 class model_drafter {
   public:
