@@ -213,6 +213,14 @@ class GenerateOptions:
     def cache_reuse(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
+    def device_sampling(self) -> bool:
+        """
+        run the sampling chain inside llama_decode, on the device holding the output layer, so that only each row's candidates come back to the host, where the generation allows it (no grammar, logit bias or penalties, greedy logprobs, top_k 0, DSI, slots); False: whole rows of logits come back and the host samples. Stats.sampling says which ran
+        """
+    @device_sampling.setter
+    def device_sampling(self, arg0: bool) -> None:
+        ...
+    @property
     def drafter(self) -> str:
         """
         'auto' (model+lookup with a draft model, the model alone in DSI, plain decoding without one), 'model', 'lookup' (no draft model needed) or 'model+lookup'
@@ -569,9 +577,14 @@ class Stats:
         who drafted: 'model', 'lookup', 'model+lookup' or 'none'
         """
     @property
+    def host_sampling_reason(self) -> str:
+        """
+        why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 ...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'DSI', 'slots share a context', 'device sampling off', 'the backend cannot run the chain'
+        """
+    @property
     def logits_bytes(self) -> int:
         """
-        after the prompt, bytes of logits both models' decodes wrote out for the host (a row of n_vocab floats per drafted or verified position)
+        after the prompt, bytes of logits both models' decodes wrote out for the host (a row of n_vocab floats per drafted or verified position; with device sampling, each row's candidates and their logits)
         """
     @property
     def logits_bytes_per_token(self) -> float:
@@ -667,6 +680,11 @@ class Stats:
     def rollback(self) -> str:
         """
         how rejected drafts leave the models' memory: 'kv' (the KV cache drops its tail) or 'checkpoint' (a recurrent or hybrid model restores a saved state and decodes the kept tokens again)
+        """
+    @property
+    def sampling(self) -> str:
+        """
+        where the rows were sampled (GenerateOptions.device_sampling): 'device', 'host', or 'device (target), host (draft)' and the reverse
         """
     @property
     def steps(self) -> list[StepTrace]:

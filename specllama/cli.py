@@ -105,6 +105,12 @@ def _drafting_options():
                      help="With a grammar and a draft model: where the grammar leaves no choice of the next "
                           "characters (a JSON schema's keys), draft their tokens ahead of the draft model, without "
                           "draft decodes to choose them. The output is the same either way."),
+        click.option("--device-sampling/--no-device-sampling", default=True, show_default=True,
+                     help="Run the sampling chain inside llama_decode, on the device holding the output layer, so "
+                          "that only each position's candidate tokens come back to the host instead of a row of "
+                          "logits over the whole vocabulary (not with grammars, logit bias, penalties, --top-k 0 "
+                          "or --mode dsi, which sample on the host). The output follows the same distribution "
+                          "either way."),
     ]
 
 
@@ -168,6 +174,7 @@ def model_options(fn):
                           "is offloaded). The output is the same either way."),
     ]
     names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "forced_drafts",
+             "device_sampling",
              "ctx_size", "threads", "threads_draft",
              "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "checkpoint_memory", "device",
              "device_draft", "split_mode",
@@ -304,7 +311,8 @@ def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
         kwargs = dict(so, **do, threads_draft=mo["threads_draft"], drafter=mo["drafter"], **extra)
     else:
         kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
-                      speculative=not mo["no_draft"], forced_drafts=mo["forced_drafts"], **extra)
+                      speculative=not mo["no_draft"], forced_drafts=mo["forced_drafts"],
+                      device_sampling=mo["device_sampling"], **extra)
     try:
         # the decoder's n_draft is checked by the same rule
         make_options(**kwargs, **({} if do else {"n_draft": mo["n_draft"]}))

@@ -148,6 +148,11 @@ void register_options(py::module_ & m) {
                        "with a grammar and a draft model: where the grammar leaves no choice of the next characters, "
                        "their tokens are drafted with q = 1 ahead of the draft model, without draft decodes to "
                        "choose them (exact either way)")
+        .def_readwrite("device_sampling", &gp::device_sampling,
+                       "run the sampling chain inside llama_decode, on the device holding the output layer, so that "
+                       "only each row's candidates come back to the host, where the generation allows it (no "
+                       "grammar, logit bias or penalties, greedy logprobs, top_k 0, DSI, slots); False: whole rows "
+                       "of logits come back and the host samples. Stats.sampling says which ran")
         .def_readwrite("logprobs", &gp::logprobs,
                        "None, or 0..20: each generated token's log-probability under the target's final "
                        "distribution (the chain's; greedy: the softmax of the logits), with this many likeliest "
@@ -309,7 +314,15 @@ void register_stats(py::module_ & m) {
                                "t_accept_ms and the rest (not measured with mode dsi)")
         .def_readonly("logits_bytes", &gs::logits_bytes,
                       "after the prompt, bytes of logits both models' decodes wrote out for the host (a row of "
-                      "n_vocab floats per drafted or verified position)")
+                      "n_vocab floats per drafted or verified position; with device sampling, each row's "
+                      "candidates and their logits)")
+        .def_readonly("sampling", &gs::sampling,
+                      "where the rows were sampled (GenerateOptions.device_sampling): 'device', 'host', or "
+                      "'device (target), host (draft)' and the reverse")
+        .def_readonly("host_sampling_reason", &gs::host_sampling_reason,
+                      "why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 "
+                      "...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'DSI', 'slots "
+                      "share a context', 'device sampling off', 'the backend cannot run the chain'")
         .def_property_readonly(
             "logits_bytes_per_token",
             [](const gs & s) { return s.n_generated > 0 ? (double) s.logits_bytes / s.n_generated : 0.0; },

@@ -33,6 +33,11 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
                                       const run_plan & plan, const step_callback & on_step,
                                       const interrupt_check & check) {
     const dsi_options & options = params.dsi;
+    // DSI's servers and drafter read raw logits (dsi/backends.cpp)
+    tgt_cache_->set_device_chain({});
+    if (dft_cache_) {
+        dft_cache_->set_device_chain({});
+    }
 
     // the servers and everyone's threads for this run (restored afterwards), then the prompt
     const dsi_setup                 setup  = dsi_prepare(options);
@@ -45,6 +50,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     generate_stats &    st = res.stats;
     st.n_prompt            = n_prompt;
     st.drafter             = plan.drafter();
+    st.host_sampling_reason = "DSI";
     // every server's rollbacks and the drafter's (kv_cache::rollback): how, what they cost
     std::vector<kv_cache *> all = caches;
     all.push_back(dft_cache_.get());

@@ -50,6 +50,8 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     cparams.n_ctx           = (uint32_t) params.n_ctx;
     cparams.n_batch         = (uint32_t) params.n_batch;
     cparams.n_ubatch        = (uint32_t) params.n_batch;  // a verification batch is never split
+    // a device chain (set_device_chain) samples every output of a verification batch
+    cparams.n_outputs_max_per_seq = 0;
     // a second sequence in the same cells, where keep_reusable parks what it moves (a model with
     // plain attention only: recurrent states and sliding windows cannot move)
     const bool spare        = !recurrent_ && llama_model_n_swa(mdl_->get()) == 0;
@@ -87,8 +89,51 @@ kv_cache::kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int
 
 kv_cache::~kv_cache() {
     if (!shared_) {
+        if (chain_smpl_) {  // (the context keeps a pointer to the chain it runs)
+            llama_set_sampler(ctx_.get(), 0, nullptr);
+        }
         llama_batch_free(batch_);
     }
+}
+
+bool kv_cache::set_device_chain(const device_chain & c) {
+    if (c == chain_) {
+        return true;
+    }
+    if (shared_) {
+        return c.what == device_chain::kind::none;
+    }
+    llama_sampler_ptr smpl(make_device_chain(c));
+    const bool        ok = llama_set_sampler(ctx_.get(), 0, smpl.get());
+    n_outputs_           = 0;  // what the last decode returned is read as it was made, or not at all
+    if (!ok) {  // (llama.cpp has detached any chain it ran)
+        chain_ = device_chain();
+        chain_smpl_.reset();
+        return c.what == device_chain::kind::none;
+    }
+    chain_ = c;
+    chain_smpl_ = std::move(smpl);
+    return true;
+}
+
+sampled_row kv_cache::sampled(int32_t i) const {
+    if (i < 0 || i >= n_outputs_) {
+        throw std::out_of_range("sampled row " + std::to_string(i) + " outside the " + std::to_string(n_outputs_) +
+                                " outputs of the last decode");
+    }
+    if (chain_.what == device_chain::kind::none) {
+        throw std::logic_error("sampled(): this context runs no device chain; read logits()");
+    }
+    sampled_row r;
+    const int32_t j = out_base_ + i;
+    r.logits        = llama_get_sampled_logits_ith(ctx_.get(), j);
+    r.ids           = llama_get_sampled_candidates_ith(ctx_.get(), j);
+    r.n             = (int32_t) llama_get_sampled_logits_count_ith(ctx_.get(), j);
+    if (r.logits == nullptr || r.ids == nullptr || r.n < 1 ||
+        r.n != (int32_t) llama_get_sampled_candidates_count_ith(ctx_.get(), j)) {
+        throw std::runtime_error("llama.cpp returned no sampled row for output " + std::to_string(i));
+    }
+    return r;
 }
 
 void kv_cache::set_n_threads(int32_t n_threads) {
@@ -124,6 +169,9 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
     if (n_past() + n > n_ctx_) {
         throw std::invalid_argument("context full: " + std::to_string(n_past()) + " tokens cached + " +
                                     std::to_string(n) + " new > n_ctx " + std::to_string(n_ctx_));
+    }
+    if (out != nullptr && chain_.what != device_chain::kind::none) {
+        throw std::logic_error("a context with a device chain returns no raw logits");
     }
     if (out == nullptr && n_out > n_batch_) {
         throw std::invalid_argument("cannot keep logits for " + std::to_string(n_out) +
@@ -172,7 +220,9 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
         tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
         const int32_t chunk_first_out = std::max(first_out, start) - start;  // batch index of its first output
         const int32_t chunk_n_out     = std::max(0, n_chunk - chunk_first_out);
-        logits_bytes_ += (int64_t) chunk_n_out * n_vocab * (int64_t) sizeof(float);
+        if (chain_.what == device_chain::kind::none) {
+            logits_bytes_ += (int64_t) chunk_n_out * n_vocab * (int64_t) sizeof(float);
+        }
         if (out != nullptr) {
             for (int32_t i = chunk_first_out; i < n_chunk; ++i) {
                 std::copy_n(llama_get_logits_ith(ctx_.get(), i), n_vocab,
@@ -190,6 +240,14 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
     const auto t_sync = std::chrono::steady_clock::now();
     llama_synchronize(ctx_.get());
     decode_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sync).count();
+    if (chain_.what != device_chain::kind::none) {  // what the chain returned for each output row
+        for (int32_t i = 0; i < n_outputs_; ++i) {
+            const int32_t j = out_base_ + i;
+            logits_bytes_ += (int64_t) sizeof(float) * (int64_t) (llama_get_sampled_logits_count_ith(ctx_.get(), j) +
+                                                                  llama_get_sampled_probs_count_ith(ctx_.get(), j) +
+                                                                  llama_get_sampled_candidates_count_ith(ctx_.get(), j));
+        }
+    }
 }
 
 // a slot's chunks go to the batcher, which merges them with other slots' into one llama_decode and
@@ -246,6 +304,9 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
 }
 
 const float * kv_cache::logits(int32_t i) const {
+    if (chain_.what != device_chain::kind::none) {
+        throw std::logic_error("logits(): this context runs a device chain; read sampled()");
+    }
     if (i < 0 || i >= n_outputs_) {
         throw std::out_of_range("logits index " + std::to_string(i) + " outside the " +
                                 std::to_string(n_outputs_) + " outputs of the last decode");

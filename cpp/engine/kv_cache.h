@@ -14,6 +14,7 @@
 
 #include "engine/model.h"
 #include "batching/slot_batcher.h"
+#include "sampling/device_sampling.h"
 
 namespace specllama {
 
@@ -81,8 +82,18 @@ class kv_cache {
     void decode_outputs(const llama_token * toks, int32_t n, int32_t n_out, float * out = nullptr,
                         const std::function<void()> & between_chunks = nullptr);
 
-    // logits of output i of the last decode (i counts the positions that asked for logits)
+    // logits of output i of the last decode (i counts the positions that asked for logits); a
+    // context with a device chain has none (std::logic_error): read sampled(i)
     const float * logits(int32_t i) const;
+
+    // run chain c in every decode from now on (device_sampling.h), in place of returning raw logits;
+    // kind none goes back to raw logits. Returns false, with no chain attached, where llama.cpp
+    // cannot run it on the device holding the output layer, or where this is a slot's cache (the
+    // slots share one context). A change of chain makes llama.cpp rebuild its graphs once.
+    bool set_device_chain(const device_chain & c);
+    const device_chain & chain() const { return chain_; }
+    // what the chain returned for output i of the last decode
+    sampled_row sampled(int32_t i) const;
 
     // keep the first n_keep tokens and drop the rest. (A slot's cache drops them on the batcher's
     // thread, before its next decode or copy.) A memory that cannot drop a tail (a recurrent or
@@ -118,7 +129,8 @@ class kv_cache {
     // decodes, waits included)
     double decode_ms() const { return decode_ms_; }
     // bytes of logits the decodes so far wrote out for the host to read: a row of n_vocab floats per
-    // output (llama.cpp copies every output row, from the device where the model runs on one)
+    // output (llama.cpp copies every output row, from the device where the model runs on one), or
+    // what a device chain returned for it
     int64_t logits_bytes() const { return logits_bytes_; }
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
     int64_t n_redecoded() const { return n_redecoded_; }
@@ -227,6 +239,8 @@ class kv_cache {
     mutable llama_pos        trim_from_ = -1;  // rollback still to apply on the batcher's thread (-1: none)
     std::vector<float>       slot_logits_;     // a slot's outputs of its last decode
     const std::atomic<bool> * slot_abort_ = nullptr;  // a slot's abort flag
+    device_chain              chain_;            // set_device_chain
+    llama_sampler_ptr         chain_smpl_;       // its llama.cpp chain, alive while attached
 };
 
 // where the checkpoints of these caches live, for a generation's stats: "device", "host", "device

@@ -346,6 +346,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const int64_t redecoded0  = redecoded();
     const auto    decode_ms   = [&] { return tgt_cache_->decode_ms() + (dft_cache_ ? dft_cache_->decode_ms() : 0.0); };
     const auto    logits_bytes = [&] { return tgt_cache_->logits_bytes() + (dft_cache_ ? dft_cache_->logits_bytes() : 0); };
+    place_sampling(params, plan, st);
     const auto t_start = clock_type::now();
 
     forced_kept_ = forced_seen_ = 0.0;
@@ -420,6 +421,32 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.t_decode_ms    = decode_ms() - decode_ms0;
     st.logits_bytes   = logits_bytes() - logits_bytes0;
     return res;
+}
+
+void decoder::place_sampling(const generate_params & params, const run_plan & plan, generate_stats & st) {
+    const sampling_params & sp     = params.sampling;
+    const std::string       common = !params.device_sampling ? "device sampling off"
+                                     : batcher_              ? "slots share a context"
+                                                             : "";
+    const auto place = [&](kv_cache & cache, bool draft, std::string why) {
+        if (why.empty()) {
+            why = device_chain_blocker(sp, !draft && params.logprobs.has_value(), draft && vocab_map_ != nullptr);
+        }
+        if (why.empty() && !cache.set_device_chain(device_chain_for(sp, draft))) {
+            why = "the backend cannot run the chain";
+        }
+        if (!why.empty()) {
+            cache.set_device_chain({});
+        }
+        return why;
+    };
+    const std::string tgt_why = place(*tgt_cache_, false, common);
+    const std::string dft_why = plan.use_model ? place(*dft_cache_, true, common) : tgt_why;
+    st.sampling = tgt_why.empty() && dft_why.empty() ? "device"
+                  : !tgt_why.empty() && !dft_why.empty() ? "host"
+                  : tgt_why.empty()                      ? "device (target), host (draft)"
+                                                         : "host (target), device (draft)";
+    st.host_sampling_reason = !tgt_why.empty() ? tgt_why : dft_why;
 }
 
 void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
@@ -499,15 +526,23 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     };
     // the target's choices and distributions are made from its logits as the rule reads them: none
     // after the first rejected draft
+    // (or from the few candidates the device chain returned for each row)
+    const bool on_device = tgt_cache_->chain().what != device_chain::kind::none;
     if (sp.greedy()) {
-        const auto choice = [&](int32_t i) { return argmax(row(i, sp), target_->n_vocab); };
-        acc               = accept_greedy(drafted_.tokens.data(), n, choice);
+        const auto choice = [&](int32_t i) {
+            return on_device ? row_argmax(tgt_cache_->sampled(i)) : argmax(row(i, sp), target_->n_vocab);
+        };
+        acc = accept_greedy(drafted_.tokens.data(), n, choice);
     } else {
         if ((int32_t) p_.size() < n + 1) {
             p_.resize(n + 1);
         }
         const auto dist = [&](int32_t i) -> const token_dist & {
-            sampling_distribution(row(i, sp), target_->n_vocab, sp, p_[i]);
+            if (on_device) {
+                row_distribution(tgt_cache_->sampled(i), sp, p_[i]);
+            } else {
+                sampling_distribution(row(i, sp), target_->n_vocab, sp, p_[i]);
+            }
             return p_[i];
         };
         acc = params.rule == accept_rule::match

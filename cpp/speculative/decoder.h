@@ -148,6 +148,11 @@ struct generate_params {
     // where the grammar leaves no choice of the next characters, propose their tokens as drafts with
     // q = 1 ahead of the draft model, without draft decodes to choose them (grammar_forcing)
     bool                     forced_drafts = true;
+    // run the sampling chain inside llama_decode, on the device with the output layer, so that only
+    // each row's candidates come back (sampling/device_sampling.h), where the generation allows it
+    // (mode si on a decoder's own caches; no grammar, controls, greedy log-probabilities, top_k 0);
+    // false: every row comes back whole and the host samples (generate_stats::sampling says which ran)
+    bool                     device_sampling = true;
 };
 
 constexpr int32_t k_max_logprobs = 20;
@@ -232,8 +237,13 @@ struct generate_stats {
     // after the prompt, the loop's own work on the host: everything outside llama_decode
     double t_host_ms() const { return std::max(0.0, t_total_ms - t_prefill_ms - t_decode_ms); }
     // after the prompt, bytes of logits both models' decodes wrote out for the host (a row of n_vocab
-    // floats per drafted or verified position)
+    // floats per drafted or verified position; with device sampling, each row's candidates)
     int64_t logits_bytes = 0;
+    // where the models' rows were sampled (generate_params::device_sampling): "device", "host", or
+    // "device (target), host (draft)" and the reverse; host_sampling_reason says why the host did
+    // ("" where it did not): "grammar", "logit bias or penalties", "top_k 0 ...", "DSI", ...
+    std::string sampling = "host";
+    std::string host_sampling_reason;
     // tokens emitted per verification step (accepted drafts + the target's own token)
     double mean_accepted_length() const { return n_steps > 0 ? (double) n_generated / n_steps : 0.0; }
 };
@@ -373,6 +383,9 @@ class decoder {
     void      dsi_prefill(const std::vector<kv_cache *> & caches, const std::vector<llama_token> & prompt,
                           generate_stats & st, const interrupt_check & check);
 
+    // attach the chains this generation samples with on the device, or detach them where the host
+    // samples (sets st.sampling, st.host_sampling_reason)
+    void place_sampling(const generate_params & params, const run_plan & plan, generate_stats & st);
     // the steps of generate_si, in order:
     // prefill: both caches hold all of seq but its last token (the draft may copy the target's);
     // the target's pass prices a batch's tokens for the adaptive length until a batch is verified

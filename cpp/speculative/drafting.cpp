@@ -1,6 +1,7 @@
 // speculative/drafting.cpp: autoregressive drafting with the draft model.
 #include "speculative/drafting.h"
 
+#include "sampling/device_sampling.h"
 #include "sampling/grammar.h"
 
 #include <algorithm>
@@ -106,6 +107,58 @@ int32_t add_forced_drafts(grammar_track & grammar, int32_t n_max, draft_result &
     return k;
 }
 
+llama_token model_drafter::choose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
+                                  draft_result & out, float & conf) {
+    const int32_t i        = (int32_t) out.tokens.size();
+    const auto    t_sample = std::chrono::steady_clock::now();
+    llama_token   tok;
+    if (cache_.chain().what != device_chain::kind::none) {  // the device sampled: a few candidates came back
+        const sampled_row row = cache_.sampled(0);
+        if (params.greedy()) {
+            tok = row_top_with_margin(row, conf);
+        } else {
+            row_distribution(row, params, out.dists[i]);
+            tok  = sample(out.dists[i], rng);
+            conf = out.dists[i].prob_of(tok);
+        }
+        out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
+        return tok;
+    }
+    const int32_t n_vocab = cache_.n_vocab();
+    const float * logits  = cache_.logits(0);
+    if (map_ != nullptr) {  // q' of token-level intersection: only shared tokens, renormalized
+        const auto t_mask = std::chrono::steady_clock::now();
+        masked_.assign(logits, logits + n_vocab);
+        for (const llama_token d : map_->unshared_draft_ids()) {
+            masked_[d] = -INFINITY;
+        }
+        logits = masked_.data();
+        out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_mask).count();
+    }
+    if (params.controls != nullptr) {  // with this position's history: seq, then the drafts before it
+        logits = editor_.apply(*params.controls, logits, n_vocab, seq.data(), (int32_t) seq.size(),
+                               out.tokens.data(), (int32_t) out.tokens.size());
+    }
+    if (params.grammar != nullptr) {  // in the grammar's state after the drafts before it
+        logits = params.grammar->at(i).mask(logits, n_vocab, params, grammar_row_);
+    }
+    const auto t_choose = std::chrono::steady_clock::now();
+    if (params.greedy()) {
+        tok = top_with_margin(logits, n_vocab, conf);
+    } else {
+        sampling_distribution(logits, n_vocab, params, out.dists[i]);
+        tok  = sample(out.dists[i], rng);
+        conf = out.dists[i].prob_of(tok);
+    }
+    out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_choose).count();
+    if (!params.greedy() && map_ != nullptr) {
+        const auto t_map = std::chrono::steady_clock::now();
+        to_target_ids(*map_, out.dists[i]);
+        out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_map).count();
+    }
+    return tok;
+}
+
 void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
                           rng_t & rng, draft_result & out, const draft_continue & keep_going,
                           const std::function<void()> & between_chunks, const kv_cache * target, int32_t window) {
@@ -122,7 +175,6 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     if (n_draft > 1) {
         cache_.checkpoint();  // a recurrent draft comes back here if its drafts are not all kept
     }
-    const int32_t     n_vocab = cache_.n_vocab();
     const llama_vocab * vocab = cache_.mdl().vocab;
     if ((int32_t) out.dists.size() < n_draft) {
         out.dists.resize(n_draft);
@@ -146,39 +198,8 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
                 continue;
             }
         }
-        const float * logits = cache_.logits(0);
-        if (map_ != nullptr) {  // q' of token-level intersection: only shared tokens, renormalized
-            const auto t_mask = std::chrono::steady_clock::now();
-            masked_.assign(logits, logits + n_vocab);
-            for (const llama_token d : map_->unshared_draft_ids()) {
-                masked_[d] = -INFINITY;
-            }
-            logits = masked_.data();
-            out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_mask).count();
-        }
-        if (params.controls != nullptr) {  // with this position's history: seq, then the drafts before it
-            logits = editor_.apply(*params.controls, logits, n_vocab, seq.data(), (int32_t) seq.size(),
-                                   out.tokens.data(), (int32_t) out.tokens.size());
-        }
-        if (params.grammar != nullptr) {  // in the grammar's state after the drafts before it
-            logits = params.grammar->at(i).mask(logits, n_vocab, params, grammar_row_);
-        }
-        llama_token tok;
-        float       conf;
-        const auto  t_sample = std::chrono::steady_clock::now();
-        if (params.greedy()) {
-            tok = top_with_margin(logits, n_vocab, conf);
-        } else {
-            sampling_distribution(logits, n_vocab, params, out.dists[i]);
-            tok  = sample(out.dists[i], rng);
-            conf = out.dists[i].prob_of(tok);
-        }
-        out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
-        if (!params.greedy() && map_ != nullptr) {
-            const auto t_map = std::chrono::steady_clock::now();
-            to_target_ids(*map_, out.dists[i]);
-            out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_map).count();
-        }
+        float             conf;
+        const llama_token tok = choose(seq, params, rng, out, conf);
         if (params.grammar != nullptr && !params.grammar->push(tok)) {  // (drawn from the masked logits: allowed)
             break;
         }

@@ -109,6 +109,11 @@ class model_drafter {
     // Returns whether it restarted at the window
     bool sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks,
               int32_t window = 0, int32_t reuse = 0);
+    // the next draft, after out's, from the draft's last output: the device chain's row, or the
+    // host's chain over its logits (masked to the shared vocabulary, controls, the grammar); its
+    // distribution into out.dists where sampling, and its confidence (drafting.h's draft_continue)
+    llama_token choose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
+                       draft_result & out, float & conf);
 
     kv_cache &         cache_;
     const vocab_map *  map_ = nullptr;

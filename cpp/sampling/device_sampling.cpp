@@ -1,0 +1,114 @@
+// sampling/device_sampling.cpp: the chains llama.cpp runs in the decode graph, and the host's reading
+// of the rows they return.
+#include "sampling/device_sampling.h"
+
+#include <cmath>
+#include <limits>
+
+namespace specllama {
+
+device_chain device_chain_for(const sampling_params & params, bool draft) {
+    device_chain c;
+    if (params.greedy()) {
+        c.what  = draft ? device_chain::kind::top_two : device_chain::kind::argmax;
+        c.top_k = draft ? 2 : 1;
+        return c;
+    }
+    c.what        = device_chain::kind::sample;
+    c.top_k       = params.top_k;
+    c.top_p       = params.top_p;
+    c.min_p       = params.min_p;
+    c.temperature = params.temperature;
+    return c;
+}
+
+std::string device_chain_blocker(const sampling_params & params, bool want_logprobs, bool cross_vocab) {
+    if (params.grammar != nullptr) {
+        return "grammar";
+    }
+    if (params.controls != nullptr) {
+        return "logit bias or penalties";
+    }
+    if (cross_vocab) {
+        return "draft of another vocabulary";
+    }
+    if (params.greedy()) {
+        return want_logprobs ? "log-probabilities of greedy decoding" : "";
+    }
+    if (params.top_k < 1 || params.top_k > k_max_device_top_k) {
+        return "top_k " + std::to_string(params.top_k) + " (the device runs 1.." + std::to_string(k_max_device_top_k) + ")";
+    }
+    return "";
+}
+
+llama_sampler * make_device_chain(const device_chain & c) {
+    if (c.what == device_chain::kind::none) {
+        return nullptr;
+    }
+    llama_sampler * chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+    switch (c.what) {
+        case device_chain::kind::argmax:
+            // temperature 0 on the backend: the argmax's id and logit only
+            llama_sampler_chain_add(chain, llama_sampler_init_temp(0.0f));
+            break;
+        case device_chain::kind::top_two:
+            llama_sampler_chain_add(chain, llama_sampler_init_top_k(2));
+            break;
+        case device_chain::kind::sample:
+            // the order of sampling.h: top-k, top-p on the softmax of what top-k left, min-p, temperature
+            llama_sampler_chain_add(chain, llama_sampler_init_top_k(c.top_k));
+            if (c.top_p < 1.0f) {
+                llama_sampler_chain_add(chain, llama_sampler_init_top_p(c.top_p, 1));
+            }
+            if (c.min_p > 0.0f) {
+                llama_sampler_chain_add(chain, llama_sampler_init_min_p(c.min_p, 1));
+            }
+            llama_sampler_chain_add(chain, llama_sampler_init_temp(c.temperature));
+            break;
+        case device_chain::kind::none:
+            break;
+    }
+    return chain;
+}
+
+void row_distribution(const sampled_row & row, const sampling_params & params, token_dist & out) {
+    out.ids.clear();
+    out.probs.clear();
+    float lmax = -std::numeric_limits<float>::infinity();
+    for (int32_t j = 0; j < row.n; ++j) {
+        lmax = std::max(lmax, row.logits[j]);
+    }
+    double sum = 0.0;
+    for (int32_t j = 0; j < row.n; ++j) {
+        if (std::isfinite(row.logits[j])) {  // (top-p and min-p mask with -inf)
+            const double e = std::exp((double) row.logits[j] - lmax);
+            out.ids.push_back(row.ids[j]);
+            out.probs.push_back((float) e);
+            sum += e;
+        }
+    }
+    for (auto & p : out.probs) {
+        p = (float) (p / sum);
+    }
+    if (params.infill != nullptr) {
+        apply_infill(params.infill, out);
+    }
+}
+
+llama_token row_top_with_margin(const sampled_row & row, float & conf) {
+    if (row.n < 2) {
+        conf = 1.0f;
+        return row.ids[0];
+    }
+    const bool first = row.logits[0] > row.logits[1] || (row.logits[0] == row.logits[1] && row.ids[0] < row.ids[1]);
+    const float l1 = first ? row.logits[0] : row.logits[1];
+    const float l2 = first ? row.logits[1] : row.logits[0];
+    conf           = 1.0f - std::exp(l2 - l1);
+    return first ? row.ids[0] : row.ids[1];
+}
+
+llama_token row_argmax(const sampled_row & row) {
+    return row.ids[0];
+}
+
+}  // namespace specllama

@@ -1,0 +1,135 @@
+"""Device sampling (GenerateOptions.device_sampling): the sampling chain runs inside llama_decode
+(here on the CPU backend, which runs llama.cpp's backend samplers too) and only each row's
+candidates come back. It gives the host path's greedy output, samples the target's distribution
+(chi-square against the host chain over the full logits, with negative controls that fail), reads
+back what it says it does, and falls back to the host, exactly and saying why, where the device
+cannot run the chain."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import specllama
+from test_sampling_end_to_end import _dist_after, first_two_tokens, pvalue_or_zero
+
+PROMPTS = ["the cat is on the", "she was", "what some of the"]
+
+
+@pytest.fixture()
+def dec(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256) as d:
+        yield d
+
+
+@pytest.mark.parametrize("kw", [dict(drafter="model", n_draft=4), dict(drafter="lookup"), dict(speculative=False)],
+                         ids=["model", "lookup", "plain"])
+def test_greedy_output_is_the_host_paths(dec, kw):
+    for prompt in PROMPTS:
+        device = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, **kw)
+        host = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, device_sampling=False, **kw)
+        assert device.stats.sampling == "device" and device.stats.host_sampling_reason == ""
+        assert host.stats.sampling == "host" and host.stats.host_sampling_reason == "device sampling off"
+        assert device.tokens == host.tokens, prompt
+
+
+def test_greedy_output_across_chain_switches(tiny, dec):
+    """Greedy, sampled and host generations in turn on one decoder (each change of chain rebuilds
+    llama.cpp's graphs) give what a fresh plain decode gives."""
+    ctx = specllama.Context(specllama.Model(tiny.target), n_ctx=256)
+    prompt = dec.target_model.tokenize("the cat")
+    expected = []
+    toks = list(prompt)
+    for _ in range(20):
+        expected.append(int(np.argmax(ctx.decode(toks, all_logits=False)[-1])))
+        toks = [expected[-1]]
+    for device in (True, False, True):
+        dec.generate("she was", max_tokens=5, temperature=0.8, seed=1, device_sampling=device)
+        got = dec.generate(prompt, max_tokens=20, temperature=0, ignore_eos=True, device_sampling=device)
+        assert got.tokens == expected
+
+
+# the device chain with every stage at work: top-k, top-p and min-p masks, a temperature
+CHAIN = dict(temperature=0.7, top_k=12, top_p=0.9, min_p=0.05)
+
+
+def test_sampled_output_follows_the_target(tiny):
+    target = specllama.Model(tiny.target)
+    prompt = target.tokenize("the cat is on the")
+    p1 = _dist_after(target, prompt, CHAIN)
+    p2 = np.zeros_like(p1)
+    for x in np.flatnonzero(p1):
+        p2 += p1[x] * _dist_after(target, prompt + [int(x)], CHAIN)
+    n = 2500
+    firsts, seconds, n_rejected = first_two_tokens(tiny.target, tiny.far_draft, prompt, CHAIN, n,
+                                                   device_sampling=True)
+    assert n_rejected > n // 5, "the pair must disagree often for this test to mean anything"
+    assert pvalue_or_zero(firsts, p1) > 1e-4
+    assert pvalue_or_zero(seconds, p2) > 1e-4
+    # negative controls: the chain without its top-p and min-p masks, and at another temperature
+    loose = _dist_after(target, prompt, dict(CHAIN, top_p=1.0, min_p=0.0))
+    assert pvalue_or_zero(firsts, loose) < 1e-6
+    warmer = _dist_after(target, prompt, dict(CHAIN, temperature=1.0))
+    assert pvalue_or_zero(firsts, warmer) < 1e-6
+
+
+def test_what_comes_back(dec):
+    """A row per token in plain decoding: the argmax's id and logit greedy (8 bytes), and with
+    top_k 40 the 40 candidates' ids and logits (320 bytes), against n_vocab floats from the host
+    path."""
+    n_vocab = dec.target_model.n_vocab
+    for temperature, row in ((0.0, 8), (0.8, 8 * 40)):
+        s = dec.generate("what some of the", max_tokens=12, ignore_eos=True, speculative=False,
+                         temperature=temperature, top_k=40).stats
+        assert s.sampling == "device" and s.logits_bytes == 12 * row
+        s = dec.generate("what some of the", max_tokens=12, ignore_eos=True, speculative=False,
+                         temperature=temperature, top_k=40, device_sampling=False).stats
+        assert s.logits_bytes == 12 * 4 * n_vocab
+    # speculative: at least the verified rows (each at least 8 bytes), far below whole rows
+    s = dec.generate("what some of the", max_tokens=40, ignore_eos=True, temperature=0.8, seed=1, n_draft=4,
+                     drafter="model").stats
+    assert s.sampling == "device" and s.n_drafted > 0
+    assert 8 * (s.n_drafted + s.n_steps) <= s.logits_bytes <= 8 * 40 * (2 * s.n_drafted + s.n_steps)
+
+
+@pytest.mark.parametrize("kw, reason", [
+    (dict(grammar='root ::= [a-z ]+'), "grammar"),
+    (dict(logit_bias={5: 1.0}), "logit bias or penalties"),
+    (dict(repeat_penalty=1.3), "logit bias or penalties"),
+    (dict(top_k=0), "top_k 0 (the device runs 1..1024)"),
+    (dict(top_k=2000), "top_k 2000 (the device runs 1..1024)"),
+], ids=["grammar", "bias", "penalty", "top_k 0", "top_k large"])
+def test_fallback_is_the_host_path_and_says_why(dec, kw, reason):
+    """Where the device cannot run the chain, the generation samples on the host: with one seed it
+    draws exactly what device_sampling=False draws."""
+    on = dec.generate("the cat", max_tokens=24, temperature=0.8, seed=3, n_draft=3, adaptive=False, **kw)
+    off = dec.generate("the cat", max_tokens=24, temperature=0.8, seed=3, n_draft=3, adaptive=False,
+                       device_sampling=False, **kw)
+    assert on.stats.sampling == "host" and on.stats.host_sampling_reason == reason
+    assert on.tokens == off.tokens
+
+
+def test_partial_fallbacks(dec, tiny):
+    # greedy log-probabilities need a softmax over every token: the target's rows come back whole
+    s = dec.generate("the cat", max_tokens=8, temperature=0, logprobs=2, drafter="model").stats
+    assert s.sampling == "host (target), device (draft)"
+    assert s.host_sampling_reason == "log-probabilities of greedy decoding"
+    # sampled log-probabilities are read from the chain's distribution: the device runs it
+    assert dec.generate("the cat", max_tokens=8, temperature=0.8, seed=1, logprobs=2).stats.sampling == "device"
+    dsi = dec.generate("the cat", max_tokens=8, temperature=0, mode="dsi", sp=2).stats
+    assert dsi.sampling == "host" and dsi.host_sampling_reason == "DSI"
+    # a draft of another vocabulary masks the tokens the target lacks on the host
+    with specllama.SpeculativeDecoder(tiny.target, tiny.bigger_vocab, n_ctx=256) as cross:
+        s = cross.generate("the cat", max_tokens=8, temperature=0.8, seed=1, drafter="model").stats
+        assert s.sampling == "device (target), host (draft)"
+        assert s.host_sampling_reason == "draft of another vocabulary"
+
+
+def test_slots_sample_on_the_host(dec):
+    slots = dec.slots(2, 128)
+    try:
+        s = slots[0].generate("the cat", max_tokens=6, temperature=0).stats
+        assert s.sampling == "host" and s.host_sampling_reason == "slots share a context"
+    finally:
+        for slot in slots:
+            slot.close()
