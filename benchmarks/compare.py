@@ -104,11 +104,11 @@ def run_llama_cpp_python(llm, prompt_text, n, temp):
     return {"tokens_per_second": n_out / dt, "n_generated": n_out}
 
 
-def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads, temp):
+def run_speculative_simple(binary, target, draft, prompt_text, n, n_max, threads, temp, ngl=0):
     sampling = ["--temp", "0", "--top-k", "1"] if temp == 0 else ["--temp", str(temp)]
     cmd = [str(binary), "-m", target, "-md", draft, "-p", prompt_text, "-n", str(n), "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(n_max), "-t", str(threads), "-td", str(threads), *sampling,
-           "--ignore-eos", "-c", "2048", "-ngl", "0", "-ngld", "0", *_repack_flags()]
+           "--ignore-eos", "-c", "2048", "-ngl", str(ngl), "-ngld", str(ngl), *_repack_flags()]
     proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")  # sampled text may cut a character
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
@@ -151,12 +151,13 @@ def llama_cpp_python_model(target, threads, **kw):
         llama_module.llama_cpp.llama_model_default_params = default_params
 
 
-def start_llama_server(bindir, target, draft, n_max, threads):
-    """llama-server with the draft at --spec-draft-n-max n_max, one slot; (process, url)."""
+def start_llama_server(bindir, target, draft, n_max, threads, ngl=0):
+    """llama-server with the draft at --spec-draft-n-max n_max, one slot, ngl layers of each model
+    offloaded; (process, url)."""
     port = free_port()
     cmd = [str(Path(bindir) / "llama-server"), "-m", target, "-md", draft, "--spec-type", "draft-simple",
            "--spec-draft-n-max", str(n_max), "-np", "1", "-c", "2048", "-t", str(threads), "-td", str(threads),
-           "-ngl", "0", "-ngld", "0", "--port", str(port), "--host", "127.0.0.1", *_repack_flags()]
+           "-ngl", str(ngl), "-ngld", str(ngl), "--port", str(port), "--host", "127.0.0.1", *_repack_flags()]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:

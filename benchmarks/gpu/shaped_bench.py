@@ -1,0 +1,162 @@
+"""Speculative decoding on models of real shapes (shaped_models.py: a Qwen2.5-7B-shaped target and
+a 0.5B-shaped draft with random weights, at set acceptances), against plain decoding and
+llama.cpp's own speculative programs, on one machine in one run.
+
+For each acceptance: the pair is written (the first) or retuned in place (the others), then, in
+--rounds rounds, greedy and at T = 0.8 (top-k 40, top-p 0.95, min-p 0.05 everywhere), each run
+--n-predict new tokens after one prompt (end-of-text ignored):
+
+  plain       specllama, speculative=False: the same engine without a draft
+  specllama   the draft model, adaptive draft length (<= 10), device sampling
+  llama-speculative-simple   --spec-draft-n-max in --n-max (each a run)
+  llama-server               with the draft, --spec-draft-n-max in --n-max (one server each, one
+                             /completion request per run, timed by the server's own timings)
+
+Every figure is decode tokens per second (the prompt's time left out), the median over rounds;
+ratios are taken in the same run. Rounds interleave all programs; the servers stay loaded
+through the rounds, as specllama's decoder does.
+
+    python benchmarks/gpu/shaped_bench.py --models /tmp/shaped --bindir BIN -ngl all --out shaped.json
+    python benchmarks/gpu/shaped_bench.py --shape small --models /tmp/shaped --acceptance 0.8 -n 32 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # compare.py, serve_bench.py
+
+import specllama  # noqa: E402
+from compare import run_llama_server, run_speculative_simple, start_llama_server  # noqa: E402
+from shaped_models import make_pair, retune  # noqa: E402
+from specllama.provenance import provenance  # noqa: E402
+
+PROMPT = "the quick brown fox jumps over the lazy dog and then"
+CHAIN = dict(top_k=40, top_p=0.95, min_p=0.05)
+TEMPS = (0.0, 0.8)
+
+
+def gpu_info() -> dict:
+    """The GPU, its driver and the CUDA compiler, where nvidia-smi and nvcc are there."""
+    info = {}
+    if shutil.which("nvidia-smi"):
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                           capture_output=True, text=True)
+        info["gpu"] = q.stdout.strip()
+    if shutil.which("nvcc"):
+        v = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()
+        info["nvcc"] = v[-1] if v else ""
+    return info
+
+
+def run_specllama(dec, n: int, temp: float, **kw) -> dict:
+    dec.reset()
+    out = dec.generate(PROMPT, max_tokens=n, temperature=temp, seed=1, ignore_eos=True, **CHAIN, **kw)
+    s = out.stats
+    return {"decode_tokens_per_second": s.tokens_per_second,
+            "acceptance_rate": s.acceptance_rate if s.n_drafted else None,
+            "tokens_per_pass": s.mean_accepted_length, "host_ms_per_token": s.t_host_ms / max(1, s.n_generated),
+            "logits_bytes_per_token": s.logits_bytes_per_token, "sampling": s.sampling}
+
+
+def one_acceptance(args, acceptance: float, first: bool, bindir) -> dict:
+    pair = (make_pair(Path(args.models), args.shape, acceptance, quant=args.type) if first
+            else retune(Path(args.models), acceptance))
+    target, draft = pair["files"]["target"], pair["files"]["draft"]
+    ngl_peer = 999 if args.ngl < 0 else args.ngl
+    servers = {}
+    runs = {}
+    try:
+        if bindir and (Path(bindir) / "llama-server").exists():
+            for k in args.n_max:
+                servers[k] = start_llama_server(bindir, target, draft, k, args.threads, ngl=ngl_peer)
+        simple = Path(bindir) / "llama-speculative-simple" if bindir else None
+        with specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads,
+                                          n_gpu_layers=args.ngl, n_gpu_layers_draft=args.ngl) as dec:
+            run_specllama(dec, 8, 0.0)  # warm-up
+            for r in range(args.rounds):
+                for temp in TEMPS:
+                    row = {"plain": run_specllama(dec, args.n_predict, temp, speculative=False),
+                           "specllama": run_specllama(dec, args.n_predict, temp, drafter="model")}
+                    for k in args.n_max:
+                        if simple and simple.exists():
+                            row[f"llama-speculative-simple n_max {k}"] = run_speculative_simple(
+                                simple, target, draft, PROMPT, args.n_predict, k, args.threads, temp, ngl=ngl_peer)
+                        if k in servers:
+                            row[f"llama-server n_max {k}"] = run_llama_server(servers[k][1], PROMPT, args.n_predict,
+                                                                              temp, seed=r)
+                    for name, fig in row.items():
+                        runs.setdefault(f"T={temp}", {}).setdefault(name, []).append(fig)
+                    print(f"acceptance {acceptance} round {r + 1} T={temp}: " + ", ".join(
+                        f"{name} {fig['decode_tokens_per_second']:.1f}" for name, fig in row.items()),
+                        file=sys.stderr, flush=True)
+    finally:
+        for proc, _url in servers.values():
+            proc.terminate()
+            proc.wait(timeout=60)
+    return {"pair": pair, "runs": runs, "summary": summarize(runs)}
+
+
+def summarize(runs: dict) -> dict:
+    """Median decode tokens/s per program, and specllama over plain and over the better peer."""
+    out = {}
+    for temp, progs in runs.items():
+        med = {name: statistics.median(f["decode_tokens_per_second"] for f in figs) for name, figs in progs.items()}
+        acc = {name: statistics.median(f["acceptance_rate"] for f in figs if f.get("acceptance_rate") is not None)
+               for name, figs in progs.items() if any(f.get("acceptance_rate") is not None for f in figs)}
+        peers = {name: v for name, v in med.items() if name.startswith("llama-")}
+        best_simple = max((v for n, v in peers.items() if "simple" in n), default=None)
+        best_server = max((v for n, v in peers.items() if "server" in n), default=None)
+        best_peer = max((v for v in (best_simple, best_server) if v is not None), default=None)
+        out[temp] = {"tokens_per_second": med, "acceptance_rate": acc,
+                     "specllama_over_plain": med["specllama"] / med["plain"],
+                     "specllama_over_best_llama_cpp": med["specllama"] / best_peer if best_peer else None}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="qwen7b", help="shaped_models.py's shape (qwen7b, small)")
+    ap.add_argument("--type", default="f16", help="the pair's number format (f16 is retuned in place)")
+    ap.add_argument("--models", required=True, help="directory for the pair")
+    ap.add_argument("--acceptance", default="0.6,0.8,0.9", help="per-token acceptances to set, comma-separated")
+    ap.add_argument("--bindir", default="", help="llama.cpp's programs (llama-server, llama-speculative-simple)")
+    ap.add_argument("-ngl", "--n-gpu-layers", dest="ngl", default="all",
+                    help="layers of each model offloaded: a number, or all")
+    ap.add_argument("-n", "--n-predict", type=int, default=128)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--n-max", default="4,8", help="llama.cpp's --spec-draft-n-max values")
+    ap.add_argument("-t", "--threads", type=int, default=8)
+    ap.add_argument("--out", help="write the report as JSON here")
+    args = ap.parse_args()
+    args.ngl = -1 if args.ngl == "all" else int(args.ngl)
+    args.n_max = [int(x) for x in args.n_max.split(",") if x]
+    if args.type != "f16" and len(args.acceptance.split(",")) > 1:
+        ap.error("several acceptances need --type f16 (the pair is retuned in place)")
+    prov = provenance({}, args.threads)
+    prov["commit"] = os.environ.get("SPECLLAMA_COMMIT") or prov["commit"]  # (a copy of the tree has no git)
+    report = {"provenance": prov, "gpu": gpu_info(), "shape": args.shape, "type": args.type,
+              "n_predict": args.n_predict, "rounds": args.rounds, "chain": CHAIN, "ngl": args.ngl, "acceptances": {}}
+    for i, a in enumerate(float(x) for x in args.acceptance.split(",")):
+        report["acceptances"][str(a)] = one_acceptance(args, a, i == 0, args.bindir)
+        if args.out:  # (what is done so far survives a later failure or the call's time limit)
+            Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    for a, res in report["acceptances"].items():
+        for temp, s in res["summary"].items():
+            peer = s["specllama_over_best_llama_cpp"]
+            print(f"acceptance {a} {temp}: specllama {s['tokens_per_second']['specllama']:.1f} tokens/s, "
+                  f"{s['specllama_over_plain']:.2f}x plain"
+                  + (f", {peer:.2f}x the better of llama.cpp's" if peer else "")
+                  + f"; acceptance {s['acceptance_rate']}")
+
+
+if __name__ == "__main__":
+    main()
