@@ -58,6 +58,9 @@ def gpu_info() -> dict:
 
 
 def run_specllama(dec, n: int, temp: float, **kw) -> dict:
+    # a short run with the same settings first: a change of sampling chain makes llama.cpp rebuild
+    # its graphs once, a cost of switching settings rather than of generating
+    dec.generate(PROMPT, max_tokens=4, temperature=temp, seed=1, ignore_eos=True, **CHAIN, **kw)
     dec.reset()
     out = dec.generate(PROMPT, max_tokens=n, temperature=temp, seed=1, ignore_eos=True, **CHAIN, **kw)
     s = out.stats
@@ -65,6 +68,23 @@ def run_specllama(dec, n: int, temp: float, **kw) -> dict:
             "acceptance_rate": s.acceptance_rate if s.n_drafted else None,
             "tokens_per_pass": s.mean_accepted_length, "host_ms_per_token": s.t_host_ms / max(1, s.n_generated),
             "logits_bytes_per_token": s.logits_bytes_per_token, "sampling": s.sampling}
+
+
+def peer_run(fn, *args, attempts: int = 3, **kw):
+    """One run of a llama.cpp program; None (and the reason on stderr) where it failed, so that one
+    program's failure leaves the others' figures. llama-speculative-simple's closing timing lines
+    come from an asynchronous log that a loaded machine sometimes loses at exit: such a run is
+    made again."""
+    for attempt in range(attempts):
+        try:
+            return fn(*args, **kw)
+        except AttributeError as exc:  # (no timing lines)
+            print(f"{fn.__name__}: no timings in its log (attempt {attempt + 1}): {exc}", file=sys.stderr)
+        except (RuntimeError, OSError, ValueError) as exc:
+            print(f"{fn.__name__} failed: {exc}", file=sys.stderr)
+            return None
+    print(f"{fn.__name__} failed: no timings in {attempts} attempts", file=sys.stderr)
+    return None
 
 
 def one_acceptance(args, acceptance: float, first: bool, bindir) -> dict:
@@ -81,18 +101,19 @@ def one_acceptance(args, acceptance: float, first: bool, bindir) -> dict:
         simple = Path(bindir) / "llama-speculative-simple" if bindir else None
         with specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads,
                                           n_gpu_layers=args.ngl, n_gpu_layers_draft=args.ngl) as dec:
-            run_specllama(dec, 8, 0.0)  # warm-up
             for r in range(args.rounds):
                 for temp in TEMPS:
                     row = {"plain": run_specllama(dec, args.n_predict, temp, speculative=False),
                            "specllama": run_specllama(dec, args.n_predict, temp, drafter="model")}
                     for k in args.n_max:
                         if simple and simple.exists():
-                            row[f"llama-speculative-simple n_max {k}"] = run_speculative_simple(
-                                simple, target, draft, PROMPT, args.n_predict, k, args.threads, temp, ngl=ngl_peer)
+                            row[f"llama-speculative-simple n_max {k}"] = peer_run(
+                                run_speculative_simple, simple, target, draft, PROMPT, args.n_predict, k, args.threads,
+                                temp, ngl=ngl_peer)
                         if k in servers:
-                            row[f"llama-server n_max {k}"] = run_llama_server(servers[k][1], PROMPT, args.n_predict,
-                                                                              temp, seed=r)
+                            row[f"llama-server n_max {k}"] = peer_run(run_llama_server, servers[k][1], PROMPT,
+                                                                      args.n_predict, temp, seed=r)
+                    row = {name: fig for name, fig in row.items() if fig is not None}
                     for name, fig in row.items():
                         runs.setdefault(f"T={temp}", {}).setdefault(name, []).append(fig)
                     print(f"acceptance {acceptance} round {r + 1} T={temp}: " + ", ".join(

@@ -123,11 +123,17 @@ class Tables:
 def tables(target: Shape, draft: Shape, n_vocab: int, seed: int) -> Tables:
     rng = np.random.default_rng(seed)
     d_pad = target.n_embd - draft.n_embd
-    return Tables(e_draft=rng.standard_normal((n_vocab, draft.n_embd), dtype=np.float32),
-                  w_draft=rng.standard_normal((n_vocab, draft.n_embd), dtype=np.float32)
-                  * (LOGIT_STD / np.sqrt(draft.n_embd)),
-                  e_noise=rng.standard_normal((n_vocab, d_pad), dtype=np.float32),
-                  w_noise=rng.standard_normal((n_vocab, d_pad), dtype=np.float32) / np.sqrt(d_pad))
+    t = Tables(e_draft=rng.standard_normal((n_vocab, draft.n_embd), dtype=np.float32),
+               w_draft=rng.standard_normal((n_vocab, draft.n_embd), dtype=np.float32)
+               * (LOGIT_STD / np.sqrt(draft.n_embd)),
+               e_noise=rng.standard_normal((n_vocab, d_pad), dtype=np.float32),
+               w_noise=rng.standard_normal((n_vocab, d_pad), dtype=np.float32) / np.sqrt(d_pad))
+    # the special and byte tokens' logits are 0, far below the likely tokens': the text is made of
+    # whole pieces, and no end-of-text cuts a run short in programs that stop there whatever they
+    # are told
+    t.w_draft[:N_SPECIAL + 256] = 0.0
+    t.w_noise[:N_SPECIAL + 256] = 0.0
+    return t
 
 
 def target_matrices(t: Tables, tau: float):

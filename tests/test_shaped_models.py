@@ -1,0 +1,108 @@
+"""The GPU measurement's kit at its small shape, on the CPU: benchmarks/gpu/shaped_models.py writes
+a pair llama.cpp loads with the shapes asked for, whose draft the target accepts at about the set
+rate (and retuning in place moves it); benchmarks/gpu/shaped_bench.py runs every program on it
+and reports; benchmarks/gpu/pack.sh's trimmed sdist fits what a GPU machine is sent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import pytest
+
+import specllama
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+import shaped_models  # noqa: E402
+
+BIN = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.get(
+    "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
+    / "llama.cpp-0.3.36" / "build" / "bin"))
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    d = tmp_path_factory.mktemp("shaped")
+    return d, shaped_models.make_pair(d, "small", 0.6)
+
+
+def per_token_acceptance(report) -> float:
+    """The target's acceptance of single drafts (n_draft 1: accepted over drafted is alpha) at
+    T = 0.8 with llama.cpp's default chain, where the text wanders over the whole table (a greedy
+    text soon cycles through a few tokens)."""
+    with specllama.SpeculativeDecoder(report["files"]["target"], report["files"]["draft"], n_ctx=1024) as dec:
+        s = dec.generate("the quick brown fox", max_tokens=600, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                         seed=1, n_draft=1, adaptive=False, drafter="model", ignore_eos=True).stats
+    return s.acceptance_rate
+
+
+def test_files_have_the_shapes(pair):
+    d, report = pair
+    target, draft, n_vocab = shaped_models.SHAPES["small"]
+    for role, shape in (("target", target), ("draft", draft)):
+        reader = gguf.GGUFReader(report["files"][role])
+        tensors = {t.name: [int(x) for x in t.shape] for t in reader.tensors}
+        head = shape.n_embd // shape.n_head
+        assert tensors["token_embd.weight"] == [shape.n_embd, n_vocab]
+        assert tensors["blk.0.attn_k.weight"] == [shape.n_embd, head * shape.n_head_kv]
+        assert tensors["blk.0.ffn_up.weight"] == [shape.n_embd, shape.n_ff]
+        assert sum(name.endswith("attn_q.weight") for name in tensors) == shape.n_layer
+        assert specllama.Model(report["files"][role]).n_vocab == n_vocab
+
+
+def test_the_acceptance_knob_sets_acceptance(pair):
+    d, report = pair
+    low = per_token_acceptance(report)
+    assert abs(low - report["calibrated"]["t0.8"]) < 0.1, (low, report["calibrated"])
+    high_report = shaped_models.retune(d, 0.9)
+    assert json.loads((d / "shaped.json").read_text())["acceptance_asked"] == 0.9
+    high = per_token_acceptance(high_report)
+    assert abs(high - high_report["calibrated"]["t0.8"]) < 0.1, (high, high_report["calibrated"])
+    assert high > low + 0.15
+    shaped_models.retune(d, 0.6)  # (as the fixture made it, for the other tests)
+
+
+def test_a_quantized_pair_loads(tmp_path):
+    report = shaped_models.make_pair(tmp_path, "small", 0.8, quant="q8_0")
+    assert report["files"]["target"].endswith("target.q8_0.gguf") and not (tmp_path / "target.f16.gguf").exists()
+    with specllama.SpeculativeDecoder(report["files"]["target"], report["files"]["draft"], n_ctx=256) as dec:
+        assert len(dec.generate("the fox", max_tokens=8, temperature=0, ignore_eos=True).tokens) == 8
+    with pytest.raises(ValueError, match="only an f16 pair"):
+        shaped_models.retune(tmp_path, 0.6)
+
+
+def test_the_bench_runs_every_program(tmp_path):
+    out = tmp_path / "shaped.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "shaped_bench.py"), "--shape", "small",
+                        "--models", str(tmp_path / "models"), "--acceptance", "0.6,0.9", "--bindir", str(BIN),
+                        "-ngl", "0", "-n", "16", "--rounds", "1", "-t", "2", "--n-max", "4", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert set(report["acceptances"]) == {"0.6", "0.9"}
+    for res in report["acceptances"].values():
+        for temp in ("T=0.0", "T=0.8"):
+            s = res["summary"][temp]
+            programs = set(s["tokens_per_second"])
+            assert {"plain", "specllama"} <= programs
+            if (BIN / "llama-server").exists():
+                assert "llama-server n_max 4" in programs
+            if (BIN / "llama-speculative-simple").exists():  # (or its log lost its timings, and it says so)
+                assert "llama-speculative-simple n_max 4" in programs or "run_speculative_simple" in r.stderr
+            assert s["specllama_over_plain"] > 0
+        assert res["runs"]["T=0.8"]["specllama"][0]["sampling"] == "device"
+    assert "acceptance 0.9 T=0.8" in r.stdout
+
+
+def test_the_trimmed_sdist_fits_the_device_call(tmp_path):
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "pack.sh"), str(tmp_path / "pack")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    files = {p.name: p.stat().st_size for p in (tmp_path / "pack").iterdir()}
+    assert "llama_cpp_python-0.3.36-trimmed.tar.gz" in files and "gguf-0.19.0-py3-none-any.whl" in files
+    assert sum(files.values()) < 32 * 2**20  # with the repository, well inside the 64 MiB a call carries
