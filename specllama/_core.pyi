@@ -213,12 +213,12 @@ class GenerateOptions:
     def cache_reuse(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
     @property
-    def device_sampling(self) -> bool:
+    def device_sampling(self) -> bool | None:
         """
-        run the sampling chain inside llama_decode, on the device holding the output layer, so that only each row's candidates come back to the host, where the generation allows it (no grammar, logit bias or penalties, greedy logprobs, top_k 0, DSI, slots); False: whole rows of logits come back and the host samples. Stats.sampling says which ran
+        True: run the sampling chain inside llama_decode, on the device holding the output layer, so that only each row's candidates come back to the host, where the generation allows it (no grammar, logit bias or penalties, greedy logprobs, top_k 0, DSI, slots); False: whole rows of logits come back and the host samples; None (default): True for each model offloaded to a GPU. Stats.sampling says which ran
         """
     @device_sampling.setter
-    def device_sampling(self, arg0: bool) -> None:
+    def device_sampling(self, arg0: bool | None) -> None:
         ...
     @property
     def drafter(self) -> str:
@@ -579,7 +579,7 @@ class Stats:
     @property
     def host_sampling_reason(self) -> str:
         """
-        why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 ...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'DSI', 'slots share a context', 'device sampling off', 'the backend cannot run the chain'
+        why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 ...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'DSI', 'slots share a context', 'device sampling off', 'auto: the model runs on the CPU', 'the backend cannot run the chain'
         """
     @property
     def logits_bytes(self) -> int:

@@ -105,12 +105,12 @@ def _drafting_options():
                      help="With a grammar and a draft model: where the grammar leaves no choice of the next "
                           "characters (a JSON schema's keys), draft their tokens ahead of the draft model, without "
                           "draft decodes to choose them. The output is the same either way."),
-        click.option("--device-sampling/--no-device-sampling", default=True, show_default=True,
+        click.option("--device-sampling/--no-device-sampling", default=None,
                      help="Run the sampling chain inside llama_decode, on the device holding the output layer, so "
                           "that only each position's candidate tokens come back to the host instead of a row of "
                           "logits over the whole vocabulary (not with grammars, logit bias, penalties, --top-k 0 "
-                          "or --mode dsi, which sample on the host). The output follows the same distribution "
-                          "either way."),
+                          "or --mode dsi, which sample on the host). Default: for each model offloaded to a GPU. "
+                          "The output follows the same distribution either way."),
     ]
 
 

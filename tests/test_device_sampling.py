@@ -1,9 +1,9 @@
 """Device sampling (GenerateOptions.device_sampling): the sampling chain runs inside llama_decode
-(here on the CPU backend, which runs llama.cpp's backend samplers too) and only each row's
-candidates come back. It gives the host path's greedy output, samples the target's distribution
-(chi-square against the host chain over the full logits, with negative controls that fail), reads
-back what it says it does, and falls back to the host, exactly and saying why, where the device
-cannot run the chain."""
+(here on the CPU backend, which runs llama.cpp's backend samplers too, when asked: by default only
+models offloaded to a GPU do) and only each row's candidates come back. It gives the host path's
+greedy output, samples the target's distribution (chi-square against the host chain over the full
+logits, with negative controls that fail), reads back what it says it does, and falls back to the
+host, exactly and saying why, where the device cannot run the chain."""
 
 from __future__ import annotations
 
@@ -26,11 +26,16 @@ def dec(tiny):
                          ids=["model", "lookup", "plain"])
 def test_greedy_output_is_the_host_paths(dec, kw):
     for prompt in PROMPTS:
-        device = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, **kw)
+        device = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, device_sampling=True, **kw)
         host = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, device_sampling=False, **kw)
         assert device.stats.sampling == "device" and device.stats.host_sampling_reason == ""
         assert host.stats.sampling == "host" and host.stats.host_sampling_reason == "device sampling off"
         assert device.tokens == host.tokens, prompt
+
+
+def test_by_default_only_offloaded_models_sample_on_the_device(dec):
+    s = dec.generate("the cat", max_tokens=8, temperature=0.8, seed=1, drafter="model").stats
+    assert s.sampling == "host" and s.host_sampling_reason == "auto: the model runs on the CPU"
 
 
 def test_greedy_output_across_chain_switches(tiny, dec):
@@ -80,14 +85,14 @@ def test_what_comes_back(dec):
     n_vocab = dec.target_model.n_vocab
     for temperature, row in ((0.0, 8), (0.8, 8 * 40)):
         s = dec.generate("what some of the", max_tokens=12, ignore_eos=True, speculative=False,
-                         temperature=temperature, top_k=40).stats
+                         temperature=temperature, top_k=40, device_sampling=True).stats
         assert s.sampling == "device" and s.logits_bytes == 12 * row
         s = dec.generate("what some of the", max_tokens=12, ignore_eos=True, speculative=False,
                          temperature=temperature, top_k=40, device_sampling=False).stats
         assert s.logits_bytes == 12 * 4 * n_vocab
     # speculative: at least the verified rows (each at least 8 bytes), far below whole rows
     s = dec.generate("what some of the", max_tokens=40, ignore_eos=True, temperature=0.8, seed=1, n_draft=4,
-                     drafter="model").stats
+                     drafter="model", device_sampling=True).stats
     assert s.sampling == "device" and s.n_drafted > 0
     assert 8 * (s.n_drafted + s.n_steps) <= s.logits_bytes <= 8 * 40 * (2 * s.n_drafted + s.n_steps)
 
@@ -102,7 +107,8 @@ def test_what_comes_back(dec):
 def test_fallback_is_the_host_path_and_says_why(dec, kw, reason):
     """Where the device cannot run the chain, the generation samples on the host: with one seed it
     draws exactly what device_sampling=False draws."""
-    on = dec.generate("the cat", max_tokens=24, temperature=0.8, seed=3, n_draft=3, adaptive=False, **kw)
+    on = dec.generate("the cat", max_tokens=24, temperature=0.8, seed=3, n_draft=3, adaptive=False,
+                      device_sampling=True, **kw)
     off = dec.generate("the cat", max_tokens=24, temperature=0.8, seed=3, n_draft=3, adaptive=False,
                        device_sampling=False, **kw)
     assert on.stats.sampling == "host" and on.stats.host_sampling_reason == reason
@@ -111,16 +117,18 @@ def test_fallback_is_the_host_path_and_says_why(dec, kw, reason):
 
 def test_partial_fallbacks(dec, tiny):
     # greedy log-probabilities need a softmax over every token: the target's rows come back whole
-    s = dec.generate("the cat", max_tokens=8, temperature=0, logprobs=2, drafter="model").stats
+    s = dec.generate("the cat", max_tokens=8, temperature=0, logprobs=2, drafter="model", device_sampling=True).stats
     assert s.sampling == "host (target), device (draft)"
     assert s.host_sampling_reason == "log-probabilities of greedy decoding"
     # sampled log-probabilities are read from the chain's distribution: the device runs it
-    assert dec.generate("the cat", max_tokens=8, temperature=0.8, seed=1, logprobs=2).stats.sampling == "device"
-    dsi = dec.generate("the cat", max_tokens=8, temperature=0, mode="dsi", sp=2).stats
+    assert dec.generate("the cat", max_tokens=8, temperature=0.8, seed=1, logprobs=2,
+                        device_sampling=True).stats.sampling == "device"
+    dsi = dec.generate("the cat", max_tokens=8, temperature=0, mode="dsi", sp=2, device_sampling=True).stats
     assert dsi.sampling == "host" and dsi.host_sampling_reason == "DSI"
     # a draft of another vocabulary masks the tokens the target lacks on the host
     with specllama.SpeculativeDecoder(tiny.target, tiny.bigger_vocab, n_ctx=256) as cross:
-        s = cross.generate("the cat", max_tokens=8, temperature=0.8, seed=1, drafter="model").stats
+        s = cross.generate("the cat", max_tokens=8, temperature=0.8, seed=1, drafter="model",
+                           device_sampling=True).stats
         assert s.sampling == "device (target), host (draft)"
         assert s.host_sampling_reason == "draft of another vocabulary"
 
@@ -128,7 +136,7 @@ def test_partial_fallbacks(dec, tiny):
 def test_slots_sample_on_the_host(dec):
     slots = dec.slots(2, 128)
     try:
-        s = slots[0].generate("the cat", max_tokens=6, temperature=0).stats
+        s = slots[0].generate("the cat", max_tokens=6, temperature=0, device_sampling=True).stats
         assert s.sampling == "host" and s.host_sampling_reason == "slots share a context"
     finally:
         for slot in slots:

@@ -151,7 +151,9 @@ def logit_parts(t: Tables, toks: np.ndarray):
     d = t.e_draft.shape[1]
     draft = _rmsnorm(t.e_draft[toks]).astype(np.float32) @ t.w_draft.T
     h = _rmsnorm(np.concatenate([t.e_draft[toks], t.e_noise[toks]], axis=1)).astype(np.float32)
-    return draft.astype(np.float64), (h[:, :d] @ t.w_draft.T).astype(np.float64), (h[:, d:] @ t.w_noise.T).astype(np.float64)
+    a = (h[:, :d] @ t.w_draft.T).astype(np.float64)
+    b = (h[:, d:] @ t.w_noise.T).astype(np.float64)
+    return draft.astype(np.float64), a, b
 
 
 def chain_probs(logits: np.ndarray, temp: float = 0.8, top_k: int = 40, top_p: float = 0.95,

@@ -149,10 +149,11 @@ void register_options(py::module_ & m) {
                        "their tokens are drafted with q = 1 ahead of the draft model, without draft decodes to "
                        "choose them (exact either way)")
         .def_readwrite("device_sampling", &gp::device_sampling,
-                       "run the sampling chain inside llama_decode, on the device holding the output layer, so that "
-                       "only each row's candidates come back to the host, where the generation allows it (no "
-                       "grammar, logit bias or penalties, greedy logprobs, top_k 0, DSI, slots); False: whole rows "
-                       "of logits come back and the host samples. Stats.sampling says which ran")
+                       "True: run the sampling chain inside llama_decode, on the device holding the output layer, "
+                       "so that only each row's candidates come back to the host, where the generation allows it "
+                       "(no grammar, logit bias or penalties, greedy logprobs, top_k 0, DSI, slots); False: whole "
+                       "rows of logits come back and the host samples; None (default): True for each model "
+                       "offloaded to a GPU. Stats.sampling says which ran")
         .def_readwrite("logprobs", &gp::logprobs,
                        "None, or 0..20: each generated token's log-probability under the target's final "
                        "distribution (the chain's; greedy: the softmax of the logits), with this many likeliest "
@@ -322,7 +323,8 @@ void register_stats(py::module_ & m) {
         .def_readonly("host_sampling_reason", &gs::host_sampling_reason,
                       "why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 "
                       "...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'DSI', 'slots "
-                      "share a context', 'device sampling off', 'the backend cannot run the chain'")
+                      "share a context', 'device sampling off', 'auto: the model runs on the CPU', 'the backend cannot "
+                      "run the chain'")
         .def_property_readonly(
             "logits_bytes_per_token",
             [](const gs & s) { return s.n_generated > 0 ? (double) s.logits_bytes / s.n_generated : 0.0; },

@@ -424,11 +424,12 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
 }
 
 void decoder::place_sampling(const generate_params & params, const run_plan & plan, generate_stats & st) {
-    const sampling_params & sp     = params.sampling;
-    const std::string       common = !params.device_sampling ? "device sampling off"
-                                     : batcher_              ? "slots share a context"
-                                                             : "";
-    const auto place = [&](kv_cache & cache, bool draft, std::string why) {
+    const sampling_params & sp    = params.sampling;
+    const auto              place = [&](kv_cache & cache, bool draft) {
+        std::string why = batcher_                                                ? "slots share a context"
+                          : params.device_sampling.value_or(cache.mdl().offloaded) ? ""
+                          : params.device_sampling                                 ? "device sampling off"
+                                                                                   : "auto: the model runs on the CPU";
         if (why.empty()) {
             why = device_chain_blocker(sp, !draft && params.logprobs.has_value(), draft && vocab_map_ != nullptr);
         }
@@ -440,8 +441,8 @@ void decoder::place_sampling(const generate_params & params, const run_plan & pl
         }
         return why;
     };
-    const std::string tgt_why = place(*tgt_cache_, false, common);
-    const std::string dft_why = plan.use_model ? place(*dft_cache_, true, common) : tgt_why;
+    const std::string tgt_why = place(*tgt_cache_, false);
+    const std::string dft_why = plan.use_model ? place(*dft_cache_, true) : tgt_why;
     st.sampling = tgt_why.empty() && dft_why.empty() ? "device"
                   : !tgt_why.empty() && !dft_why.empty() ? "host"
                   : tgt_why.empty()                      ? "device (target), host (draft)"

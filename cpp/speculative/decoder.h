@@ -151,8 +151,10 @@ struct generate_params {
     // run the sampling chain inside llama_decode, on the device with the output layer, so that only
     // each row's candidates come back (sampling/device_sampling.h), where the generation allows it
     // (mode si on a decoder's own caches; no grammar, controls, greedy log-probabilities, top_k 0);
-    // false: every row comes back whole and the host samples (generate_stats::sampling says which ran)
-    bool                     device_sampling = true;
+    // false: every row comes back whole and the host samples (generate_stats::sampling says which
+    // ran). None: for each model whose layers are offloaded to a GPU (on a CPU the chain runs on the
+    // same cores as the host's, and was measured 1-2% slower there)
+    std::optional<bool>      device_sampling;
 };
 
 constexpr int32_t k_max_logprobs = 20;
