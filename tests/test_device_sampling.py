@@ -14,6 +14,8 @@ import specllama
 from test_sampling_end_to_end import _dist_after, first_two_tokens, pvalue_or_zero
 
 PROMPTS = ["the cat is on the", "she was", "what some of the"]
+# a chain with every stage at work: top-k on the device, top-p and min-p masks and a temperature
+CHAIN = dict(temperature=0.7, top_k=12, top_p=0.9, min_p=0.05)
 
 
 @pytest.fixture()
@@ -31,6 +33,19 @@ def test_greedy_output_is_the_host_paths(dec, kw):
         assert device.stats.sampling == "device" and device.stats.host_sampling_reason == ""
         assert host.stats.sampling == "host" and host.stats.host_sampling_reason == "device sampling off"
         assert device.tokens == host.tokens, prompt
+
+
+@pytest.mark.parametrize("kw", [dict(drafter="model", n_draft=4), dict(drafter="lookup"), dict(speculative=False)],
+                         ids=["model", "lookup", "plain"])
+def test_sampled_output_is_the_host_paths_with_one_seed(dec, kw):
+    """The device returns the top k candidates and their logits; the host applies the rest of the
+    chain to them as it does after its own top-k: the same distributions, the same draws."""
+    for seed in range(4):
+        for prompt in PROMPTS:
+            got = [dec.generate(prompt, max_tokens=30, ignore_eos=True, seed=seed, adaptive=False, device_sampling=on,
+                                **CHAIN, **kw) for on in (True, False)]
+            assert got[0].stats.sampling == "device" and got[1].stats.sampling == "host"
+            assert got[0].tokens == got[1].tokens, (prompt, seed)
 
 
 def test_by_default_only_offloaded_models_sample_on_the_device(dec):
@@ -52,10 +67,6 @@ def test_greedy_output_across_chain_switches(tiny, dec):
         dec.generate("she was", max_tokens=5, temperature=0.8, seed=1, device_sampling=device)
         got = dec.generate(prompt, max_tokens=20, temperature=0, ignore_eos=True, device_sampling=device)
         assert got.tokens == expected
-
-
-# the device chain with every stage at work: top-k, top-p and min-p masks, a temperature
-CHAIN = dict(temperature=0.7, top_k=12, top_p=0.9, min_p=0.05)
 
 
 def test_sampled_output_follows_the_target(tiny):

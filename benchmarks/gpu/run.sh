@@ -18,7 +18,7 @@ ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 G="$ROOT/.gpu"
 REPORTS="${OUT:-$G/out}"
 VENV="$G/venv"
-BIN="$G/build-lcp/vendor/llama.cpp/bin"
+BIN="$G/build-lcp/bin"
 mkdir -p "$REPORTS"
 
 build() {
@@ -40,12 +40,15 @@ build() {
     --no-build-isolation -C build-dir="$G/build-lcp" "$G"/src/llama_cpp_python-*
   CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python -m pip install -q --no-index --no-deps --no-build-isolation \
     -C build-dir="$G/build-specllama" "$ROOT"
-  [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-speculative-simple" ]
+  if [ ! -x "$BIN/llama-server" ] || [ ! -x "$BIN/llama-speculative-simple" ]; then
+    echo "run.sh: llama-server or llama-speculative-simple not built in $BIN" >&2
+    exit 1
+  fi
   {
     echo "build seconds: $((SECONDS - t0))"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
     nvcc --version 2>/dev/null | tail -1 || echo "no nvcc"
-    python -c "import specllama; print('specllama', specllama.__version__, 'offload', specllama.supports_gpu_offload())"
+    (cd /tmp && python -c "import specllama; print('specllama', specllama.__version__, 'offload', specllama.supports_gpu_offload())")
   } | tee "$REPORTS/build.txt"
 }
 

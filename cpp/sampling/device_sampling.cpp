@@ -3,22 +3,18 @@
 #include "sampling/device_sampling.h"
 
 #include <cmath>
-#include <limits>
 
 namespace specllama {
 
 device_chain device_chain_for(const sampling_params & params, bool draft) {
     device_chain c;
     if (params.greedy()) {
-        c.what  = draft ? device_chain::kind::top_two : device_chain::kind::argmax;
+        c.what  = draft ? device_chain::kind::top_k : device_chain::kind::argmax;
         c.top_k = draft ? 2 : 1;
         return c;
     }
-    c.what        = device_chain::kind::sample;
-    c.top_k       = params.top_k;
-    c.top_p       = params.top_p;
-    c.min_p       = params.min_p;
-    c.temperature = params.temperature;
+    c.what  = device_chain::kind::top_k;
+    c.top_k = params.top_k;
     return c;
 }
 
@@ -46,53 +42,14 @@ llama_sampler * make_device_chain(const device_chain & c) {
         return nullptr;
     }
     llama_sampler * chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
-    switch (c.what) {
-        case device_chain::kind::argmax:
-            // temperature 0 on the backend: the argmax's id and logit only
-            llama_sampler_chain_add(chain, llama_sampler_init_temp(0.0f));
-            break;
-        case device_chain::kind::top_two:
-            llama_sampler_chain_add(chain, llama_sampler_init_top_k(2));
-            break;
-        case device_chain::kind::sample:
-            // the order of sampling.h: top-k, top-p on the softmax of what top-k left, min-p, temperature
-            llama_sampler_chain_add(chain, llama_sampler_init_top_k(c.top_k));
-            if (c.top_p < 1.0f) {
-                llama_sampler_chain_add(chain, llama_sampler_init_top_p(c.top_p, 1));
-            }
-            if (c.min_p > 0.0f) {
-                llama_sampler_chain_add(chain, llama_sampler_init_min_p(c.min_p, 1));
-            }
-            llama_sampler_chain_add(chain, llama_sampler_init_temp(c.temperature));
-            break;
-        case device_chain::kind::none:
-            break;
-    }
+    // temperature 0 on the backend: the argmax's id and logit only
+    llama_sampler_chain_add(chain, c.what == device_chain::kind::argmax ? llama_sampler_init_temp(0.0f)
+                                                                        : llama_sampler_init_top_k(c.top_k));
     return chain;
 }
 
 void row_distribution(const sampled_row & row, const sampling_params & params, token_dist & out) {
-    out.ids.clear();
-    out.probs.clear();
-    float lmax = -std::numeric_limits<float>::infinity();
-    for (int32_t j = 0; j < row.n; ++j) {
-        lmax = std::max(lmax, row.logits[j]);
-    }
-    double sum = 0.0;
-    for (int32_t j = 0; j < row.n; ++j) {
-        if (std::isfinite(row.logits[j])) {  // (top-p and min-p mask with -inf)
-            const double e = std::exp((double) row.logits[j] - lmax);
-            out.ids.push_back(row.ids[j]);
-            out.probs.push_back((float) e);
-            sum += e;
-        }
-    }
-    for (auto & p : out.probs) {
-        p = (float) (p / sum);
-    }
-    if (params.infill != nullptr) {
-        apply_infill(params.infill, out);
-    }
+    sparse_distribution(row.logits, row.ids, row.n, params, out);
 }
 
 llama_token row_top_with_margin(const sampled_row & row, float & conf) {

@@ -1,11 +1,12 @@
-// sampling/device_sampling.h: the sampling chain run inside llama_decode, on the device that holds the
-// model's output layer (llama.cpp's backend samplers), so that for each output row only what the
-// acceptance rule reads comes back to the host: the candidates the chain keeps and their final
-// logits (top_k(K), top-p, min-p, temperature: 8 * K bytes, against 4 * n_vocab for a row of raw
-// logits), the top two logits for a greedy draft, or the argmax for a greedy target. The host turns
-// such a row into the chain's distribution (the softmax of the final logits over the candidates the
-// chain left), so p and q are the same distributions the host chain (sampling.h) makes, up to the
-// device's floating point.
+// sampling/device_sampling.h: the part of the sampling chain run inside llama_decode, on the device
+// that holds the model's output layer (llama.cpp's backend samplers), so that for each output row
+// only what the acceptance rule reads comes back to the host: the top k candidates and their logits
+// (8 * k bytes, against 4 * n_vocab for a row of raw logits), the top two for a greedy draft, the
+// argmax for a greedy target. The host applies the rest of the chain (top-p, min-p, temperature,
+// infill) to those k candidates exactly as it does after its own top-k over a whole row
+// (sparse_distribution), so p and q are the host chain's distributions to the bit. The device chain
+// depends on top_k alone: a change of temperature, top-p or min-p does not make llama.cpp rebuild
+// its graphs.
 // What the device cannot run: grammars, logit bias and penalties (they need each position's history),
 // a chain over the whole vocabulary (top_k 0: its rows would come back full length), log-probabilities
 // of greedy decoding (a softmax over every token), a draft of another vocabulary (its unshared tokens
@@ -26,21 +27,14 @@ constexpr int32_t k_max_device_top_k = 1024;
 
 struct device_chain {
     enum class kind : uint8_t {
-        none,     // no chain: raw logits come back (a row of n_vocab floats per output)
-        argmax,   // the most likely token only (a greedy target)
-        top_two,  // the two most likely tokens and their logits (a greedy draft: its token and margin)
-        sample,   // top_k(K), top-p, min-p, temperature: the sampled distribution's support and logits
+        none,    // no chain: raw logits come back (a row of n_vocab floats per output)
+        argmax,  // the most likely token only (a greedy target)
+        top_k,   // the top_k most likely tokens and their logits (sampling; a greedy draft's top two)
     };
-    kind    what        = kind::none;
-    int32_t top_k       = 0;
-    float   top_p       = 1.0f;
-    float   min_p       = 0.0f;
-    float   temperature = 1.0f;
+    kind    what  = kind::none;
+    int32_t top_k = 0;
 
-    bool operator==(const device_chain & o) const {
-        return what == o.what && top_k == o.top_k && top_p == o.top_p && min_p == o.min_p &&
-               temperature == o.temperature;
-    }
+    bool operator==(const device_chain & o) const { return what == o.what && top_k == o.top_k; }
     bool operator!=(const device_chain & o) const { return !(*this == o); }
 };
 
@@ -55,19 +49,17 @@ std::string device_chain_blocker(const sampling_params & params, bool want_logpr
 // a new llama.cpp sampler chain computing c (what == none: nullptr); the caller frees it
 llama_sampler * make_device_chain(const device_chain & c);
 
-// what a device chain returned for one output row: its candidates and their final logits (masked
-// candidates have -inf)
+// what a device chain returned for one output row: its candidates and their logits, in no set order
 struct sampled_row {
     const float *       logits = nullptr;
     const llama_token * ids    = nullptr;
     int32_t             n      = 0;
 };
 
-// the distribution a sample chain's row stands for: softmax of the finite logits over their candidates
-// (then llama.cpp's infill sampler where params.infill is set)
+// the distribution the chain params draws from, given a top_k row (sparse_distribution)
 void row_distribution(const sampled_row & row, const sampling_params & params, token_dist & out);
 
-// a top_two row's most likely token (equal logits: the lower id) and its margin 1 - p2/p1
+// a top-two row's most likely token (equal logits: the lower id) and its margin 1 - p2/p1
 llama_token row_top_with_margin(const sampled_row & row, float & conf);
 
 // an argmax row's token

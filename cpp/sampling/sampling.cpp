@@ -78,33 +78,22 @@ void all_tokens(const float * logits, int32_t n_vocab, float lmax, double z, flo
 
 }  // namespace
 
-void sampling_distribution(const float * logits, int32_t n_vocab, const sampling_params & params, token_dist & out) {
-    if (params.greedy()) {
-        out.ids.assign(1, argmax(logits, n_vocab));
-        out.probs.assign(1, 1.0f);
-        return;
-    }
-    // the candidates, most likely first where top-p needs an order: the top k (a scan of the row),
-    // or the whole vocabulary (of which ids then holds the sorted head top-p needs)
-    auto &                           ids  = out.ids;
+namespace {
+
+// the chain after its candidates are chosen: top-p (on their softmax, whose normalizer is z; 0: over
+// the candidates themselves), min-p against lmax, temperature on the survivors, then infill.
+// ids: the candidates, most likely first where top-p needs an order; logit(i): ids[i]'s logit
+template <typename Logit>
+void finish_chain(std::vector<llama_token> & ids, const Logit & logit, float lmax, double z,
+                  const sampling_params & params, token_dist & out) {
     thread_local std::vector<double> weights;  // exp(logit - lmax) of the candidates, for top-p
-    const bool                       by_k = params.top_k > 0 && params.top_k < n_vocab;
-    float                            lmax;
-    double                           z = 0.0;  // the softmax normalizer over the candidates
-    if (by_k) {
-        top_k(logits, n_vocab, params.top_k, ids);
-        lmax = logits[ids[0]];
-    } else {
-        lmax = logits[argmax(logits, n_vocab)];
-        z    = params.top_p < 1.0f ? sum_exp(logits, n_vocab, lmax) : 0.0;
-        all_tokens(logits, n_vocab, lmax, z, params.top_p, ids);
-    }
+    const bool                       own_z = z == 0.0;
     if (params.top_p < 1.0f) {
         // as llama.cpp's top-p: the smallest head of the candidates that holds top_p of their softmax
         weights.resize(ids.size());
         for (size_t i = 0; i < ids.size(); ++i) {
-            weights[i] = std::exp((double) logits[ids[i]] - lmax);
-            z += by_k ? weights[i] : 0.0;
+            weights[i] = std::exp((double) logit(i) - lmax);
+            z += own_z ? weights[i] : 0.0;
         }
         double cum = 0.0;
         size_t i   = 0;
@@ -117,29 +106,75 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
         }
         ids.resize(i);
     }
-    if (params.min_p > 0.0f) {
-        // p_i >= min_p * p_max  <=>  logit_i >= lmax + log(min_p); the most likely token always stays
-        const float threshold = lmax + std::log(params.min_p);
-        ids.erase(std::remove_if(ids.begin(), ids.end(), [&](llama_token t) { return logits[t] < threshold; }),
-                  ids.end());
-    }
-
-    // temperature on the survivors, renormalized
-    auto &       probs = out.probs;
-    probs.resize(ids.size());
-    const double inv_t = 1.0 / params.temperature;
-    double       sum   = 0.0;
+    // temperature on the survivors of min-p, renormalized. min-p: p_i >= min_p * p_max  <=>
+    // logit_i >= lmax + log(min_p); the most likely token always stays
+    const float  threshold = params.min_p > 0.0f ? lmax + std::log(params.min_p) : -INFINITY;
+    const double inv_t     = 1.0 / params.temperature;
+    auto &       probs     = out.probs;
+    probs.clear();
+    size_t n   = 0;
+    double sum = 0.0;
     for (size_t i = 0; i < ids.size(); ++i) {
-        const double e = std::exp(((double) logits[ids[i]] - lmax) * inv_t);
-        probs[i]       = (float) e;
+        const float l = logit(i);
+        if (l < threshold) {
+            continue;
+        }
+        const double e = std::exp(((double) l - lmax) * inv_t);
+        ids[n++]       = ids[i];
+        probs.push_back((float) e);
         sum += e;
     }
+    ids.resize(n);
     for (auto & p : probs) {
         p = (float) (p / sum);
     }
     if (params.infill != nullptr) {
         apply_infill(params.infill, out);
     }
+}
+
+}  // namespace
+
+void sampling_distribution(const float * logits, int32_t n_vocab, const sampling_params & params, token_dist & out) {
+    if (params.greedy()) {
+        out.ids.assign(1, argmax(logits, n_vocab));
+        out.probs.assign(1, 1.0f);
+        return;
+    }
+    // the candidates, most likely first where top-p needs an order: the top k (a scan of the row),
+    // or the whole vocabulary (of which ids then holds the sorted head top-p needs)
+    auto &     ids  = out.ids;
+    const bool by_k = params.top_k > 0 && params.top_k < n_vocab;
+    float      lmax;
+    double     z = 0.0;  // the softmax normalizer over the whole vocabulary (0: over the candidates)
+    if (by_k) {
+        top_k(logits, n_vocab, params.top_k, ids);
+        lmax = logits[ids[0]];
+    } else {
+        lmax = logits[argmax(logits, n_vocab)];
+        z    = params.top_p < 1.0f ? sum_exp(logits, n_vocab, lmax) : 0.0;
+        all_tokens(logits, n_vocab, lmax, z, params.top_p, ids);
+    }
+    finish_chain(ids, [&](size_t i) { return logits[ids[i]]; }, lmax, z, params, out);
+}
+
+void sparse_distribution(const float * logits, const llama_token * ids, int32_t n, const sampling_params & params,
+                         token_dist & out) {
+    // the candidates most likely first, equal logits lower id first (as top_k orders them)
+    thread_local std::vector<int32_t> order;
+    order.resize(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && ids[a] < ids[b]);
+    });
+    thread_local std::vector<float> sorted;
+    sorted.resize(n);
+    out.ids.resize(n);
+    for (int32_t i = 0; i < n; ++i) {
+        out.ids[i] = ids[order[i]];
+        sorted[i]  = logits[order[i]];
+    }
+    finish_chain(out.ids, [&](size_t i) { return sorted[i]; }, sorted[0], 0.0, params, out);
 }
 
 namespace {

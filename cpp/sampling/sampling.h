@@ -56,6 +56,11 @@ using rng_t = std::mt19937_64;
 // the distribution a sampler with params draws from, given raw logits (needs temperature > 0)
 void sampling_distribution(const float * logits, int32_t n_vocab, const sampling_params & params, token_dist & out);
 
+// the same distribution from the n candidates a top-k chain kept (their ids and raw logits, in any
+// order; n = params.top_k), as sampling_distribution makes it from the whole row (needs temperature > 0)
+void sparse_distribution(const float * logits, const llama_token * ids, int32_t n, const sampling_params & params,
+                         token_dist & out);
+
 // llama.cpp's infill sampler on a distribution the chain made (sampling_params::infill)
 void apply_infill(const llama_vocab * vocab, token_dist & dist);
 
