@@ -99,6 +99,18 @@ def test_the_bench_runs_every_program(tmp_path):
     assert "acceptance 0.9 T=0.8" in r.stdout
 
 
+def test_verify_shapes_measures_both_orders(pair, tmp_path):
+    d, report = pair
+    out = tmp_path / "vs.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "verify_shapes.py"), "-m",
+                        report["files"]["target"], "-ngl", "0", "--k", "1,3,8", "--reps", "3", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert r.returncode == 0, r.stderr[-2000:]
+    med = json.loads(out.read_text())["median_ms"]
+    assert set(med) == {"fixed", "varying"} and all(set(m) == {"1", "3", "8"} for m in med.values())
+    assert all(v > 0 for m in med.values() for v in m.values())
+
+
 def test_the_trimmed_sdist_fits_the_device_call(tmp_path):
     r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "pack.sh"), str(tmp_path / "pack")],
                        capture_output=True, text=True, timeout=600)

@@ -2,7 +2,8 @@
 # The GPU measurement of docs/gpu.md in one command, on a machine with CUDA that reaches no package
 # registry: build llama-cpp-python with CUDA (and llama.cpp's llama-server and
 # llama-speculative-simple in the same build) from the trimmed sdist that pack.sh put in .gpu/,
-# build specllama against it, write the shaped pair (shaped_models.py) and run shaped_bench.py.
+# build specllama against it, write the shaped pair (shaped_models.py), run shaped_bench.py on it and
+# verify_shapes.py on its target (with CUDA graphs and without).
 #
 #   bash benchmarks/gpu/pack.sh                 # here, once: .gpu/ (about 7 MB)
 #   bash benchmarks/gpu/run.sh [build|measure|all] [shaped_bench.py options...]
@@ -59,6 +60,14 @@ measure() {
   SPECLLAMA_COMMIT="${SPECLLAMA_COMMIT:-}" python "$ROOT/benchmarks/gpu/shaped_bench.py" \
     --shape "${SPECLLAMA_GPU_SHAPE:-qwen7b}" --models /tmp/specllama-shaped --bindir "$BIN" \
     --out "$REPORTS/shaped_bench.json" "$@" 2>&1 | tee "$REPORTS/shaped_bench.log"
+  # what verification lengths cost on the target, with CUDA graphs and without
+  local target ngl=all
+  target="$(python -c "import json; print(json.load(open('/tmp/specllama-shaped/shaped.json'))['files']['target'])")"
+  [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || ngl=0
+  python "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" --out "$REPORTS/verify_shapes.json" \
+    2>&1 | tee "$REPORTS/verify_shapes.log"
+  GGML_CUDA_DISABLE_GRAPHS=1 python "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" \
+    --out "$REPORTS/verify_shapes_no_graphs.json" 2>&1 | tee "$REPORTS/verify_shapes_no_graphs.log"
 }
 
 case "$PHASE" in
