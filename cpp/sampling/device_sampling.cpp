@@ -2,6 +2,7 @@
 // of the rows they return.
 #include "sampling/device_sampling.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace specllama {
@@ -18,7 +19,8 @@ device_chain device_chain_for(const sampling_params & params, bool draft) {
     return c;
 }
 
-std::string device_chain_blocker(const sampling_params & params, bool want_logprobs, bool cross_vocab) {
+std::string device_chain_blocker(const sampling_params & params, int32_t n_vocab, bool want_logprobs,
+                                 bool cross_vocab) {
     if (params.grammar != nullptr) {
         return "grammar";
     }
@@ -31,8 +33,9 @@ std::string device_chain_blocker(const sampling_params & params, bool want_logpr
     if (params.greedy()) {
         return want_logprobs ? "log-probabilities of greedy decoding" : "";
     }
-    if (params.top_k < 1 || params.top_k > k_max_device_top_k) {
-        return "top_k " + std::to_string(params.top_k) + " (the device runs 1.." + std::to_string(k_max_device_top_k) + ")";
+    const int32_t k_max = std::min(k_max_device_top_k, n_vocab - 1);  // (top_k >= n_vocab: every token)
+    if (params.top_k < 1 || params.top_k > k_max) {
+        return "top_k " + std::to_string(params.top_k) + " (the device runs 1.." + std::to_string(k_max) + ")";
     }
     return "";
 }

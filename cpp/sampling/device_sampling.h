@@ -42,9 +42,11 @@ struct device_chain {
 // (its top two when greedy). params must pass device_chain_blocker.
 device_chain device_chain_for(const sampling_params & params, bool draft);
 
-// why params cannot be sampled on the device ("" where they can): want_logprobs for a greedy
-// generation's log-probabilities; cross_vocab for a draft of another vocabulary
-std::string device_chain_blocker(const sampling_params & params, bool want_logprobs, bool cross_vocab);
+// why params cannot be sampled on the device for a model of n_vocab tokens ("" where they can):
+// want_logprobs for a greedy generation's log-probabilities; cross_vocab for a draft of another
+// vocabulary
+std::string device_chain_blocker(const sampling_params & params, int32_t n_vocab, bool want_logprobs,
+                                 bool cross_vocab);
 
 // a new llama.cpp sampler chain computing c (what == none: nullptr); the caller frees it
 llama_sampler * make_device_chain(const device_chain & c);

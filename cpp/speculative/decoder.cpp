@@ -431,7 +431,8 @@ void decoder::place_sampling(const generate_params & params, const run_plan & pl
                           : params.device_sampling                                 ? "device sampling off"
                                                                                    : "auto: the model runs on the CPU";
         if (why.empty()) {
-            why = device_chain_blocker(sp, !draft && params.logprobs.has_value(), draft && vocab_map_ != nullptr);
+            why = device_chain_blocker(sp, cache.n_vocab(), !draft && params.logprobs.has_value(),
+                                       draft && vocab_map_ != nullptr);
         }
         if (why.empty() && !cache.set_device_chain(device_chain_for(sp, draft))) {
             why = "the backend cannot run the chain";
