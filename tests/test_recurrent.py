@@ -374,3 +374,16 @@ def test_a_new_decoder_on_a_recurrent_target_starts_paused_where_prices_say_draf
             assert model["paused"] and not model["pays_at_prices"]
         else:
             assert r.stats.n_drafted > 0, r.stats
+
+
+def test_device_sampling_on_recurrent_models(rec):
+    """The chain in the decode graph on recurrent and hybrid models, whose rejected drafts go back to
+    a checkpoint: the same tokens as sampling on the host, greedy and with one seed."""
+    with specllama.SpeculativeDecoder(rec.target, rec.draft, n_ctx=512) as dec:
+        for prompt in PROMPTS[:2]:
+            for kw in (dict(temperature=0), dict(temperature=0.8, seed=5)):
+                got = [dec.generate(prompt, max_tokens=40, n_draft=3, drafter="model", adaptive=False,
+                                    ignore_eos=True, device_sampling=on, **kw) for on in (True, False)]
+                assert [g.stats.sampling for g in got] == ["device", "host"]
+                assert got[0].stats.rollback == "checkpoint" and got[0].stats.n_accepted < got[0].stats.n_drafted
+                assert got[0].tokens == got[1].tokens, (prompt, kw)
