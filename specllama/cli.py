@@ -399,6 +399,10 @@ def _stats_line(stats) -> str:
     if stats.vocab == "intersection":
         line += (f"; the draft's vocabulary differs: it drafts the tokens both share "
                  f"({stats.vocab_shared:.0%} of its own)")
+    if stats.sampling != "host":
+        line += f"; sampled on the {stats.sampling} ({stats.logits_bytes_per_token:.0f} bytes of logits per token)"
+    elif stats.host_sampling_reason and not stats.host_sampling_reason.startswith(("auto", "device sampling off")):
+        line += f"; sampled on the host ({stats.host_sampling_reason})"
     return line + paused_note(stats)
 
 

@@ -51,6 +51,20 @@ def test_generate_streams_text_to_stdout_and_stats_to_stderr(runner, tiny):
     assert "tokens/s" in r.stderr and "acceptance" in r.stderr and want.text not in r.stderr
 
 
+def test_generate_device_sampling_flag(runner, tiny):
+    """--device-sampling runs the chain in the decode graph (here on the CPU backend) and says so with
+    the bytes read back; the text is the host path's; a grammar then samples on the host, saying why."""
+    args = ["generate", "the cat is", *_pair(tiny), "-n", "16", "--temp", "0.8", "-s", "3", "--fixed-draft"]
+    on = runner.invoke(main, [*args, "--device-sampling"])
+    off = runner.invoke(main, [*args, "--no-device-sampling"])
+    assert on.exit_code == 0 and off.exit_code == 0, on.output + off.output
+    assert on.stdout == off.stdout
+    assert re.search(r"sampled on the device \(\d+ bytes of logits per token\)", on.stderr), on.stderr
+    assert "sampled on the" not in off.stderr
+    g = runner.invoke(main, [*args, "--device-sampling", "--grammar", 'root ::= [a-z ]+'])
+    assert g.exit_code == 0 and "sampled on the host (grammar)" in g.stderr, g.output
+
+
 def test_generate_reads_stdin_and_json(runner, tiny):
     r = runner.invoke(main, ["generate", *_pair(tiny), "-n", "12", "--temp", "0", "--json"], input="the cat is")
     assert r.exit_code == 0, r.output
