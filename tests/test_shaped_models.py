@@ -81,7 +81,7 @@ def test_the_bench_runs_every_program(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "shaped_bench.py"), "--shape", "small",
                         "--models", str(tmp_path / "models"), "--acceptance", "0.6,0.9", "--bindir", str(BIN),
                         "-ngl", "0", "-n", "16", "--rounds", "1", "-t", "2", "--n-max", "4", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(out.read_text())
     assert set(report["acceptances"]) == {"0.6", "0.9"}
@@ -104,7 +104,7 @@ def test_verify_shapes_measures_both_orders(pair, tmp_path):
     out = tmp_path / "vs.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "verify_shapes.py"), "-m",
                         report["files"]["target"], "-ngl", "0", "--k", "1,3,8", "--reps", "3", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     med = json.loads(out.read_text())["median_ms"]
     assert set(med) == {"fixed", "varying"} and all(set(m) == {"1", "3", "8"} for m in med.values())
