@@ -148,7 +148,9 @@ def main() -> None:
     ap.add_argument("--shape", default="qwen7b", help="shaped_models.py's shape (qwen7b, small)")
     ap.add_argument("--type", default="f16", help="the pair's number format (f16 is retuned in place)")
     ap.add_argument("--models", required=True, help="directory for the pair")
-    ap.add_argument("--acceptance", default="0.6,0.8,0.9", help="per-token acceptances to set, comma-separated")
+    ap.add_argument("--acceptance", default="0.8,0.6,0.9",
+                    help="per-token acceptances to set, comma-separated, in this order (the report is written "
+                         "after each)")
     ap.add_argument("--bindir", default="", help="llama.cpp's programs (llama-server, llama-speculative-simple)")
     ap.add_argument("-ngl", "--n-gpu-layers", dest="ngl", default="all",
                     help="layers of each model offloaded: a number, or all")
