@@ -35,17 +35,24 @@ def test_greedy_output_is_the_host_paths(dec, kw):
         assert device.tokens == host.tokens, prompt
 
 
-@pytest.mark.parametrize("kw", [dict(drafter="model", n_draft=4), dict(drafter="lookup"), dict(speculative=False)],
-                         ids=["model", "lookup", "plain"])
+@pytest.mark.parametrize("kw", [dict(drafter="model", n_draft=4), dict(drafter="lookup"), dict(speculative=False),
+                                dict(drafter="model", n_draft=4, acceptance="match"),
+                                dict(drafter="model", n_draft=4, logprobs=3)],
+                         ids=["model", "lookup", "plain", "match rule", "logprobs"])
 def test_sampled_output_is_the_host_paths_with_one_seed(dec, kw):
     """The device returns the top k candidates and their logits; the host applies the rest of the
-    chain to them as it does after its own top-k: the same distributions, the same draws."""
+    chain to them as it does after its own top-k: the same distributions, the same draws (and the
+    same log-probabilities, read from the chain's distribution)."""
     for seed in range(4):
         for prompt in PROMPTS:
             got = [dec.generate(prompt, max_tokens=30, ignore_eos=True, seed=seed, adaptive=False, device_sampling=on,
                                 **CHAIN, **kw) for on in (True, False)]
             assert got[0].stats.sampling == "device" and got[1].stats.sampling == "host"
             assert got[0].tokens == got[1].tokens, (prompt, seed)
+            if "logprobs" in kw:
+                assert len(got[0].logprobs) == 30
+                assert [(lp.token, lp.logprob, lp.top) for lp in got[0].logprobs] == \
+                       [(lp.token, lp.logprob, lp.top) for lp in got[1].logprobs]
 
 
 def test_by_default_only_offloaded_models_sample_on_the_device(dec):
