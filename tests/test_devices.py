@@ -222,6 +222,21 @@ def test_a_target_split_across_two_rpc_servers_gives_the_local_output(tiny, rpc_
             assert dec.lost is None and _greedy(dec) == local
 
 
+@needs_rpc
+def test_models_on_an_rpc_server_sample_there(tiny, rpc_pair):
+    """An offloaded model (here to an rpc-server) runs the chain's top-k where it runs, by default:
+    only the candidates cross the network, and the tokens are those of sampling whole rows here."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=rpc_pair[0],
+                                      device_draft=rpc_pair[0]) as dec:
+        for temperature in (0.0, 0.8):
+            kw = dict(max_tokens=16, temperature=temperature, seed=2, n_draft=3, adaptive=False, drafter="model",
+                      ignore_eos=True)
+            remote, here = dec.generate("the cat", **kw), dec.generate("the cat", device_sampling=False, **kw)
+            assert remote.stats.sampling == "device" and remote.stats.host_sampling_reason == ""
+            assert remote.tokens == here.tokens
+            assert remote.stats.logits_bytes < here.stats.logits_bytes
+
+
 # llama.cpp's own rpc-server, built from the same llama-cpp-python sdist by benchmarks/build_llama_cpp.sh
 LLAMA_CPP_RPC_SERVER = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.get(
     "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
