@@ -88,6 +88,8 @@ def run_specllama(dec, prompt_text, n, temp, **kw):
             "acceptance_rate": s.acceptance_rate if s.n_drafted else None,
             "tokens_per_pass": s.mean_accepted_length,
             "loop_overhead_share": s.t_other_ms / (s.t_total_ms - s.t_prefill_ms),
+            "host_ms_per_token": s.t_host_ms / max(1, s.n_generated),
+            "logits_bytes_per_token": s.logits_bytes_per_token, "sampling": s.sampling,
             "tokens": out.tokens}
 
 

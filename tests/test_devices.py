@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import specllama
+from conftest import LLAMA_CPP_BIN
 from specllama import _core
 
 ROOT = Path(specllama.__file__).parent.parent
@@ -238,9 +239,7 @@ def test_models_on_an_rpc_server_sample_there(tiny, rpc_pair):
 
 
 # llama.cpp's own rpc-server, built from the same llama-cpp-python sdist by benchmarks/build_llama_cpp.sh
-LLAMA_CPP_RPC_SERVER = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.get(
-    "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
-    / "llama.cpp-0.3.36" / "build" / "bin")) / "ggml-rpc-server"
+LLAMA_CPP_RPC_SERVER = LLAMA_CPP_BIN / "ggml-rpc-server"
 
 
 @needs_rpc

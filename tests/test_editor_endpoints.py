@@ -12,25 +12,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 import specllama
+from conftest import LLAMA_CPP_BIN
 from specllama.server import native_completion as nc
 from test_server import running
 from tiny_models import perturbed, random_weights, vocab, write_model
 
-LLAMA_SERVER = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.get(
-    "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
-    / "llama.cpp-0.3.36" / "build" / "bin")) / "llama-server"
+LLAMA_SERVER = LLAMA_CPP_BIN / "llama-server"
 needs_llama_server = pytest.mark.skipif(
     not LLAMA_SERVER.exists(),
     reason=f"no {LLAMA_SERVER}: SPECLLAMA_LLAMA_CPP_TARGETS=llama-server bash benchmarks/build_llama_cpp.sh builds it")

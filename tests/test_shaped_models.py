@@ -6,7 +6,6 @@ and reports; benchmarks/gpu/pack.sh's trimmed sdist fits what a GPU machine is s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +14,11 @@ import gguf
 import pytest
 
 import specllama
+from conftest import LLAMA_CPP_BIN
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 import shaped_models  # noqa: E402
-
-BIN = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.get(
-    "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
-    / "llama.cpp-0.3.36" / "build" / "bin"))
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +75,7 @@ def test_a_quantized_pair_loads(tmp_path):
 def test_the_bench_runs_every_program(tmp_path):
     out = tmp_path / "shaped.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "shaped_bench.py"), "--shape", "small",
-                        "--models", str(tmp_path / "models"), "--acceptance", "0.6,0.9", "--bindir", str(BIN),
+                        "--models", str(tmp_path / "models"), "--acceptance", "0.6,0.9", "--bindir", str(LLAMA_CPP_BIN),
                         "-ngl", "0", "-n", "16", "--rounds", "1", "-t", "2", "--n-max", "4", "--out", str(out)],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -90,9 +86,9 @@ def test_the_bench_runs_every_program(tmp_path):
             s = res["summary"][temp]
             programs = set(s["tokens_per_second"])
             assert {"plain", "specllama"} <= programs
-            if (BIN / "llama-server").exists():
+            if (LLAMA_CPP_BIN / "llama-server").exists():
                 assert "llama-server n_max 4" in programs
-            if (BIN / "llama-speculative-simple").exists():  # (or its log lost its timings, and it says so)
+            if (LLAMA_CPP_BIN / "llama-speculative-simple").exists():  # (or its log lost its timings, and it says so)
                 assert "llama-speculative-simple n_max 4" in programs or "run_speculative_simple" in r.stderr
             assert s["specllama_over_plain"] > 0
         assert res["runs"]["T=0.8"]["specllama"][0]["sampling"] == "host"  # (auto: on a CPU)

@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # compare.py, serve_bench.py
 
 import specllama  # noqa: E402
+import compare  # noqa: E402
 from compare import run_llama_server, run_speculative_simple, start_llama_server  # noqa: E402
 from shaped_models import make_pair, retune  # noqa: E402
 from specllama.provenance import provenance  # noqa: E402
@@ -58,16 +59,12 @@ def gpu_info() -> dict:
 
 
 def run_specllama(dec, n: int, temp: float, **kw) -> dict:
-    # a short run with the same settings first: a change of sampling chain makes llama.cpp rebuild
-    # its graphs once, a cost of switching settings rather than of generating
+    """compare.py's run, after a short one with the same settings: a change of sampling chain makes
+    llama.cpp rebuild its graphs once, a cost of switching settings rather than of generating."""
     dec.generate(PROMPT, max_tokens=4, temperature=temp, seed=1, ignore_eos=True, **CHAIN, **kw)
-    dec.reset()
-    out = dec.generate(PROMPT, max_tokens=n, temperature=temp, seed=1, ignore_eos=True, **CHAIN, **kw)
-    s = out.stats
-    return {"decode_tokens_per_second": s.tokens_per_second,
-            "acceptance_rate": s.acceptance_rate if s.n_drafted else None,
-            "tokens_per_pass": s.mean_accepted_length, "host_ms_per_token": s.t_host_ms / max(1, s.n_generated),
-            "logits_bytes_per_token": s.logits_bytes_per_token, "sampling": s.sampling}
+    fig = compare.run_specllama(dec, PROMPT, n, temp, seed=1, **CHAIN, **kw)
+    fig.pop("tokens")
+    return fig
 
 
 def peer_run(fn, *args, attempts: int = 3, **kw):

@@ -3,7 +3,6 @@
 #include "sampling/device_sampling.h"
 
 #include <algorithm>
-#include <cmath>
 
 namespace specllama {
 
@@ -61,9 +60,7 @@ llama_token row_top_with_margin(const sampled_row & row, float & conf) {
         return row.ids[0];
     }
     const bool first = row.logits[0] > row.logits[1] || (row.logits[0] == row.logits[1] && row.ids[0] < row.ids[1]);
-    const float l1 = first ? row.logits[0] : row.logits[1];
-    const float l2 = first ? row.logits[1] : row.logits[0];
-    conf           = 1.0f - std::exp(l2 - l1);
+    conf = first ? top_two_margin(row.logits[0], row.logits[1]) : top_two_margin(row.logits[1], row.logits[0]);
     return first ? row.ids[0] : row.ids[1];
 }
 

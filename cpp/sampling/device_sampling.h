@@ -61,7 +61,7 @@ struct sampled_row {
 // the distribution the chain params draws from, given a top_k row (sparse_distribution)
 void row_distribution(const sampled_row & row, const sampling_params & params, token_dist & out);
 
-// a top-two row's most likely token (equal logits: the lower id) and its margin 1 - p2/p1
+// a top-two row's most likely token (equal logits: the lower id) and its margin (top_two_margin)
 llama_token row_top_with_margin(const sampled_row & row, float & conf);
 
 // an argmax row's token

@@ -7,6 +7,7 @@
 // Not here: the acceptance rule (acceptance.h).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -66,6 +67,12 @@ void apply_infill(const llama_vocab * vocab, token_dist & dist);
 
 // the most candidates the infill sampler is asked to merge (top_k at most this)
 constexpr int32_t k_max_infill_candidates = 1024;
+
+// how sure a greedy draft is of its most likely token: 1 - p2/p1 = 1 - exp(l2 - l1) for its two largest
+// logits (0 at an exact tie, 1 when the runner-up is out of sight); no softmax
+inline float top_two_margin(float l1, float l2) {
+    return 1.0f - std::exp(l2 - l1);
+}
 
 // one draw from dist
 llama_token sample(const token_dist & dist, rng_t & rng);

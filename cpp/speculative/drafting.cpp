@@ -57,13 +57,12 @@ int32_t model_drafter::prefill(const std::vector<llama_token> & seq, const std::
 
 namespace {
 
-// the most likely token, and how sure: 1 - p2/p1 = 1 - exp(l2 - l1) for the two largest logits
-// (0 at an exact tie, 1 when the runner-up is out of sight); no softmax
+// the most likely token, and how sure (top_two_margin)
 llama_token top_with_margin(const float * logits, int32_t n_vocab, float & conf) {
     float             l1   = 0.0f;
     float             l2   = 0.0f;
     const llama_token best = top_two(logits, n_vocab, l1, l2);
-    conf                   = 1.0f - std::exp(l2 - l1);
+    conf                   = top_two_margin(l1, l2);
     return best;
 }
 
