@@ -76,11 +76,27 @@ def chat_text(dec, text):
     return dec.apply_chat_template([{"role": "user", "content": text}])
 
 
+def step_summary(steps) -> dict:
+    """Where a generation's steps went (GenerateOptions.record_steps): how many drafted, and the
+    median draft length, catch-up, draft decode (after the catch-up) and verification in ms."""
+    drafting = [t for t in steps if t.n_model > 0]
+    med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    return {"n_steps": len(steps), "n_drafting": len(drafting), "n_paused": sum(t.paused for t in steps),
+            "drafted": med([t.n_model for t in drafting]),
+            "catch_up_ms": med([t.catch_up_ms for t in drafting]),
+            "draft_decode_ms": med([(t.draft_ms - t.catch_up_ms) / (t.n_model - 1) for t in drafting if t.n_model > 1]),
+            "verify_ms": med([t.verify_ms for t in drafting]),
+            "plain_step_ms": med([t.verify_ms for t in steps if t.n_drafted == 0]),
+            "step_ms_sum": sum(t.draft_ms + t.verify_ms for t in steps)}
+
+
 def run_specllama(dec, prompt_text, n, temp, **kw):
     dec.reset()
     out = dec.generate(prompt_text, max_tokens=n, temperature=temp, ignore_eos=True, **kw)
     s = out.stats
-    return {"tokens_per_second": s.n_generated * 1000.0 / s.t_total_ms,
+    steps = {"steps": step_summary(s.steps), "decode_ms": s.t_total_ms - s.t_prefill_ms} if s.steps else {}
+    return {**steps, "draft_calls_per_token": s.n_draft_calls / max(1, s.n_generated),
+            "tokens_per_second": s.n_generated * 1000.0 / s.t_total_ms,
             "decode_tokens_per_second": s.tokens_per_second,
             "prefill_ms": s.t_prefill_ms,
             "lookup_drafted": s.n_lookup_drafted,

@@ -84,6 +84,11 @@ class SpeculativeDecoder:
     are rejected: "device" (a copy within the memory that holds the state: on a GPU, no transfer
     to the host and back), "host", or "auto" (device where the model is offloaded, host
     otherwise). The output is the same either way; Stats.checkpoint_memory says which was used.
+    draft_catch_up: how the draft reads a step's new tokens (after a fully accepted step, its last
+    draft and the target's token): "batch" (one decode), "tokens" (one decode each), or "auto"
+    (tokens where the draft is on a GPU of this machine: there a decode shaped like the previous
+    one replays its recorded CUDA graph, and a batch in between makes the next decodes run without
+    it). draft_catch_up_mode says which; the output is the same either way.
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class SpeculativeDecoder:
         share_prefill: bool = _DEFAULTS["share_prefill"],
         swa_full: bool = _DEFAULTS["swa_full"],
         checkpoint_memory: str = _DEFAULTS["checkpoint_memory"],
+        draft_catch_up: str = _DEFAULTS["draft_catch_up"],
         device: Devices = None,
         device_draft: Devices = None,
         split_mode: str = "layer",
@@ -137,7 +143,7 @@ class SpeculativeDecoder:
         settings = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_draft=n_threads_draft,
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
                         share_prefill=bool(share_prefill), swa_full=bool(swa_full),
-                        checkpoint_memory=checkpoint_memory)
+                        checkpoint_memory=checkpoint_memory, draft_catch_up=draft_catch_up)
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise type_error(name, value, _DEFAULTS[name])
@@ -254,6 +260,12 @@ class SpeculativeDecoder:
         """Whether the draft takes the prompt's keys and values from the target (share_prefill, and
         the draft has the target's architecture, shapes and parameter count)."""
         return self._native().shares_prefill
+
+    @property
+    def draft_catch_up_mode(self) -> str:
+        """How the draft reads a step's new tokens, draft_catch_up resolved: "batch" or "tokens"
+        ("" without a draft model)."""
+        return self._native().draft_catch_up
 
     @property
     def cross_vocab(self) -> Optional[dict]:

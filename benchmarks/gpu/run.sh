@@ -11,7 +11,8 @@
 # Reports go to $OUT (the device tool's folder that comes back) or .gpu/out. Environment:
 # SPECLLAMA_CUDA_ARCH (default 90: H100/H200), SPECLLAMA_COMMIT (the commit measured, recorded in
 # the report), SPECLLAMA_GPU_SHAPE (default qwen7b; small for a smoke test), SPECLLAMA_GPU_CUDA=0
-# for a CPU build of the same steps, SPECLLAMA_PYTHON (default python3: the interpreter whose
+# for a CPU build of the same steps, SPECLLAMA_GPU_PEERS=0 to build without llama.cpp's programs
+# (shaped_bench.py then measures specllama alone), SPECLLAMA_VERIFY_REPS (verify_shapes.py's --reps), SPECLLAMA_PYTHON (default python3: the interpreter whose
 # packages the build uses: numpy, scikit-build-core, pybind11, cmake, ninja, httpx, click).
 # Everything is installed into .gpu/site (pip --target; a venv made from a venv's python would not
 # see that venv's packages).
@@ -37,7 +38,9 @@ build() {
     tar -xzf "$G"/llama_cpp_python-*-trimmed.tar.gz -C "$G/src"
     touch "$G/src/.extracted"
   fi
-  local args="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_EXAMPLES=ON"
+  local peers="${SPECLLAMA_GPU_PEERS:-1}" on=ON
+  [ "$peers" = 1 ] || on=OFF
+  local args="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=$on -DLLAMA_BUILD_SERVER=$on -DLLAMA_BUILD_EXAMPLES=$on"
   args="$args -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF"
   if [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ]; then
     # flash-attention kernels off: a third of the build's time; both specllama and llama.cpp's
@@ -49,7 +52,7 @@ build() {
   # specllama against that libllama: its CMake package is under the target directory
   CMAKE_PREFIX_PATH="$SITE" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q --no-index --no-deps \
     --no-build-isolation --upgrade --target "$SITE" -C build-dir="$G/build-specllama" "$ROOT"
-  if [ ! -x "$BIN/llama-server" ] || [ ! -x "$BIN/llama-speculative-simple" ]; then
+  if [ "$peers" = 1 ] && { [ ! -x "$BIN/llama-server" ] || [ ! -x "$BIN/llama-speculative-simple" ]; }; then
     echo "run.sh: llama-server or llama-speculative-simple not built in $BIN" >&2
     exit 1
   fi
@@ -69,13 +72,14 @@ measure() {
     --shape "${SPECLLAMA_GPU_SHAPE:-qwen7b}" --models /tmp/specllama-shaped --bindir "$BIN" \
     --out "$REPORTS/shaped_bench.json" "$@" 2>&1 | tee "$REPORTS/shaped_bench.log"
   # what verification lengths cost on the target, with CUDA graphs and without
-  local target ngl=all
+  local target ngl=all reps="${SPECLLAMA_VERIFY_REPS:-20}"
   target="$("$PY" -c "import json; print(json.load(open('/tmp/specllama-shaped/shaped.json'))['files']['target'])")"
   [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || ngl=0
-  "$PY" "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" --out "$REPORTS/verify_shapes.json" \
-    2>&1 | tee "$REPORTS/verify_shapes.log"
-  GGML_CUDA_DISABLE_GRAPHS=1 "$PY" "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" \
-    --out "$REPORTS/verify_shapes_no_graphs.json" 2>&1 | tee "$REPORTS/verify_shapes_no_graphs.log"
+  # (-X faulthandler: a crash prints where)
+  "$PY" -X faulthandler "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" --reps "$reps" \
+    --out "$REPORTS/verify_shapes.json" 2>&1 | tee "$REPORTS/verify_shapes.log"
+  GGML_CUDA_DISABLE_GRAPHS=1 "$PY" -X faulthandler "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" \
+    --reps "$reps" --out "$REPORTS/verify_shapes_no_graphs.json" 2>&1 | tee "$REPORTS/verify_shapes_no_graphs.log"
 }
 
 case "$PHASE" in

@@ -7,7 +7,9 @@ For each acceptance: the pair is written (the first) or retuned in place (the ot
 --n-predict new tokens after one prompt (end-of-text ignored):
 
   plain       specllama, speculative=False: the same engine without a draft
-  specllama   the draft model, adaptive draft length (<= 10), device sampling
+  specllama   the draft model, adaptive draft length (<= 10), device sampling; with
+              --catch-up-both also a second decoder whose draft catches up the other way
+              (draft_catch_up batch / tokens)
   llama-speculative-simple   --spec-draft-n-max in --n-max (each a run)
   llama-server               with the draft, --spec-draft-n-max in --n-max (one server each, one
                              /completion request per run, timed by the server's own timings)
@@ -23,6 +25,7 @@ through the rounds, as specllama's decoder does.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -60,9 +63,11 @@ def gpu_info() -> dict:
 
 def run_specllama(dec, n: int, temp: float, **kw) -> dict:
     """compare.py's run, after a short one with the same settings: a change of sampling chain makes
-    llama.cpp rebuild its graphs once, a cost of switching settings rather than of generating."""
-    dec.generate(PROMPT, max_tokens=4, temperature=temp, seed=1, ignore_eos=True, **CHAIN, **kw)
-    fig = compare.run_specllama(dec, PROMPT, n, temp, seed=1, **CHAIN, **kw)
+    llama.cpp rebuild its graphs once, a cost of switching settings rather than of generating.
+    Unseeded, as a request without a seed runs: a seeded sampled generation drafts fixed lengths
+    (GenerateOptions.adaptive), so that its output is reproducible."""
+    dec.generate(PROMPT, max_tokens=4, temperature=temp, ignore_eos=True, **CHAIN, **kw)
+    fig = compare.run_specllama(dec, PROMPT, n, temp, **CHAIN, **kw)
     fig.pop("tokens")
     return fig
 
@@ -96,12 +101,21 @@ def one_acceptance(args, acceptance: float, first: bool, bindir) -> dict:
             for k in args.n_max:
                 servers[k] = start_llama_server(bindir, target, draft, k, args.threads, ngl=ngl_peer)
         simple = Path(bindir) / "llama-speculative-simple" if bindir else None
-        with specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads,
-                                          n_gpu_layers=args.ngl, n_gpu_layers_draft=args.ngl) as dec:
+        load = dict(n_ctx=2048, n_threads=args.threads, n_gpu_layers=args.ngl, n_gpu_layers_draft=args.ngl)
+        with contextlib.ExitStack() as stack:
+            dec = stack.enter_context(specllama.SpeculativeDecoder(target, draft, **load))
+            # the other way for the draft to catch up, loaded beside it (the target's weights twice)
+            other = {"batch": "tokens", "tokens": "batch"}[dec.draft_catch_up_mode]
+            alt = (stack.enter_context(specllama.SpeculativeDecoder(target, draft, draft_catch_up=other, **load))
+                   if args.catch_up_both else None)
             for r in range(args.rounds):
                 for temp in TEMPS:
                     row = {"plain": run_specllama(dec, args.n_predict, temp, speculative=False),
-                           "specllama": run_specllama(dec, args.n_predict, temp, drafter="model")}
+                           "specllama": run_specllama(dec, args.n_predict, temp, drafter="model", record_steps=True)}
+                    row["specllama"]["draft_catch_up"] = dec.draft_catch_up_mode
+                    if alt is not None:
+                        row[f"specllama, {other} catch-up"] = run_specllama(alt, args.n_predict, temp, drafter="model",
+                                                                            record_steps=True)
                     for k in args.n_max:
                         if simple and simple.exists():
                             row[f"llama-speculative-simple n_max {k}"] = peer_run(
@@ -155,6 +169,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--n-max", default="4,8", help="llama.cpp's --spec-draft-n-max values")
     ap.add_argument("-t", "--threads", type=int, default=8)
+    ap.add_argument("--catch-up-both", action="store_true",
+                    help="also run specllama with the draft's other catch-up (draft_catch_up batch or tokens)")
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
     args.ngl = -1 if args.ngl == "all" else int(args.ngl)
@@ -175,7 +191,8 @@ def main() -> None:
             print(f"acceptance {a} {temp}: specllama {s['tokens_per_second']['specllama']:.1f} tokens/s, "
                   f"{s['specllama_over_plain']:.2f}x plain"
                   + (f", {peer:.2f}x the better of llama.cpp's" if peer else "")
-                  + f"; acceptance {s['acceptance_rate']}")
+                  + f"; acceptance {s['acceptance_rate']}; tokens/s "
+                  + ", ".join(f"{name} {v:.1f}" for name, v in s["tokens_per_second"].items()))
 
 
 if __name__ == "__main__":

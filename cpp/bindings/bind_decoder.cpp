@@ -317,6 +317,8 @@ void register_stats(py::module_ & m) {
                       "after the prompt, bytes of logits both models' decodes wrote out for the host (a row of "
                       "n_vocab floats per drafted or verified position; with device sampling, each row's "
                       "candidates and their logits)")
+        .def_readonly("n_draft_calls", &gs::n_draft_calls,
+                      "after the prompt, the draft model's llama_decode calls (not counted with mode dsi)")
         .def_readonly("sampling", &gs::sampling,
                       "where the rows were sampled (GenerateOptions.device_sampling): 'device', 'host', or "
                       "'device (target), host (draft)' and the reverse")
@@ -405,6 +407,7 @@ void register_decoder(py::module_ & m) {
         defaults["share_prefill"]      = d.share_prefill;
         defaults["swa_full"]           = d.ctx.swa_full;
         defaults["checkpoint_memory"]  = d.ctx.checkpoint_memory;
+        defaults["draft_catch_up"]     = d.draft_catch_up;
         m.attr("DECODER_DEFAULTS")     = defaults;
     }
 
@@ -516,7 +519,8 @@ void register_decoder(py::module_ & m) {
                          int32_t n_gpu_layers_draft, int32_t n_draft, bool share_prefill, bool swa_full,
                          const py::object & device, const py::object & device_draft, const std::string & split_mode,
                          const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu,
-                         const std::vector<py::object> & dsi_devices, const std::string & checkpoint_memory) {
+                         const std::vector<py::object> & dsi_devices, const std::string & checkpoint_memory,
+                         const std::string & draft_catch_up) {
                  decoder_params p;
                  p.target.path         = target.value;
                  p.target.n_gpu_layers = n_gpu_layers;
@@ -544,6 +548,7 @@ void register_decoder(py::module_ & m) {
                  p.n_threads_draft = n_threads_draft;
                  p.n_draft         = n_draft;
                  p.share_prefill   = share_prefill;
+                 p.draft_catch_up  = draft_catch_up;
                  py::gil_scoped_release nogil;
                  return decoder_holder(new decoder(p));
              }),
@@ -556,8 +561,10 @@ void register_decoder(py::module_ & m) {
              py::arg("device") = py::none(), py::arg("device_draft") = py::none(),
              py::arg("split_mode") = placement{}.split_mode, py::arg("tensor_split") = py::none(),
              py::arg("main_gpu") = placement{}.main_gpu, py::arg("dsi_devices") = std::vector<py::object>{},
-             py::arg("checkpoint_memory") = context_params{}.checkpoint_memory)
+             py::arg("checkpoint_memory") = context_params{}.checkpoint_memory,
+             py::arg("draft_catch_up") = decoder_params{}.draft_catch_up)
         .def_property_readonly("n_draft", &decoder::n_draft)
+        .def_property_readonly("draft_catch_up", &decoder::draft_catch_up, "'batch', 'tokens' ('' without a draft)")
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("shares_prefill", &decoder::shares_prefill)
         .def_property_readonly(

@@ -133,6 +133,14 @@ ggml_backend_dev_t find_device_outside(const std::string & name, ggml_backend_re
     return find_device(name, [&](ggml_backend_dev_t dev) { return ggml_backend_dev_backend_reg(dev) != excluded; });
 }
 
+namespace {
+bool is_local_gpu(ggml_backend_dev_t dev) {
+    const auto t = ggml_backend_dev_type(dev);
+    return (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) &&
+           ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev)) != std::string("RPC");
+}
+}  // namespace
+
 bool offloads(const placement & place, int32_t n_gpu_layers) {
     const auto & d = place.devices;
     if (n_gpu_layers == 0 || (d.size() == 1 && (iequals(d[0], "none") || iequals(d[0], "cpu")))) {
@@ -143,10 +151,7 @@ bool offloads(const placement & place, int32_t n_gpu_layers) {
     }
     backend_init();
     for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {  // llama.cpp's default: the local GPUs
-        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-        const auto         t   = ggml_backend_dev_type(dev);
-        if ((t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) &&
-            ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev)) != std::string("RPC")) {
+        if (is_local_gpu(ggml_backend_dev_get(i))) {
             return true;
         }
     }
@@ -214,6 +219,22 @@ void resolved_placement::apply(llama_model_params & mparams) const {
     if (!tensor_split.empty()) {
         mparams.tensor_split = tensor_split.data();
     }
+}
+
+bool resolved_placement::local_gpu(int32_t n_gpu_layers) const {
+    if (n_gpu_layers == 0) {
+        return false;
+    }
+    if (devices.empty()) {  // llama.cpp's default: every local GPU
+        backend_init();
+        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+            if (is_local_gpu(ggml_backend_dev_get(i))) {
+                return true;
+            }
+        }
+        return false;
+    }
+    return std::any_of(devices.begin(), devices.end(), [](ggml_backend_dev_t d) { return d != nullptr && is_local_gpu(d); });
 }
 
 std::vector<std::string> split_list(const std::string & s, const std::string & what) {

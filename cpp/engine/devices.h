@@ -53,6 +53,8 @@ struct resolved_placement {
     // the devices named (0 with llama.cpp's default)
     size_t n_devices() const { return devices.empty() ? 0 : devices.size() - 1; }
     void   apply(llama_model_params & mparams) const;
+    // whether n_gpu_layers offloaded here reach a GPU of this machine (not an rpc-server's device)
+    bool   local_gpu(int32_t n_gpu_layers) const;
 };
 
 // throws std::invalid_argument naming what is wrong (an unknown device, a bad share, ...);

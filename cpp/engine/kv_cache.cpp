@@ -208,6 +208,7 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
         const auto    t_decode = std::chrono::steady_clock::now();
         const int32_t ret      = llama_decode(ctx_.get(), batch_);
         decode_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_decode).count();
+        n_calls_ += 1;
         if (ret != 0) {
             n_outputs_ = 0;
             if (recurrent_) {  // a state stopped mid-batch is neither before nor after it
@@ -288,6 +289,7 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
         const auto    t_decode = std::chrono::steady_clock::now();
         const int32_t ret      = shared_->batcher->decode(c);
         decode_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_decode).count();
+        n_calls_ += 1;
         trim_from_        = -1;  // applied, whatever the outcome
         if (ret != 0) {
             if (recurrent_ && ret != 2) {  // a state stopped mid-batch (code 2: the chunk never ran)

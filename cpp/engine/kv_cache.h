@@ -134,6 +134,8 @@ class kv_cache {
     int64_t logits_bytes() const { return logits_bytes_; }
     // tokens decoded again after a restore (or, with no checkpoint to go back to, from the start)
     int64_t n_redecoded() const { return n_redecoded_; }
+    // decodes so far: llama_decode calls (a slot's: its chunks, merged with other slots' by the batcher)
+    int64_t n_calls() const { return n_calls_; }
 
     // the length of the longest common prefix of tokens() and seq, at most n_max
     int32_t common_prefix(const std::vector<llama_token> & seq, int32_t n_max) const;
@@ -234,6 +236,7 @@ class kv_cache {
     double                   decode_ms_   = 0;
     int64_t                  logits_bytes_ = 0;
     int64_t                  n_redecoded_ = 0;
+    int64_t                  n_calls_     = 0;
     std::shared_ptr<shared_context> shared_;  // a slot's cache: the shared context, and
     llama_seq_id             seq_       = 0;   // its sequence there
     mutable llama_pos        trim_from_ = -1;  // rollback still to apply on the batcher's thread (-1: none)

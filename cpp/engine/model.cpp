@@ -41,6 +41,7 @@ std::shared_ptr<model> model_load(const model_params & params) {
     mdl->ptr.reset(raw);
     mdl->path    = params.path;
     mdl->offloaded = offloads(params);
+    mdl->local_gpu = where.local_gpu(params.n_gpu_layers);
     mdl->vocab   = llama_model_get_vocab(raw);
     mdl->n_vocab = mdl->vocab ? llama_vocab_n_tokens(mdl->vocab) : 0;
     if (mdl->vocab == nullptr || mdl->n_vocab <= 0) {

@@ -37,6 +37,7 @@ struct model {
     int32_t             n_vocab = 0;
     int32_t             max_piece_bytes = 1;  // the longest token's text (special tokens included), in bytes
     bool                offloaded = false;    // some layer is on a device other than the CPU (offloads())
+    bool                local_gpu = false;    // some layer is on a GPU of this machine (not an rpc-server's)
 
     llama_model * get() const { return ptr.get(); }
 };

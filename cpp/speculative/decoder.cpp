@@ -76,7 +76,17 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         }
         share_prefill_ = copy_server_prefill_ && !offloads(*params.draft) && !vocab_map_ &&
                          kv_interchangeable(*target_, *draft_);
+        const std::string & how = params.draft_catch_up;
+        if (how != "auto" && how != "batch" && how != "tokens") {
+            throw std::invalid_argument("draft_catch_up must be 'auto', 'batch' or 'tokens', got '" + how + "'");
+        }
+        const bool by_token = how == "tokens" || (how == "auto" && draft_->local_gpu && !slot);
+        drafter_->set_catch_up_by_token(by_token ? k_catch_up_by_token : 0);
     }
+}
+
+std::string decoder::draft_catch_up() const {
+    return drafter_ == nullptr ? "" : drafter_->catch_up_by_token() > 0 ? "tokens" : "batch";
 }
 
 std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, int32_t max_wait_us) {
@@ -346,6 +356,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const int64_t redecoded0  = redecoded();
     const auto    decode_ms   = [&] { return tgt_cache_->decode_ms() + (dft_cache_ ? dft_cache_->decode_ms() : 0.0); };
     const auto    logits_bytes = [&] { return tgt_cache_->logits_bytes() + (dft_cache_ ? dft_cache_->logits_bytes() : 0); };
+    const auto    draft_calls  = [&] { return dft_cache_ ? dft_cache_->n_calls() : (int64_t) 0; };
     place_sampling(params, plan, st);
     const auto t_start = clock_type::now();
 
@@ -355,6 +366,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.t_prefill_ms = ms_since(t_start);
     const double  decode_ms0    = decode_ms();
     const int64_t logits_bytes0 = logits_bytes();
+    const int64_t draft_calls0  = draft_calls();
 
     text_stream stream(params.stop);
     std::string finish;
@@ -420,6 +432,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.t_total_ms     = ms_since(t_start);
     st.t_decode_ms    = decode_ms() - decode_ms0;
     st.logits_bytes   = logits_bytes() - logits_bytes0;
+    st.n_draft_calls  = draft_calls() - draft_calls0;
     return res;
 }
 

@@ -46,6 +46,11 @@ struct decoder_params {
     // prompt's keys and values from the target's cache instead of processing the prompt again;
     // likewise DSI's extra target servers. Only where neither model is offloaded to a GPU.
     bool                        share_prefill = true;
+    // how the draft catches up on a step's new tokens (the last draft and the target's token after
+    // a fully accepted step): "batch" (one decode), "tokens" (one decode each, for at most
+    // k_catch_up_by_token of them: model_drafter::set_catch_up_by_token), "auto" (tokens where the
+    // draft is on a GPU of this machine and not a slot's, else batch)
+    std::string                 draft_catch_up = "auto";
     // where DSI's target servers beyond the first run (the first is the decoder's target context):
     // server s + 1 on dsi_servers[s], every layer offloaded there, its own copy of the target's
     // weights; servers past the list share the target's weights and placement
@@ -169,6 +174,9 @@ struct token_logprob {
 
 // maximum n_draft: the verification batch (n_draft + 1 tokens) must fit in one ubatch
 constexpr int32_t k_max_draft = 64;
+// decoder_params::draft_catch_up "tokens": catch-ups of at most this many tokens go one by one (a
+// fully accepted step's are two; longer ones follow a pause, where a batch's cost is worth it)
+constexpr int32_t k_catch_up_by_token = 4;
 // with fixed draft lengths, forced drafts are proposed while the target keeps at least this share of them
 constexpr double k_forced_min_accept = 0.7;
 // maximum DSI target servers
@@ -241,6 +249,8 @@ struct generate_stats {
     // after the prompt, bytes of logits both models' decodes wrote out for the host (a row of n_vocab
     // floats per drafted or verified position; with device sampling, each row's candidates)
     int64_t logits_bytes = 0;
+    // after the prompt, the draft model's decodes (llama_decode calls: its catch-ups and drafts)
+    int64_t n_draft_calls = 0;
     // where the models' rows were sampled (generate_params::device_sampling): "device", "host", or
     // "device (target), host (draft)" and the reverse; host_sampling_reason says why the host did
     // ("" where it did not): "grammar", "logit bias or penalties", "top_k 0 ...", "DSI", ...
@@ -334,6 +344,8 @@ class decoder {
     int32_t n_ctx() const { return tgt_cache_->n_ctx(); }
     // whether the draft takes the prompt's keys and values from the target (decoder_params::share_prefill)
     bool shares_prefill() const { return share_prefill_; }
+    // decoder_params::draft_catch_up as resolved: "batch" or "tokens" ("" without a draft model)
+    std::string draft_catch_up() const;
     // the pairing of the draft's vocabulary with the target's when they differ (null: they are one)
     const vocab_map * cross_vocab() const { return vocab_map_.get(); }
 

@@ -11,7 +11,8 @@
 namespace specllama {
 
 bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
-                         const std::function<void()> & between_chunks, int32_t window, int32_t reuse) {
+                         const std::function<void()> & between_chunks, int32_t window, int32_t reuse,
+                         int32_t by_token) {
     // keep what the cache shares with seq (never its last token, whose logits are q_1), decode up to n_end
     const int32_t n_last   = (int32_t) seq.size() - 1;
     const int32_t n_from   = n_last - window;
@@ -21,7 +22,14 @@ bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
     }
     const int32_t n_common = reuse > 0 && !restart ? cache_.keep_reusable(seq, n_last, reuse, between_chunks).n_kept
                                                    : cache_.keep_common_prefix(seq, n_last);
-    cache_.decode(seq.data() + n_common, n_end - n_common, false, nullptr, between_chunks);
+    const int32_t n_new = n_end - n_common;
+    if (n_new > 1 && n_new <= by_token) {
+        for (int32_t i = n_common; i < n_end; ++i) {  // (each with its output: the draft decodes' shape)
+            cache_.decode(seq.data() + i, 1, false, nullptr, between_chunks);
+        }
+    } else {
+        cache_.decode(seq.data() + n_common, n_new, false, nullptr, between_chunks);
+    }
     return restart;
 }
 
@@ -41,7 +49,7 @@ model_drafter::catch_up_result model_drafter::catch_up(const std::vector<llama_t
                                                        const kv_cache * target, int32_t window) {
     catch_up_result r;
     r.n_copied = copy_target(seq, target);
-    r.windowed = sync(seq, (int32_t) seq.size(), between_chunks, r.n_copied > 0 ? 0 : window);
+    r.windowed = sync(seq, (int32_t) seq.size(), between_chunks, r.n_copied > 0 ? 0 : window, 0, by_token_);
     return r;
 }
 

@@ -100,6 +100,14 @@ class model_drafter {
 
     kv_cache & cache() { return cache_; }
 
+    // a catch-up of at most n tokens decodes them one at a time (0: as one batch). On a GPU whose
+    // backend replays a recorded graph for a decode shaped like the last one (CUDA graphs), a
+    // batch between the draft's one-token decodes makes it run the next decodes without the graph
+    // (llama.cpp records again only after two alike), and a small draft's decode is bound by its
+    // kernel launches there; one-token catch-ups keep every decode of a step on the graph
+    void set_catch_up_by_token(int32_t n) { by_token_ = n; }
+    int32_t catch_up_by_token() const { return by_token_; }
+
   private:
     // cache all of seq but its last token by copying target's keys and values, where target holds
     // exactly those and the copy is cheaper than decoding what the cache lacks; returns how many
@@ -108,7 +116,7 @@ class model_drafter {
     // keep the cache's common prefix with seq and decode seq[..n_end); window as catch_up's.
     // Returns whether it restarted at the window
     bool sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks,
-              int32_t window = 0, int32_t reuse = 0);
+              int32_t window = 0, int32_t reuse = 0, int32_t by_token = 0);
     // the next draft, after out's, from the draft's last output: the device chain's row, or the
     // host's chain over its logits (masked to the shared vocabulary, controls, the grammar); its
     // distribution into out.dists where sampling, and its confidence (drafting.h's draft_continue)
@@ -121,6 +129,7 @@ class model_drafter {
     logit_editor       editor_;  // sampling_params::controls on the draft's logits
     std::vector<float> grammar_row_;  // the draft's logits under sampling_params::grammar
     std::vector<llama_token> forced_;  // the tokens the grammar forces at a position
+    int32_t            by_token_ = 0;  // set_catch_up_by_token
 };
 
 }  // namespace specllama
