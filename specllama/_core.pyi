@@ -145,6 +145,151 @@ class Context:
         """
         whether a sliding-window model's window layers keep only the window (swa_full=False): rollback further back than the window goes back to a checkpoint
         """
+class BatchDrafting:
+    """
+    How many tokens slots that share their decodes draft while several generate: rounds priced from merged decodes' costs by token count and the acceptance rate.
+    """
+    draft_margin: typing.ClassVar[float] = 1.1
+    def __init__(self) -> None:
+        ...
+    def cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        the most tokens a slot drafts with the model while n_generating slots generate
+        """
+    def lookup_cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        the most prompt-lookup drafts a slot adds to a step without model drafts while n_generating slots generate
+        """
+    def lookup_rate(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        expected tokens per ms of a round of plain steps where one slot adds k lookup drafts; negative while unknown
+        """
+    def observe_decode(self, draft: bool, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, n_slots: typing.SupportsInt | typing.SupportsIndex = 1, n_generating: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
+        """
+        a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while n_generating slots generated
+        """
+    def observe_step(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, n_lookup_drafted: typing.SupportsInt | typing.SupportsIndex = 0, n_lookup_accepted: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+        """
+        a slot's finished step: the model's drafts and prompt lookup's, verified and kept
+        """
+    def rate(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown
+        """
+class DraftLengthModel:
+    """
+    The adaptive draft length's cost and acceptance estimates and its keep-drafting rule (what the decoding loop consults per drafted token).
+    """
+    def __init__(self) -> None:
+        ...
+    def accept_prob(self, conf: typing.SupportsFloat | typing.SupportsIndex) -> float:
+        ...
+    def draft_pays(self) -> bool:
+        ...
+    def draft_prompt_pays(self, n_prompt: typing.SupportsInt | typing.SupportsIndex, n_gen: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        """
+        whether a generation of at most n_gen tokens wins back the draft's pass over n_prompt new prompt tokens (else the draft sits that generation out)
+        """
+    def draft_this_step(self) -> bool:
+        ...
+    def keep_drafting(self, n_done: typing.SupportsInt | typing.SupportsIndex, conf: typing.SupportsFloat | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[bool, float]:
+        """
+        after the n_done-th drafted token (confidence conf), in a step of at most n_max drafts (0: look one token ahead only): (draft another?, the updated p_reach)
+        """
+    def keep_going(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
+        ...
+    def keep_going_p(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, p_next: typing.SupportsFloat | typing.SupportsIndex, draft_cost: bool, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
+        ...
+    def model_drafts(self, adaptive: bool) -> bool:
+        """
+        at the start of a step that may draft: whether the draft model drafts in it
+        """
+    def observe(self, n_model: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, conf: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], probe: typing.SupportsInt | typing.SupportsIndex, catch_up_ms: typing.SupportsFloat | typing.SupportsIndex, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, prev_n: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        a finished step, as the decoding loop reports it
+        """
+    def observe_acceptance(self, conf: typing.SupportsFloat | typing.SupportsIndex, accepted: bool) -> None:
+        ...
+    def observe_catch_up(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def observe_checkpoint(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        such a target saved its state in ms: a step's checkpoint and restore, until a batch prices them
+        """
+    def observe_draft_decode(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def observe_draft_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        the draft's prompt pass: it prices a probe's catch-up until a probe is measured
+        """
+    def observe_leave(self, excess_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def observe_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        the target's prompt pass: it prices a batch's further tokens until a batch is verified
+        """
+    def observe_step(self, tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, model_drafted: bool = True) -> None:
+        ...
+    def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        ...
+    def paused(self) -> bool:
+        """
+        whether the model is left out of steps now, but for probes (a pause ends with a probe that pays)
+        """
+    def pays_at_prices(self) -> bool:
+        """
+        whether some length of a first batch pays at the prices and acceptance so far (what decides before any drafting step is measured)
+        """
+    def priced_excess_ms(self) -> float:
+        """
+        what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays)
+        """
+    def pricing(self, adaptive: bool) -> bool:
+        """
+        whether a step of an adaptive loop is plain, to price plain steps first
+        """
+    def probe_gap(self) -> int:
+        """
+        the steps a paused model sits out before its next probe
+        """
+    def set_decodes_again(self, yes: bool) -> None:
+        """
+        a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)
+        """
+    @typing.overload
+    def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
+        """
+        the estimated ms of a target decode of n_tokens tokens
+        """
+    @typing.overload
+    def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
+        ...
+    @property
+    def acceptance(self) -> float:
+        ...
+    @property
+    def catch_up_ms(self) -> float:
+        ...
+    @property
+    def draft_ms(self) -> float:
+        ...
+    @property
+    def knows_plain_step(self) -> bool:
+        ...
+    @property
+    def leave_ms(self) -> float:
+        ...
+    @property
+    def probing(self) -> bool:
+        """
+        whether the step draft_this_step last began is a probe of a paused model
+        """
+    @property
+    def rate(self) -> float:
+        ...
+    @property
+    def skipped_steps(self) -> int:
+        ...
 class StepPrices:
     """
     Prices (ms) the adaptive draft length uses instead of measured times: the same prices give the same draft lengths on any machine and under any load.
@@ -911,147 +1056,6 @@ class Completion:
         ...
     @property
     def tokens(self) -> list[int]:
-        ...
-class BatchDrafting:
-    """
-    How many tokens slots that share their decodes draft while several generate: rounds priced from merged decodes' costs by token count and the acceptance rate.
-    """
-    draft_margin: typing.ClassVar[float] = 1.1
-    def __init__(self) -> None:
-        ...
-    def cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
-        """
-        the most tokens a slot drafts with the model while n_generating slots generate
-        """
-    def lookup_cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
-        """
-        the most prompt-lookup drafts a slot adds to a step without model drafts while n_generating slots generate
-        """
-    def lookup_rate(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex) -> float:
-        """
-        expected tokens per ms of a round of plain steps where one slot adds k lookup drafts; negative while unknown
-        """
-    def observe_decode(self, draft: bool, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, n_slots: typing.SupportsInt | typing.SupportsIndex = 1, n_generating: typing.SupportsInt | typing.SupportsIndex = 1) -> None:
-        """
-        a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while n_generating slots generated
-        """
-    def observe_step(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, n_lookup_drafted: typing.SupportsInt | typing.SupportsIndex = 0, n_lookup_accepted: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
-        """
-        a slot's finished step: the model's drafts and prompt lookup's, verified and kept
-        """
-    def rate(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex) -> float:
-        """
-        expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown
-        """
-class DraftLengthModel:
-    """
-    The adaptive draft length's cost and acceptance estimates and its keep-drafting rule (what the decoding loop consults per drafted token).
-    """
-    def __init__(self) -> None:
-        ...
-    def accept_prob(self, conf: typing.SupportsFloat | typing.SupportsIndex) -> float:
-        ...
-    def draft_pays(self) -> bool:
-        ...
-    def draft_this_step(self) -> bool:
-        ...
-    def keep_drafting(self, n_done: typing.SupportsInt | typing.SupportsIndex, conf: typing.SupportsFloat | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[bool, float]:
-        """
-        after the n_done-th drafted token (confidence conf), in a step of at most n_max drafts (0: look one token ahead only): (draft another?, the updated p_reach)
-        """
-    def keep_going(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
-        ...
-    def keep_going_p(self, n: typing.SupportsInt | typing.SupportsIndex, p_reach: typing.SupportsFloat | typing.SupportsIndex, p_next: typing.SupportsFloat | typing.SupportsIndex, draft_cost: bool, n_max: typing.SupportsInt | typing.SupportsIndex = 0) -> bool:
-        ...
-    def model_drafts(self, adaptive: bool) -> bool:
-        """
-        at the start of a step that may draft: whether the draft model drafts in it
-        """
-    def observe(self, n_model: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, conf: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], probe: typing.SupportsInt | typing.SupportsIndex, catch_up_ms: typing.SupportsFloat | typing.SupportsIndex, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, prev_n: typing.SupportsInt | typing.SupportsIndex) -> None:
-        """
-        a finished step, as the decoding loop reports it
-        """
-    def observe_acceptance(self, conf: typing.SupportsFloat | typing.SupportsIndex, accepted: bool) -> None:
-        ...
-    def observe_catch_up(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    def observe_checkpoint(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        """
-        such a target saved its state in ms: a step's checkpoint and restore, until a batch prices them
-        """
-    def observe_draft_decode(self, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    def observe_draft_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        """
-        the draft's prompt pass: it prices a probe's catch-up until a probe is measured
-        """
-    def observe_leave(self, excess_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    def observe_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        """
-        the target's prompt pass: it prices a batch's further tokens until a batch is verified
-        """
-    def observe_step(self, tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, model_drafted: bool = True) -> None:
-        ...
-    def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
-        ...
-    def paused(self) -> bool:
-        """
-        whether the model is left out of steps now, but for probes (a pause ends with a probe that pays)
-        """
-    def pays_at_prices(self) -> bool:
-        """
-        whether some length of a first batch pays at the prices and acceptance so far (what decides before any drafting step is measured)
-        """
-    def priced_excess_ms(self) -> float:
-        """
-        what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays)
-        """
-    def pricing(self, adaptive: bool) -> bool:
-        """
-        whether a step of an adaptive loop is plain, to price plain steps first
-        """
-    def probe_gap(self) -> int:
-        """
-        the steps a paused model sits out before its next probe
-        """
-    def set_decodes_again(self, yes: bool) -> None:
-        """
-        a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)
-        """
-    @typing.overload
-    def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
-        """
-        the estimated ms of a target decode of n_tokens tokens
-        """
-    @typing.overload
-    def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
-        ...
-    @property
-    def acceptance(self) -> float:
-        ...
-    @property
-    def catch_up_ms(self) -> float:
-        ...
-    @property
-    def draft_ms(self) -> float:
-        ...
-    @property
-    def knows_plain_step(self) -> bool:
-        ...
-    @property
-    def leave_ms(self) -> float:
-        ...
-    @property
-    def probing(self) -> bool:
-        """
-        whether the step draft_this_step last began is a probe of a paused model
-        """
-    @property
-    def rate(self) -> float:
-        ...
-    @property
-    def skipped_steps(self) -> int:
         ...
 class Decoder:
     """

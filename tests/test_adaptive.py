@@ -757,6 +757,27 @@ def test_a_paused_draft_model_takes_the_prompt_in_only_when_it_probes(tiny):
         assert res.stats.n_drafted > 0 and res.tokens == plain
 
 
+def test_a_first_slow_drafting_step_does_not_keep_the_draft_out_of_later_generations():
+    """A decoder's first drafting steps on a GPU pay one-time costs (an H200, Qwen2.5-0.5B's shape
+    drafting for a 7B one: a plain step 5.7 ms, a first drafting step 1 token in 23.8 ms). One such
+    step is too little to pause on; nor does it keep the draft from taking a later generation's
+    prompt in, where the draft would sit out every generation and never be measured again. With
+    the evidence of a pause, drafting that saves time still sits out a short answer to a long
+    prompt, and drafting that loses is paused (its probes see changed prices)."""
+    m = _model_with_rates(5.7, 1, 23.8, n_steps=1)
+    m.observe_draft_prompt(12, 3.0)  # 0.25 ms per draft prompt token
+    assert not m.paused()
+    assert m.draft_prompt_pays(12, 128) and m.draft_prompt_pays(2000, 16)
+    # steps that save 1.7 ms per token (4 tokens in 16 ms)
+    saving = _model_with_rates(5.7, 4, 16.0, n_steps=20)
+    saving.observe_draft_prompt(12, 3.0)
+    assert not saving.draft_prompt_pays(2000, 16)  # 16 x 1.7 ms < 2000 x 0.25 ms
+    assert saving.draft_prompt_pays(2000, 4000) and saving.draft_prompt_pays(12, 16)
+    losing = _model_with_rates(5.7, 2, 16.0, n_steps=4)
+    losing.observe_draft_prompt(12, 3.0)
+    assert losing.paused() and losing.draft_prompt_pays(2000, 16)
+
+
 def test_a_draft_sits_out_a_short_answer_to_a_long_new_prompt(tiny):
     """At given prices (a draft token 2 ms, a plain step 10 ms, each verified token beyond the
     first 1 ms), a drafting step saves about 2 ms per token. A generation of 4 tokens after about

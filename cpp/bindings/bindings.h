@@ -14,6 +14,7 @@ namespace specllama_py {
 void register_model(pybind11::module_ & m);
 void register_devices(pybind11::module_ & m);
 void register_sampling(pybind11::module_ & m);
+void register_adaptive(pybind11::module_ & m);
 void register_decoder(pybind11::module_ & m);
 void register_dsi(pybind11::module_ & m);
 

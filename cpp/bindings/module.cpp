@@ -104,6 +104,7 @@ PYBIND11_MODULE(_core, m) {
     specllama_py::register_model(m);
     specllama_py::register_devices(m);
     specllama_py::register_sampling(m);
+    specllama_py::register_adaptive(m);
     specllama_py::register_decoder(m);
     specllama_py::register_dsi(m);
 }

@@ -129,11 +129,14 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
 }
 
 bool draft_length_model::draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const {
-    if (n_prompt <= 0 || draft_token_ms_ == 0.0 || n_v1_ == 0 || drafted_tokens_ == 0.0) {
+    // judged on as much evidence as a pause is; where drafting saves nothing per token, whether it
+    // runs at all is the pause's to say (its probes see changed prices): a generation that sat out
+    // on that ground would measure nothing new, and neither would any after it
+    if (n_prompt <= 0 || draft_token_ms_ == 0.0 || n_v1_ == 0 || drafted_steps_ < k_min_evidence) {
         return true;
     }
     const double saved_per_token = v1_ms_ - drafted_ms_ / drafted_tokens_;
-    return saved_per_token * n_gen > draft_token_ms_ * n_prompt;
+    return saved_per_token <= 0.0 || saved_per_token * n_gen > draft_token_ms_ * n_prompt;
 }
 
 bool draft_length_model::keep_going(int32_t n, double p_reach, int32_t n_max) const {

@@ -1,0 +1,122 @@
+// bindings/bind_adaptive.cpp: the draft-length rules on their own (the adaptive length of one
+// generation, the slots' shared cap), to check them with given costs and to replay recorded traces.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "batching/batch_drafting.h"
+#include "bindings.h"
+#include "speculative/draft_length.h"
+
+namespace py = pybind11;
+using namespace specllama;
+
+namespace specllama_py {
+
+void register_adaptive(py::module_ & m) {
+    // the slots' shared draft-length rule on its own, to check it with given costs
+    py::class_<batch_drafting>(m, "BatchDrafting",
+                               "How many tokens slots that share their decodes draft while several generate: "
+                               "rounds priced from merged decodes' costs by token count and the acceptance rate.")
+        .def(py::init<>())
+        .def("observe_decode", &batch_drafting::observe_decode, py::arg("draft"), py::arg("n_tokens"), py::arg("ms"),
+             py::arg("n_slots") = 1, py::arg("n_generating") = 1,
+             "a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while "
+             "n_generating slots generated")
+        .def("observe_step", &batch_drafting::observe_step, py::arg("n_drafted"), py::arg("n_accepted"),
+             py::arg("n_lookup_drafted") = 0, py::arg("n_lookup_accepted") = 0,
+             "a slot's finished step: the model's drafts and prompt lookup's, verified and kept")
+        .def("cap", &batch_drafting::cap, py::arg("n_generating"), py::arg("n_max"),
+             "the most tokens a slot drafts with the model while n_generating slots generate")
+        .def("rate", &batch_drafting::rate, py::arg("n_generating"), py::arg("k"),
+             "expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown")
+        .def("lookup_cap", &batch_drafting::lookup_cap, py::arg("n_generating"), py::arg("n_max"),
+             "the most prompt-lookup drafts a slot adds to a step without model drafts while n_generating "
+             "slots generate")
+        .def("lookup_rate", &batch_drafting::lookup_rate, py::arg("n_generating"), py::arg("k"),
+             "expected tokens per ms of a round of plain steps where one slot adds k lookup drafts; negative "
+             "while unknown")
+        .def_property_readonly_static(
+            "draft_margin", [](const py::object &) { return batch_drafting::k_draft_margin; },
+            "drafting is chosen only where its rate beats plain steps' by this factor");
+
+    // the adaptive draft length's rule on its own, so that recorded traces can be replayed through
+    // the exact policy the loop uses (benchmarks/replay_draft_length.py)
+    py::class_<draft_length_model>(m, "DraftLengthModel",
+                                   "The adaptive draft length's cost and acceptance estimates and its "
+                                   "keep-drafting rule (what the decoding loop consults per drafted token).")
+        .def(py::init<>())
+        .def("pricing", &draft_length_model::pricing, py::arg("adaptive"),
+             "whether a step of an adaptive loop is plain, to price plain steps first")
+        .def("model_drafts", &draft_length_model::model_drafts, py::arg("adaptive"),
+             "at the start of a step that may draft: whether the draft model drafts in it")
+        .def(
+            "keep_drafting",
+            [](const draft_length_model & m, int32_t n_done, float conf, double p_reach, int32_t n_max) {
+                const bool more = m.keep_drafting(n_done, conf, p_reach, n_max);
+                return py::make_tuple(more, p_reach);
+            },
+            py::arg("n_done"), py::arg("conf"), py::arg("p_reach"), py::arg("n_max") = 0,
+            "after the n_done-th drafted token (confidence conf), in a step of at most n_max drafts (0: "
+            "look one token ahead only): (draft another?, the updated p_reach)")
+        .def(
+            "observe",
+            [](draft_length_model & m, int32_t n_model, int32_t n, int32_t n_accepted, std::vector<float> conf,
+               int32_t probe, double catch_up_ms, double draft_ms, double verify_ms, int32_t prev_n) {
+                if ((int32_t) conf.size() != n_model || n_model > n || n_accepted > n || n_accepted < 0) {
+                    throw std::invalid_argument("observe: conf must hold n_model values, n_model <= n, "
+                                                "0 <= n_accepted <= n");
+                }
+                step_record r{n_model, n, n_accepted, std::move(conf), probe, catch_up_ms, draft_ms, verify_ms, prev_n};
+                m.observe(r);
+            },
+            py::arg("n_model"), py::arg("n"), py::arg("n_accepted"), py::arg("conf"), py::arg("probe"),
+            py::arg("catch_up_ms"), py::arg("draft_ms"), py::arg("verify_ms"), py::arg("prev_n"),
+            "a finished step, as the decoding loop reports it")
+        .def("verify_ms", &draft_length_model::verify_ms, py::arg("n_tokens"),
+             "the estimated ms of a target decode of n_tokens tokens")
+        .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"), py::arg("n_max") = 0)
+        .def("keep_going_p", &draft_length_model::keep_going_p, py::arg("n"), py::arg("p_reach"), py::arg("p_next"),
+             py::arg("draft_cost"), py::arg("n_max") = 0)
+        .def("draft_pays", &draft_length_model::draft_pays)
+        .def("draft_prompt_pays", &draft_length_model::draft_prompt_pays, py::arg("n_prompt"), py::arg("n_gen"),
+             "whether a generation of at most n_gen tokens wins back the draft's pass over n_prompt new prompt "
+             "tokens (else the draft sits that generation out)")
+        .def("pays_at_prices", &draft_length_model::pays_at_prices,
+             "whether some length of a first batch pays at the prices and acceptance so far (what decides "
+             "before any drafting step is measured)")
+        .def("priced_excess_ms", &draft_length_model::priced_excess_ms,
+             "what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays)")
+        .def("set_decodes_again", &draft_length_model::set_decodes_again, py::arg("yes"),
+             "a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)")
+        .def("observe_draft_prompt", &draft_length_model::observe_draft_prompt, py::arg("n_tokens"), py::arg("ms"),
+             "the draft's prompt pass: it prices a probe's catch-up until a probe is measured")
+        .def("observe_checkpoint", &draft_length_model::observe_checkpoint, py::arg("ms"),
+             "such a target saved its state in ms: a step's checkpoint and restore, until a batch prices them")
+        .def("draft_this_step", &draft_length_model::draft_this_step)
+        .def_property_readonly("skipped_steps", &draft_length_model::skipped_steps)
+        .def("paused", &draft_length_model::paused,
+             "whether the model is left out of steps now, but for probes (a pause ends with a probe that pays)")
+        .def_property_readonly("probing", &draft_length_model::probing,
+                               "whether the step draft_this_step last began is a probe of a paused model")
+        .def("probe_gap", &draft_length_model::probe_gap,
+             "the steps a paused model sits out before its next probe")
+        .def("observe_prompt", &draft_length_model::observe_prompt, py::arg("n_tokens"), py::arg("ms"),
+             "the target's prompt pass: it prices a batch's further tokens until a batch is verified")
+        .def_property_readonly("knows_plain_step", &draft_length_model::knows_plain_step)
+        .def("observe_leave", &draft_length_model::observe_leave, py::arg("excess_ms"))
+        .def_property_readonly("leave_ms", &draft_length_model::leave_ms)
+        .def("observe_step", &draft_length_model::observe_step, py::arg("tokens"), py::arg("ms"),
+             py::arg("model_drafted") = true)
+        .def_property_readonly("rate", &draft_length_model::rate)
+        .def("accept_prob", &draft_length_model::accept_prob, py::arg("conf"))
+        .def("observe_draft_decode", &draft_length_model::observe_draft_decode, py::arg("ms"))
+        .def("observe_catch_up", &draft_length_model::observe_catch_up, py::arg("ms"))
+        .def("observe_verify", &draft_length_model::observe_verify, py::arg("n_tokens"), py::arg("ms"))
+        .def("observe_acceptance", &draft_length_model::observe_acceptance, py::arg("conf"), py::arg("accepted"))
+        .def("verify_ms", &draft_length_model::verify_ms, py::arg("n_tokens"))
+        .def_property_readonly("draft_ms", &draft_length_model::draft_ms)
+        .def_property_readonly("catch_up_ms", &draft_length_model::catch_up_ms)
+        .def_property_readonly("acceptance", &draft_length_model::acceptance);
+}
+
+}  // namespace specllama_py
