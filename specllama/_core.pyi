@@ -1061,7 +1061,7 @@ class Decoder:
     """
     A target model, an optional draft model, and their KV caches.
     """
-    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True, device: typing.Any = None, device_draft: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0, dsi_devices: collections.abc.Sequence[typing.Any] = [], checkpoint_memory: str = 'auto', draft_catch_up: str = 'auto') -> None:
+    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True, device: typing.Any = None, device_draft: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0, dsi_devices: collections.abc.Sequence[typing.Any] = [], checkpoint_memory: str = 'auto', draft_catch_up: str = 'auto', verify_shape: str = 'auto') -> None:
         ...
     def cached_tokens(self) -> list[int]:
         ...
@@ -1142,6 +1142,11 @@ class Decoder:
     @property
     def target_model(self) -> Model:
         ...
+    @property
+    def verify_shape(self) -> str:
+        """
+        'exact', 'padded', or 'auto' (padded where the target samples on its device)
+        """
 def accept_trials(p: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], q: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], n_trials: typing.SupportsInt | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, rule: str = 'rejection') -> numpy.typing.NDArray[numpy.int32]:
     """
     Run one speculative step n_trials times on fixed per-position target (p) and draft (q) distributions: drafts are drawn from q, then the rule runs ('rejection', or llama.cpp's sample-and-'match'). Returns int32 [n_trials, n_draft + 1]: the emitted tokens of each trial, padded with -1.
@@ -1214,6 +1219,6 @@ def vocab_difference(target: Model, draft: Model) -> str:
     """
     The first difference between draft's vocabulary and target's, in words; '' when they are one (a draft with another vocabulary drafts by token-level intersection).
     """
-DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True, 'swa_full': True, 'checkpoint_memory': 'auto', 'draft_catch_up': 'auto'}
+DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True, 'swa_full': True, 'checkpoint_memory': 'auto', 'draft_catch_up': 'auto', 'verify_shape': 'auto'}
 MAX_DRAFT: int = 64
 MAX_SERVERS: int = 64

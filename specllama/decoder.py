@@ -89,6 +89,12 @@ class SpeculativeDecoder:
     (tokens where the draft is on a GPU of this machine: there a decode shaped like the previous
     one replays its recorded CUDA graph, and a batch in between makes the next decodes run without
     it). draft_catch_up_mode says which; the output is the same either way.
+    verify_shape: the target's verification batch: "exact" (the last token and the drafts),
+    "padded" (always n_draft + 1 tokens: the drafts, then copies of the last, whose rows nobody
+    reads and whose cache cells are dropped), or "auto" (padded where the target is on a GPU of this
+    machine and samples there, so that every verification has one shape and replays its recorded
+    CUDA graph; a recurrent, window-only or slot's cache is never padded). verify_shape_mode says
+    which; the output is the same either way.
     """
 
     def __init__(
@@ -107,6 +113,7 @@ class SpeculativeDecoder:
         swa_full: bool = _DEFAULTS["swa_full"],
         checkpoint_memory: str = _DEFAULTS["checkpoint_memory"],
         draft_catch_up: str = _DEFAULTS["draft_catch_up"],
+        verify_shape: str = _DEFAULTS["verify_shape"],
         device: Devices = None,
         device_draft: Devices = None,
         split_mode: str = "layer",
@@ -143,7 +150,8 @@ class SpeculativeDecoder:
         settings = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_draft=n_threads_draft,
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
                         share_prefill=bool(share_prefill), swa_full=bool(swa_full),
-                        checkpoint_memory=checkpoint_memory, draft_catch_up=draft_catch_up)
+                        checkpoint_memory=checkpoint_memory, draft_catch_up=draft_catch_up,
+                        verify_shape=verify_shape)
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise type_error(name, value, _DEFAULTS[name])
@@ -266,6 +274,12 @@ class SpeculativeDecoder:
         """How the draft reads a step's new tokens, draft_catch_up resolved: "batch" or "tokens"
         ("" without a draft model)."""
         return self._native().draft_catch_up
+
+    @property
+    def verify_shape_mode(self) -> str:
+        """The target's verification batch, verify_shape resolved: "exact", "padded", or "auto"
+        (padded in generations whose target samples on its device)."""
+        return self._native().verify_shape
 
     @property
     def cross_vocab(self) -> Optional[dict]:

@@ -758,8 +758,9 @@ def test_a_paused_draft_model_takes_the_prompt_in_only_when_it_probes(tiny):
 
 
 def test_a_first_slow_drafting_step_does_not_keep_the_draft_out_of_later_generations():
-    """A decoder's first drafting steps on a GPU pay one-time costs (an H200, Qwen2.5-0.5B's shape
-    drafting for a 7B one: a plain step 5.7 ms, a first drafting step 1 token in 23.8 ms). One such
+    """A decoder's first drafting steps on a GPU may cost far more than later ones (an H200,
+    Qwen2.5-0.5B's shape drafting for a 7B one: a plain step 5.7 ms, a first drafting step 1 token
+    in 23.8 ms). One such
     step is too little to pause on; nor does it keep the draft from taking a later generation's
     prompt in, where the draft would sit out every generation and never be measured again. With
     the evidence of a pause, drafting that saves time still sits out a short answer to a long

@@ -7,9 +7,9 @@ For each acceptance: the pair is written (the first) or retuned in place (the ot
 --n-predict new tokens after one prompt (end-of-text ignored):
 
   plain       specllama, speculative=False: the same engine without a draft
-  specllama   the draft model, adaptive draft length (<= 10), device sampling; with
-              --catch-up-both also a second decoder whose draft catches up the other way
-              (draft_catch_up batch / tokens)
+  specllama   the draft model, adaptive draft length (<= 10), device sampling; with --variant,
+              also decoders with other settings (draft_catch_up=batch,verify_shape=exact: the
+              decodes shaped as on a CPU)
   llama-speculative-simple   --spec-draft-n-max in --n-max (each a run)
   llama-server               with the draft, --spec-draft-n-max in --n-max (one server each, one
                              /completion request per run, timed by the server's own timings)
@@ -104,18 +104,17 @@ def one_acceptance(args, acceptance: float, first: bool, bindir) -> dict:
         load = dict(n_ctx=2048, n_threads=args.threads, n_gpu_layers=args.ngl, n_gpu_layers_draft=args.ngl)
         with contextlib.ExitStack() as stack:
             dec = stack.enter_context(specllama.SpeculativeDecoder(target, draft, **load))
-            # the other way for the draft to catch up, loaded beside it (the target's weights twice)
-            other = {"batch": "tokens", "tokens": "batch"}[dec.draft_catch_up_mode]
-            alt = (stack.enter_context(specllama.SpeculativeDecoder(target, draft, draft_catch_up=other, **load))
-                   if args.catch_up_both else None)
+            # decoders with other settings, loaded beside it (the target's weights once more each)
+            alts = {f"specllama, {name}": stack.enter_context(specllama.SpeculativeDecoder(target, draft, **kw, **load))
+                    for name, kw in args.variants.items()}
             for r in range(args.rounds):
                 for temp in TEMPS:
                     row = {"plain": run_specllama(dec, args.n_predict, temp, speculative=False),
                            "specllama": run_specllama(dec, args.n_predict, temp, drafter="model", record_steps=True)}
-                    row["specllama"]["draft_catch_up"] = dec.draft_catch_up_mode
-                    if alt is not None:
-                        row[f"specllama, {other} catch-up"] = run_specllama(alt, args.n_predict, temp, drafter="model",
-                                                                            record_steps=True)
+                    for name, alt in alts.items():
+                        row[name] = run_specllama(alt, args.n_predict, temp, drafter="model", record_steps=True)
+                    for name, d in [("specllama", dec), *alts.items()]:
+                        row[name].update(draft_catch_up=d.draft_catch_up_mode, verify_shape=d.verify_shape_mode)
                     for k in args.n_max:
                         if simple and simple.exists():
                             row[f"llama-speculative-simple n_max {k}"] = peer_run(
@@ -169,12 +168,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--n-max", default="4,8", help="llama.cpp's --spec-draft-n-max values")
     ap.add_argument("-t", "--threads", type=int, default=8)
-    ap.add_argument("--catch-up-both", action="store_true",
-                    help="also run specllama with the draft's other catch-up (draft_catch_up batch or tokens)")
+    ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                    help="also run specllama on a decoder with these SpeculativeDecoder settings, e.g. "
+                         "draft_catch_up=batch,verify_shape=exact (repeatable; each loads the target again)")
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
     args.ngl = -1 if args.ngl == "all" else int(args.ngl)
     args.n_max = [int(x) for x in args.n_max.split(",") if x]
+    try:
+        args.variants = {v: dict(kv.split("=", 1) for kv in v.split(",")) for v in args.variant}
+    except ValueError:
+        ap.error("--variant takes KEY=VALUE pairs separated by commas")
     if args.type != "f16" and len(args.acceptance.split(",")) > 1:
         ap.error("several acceptances need --type f16 (the pair is retuned in place)")
     prov = provenance({}, args.threads)

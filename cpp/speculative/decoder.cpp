@@ -47,6 +47,15 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
     target_    = std::move(target);
     tgt_cache_ = slot ? std::make_unique<kv_cache>(slot->target, slot->seq, params.ctx.n_ctx)
                       : std::make_unique<kv_cache>(target_, params.ctx);
+    if (params.verify_shape != "auto" && params.verify_shape != "exact" && params.verify_shape != "padded") {
+        throw std::invalid_argument("verify_shape must be 'auto', 'exact' or 'padded', got '" + params.verify_shape +
+                                    "'");
+    }
+    const bool can_pad = !slot && !tgt_cache_->recurrent() && !tgt_cache_->window_only();
+    pad_verify_ = !can_pad || params.verify_shape == "exact"  ? 0
+                  : params.verify_shape == "padded"            ? 1
+                  : target_->local_gpu                         ? 2
+                                                               : 0;
     lengths_.set_decodes_again(tgt_cache_->recurrent());  // a rejected draft costs a decode again
     if (params.n_draft + 1 > tgt_cache_->n_batch()) {
         throw std::invalid_argument("n_batch must be >= " + std::to_string(params.n_draft + 1) +
@@ -358,6 +367,10 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto    logits_bytes = [&] { return tgt_cache_->logits_bytes() + (dft_cache_ ? dft_cache_->logits_bytes() : 0); };
     const auto    draft_calls  = [&] { return dft_cache_ ? dft_cache_->n_calls() : (int64_t) 0; };
     place_sampling(params, plan, st);
+    // (a padded verification: every drafting step's batch is one length, the plan's n_draft + 1)
+    pad_to_ = (pad_verify_ == 1 || (pad_verify_ == 2 && tgt_cache_->chain().what != device_chain::kind::none))
+                  ? plan.n_draft + 1
+                  : 0;
     const auto t_start = clock_type::now();
 
     forced_kept_ = forced_seen_ = 0.0;
@@ -519,6 +532,9 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     auto          t     = clock_type::now();
     batch_.assign(1, seq.back());
     batch_.insert(batch_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+    if (n > 0 && pad_to_ > (int32_t) batch_.size() && n_seq - 1 + pad_to_ <= tgt_cache_->n_ctx()) {
+        batch_.resize(pad_to_, batch_.back());  // (their rows are not read; the rollback below drops them)
+    }
     if (n > 0) {
         tgt_cache_->checkpoint();  // a recurrent target comes back here if not every draft is kept
     }

@@ -51,6 +51,13 @@ struct decoder_params {
     // k_catch_up_by_token of them: model_drafter::set_catch_up_by_token), "auto" (tokens where the
     // draft is on a GPU of this machine and not a slot's, else batch)
     std::string                 draft_catch_up = "auto";
+    // the shape of a verification batch: "exact" (the last token and the drafts), "padded" (always
+    // n_draft + 1 tokens, the drafts followed by copies of the last, whose rows are read by no one
+    // and whose cache cells the rollback drops), "auto" (padded where the target is on a GPU of this
+    // machine, samples there and its memory drops a tail: a recurrent or window-only one, or a
+    // slot's, is never padded). A GPU replays a recorded graph for a decode shaped like the one
+    // before and runs one of a new shape without it
+    std::string                 verify_shape = "auto";
     // where DSI's target servers beyond the first run (the first is the decoder's target context):
     // server s + 1 on dsi_servers[s], every layer offloaded there, its own copy of the target's
     // weights; servers past the list share the target's weights and placement
@@ -346,6 +353,9 @@ class decoder {
     bool shares_prefill() const { return share_prefill_; }
     // decoder_params::draft_catch_up as resolved: "batch" or "tokens" ("" without a draft model)
     std::string draft_catch_up() const;
+    // decoder_params::verify_shape as resolved for this decoder: "exact", "padded", or "auto" (padded
+    // in generations whose target samples on its device)
+    std::string verify_shape() const { return pad_verify_ == 0 ? "exact" : pad_verify_ == 1 ? "padded" : "auto"; }
     // the pairing of the draft's vocabulary with the target's when they differ (null: they are one)
     const vocab_map * cross_vocab() const { return vocab_map_.get(); }
 
@@ -482,6 +492,8 @@ class decoder {
 
     draft_length_model        lengths_;  // costs and calibration, kept across generations
     bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
+    int8_t                    pad_verify_ = 0;  // decoder_params::verify_shape: 0 exact, 1 padded, 2 auto
+    int32_t                   pad_to_     = 0;  // this generation's verification length (0: exact)
 
     // per-step buffers, reused
     draft_result              drafted_;

@@ -94,9 +94,9 @@ class draft_length_model {
     // after an edit: hundreds of new prompt tokens, tens of generated ones) do not. True while
     // either side is not measured yet (fewer than k_min_evidence drafting steps), and where drafting
     // saves nothing: that is the pause's to judge, with probes (a generation that sits out measures
-    // nothing, and a decoder's first drafting steps on a GPU pay one-time costs: Qwen2.5-0.5B's shape
-    // on an H200 took 5.7 ms per draft decode in them, where later steps of ten draft decodes and
-    // their verification took 25 ms)
+    // nothing, and a decoder's first drafting steps on a GPU may cost far more than later ones:
+    // Qwen2.5-0.5B's shape on an H200 took 5.7 ms per draft decode in them, where later steps of ten
+    // draft decodes and their verification took 25 ms)
     bool draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const;
     // before any drafting step is measured, whether drafting pays is predicted: does some length
     // of a first batch (1 to k_first_batch_drafts drafts) make more tokens per ms than plain steps,
