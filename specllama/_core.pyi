@@ -1099,6 +1099,10 @@ class Decoder:
         """
         raise ValueError naming the first option this decoder cannot run with
         """
+    def warm_up(self) -> None:
+        """
+        decode once, and roll back, each shape a generation's steps use (done on creation where a model is on a local GPU); the caches keep what they hold
+        """
     @property
     def cross_vocab(self) -> typing.Any:
         """

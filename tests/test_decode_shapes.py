@@ -104,3 +104,27 @@ def test_verify_shape_auto_is_exact_off_a_gpu_and_bad_values_are_refused(tiny):
         assert dec.verify_shape_mode == "exact"  # (this build offloads nothing)
     with pytest.raises(ValueError, match="verify_shape must be"):
         specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, verify_shape="fixed")
+
+
+def test_warm_up_keeps_the_caches_and_the_output(tiny):
+    """warm_up (run on creation where a model is on a local GPU) decodes each shape once and rolls
+    it back: a conversation cached before it is still there after, and every output is what the
+    same calls give without it."""
+    runs = {}
+    for warm in (False, True):
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512, share_prefill=False) as dec:
+            if warm:
+                dec.warm_up()
+                assert dec.cached_tokens() == [] and dec._native().draft_cached_tokens() == []
+            prompt = dec.tokenize(PROMPT)
+            first = _gen(dec, prompt, n=20)
+            held, draft_held = dec.cached_tokens(), dec._native().draft_cached_tokens()
+            assert len(held) > len(prompt)
+            if warm:
+                dec.warm_up()
+                assert dec.cached_tokens() == held and dec._native().draft_cached_tokens() == draft_held
+            turn = prompt + first.tokens + dec.tokenize(" and then")
+            after = _gen(dec, turn, n=20)
+            assert after.stats.n_prompt_cached == len(held)
+            runs[warm] = (first.tokens, after.tokens)
+    assert runs[True] == runs[False]

@@ -533,6 +533,14 @@ void register_decoder(py::module_ & m) {
             d.reset();
         })
         .def(
+            "warm_up",
+            [](decoder & d) {
+                py::gil_scoped_release nogil;
+                d.warm_up();
+            },
+            "decode once, and roll back, each shape a generation's steps use (done on creation where a model "
+            "is on a local GPU); the caches keep what they hold")
+        .def(
             "slots",
             [](decoder & d, int32_t n, int32_t n_ctx, int32_t max_wait_us) {
                 std::vector<std::unique_ptr<decoder>> made;

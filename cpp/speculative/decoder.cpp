@@ -92,6 +92,9 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         const bool by_token = how == "tokens" || (how == "auto" && draft_->local_gpu && !slot);
         drafter_->set_catch_up_by_token(by_token ? k_catch_up_by_token : 0);
     }
+    if (!slot && (target_->local_gpu || (draft_ && draft_->local_gpu))) {
+        warm_up();
+    }
 }
 
 std::string decoder::draft_catch_up() const {
@@ -173,6 +176,36 @@ void decoder::reset() {
     }
     for (auto & c : dsi_servers_) {
         c->rollback(0);
+    }
+}
+
+namespace {
+// decode n copies of tok after what cache holds (every row an output where all), then drop them
+void warm_shape(kv_cache & cache, llama_token tok, int32_t n, bool all) {
+    const int32_t n_past = cache.n_past();
+    if (cache.recurrent() || cache.window_only() || n_past + n > cache.n_ctx() || n > cache.n_batch()) {
+        return;
+    }
+    const std::vector<llama_token> toks(n, tok);
+    cache.decode(toks.data(), n, all);
+    cache.rollback(n_past);
+}
+}  // namespace
+
+void decoder::warm_up() {
+    not_from_own_generation("warm_up()");
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (batcher_) {
+        return;
+    }
+    const llama_token bos = llama_vocab_bos(target_->vocab);
+    const llama_token tok = bos >= 0 ? bos : 0;
+    warm_shape(*tgt_cache_, tok, n_draft_ + 1, true);
+    warm_shape(*tgt_cache_, tok, 1, true);
+    if (dft_cache_) {
+        const llama_token dbos = llama_vocab_bos(draft_->vocab);
+        warm_shape(*dft_cache_, dbos >= 0 ? dbos : 0, 2, false);
+        warm_shape(*dft_cache_, dbos >= 0 ? dbos : 0, 1, false);
     }
 }
 

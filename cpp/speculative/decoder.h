@@ -368,6 +368,13 @@ class decoder {
     std::vector<llama_token> draft_view_of(const std::vector<llama_token> & target_tokens) const;
     // forget both caches
     void reset();
+    // decode once, and roll back, each shape a generation's steps will use on a model that is on a
+    // GPU of this machine (a verification of n_draft + 1 tokens and of one, the draft's one-token
+    // decode and a catch-up's batch): first uses load kernels and grow buffers there, which the
+    // adaptive rule would otherwise price as a step's cost (llama.cpp's own programs warm up too).
+    // What the caches hold is kept. Run on creation where either model is on a local GPU; a no-op
+    // for a recurrent, window-only or slot's cache
+    void warm_up();
 
     // the adaptive draft length's current estimates
     draft_length_model cost_model() const;
