@@ -17,11 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import time
 from pathlib import Path
-
-import numpy as np
 
 import specllama
 from specllama.provenance import provenance
@@ -40,8 +39,8 @@ def main() -> None:
     ks = [int(x) for x in args.k.split(",") if x]
     model = specllama.Model(args.model, n_gpu_layers=-1 if args.ngl == "all" else int(args.ngl))
     ctx = specllama.Context(model, n_ctx=args.prompt_tokens + max(ks) + 8, n_threads=args.threads)
-    rng = np.random.default_rng(0)
-    toks = [int(t) for t in rng.integers(300, model.n_vocab, args.prompt_tokens + max(ks))]
+    rng = random.Random(0)
+    toks = [rng.randrange(300, model.n_vocab) for _ in range(args.prompt_tokens + max(ks))]
     ctx.decode(toks[:args.prompt_tokens], all_logits=False)
     base = args.prompt_tokens
 
