@@ -128,3 +128,18 @@ def test_warm_up_keeps_the_caches_and_the_output(tiny):
             assert after.stats.n_prompt_cached == len(held)
             runs[warm] = (first.tokens, after.tokens)
     assert runs[True] == runs[False]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_padded_verification_with_the_chain_on_the_device(tiny, temperature):
+    """The device chain samples every row of a padded verification, the padding's too; the rule reads
+    the drafts' rows only: the same seeded output as the exact shape's."""
+    out = {}
+    for shape in ("exact", "padded"):
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512, verify_shape=shape) as dec:
+            r = dec.generate("what some of the", max_tokens=48, temperature=temperature, seed=5, ignore_eos=True,
+                             n_draft=5, drafter="model", adaptive=False, device_sampling=True)
+            assert r.stats.sampling == "device" and r.stats.n_drafted > 0
+            out[shape] = r
+    assert out["padded"].tokens == out["exact"].tokens
+    assert out["padded"].stats.logits_bytes > out["exact"].stats.logits_bytes  # (the padding's candidates)
