@@ -143,3 +143,20 @@ def test_padded_verification_with_the_chain_on_the_device(tiny, temperature):
             out[shape] = r
     assert out["padded"].tokens == out["exact"].tokens
     assert out["padded"].stats.logits_bytes > out["exact"].stats.logits_bytes  # (the padding's candidates)
+
+
+def test_padded_verification_near_the_end_of_the_context_and_with_a_grammar(tiny):
+    """Where the padding would not fit in the context the batch stays exact; a grammar masks the
+    drafts' rows only. Greedy output is the target's either way."""
+    grammar = 'root ::= (" the" | " cat" | " is" | " on" | " a" | " mat")+ "."'
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.target_q, n_ctx=64, verify_shape="padded") as dec:
+        prompt = dec.tokenize(PROMPT)
+        n = dec.n_ctx - len(prompt)  # up to the context's last position
+        r = dec.generate(prompt, max_tokens=n, temperature=0, ignore_eos=True, n_draft=8, adaptive=False)
+        assert r.stats.n_accepted == r.stats.n_drafted > 0 and len(r.tokens) == n
+        assert r.tokens == dec.generate(prompt, max_tokens=n, temperature=0, ignore_eos=True,
+                                        speculative=False).tokens
+        kw = dict(max_tokens=24, temperature=0, grammar=grammar)
+        g = dec.generate("the cat", n_draft=4, adaptive=False, **kw)
+        assert g.stats.n_drafted > 0
+        assert g.tokens == dec.generate("the cat", speculative=False, **kw).tokens
