@@ -12,8 +12,9 @@
 # SPECLLAMA_CUDA_ARCH (default 90: H100/H200), SPECLLAMA_COMMIT (the commit measured, recorded in
 # the report), SPECLLAMA_GPU_SHAPE (default qwen7b; small for a smoke test), SPECLLAMA_GPU_CUDA=0
 # for a CPU build of the same steps, SPECLLAMA_GPU_PEERS=0 to build without llama.cpp's programs
-# (shaped_bench.py then measures specllama alone), SPECLLAMA_VERIFY_REPS (verify_shapes.py's --reps), SPECLLAMA_PYTHON (default python3: the interpreter whose
-# packages the build uses: numpy, scikit-build-core, pybind11, cmake, ninja, httpx, click).
+# (shaped_bench.py then measures specllama alone), SPECLLAMA_VERIFY_REPS (verify_shapes.py's
+# --reps), SPECLLAMA_PYTHON (default python3: the interpreter whose packages the build uses:
+# numpy, scikit-build-core, pybind11, cmake, ninja, httpx, click).
 # Everything is installed into .gpu/site (pip --target; a venv made from a venv's python would not
 # see that venv's packages).
 set -euo pipefail
