@@ -340,10 +340,10 @@ class SpeculativeDecoder:
 
     def warm_up(self) -> None:
         """Decode once, and roll back, each shape a generation's steps use (a verification of
-        n_draft + 1 tokens and of one, the draft's one-token decode and a two-token catch-up), so
-        that first uses (kernels loaded, buffers grown: on a GPU) are not priced by the adaptive rule
-        as the cost of a step. Done on creation where a model is on a GPU of this machine; the
-        caches keep what they hold."""
+        n_draft + 1 tokens and of one, the draft's one-token decode and, where it catches up in one
+        batch, its two-token catch-up), so that first uses (kernels loaded, buffers grown: on a GPU)
+        are not priced by the adaptive rule as the cost of a step. Done on creation where a model is
+        on a GPU of this machine; the caches keep what they hold."""
         native = self._native()
 
         def warm_up() -> None:

@@ -61,6 +61,8 @@ def test_auto_batches_off_a_gpu_and_bad_values_are_refused(tiny):
         assert dec.draft_catch_up_mode == ""
     with pytest.raises(ValueError, match="draft_catch_up must be"):
         specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, draft_catch_up="single")
+    with pytest.raises(ValueError, match="draft_catch_up must be"):  # (checked with no draft as well)
+        specllama.SpeculativeDecoder(tiny.target_q, n_ctx=256, draft_catch_up="single")
 
 
 def test_padded_verification_keeps_every_draft_and_drops_the_padding(tiny):

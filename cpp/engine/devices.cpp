@@ -139,6 +139,17 @@ bool is_local_gpu(ggml_backend_dev_t dev) {
     return (t == GGML_BACKEND_DEVICE_TYPE_GPU || t == GGML_BACKEND_DEVICE_TYPE_IGPU) &&
            ggml_backend_reg_name(ggml_backend_dev_backend_reg(dev)) != std::string("RPC");
 }
+
+// whether llama.cpp's default device list (every local GPU) holds anything
+bool any_local_gpu() {
+    backend_init();
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        if (is_local_gpu(ggml_backend_dev_get(i))) {
+            return true;
+        }
+    }
+    return false;
+}
 }  // namespace
 
 bool offloads(const placement & place, int32_t n_gpu_layers) {
@@ -149,13 +160,7 @@ bool offloads(const placement & place, int32_t n_gpu_layers) {
     if (!d.empty()) {
         return true;
     }
-    backend_init();
-    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {  // llama.cpp's default: the local GPUs
-        if (is_local_gpu(ggml_backend_dev_get(i))) {
-            return true;
-        }
-    }
-    return false;
+    return any_local_gpu();  // llama.cpp's default: the local GPUs
 }
 
 std::vector<device_info> list_devices() {
@@ -225,14 +230,8 @@ bool resolved_placement::local_gpu(int32_t n_gpu_layers) const {
     if (n_gpu_layers == 0) {
         return false;
     }
-    if (devices.empty()) {  // llama.cpp's default: every local GPU
-        backend_init();
-        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-            if (is_local_gpu(ggml_backend_dev_get(i))) {
-                return true;
-            }
-        }
-        return false;
+    if (devices.empty()) {
+        return any_local_gpu();
     }
     return std::any_of(devices.begin(), devices.end(), [](ggml_backend_dev_t d) { return d != nullptr && is_local_gpu(d); });
 }

@@ -41,16 +41,20 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
     if (draft && !params.draft) {
         throw std::invalid_argument("a draft model needs its model_params in decoder_params::draft");
     }
+    if (params.draft_catch_up != "auto" && params.draft_catch_up != "batch" && params.draft_catch_up != "tokens") {
+        throw std::invalid_argument("draft_catch_up must be 'auto', 'batch' or 'tokens', got '" +
+                                    params.draft_catch_up + "'");
+    }
+    if (params.verify_shape != "auto" && params.verify_shape != "exact" && params.verify_shape != "padded") {
+        throw std::invalid_argument("verify_shape must be 'auto', 'exact' or 'padded', got '" + params.verify_shape +
+                                    "'");
+    }
     // copying a sequence's keys and values goes through host memory: it pays against decoding on
     // a CPU (kv_cache.h), and was not measured against a GPU's batched prompt processing
     copy_server_prefill_ = params.share_prefill && !offloads(params.target);
     target_    = std::move(target);
     tgt_cache_ = slot ? std::make_unique<kv_cache>(slot->target, slot->seq, params.ctx.n_ctx)
                       : std::make_unique<kv_cache>(target_, params.ctx);
-    if (params.verify_shape != "auto" && params.verify_shape != "exact" && params.verify_shape != "padded") {
-        throw std::invalid_argument("verify_shape must be 'auto', 'exact' or 'padded', got '" + params.verify_shape +
-                                    "'");
-    }
     const bool can_pad = !slot && !tgt_cache_->recurrent() && !tgt_cache_->window_only();
     pad_verify_ = !can_pad || params.verify_shape == "exact"  ? 0
                   : params.verify_shape == "padded"            ? 1
@@ -86,9 +90,6 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         share_prefill_ = copy_server_prefill_ && !offloads(*params.draft) && !vocab_map_ &&
                          kv_interchangeable(*target_, *draft_);
         const std::string & how = params.draft_catch_up;
-        if (how != "auto" && how != "batch" && how != "tokens") {
-            throw std::invalid_argument("draft_catch_up must be 'auto', 'batch' or 'tokens', got '" + how + "'");
-        }
         const bool by_token = how == "tokens" || (how == "auto" && draft_->local_gpu && !slot);
         drafter_->set_catch_up_by_token(by_token ? k_catch_up_by_token : 0);
     }
@@ -204,7 +205,9 @@ void decoder::warm_up() {
     warm_shape(*tgt_cache_, tok, 1, true);
     if (dft_cache_) {
         const llama_token dbos = llama_vocab_bos(draft_->vocab);
-        warm_shape(*dft_cache_, dbos >= 0 ? dbos : 0, 2, false);
+        if (drafter_->catch_up_by_token() == 0) {  // (a fully accepted step's catch-up, as one batch)
+            warm_shape(*dft_cache_, dbos >= 0 ? dbos : 0, 2, false);
+        }
         warm_shape(*dft_cache_, dbos >= 0 ? dbos : 0, 1, false);
     }
 }

@@ -370,7 +370,7 @@ class decoder {
     void reset();
     // decode once, and roll back, each shape a generation's steps will use on a model that is on a
     // GPU of this machine (a verification of n_draft + 1 tokens and of one, the draft's one-token
-    // decode and a catch-up's batch): first uses load kernels and grow buffers there, which the
+    // decode and, where it catches up in one batch, a two-token one): first uses load kernels and grow buffers there, which the
     // adaptive rule would otherwise price as a step's cost (llama.cpp's own programs warm up too).
     // What the caches hold is kept. Run on creation where either model is on a local GPU; a no-op
     // for a recurrent, window-only or slot's cache
