@@ -77,8 +77,9 @@ def chat_text(dec, text):
 
 
 def step_summary(steps) -> dict:
-    """Where a generation's steps went (GenerateOptions.record_steps): how many drafted, and the
-    median draft length, catch-up, draft decode (after the catch-up) and verification in ms."""
+    """Where a generation's steps went (GenerateOptions.record_steps): how many drafted, the
+    median draft length, catch-up, draft decode (after the catch-up) and verification in ms, and
+    the steps one character each (step_pattern)."""
     drafting = [t for t in steps if t.n_model > 0]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     return {"n_steps": len(steps), "n_drafting": len(drafting), "n_paused": sum(t.paused for t in steps),
@@ -87,7 +88,18 @@ def step_summary(steps) -> dict:
             "draft_decode_ms": med([(t.draft_ms - t.catch_up_ms) / (t.n_model - 1) for t in drafting if t.n_model > 1]),
             "verify_ms": med([t.verify_ms for t in drafting]),
             "plain_step_ms": med([t.verify_ms for t in steps if t.n_drafted == 0]),
-            "step_ms_sum": sum(t.draft_ms + t.verify_ms for t in steps)}
+            "step_ms_sum": sum(t.draft_ms + t.verify_ms for t in steps),
+            "pattern": step_pattern(steps)}
+
+
+def step_pattern(steps) -> str:
+    """One character a step: the model's draft count (1-9, + for more), P a probe of the paused
+    model, . a plain step (p where the model was paused)."""
+    def mark(t):
+        if t.n_model > 0:
+            return "P" if t.probe else str(t.n_model) if t.n_model < 10 else "+"
+        return "p" if t.paused else "."
+    return "".join(mark(t) for t in steps)
 
 
 def run_specllama(dec, prompt_text, n, temp, **kw):

@@ -204,9 +204,9 @@ class DraftLengthModel:
         """
         at the start of a step that may draft: whether the draft model drafts in it
         """
-    def observe(self, n_model: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, conf: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], probe: typing.SupportsInt | typing.SupportsIndex, catch_up_ms: typing.SupportsFloat | typing.SupportsIndex, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, prev_n: typing.SupportsInt | typing.SupportsIndex) -> None:
+    def observe(self, n_model: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, conf: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], probe: typing.SupportsInt | typing.SupportsIndex, catch_up_ms: typing.SupportsFloat | typing.SupportsIndex, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, prev_n: typing.SupportsInt | typing.SupportsIndex, n_decodes: typing.SupportsInt | typing.SupportsIndex = -1, n_catch_up: typing.SupportsInt | typing.SupportsIndex = 0, n_verified: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        a finished step, as the decoding loop reports it
+        a finished step, as the decoding loop reports it (n_decodes: the draft's decodes after its catch-up, -1: n_model - 1; n_catch_up: the catch-up's decodes where each took one token; n_verified: the tokens the verification decoded, 0: n + 1)
         """
     def observe_acceptance(self, conf: typing.SupportsFloat | typing.SupportsIndex, accepted: bool) -> None:
         ...
@@ -228,7 +228,7 @@ class DraftLengthModel:
         """
         the target's prompt pass: it prices a batch's further tokens until a batch is verified
         """
-    def observe_step(self, tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, model_drafted: bool = True) -> None:
+    def observe_step(self, tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, model_drafted: bool = True, steady: bool = True, steady_ms: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
         ...
     def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
@@ -256,6 +256,14 @@ class DraftLengthModel:
         """
         a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)
         """
+    def set_padded(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        verification batches padded to n_tokens (0: none): a batch of 2 to n_tokens costs one of n_tokens
+        """
+    def set_settle_steps(self, n: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        the first n steps of a run of drafting (or plain) steps are transitions: their costs price nothing, and a probe drafts n + 1 steps in a row
+        """
     @typing.overload
     def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
         """
@@ -280,12 +288,18 @@ class DraftLengthModel:
     def leave_ms(self) -> float:
         ...
     @property
+    def padded(self) -> int:
+        ...
+    @property
     def probing(self) -> bool:
         """
         whether the step draft_this_step last began is a probe of a paused model
         """
     @property
     def rate(self) -> float:
+        ...
+    @property
+    def settle_steps(self) -> int:
         ...
     @property
     def skipped_steps(self) -> int:
@@ -1061,7 +1075,7 @@ class Decoder:
     """
     A target model, an optional draft model, and their KV caches.
     """
-    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True, device: typing.Any = None, device_draft: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0, dsi_devices: collections.abc.Sequence[typing.Any] = [], checkpoint_memory: str = 'auto', draft_catch_up: str = 'auto', verify_shape: str = 'auto') -> None:
+    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True, device: typing.Any = None, device_draft: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0, dsi_devices: collections.abc.Sequence[typing.Any] = [], checkpoint_memory: str = 'auto', draft_catch_up: str = 'auto', verify_shape: str = 'auto', settle_steps: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
         ...
     def cached_tokens(self) -> list[int]:
         ...
@@ -1130,6 +1144,11 @@ class Decoder:
     @property
     def n_draft(self) -> int:
         ...
+    @property
+    def settle_steps(self) -> int:
+        """
+        steps of a run of drafting (or plain) steps the adaptive length takes as transitions
+        """
     @property
     def shares_prefill(self) -> bool:
         ...
@@ -1223,6 +1242,6 @@ def vocab_difference(target: Model, draft: Model) -> str:
     """
     The first difference between draft's vocabulary and target's, in words; '' when they are one (a draft with another vocabulary drafts by token-level intersection).
     """
-DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True, 'swa_full': True, 'checkpoint_memory': 'auto', 'draft_catch_up': 'auto', 'verify_shape': 'auto'}
+DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True, 'swa_full': True, 'checkpoint_memory': 'auto', 'draft_catch_up': 'auto', 'verify_shape': 'auto', 'settle_steps': -1}
 MAX_DRAFT: int = 64
 MAX_SERVERS: int = 64

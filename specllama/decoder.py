@@ -95,6 +95,12 @@ class SpeculativeDecoder:
     machine and samples there, so that every verification has one shape and replays its recorded
     CUDA graph; a recurrent, window-only or slot's cache is never padded). verify_shape_mode says
     which; the output is the same either way.
+    settle_steps: how many steps at the start of a run of drafting steps (and of a run of plain
+    steps) the adaptive draft length takes as transitions: their costs price neither, and a probe
+    of a paused draft drafts that many steps more in a row, so that it is judged by a steady one.
+    -1 (auto): 2 where either model is on a GPU of this machine (llama.cpp runs a decode of a new
+    shape without its CUDA graph and records the graph at the next alike), 0 elsewhere. The
+    output's distribution is the same either way.
     """
 
     def __init__(
@@ -114,6 +120,7 @@ class SpeculativeDecoder:
         checkpoint_memory: str = _DEFAULTS["checkpoint_memory"],
         draft_catch_up: str = _DEFAULTS["draft_catch_up"],
         verify_shape: str = _DEFAULTS["verify_shape"],
+        settle_steps: int = _DEFAULTS["settle_steps"],
         device: Devices = None,
         device_draft: Devices = None,
         split_mode: str = "layer",
@@ -151,7 +158,7 @@ class SpeculativeDecoder:
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
                         share_prefill=bool(share_prefill), swa_full=bool(swa_full),
                         checkpoint_memory=checkpoint_memory, draft_catch_up=draft_catch_up,
-                        verify_shape=verify_shape)
+                        verify_shape=verify_shape, settle_steps=settle_steps)
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise type_error(name, value, _DEFAULTS[name])
@@ -280,6 +287,12 @@ class SpeculativeDecoder:
         """The target's verification batch, verify_shape resolved: "exact", "padded", or "auto"
         (padded in generations whose target samples on its device)."""
         return self._native().verify_shape
+
+    @property
+    def settle_steps_mode(self) -> int:
+        """settle_steps resolved: the steps of a run that the adaptive draft length takes as
+        transitions (2 where either model is on a GPU of this machine, unless set)."""
+        return self._native().settle_steps
 
     @property
     def cross_vocab(self) -> Optional[dict]:

@@ -129,6 +129,9 @@ def one_acceptance(args, acceptance: float, first: bool, bindir) -> dict:
                     print(f"acceptance {acceptance} round {r + 1} T={temp}: " + ", ".join(
                         f"{name} {fig['decode_tokens_per_second']:.1f}" for name, fig in row.items()),
                         file=sys.stderr, flush=True)
+                    for name, fig in row.items():
+                        if "steps" in fig:
+                            print(f"  {name} steps: {fig['steps']['pattern']}", file=sys.stderr, flush=True)
     finally:
         for proc, _url in servers.values():
             proc.terminate()
@@ -170,13 +173,14 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int, default=8)
     ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                     help="also run specllama on a decoder with these SpeculativeDecoder settings, e.g. "
-                         "draft_catch_up=batch,verify_shape=exact (repeatable; each loads the target again)")
+                         "draft_catch_up=batch,verify_shape=exact or settle_steps=0 (repeatable; each loads the target again)")
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
     args.ngl = -1 if args.ngl == "all" else int(args.ngl)
     args.n_max = [int(x) for x in args.n_max.split(",") if x]
     try:
-        args.variants = {v: dict(kv.split("=", 1) for kv in v.split(",")) for v in args.variant}
+        args.variants = {v: {k: int(x) if x.lstrip("-").isdigit() else x
+                             for k, x in (kv.split("=", 1) for kv in v.split(","))} for v in args.variant}
     except ValueError:
         ap.error("--variant takes KEY=VALUE pairs separated by commas")
     if args.type != "f16" and len(args.acceptance.split(",")) > 1:

@@ -61,17 +61,24 @@ void register_adaptive(py::module_ & m) {
         .def(
             "observe",
             [](draft_length_model & m, int32_t n_model, int32_t n, int32_t n_accepted, std::vector<float> conf,
-               int32_t probe, double catch_up_ms, double draft_ms, double verify_ms, int32_t prev_n) {
+               int32_t probe, double catch_up_ms, double draft_ms, double verify_ms, int32_t prev_n, int32_t n_decodes,
+               int32_t n_catch_up, int32_t n_verified) {
                 if ((int32_t) conf.size() != n_model || n_model > n || n_accepted > n || n_accepted < 0) {
                     throw std::invalid_argument("observe: conf must hold n_model values, n_model <= n, "
                                                 "0 <= n_accepted <= n");
                 }
                 step_record r{n_model, n, n_accepted, std::move(conf), probe, catch_up_ms, draft_ms, verify_ms, prev_n};
+                r.n_decodes  = n_decodes;
+                r.n_catch_up = n_catch_up;
+                r.n_verified = n_verified;
                 m.observe(r);
             },
             py::arg("n_model"), py::arg("n"), py::arg("n_accepted"), py::arg("conf"), py::arg("probe"),
             py::arg("catch_up_ms"), py::arg("draft_ms"), py::arg("verify_ms"), py::arg("prev_n"),
-            "a finished step, as the decoding loop reports it")
+            py::arg("n_decodes") = -1, py::arg("n_catch_up") = 0, py::arg("n_verified") = 0,
+            "a finished step, as the decoding loop reports it (n_decodes: the draft's decodes after its catch-up, "
+            "-1: n_model - 1; n_catch_up: the catch-up's decodes where each took one token; n_verified: the tokens "
+            "the verification decoded, 0: n + 1)")
         .def("verify_ms", &draft_length_model::verify_ms, py::arg("n_tokens"),
              "the estimated ms of a target decode of n_tokens tokens")
         .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"), py::arg("n_max") = 0)
@@ -86,6 +93,13 @@ void register_adaptive(py::module_ & m) {
              "before any drafting step is measured)")
         .def("priced_excess_ms", &draft_length_model::priced_excess_ms,
              "what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays)")
+        .def("set_padded", &draft_length_model::set_padded, py::arg("n_tokens"),
+             "verification batches padded to n_tokens (0: none): a batch of 2 to n_tokens costs one of n_tokens")
+        .def_property_readonly("padded", &draft_length_model::padded)
+        .def("set_settle_steps", &draft_length_model::set_settle_steps, py::arg("n"),
+             "the first n steps of a run of drafting (or plain) steps are transitions: their costs price nothing, "
+             "and a probe drafts n + 1 steps in a row")
+        .def_property_readonly("settle_steps", &draft_length_model::settle_steps)
         .def("set_decodes_again", &draft_length_model::set_decodes_again, py::arg("yes"),
              "a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)")
         .def("observe_draft_prompt", &draft_length_model::observe_draft_prompt, py::arg("n_tokens"), py::arg("ms"),
@@ -106,7 +120,7 @@ void register_adaptive(py::module_ & m) {
         .def("observe_leave", &draft_length_model::observe_leave, py::arg("excess_ms"))
         .def_property_readonly("leave_ms", &draft_length_model::leave_ms)
         .def("observe_step", &draft_length_model::observe_step, py::arg("tokens"), py::arg("ms"),
-             py::arg("model_drafted") = true)
+             py::arg("model_drafted") = true, py::arg("steady") = true, py::arg("steady_ms") = -1.0)
         .def_property_readonly("rate", &draft_length_model::rate)
         .def("accept_prob", &draft_length_model::accept_prob, py::arg("conf"))
         .def("observe_draft_decode", &draft_length_model::observe_draft_decode, py::arg("ms"))

@@ -408,6 +408,7 @@ void register_decoder(py::module_ & m) {
         defaults["checkpoint_memory"]  = d.ctx.checkpoint_memory;
         defaults["draft_catch_up"]     = d.draft_catch_up;
         defaults["verify_shape"]       = d.verify_shape;
+        defaults["settle_steps"]       = d.settle_steps;
         m.attr("DECODER_DEFAULTS")     = defaults;
     }
 
@@ -418,7 +419,7 @@ void register_decoder(py::module_ & m) {
                          const py::object & device, const py::object & device_draft, const std::string & split_mode,
                          const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu,
                          const std::vector<py::object> & dsi_devices, const std::string & checkpoint_memory,
-                         const std::string & draft_catch_up, const std::string & verify_shape) {
+                         const std::string & draft_catch_up, const std::string & verify_shape, int32_t settle_steps) {
                  decoder_params p;
                  p.target.path         = target.value;
                  p.target.n_gpu_layers = n_gpu_layers;
@@ -448,6 +449,7 @@ void register_decoder(py::module_ & m) {
                  p.share_prefill   = share_prefill;
                  p.draft_catch_up  = draft_catch_up;
                  p.verify_shape    = verify_shape;
+                 p.settle_steps    = settle_steps;
                  py::gil_scoped_release nogil;
                  return decoder_holder(new decoder(p));
              }),
@@ -462,11 +464,14 @@ void register_decoder(py::module_ & m) {
              py::arg("main_gpu") = placement{}.main_gpu, py::arg("dsi_devices") = std::vector<py::object>{},
              py::arg("checkpoint_memory") = context_params{}.checkpoint_memory,
              py::arg("draft_catch_up") = decoder_params{}.draft_catch_up,
-             py::arg("verify_shape") = decoder_params{}.verify_shape)
+             py::arg("verify_shape") = decoder_params{}.verify_shape,
+             py::arg("settle_steps") = decoder_params{}.settle_steps)
         .def_property_readonly("n_draft", &decoder::n_draft)
         .def_property_readonly("draft_catch_up", &decoder::draft_catch_up, "'batch', 'tokens' ('' without a draft)")
         .def_property_readonly("verify_shape", &decoder::verify_shape,
                                "'exact', 'padded', or 'auto' (padded where the target samples on its device)")
+        .def_property_readonly("settle_steps", &decoder::settle_steps,
+                               "steps of a run of drafting (or plain) steps the adaptive length takes as transitions")
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("shares_prefill", &decoder::shares_prefill)
         .def_property_readonly(

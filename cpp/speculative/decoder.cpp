@@ -45,6 +45,10 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         throw std::invalid_argument("draft_catch_up must be 'auto', 'batch' or 'tokens', got '" +
                                     params.draft_catch_up + "'");
     }
+    if (params.settle_steps < -1 || params.settle_steps > k_max_draft) {
+        throw std::invalid_argument("settle_steps must be in [-1, " + std::to_string(k_max_draft) + "] (-1: auto), got " +
+                                    std::to_string(params.settle_steps));
+    }
     if (params.verify_shape != "auto" && params.verify_shape != "exact" && params.verify_shape != "padded") {
         throw std::invalid_argument("verify_shape must be 'auto', 'exact' or 'padded', got '" + params.verify_shape +
                                     "'");
@@ -93,7 +97,9 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         const bool by_token = how == "tokens" || (how == "auto" && draft_->local_gpu && !slot);
         drafter_->set_catch_up_by_token(by_token ? k_catch_up_by_token : 0);
     }
-    if (!slot && (target_->local_gpu || (draft_ && draft_->local_gpu))) {
+    const bool on_gpu = target_->local_gpu || (draft_ && draft_->local_gpu);
+    lengths_.set_settle_steps(params.settle_steps >= 0 ? params.settle_steps : on_gpu ? k_graph_settle_steps : 0);
+    if (!slot && on_gpu) {
         warm_up();
     }
 }
@@ -407,6 +413,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     pad_to_ = (pad_verify_ == 1 || (pad_verify_ == 2 && tgt_cache_->chain().what != device_chain::kind::none))
                   ? plan.n_draft + 1
                   : 0;
+    lengths_.set_padded(pad_to_);
     const auto t_start = clock_type::now();
 
     forced_kept_ = forced_seen_ = 0.0;

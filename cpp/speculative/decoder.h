@@ -58,6 +58,11 @@ struct decoder_params {
     // slot's, is never padded). A GPU replays a recorded graph for a decode shaped like the one
     // before and runs one of a new shape without it
     std::string                 verify_shape = "auto";
+    // the steps of a run of drafting (or of plain) steps that the adaptive draft length takes as
+    // transitions, whose costs price neither (draft_length_model::set_settle_steps); -1: 2 where
+    // either model is on a GPU of this machine (CUDA graphs: a new shape runs without its graph,
+    // the next alike records it), 0 elsewhere
+    int32_t                     settle_steps = -1;
     // where DSI's target servers beyond the first run (the first is the decoder's target context):
     // server s + 1 on dsi_servers[s], every layer offloaded there, its own copy of the target's
     // weights; servers past the list share the target's weights and placement
@@ -184,6 +189,9 @@ constexpr int32_t k_max_draft = 64;
 // decoder_params::draft_catch_up "tokens": catch-ups of at most this many tokens go one by one (a
 // fully accepted step's are two; longer ones follow a pause, where a batch's cost is worth it)
 constexpr int32_t k_catch_up_by_token = 4;
+// decoder_params::settle_steps -1 on a GPU: llama.cpp's CUDA backend runs a decode of a new shape
+// without its graph and records it at the next alike; the one after replays it
+constexpr int32_t k_graph_settle_steps = 2;
 // with fixed draft lengths, forced drafts are proposed while the target keeps at least this share of them
 constexpr double k_forced_min_accept = 0.7;
 // maximum DSI target servers
@@ -356,6 +364,8 @@ class decoder {
     // decoder_params::verify_shape as resolved for this decoder: "exact", "padded", or "auto" (padded
     // in generations whose target samples on its device)
     std::string verify_shape() const { return pad_verify_ == 0 ? "exact" : pad_verify_ == 1 ? "padded" : "auto"; }
+    // decoder_params::settle_steps as resolved for this decoder
+    int32_t settle_steps() const { return lengths_.settle_steps(); }
     // the pairing of the draft's vocabulary with the target's when they differ (null: they are one)
     const vocab_map * cross_vocab() const { return vocab_map_.get(); }
 

@@ -175,16 +175,19 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     r.n_accepted    = acc.n_accepted;
     r.conf.assign(drafted_.conf.begin(), drafted_.conf.begin() + n_model);
     r.forced.assign(drafted_.forced.begin(), drafted_.forced.end());
-    r.n_decodes = n_model > 0 ? drafted_.n_decodes : 0;
+    r.n_decodes  = n_model > 0 ? drafted_.n_decodes : 0;
+    r.n_catch_up = n_model > 0 ? drafted_.n_catch_up : 0;
+    r.n_verified = (int32_t) batch_.size();  // (the verification's batch: padded or not)
     r.probe       = probe < 0 ? -1 : acc.next == probe ? 1 : 0;
     r.catch_up_ms = drafted_.catch_up_ms;
     r.draft_ms    = draft_ms;
     r.verify_ms   = verify_ms;
     r.prev_n      = prev_n;
     if (prices) {
-        r.catch_up_ms = n_model > 0 ? prices->draft_ms : 0.0;
-        r.draft_ms    = n_model > 0 ? (1 + r.n_decodes) * prices->draft_ms : 0.0;
-        r.verify_ms   = prices->verify_ms + n * prices->verify_token_ms;
+        const int32_t n_catch_up = std::max(1, r.n_catch_up);
+        r.catch_up_ms = n_model > 0 ? n_catch_up * prices->draft_ms : 0.0;
+        r.draft_ms    = n_model > 0 ? (n_catch_up + r.n_decodes) * prices->draft_ms : 0.0;
+        r.verify_ms   = prices->verify_ms + (r.n_verified - 1) * prices->verify_token_ms;
     }
     lengths_.observe(r);
 }

@@ -28,6 +28,7 @@ void draft_length_model::observe_catch_up(double ms) {
 }
 
 void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
+    n_tokens = priced_size(n_tokens);
     // (a first batch is taken as measured: nothing measured predicts it yet)
     const double predicted = n_tokens == 1 || sw_ > 0.0 ? verify_ms(n_tokens) : 0.0;
     if (predicted > 0.0) {
@@ -57,6 +58,7 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
 }
 
 double draft_length_model::verify_ms(int32_t n_tokens) const {
+    n_tokens = priced_size(n_tokens);
     if (n_tokens <= 1 && n_v1_ > 0) {
         return v1_ms_;
     }
@@ -75,10 +77,17 @@ double draft_length_model::line_ms(int32_t n_tokens) const {
     const double mean_y = sy_ / sw_;
     const double var_k  = skk_ / sw_ - mean_k * mean_k;
     // slope from the data once batch sizes vary; while they do not, the line from a plain step to
-    // them (no slope while there is neither); a batch never costs less than a smaller one
-    double b = var_k > 0.25                  ? (sky_ / sw_ - mean_k * mean_y) / var_k
-               : n_v1_ > 0 && mean_k > 1.5 ? (mean_y - v1_ms_) / (mean_k - 1.0)
-                                             : 0.0;
+    // them, or the prompt's price per token where that is less (no slope while there is neither):
+    // on a GPU a one-token decode replays a recorded graph and a batch runs its kernels one by one,
+    // a step up from one token to two that is no price per token (an H200, Qwen2.5-7B's shape:
+    // one token 5.9 ms, two 7.1, sixteen 8.2); a batch never costs less than a smaller one
+    double b = 0.0;
+    if (var_k > 0.25) {
+        b = (sky_ / sw_ - mean_k * mean_y) / var_k;
+    } else if (n_v1_ > 0 && mean_k > 1.5) {
+        b = (mean_y - v1_ms_) / (mean_k - 1.0);
+        b = prompt_token_ms_ > 0.0 ? std::min(b, prompt_token_ms_) : b;
+    }
     b = std::max(b, 0.0);
     return std::max(mean_y + b * (n_tokens - mean_k), 0.0);
 }
@@ -104,26 +113,34 @@ double draft_length_model::accept_prob(double conf) const {
     return (acc_bin_[b] + k_prior_weight * acceptance()) / (n_bin_[b] + k_prior_weight);
 }
 
-void draft_length_model::observe_step(int32_t tokens, double ms, bool model_drafted) {
+void draft_length_model::observe_step(int32_t tokens, double ms, bool model_drafted, bool steady, double steady_ms) {
     step_tokens_ = k_decay * step_tokens_ + tokens;
     step_ms_     = k_decay * step_ms_ + ms;
-    if (model_drafted) {
-        // a probe is the only fresh news while paused: it counts as much as all the steps before
-        const double d  = probing_ && drafted_w_ > 0.0 ? 1.0 / drafted_w_ : k_decay;
-        drafted_tokens_ = d * drafted_tokens_ + tokens;
-        drafted_ms_     = d * drafted_ms_ + ms;
-        drafted_w_      = d * drafted_w_ + 1.0;
+    if (model_drafted && probing_ && n_v1_ > 0) {
+        probe_acc_ms_ += ms - tokens * v1_ms_;  // (a probe's cost is all of its steps')
+    }
+    // a transition counts in the drafting steps' rate at its steady price, once there is one
+    const bool   counted = model_drafted && (steady || steady_ms >= 0.0);
+    const bool   probe_done = probing_ && probe_left_ == 0;
+    if (counted) {
+        // a probe is the only fresh news while paused: its steps count as much as all the steps before
+        const bool   fresh = probing_ && probe_left_ == settle_ && drafted_w_ > 0.0;
+        const double d     = fresh ? 1.0 / drafted_w_ : k_decay;
+        drafted_tokens_    = d * drafted_tokens_ + tokens;
+        drafted_ms_        = d * drafted_ms_ + (steady ? ms : steady_ms);
+        drafted_w_         = d * drafted_w_ + 1.0;
         drafted_steps_ += 1;
-        if (probing_ && n_v1_ > 0) {
-            probe_excess_ms_[n_probes_ % 2] = ms - tokens * v1_ms_;
-            n_probes_ += 1;
-        }
-        // a pause ends with a drafting step (a probe) after which drafting pays; not with a plain
-        // step whose price a busy spell moved (the draft, resumed without a probe's windowed
-        // catch-up, would decode every token it sat out)
-        if (paused_ && draft_pays()) {
-            paused_ = false;
-        }
+    }
+    if (model_drafted && probe_done && n_v1_ > 0) {
+        probe_excess_ms_[n_probes_ % 2] = probe_acc_ms_;
+        n_probes_ += 1;
+        probe_acc_ms_ = 0.0;
+    }
+    // a pause ends with a drafting step (a probe's last) after which drafting pays; not with a
+    // plain step whose price a busy spell moved (the draft, resumed without a probe's windowed
+    // catch-up, would decode every token it sat out)
+    if (counted && (probe_done || !probing_) && paused_ && draft_pays()) {
+        paused_ = false;
     }
     probing_ = false;
 }
@@ -291,6 +308,11 @@ void draft_length_model::observe_draft_prompt(int32_t n_tokens, double ms) {
 }
 
 bool draft_length_model::draft_this_step() {
+    if (probe_left_ > 0) {  // a probe drafts on until a steady step (set_settle_steps)
+        --probe_left_;
+        probing_ = true;
+        return true;
+    }
     probing_ = false;
     if (!paused_ && draft_pays()) {
         skipped_   = 0;
@@ -301,8 +323,10 @@ bool draft_length_model::draft_this_step() {
     paused_ = true;
     if (++skipped_ >= probe_gap()) {
         probe_gap_ = std::min(2 * probe_gap_, k_max_probe_gap);
-        skipped_   = 0;
-        probing_   = true;
+        skipped_      = 0;
+        probing_      = true;
+        probe_left_   = settle_;
+        probe_acc_ms_ = 0.0;
         return true;
     }
     return false;
@@ -324,20 +348,41 @@ bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_re
 }
 
 void draft_length_model::observe(const step_record & s) {
+    // the steps before this one in the run of batches (or of plain steps) it belongs to: the
+    // first settle_ of a run are transitions, whose costs price nothing (set_settle_steps)
+    const bool batch  = s.n > 0;
+    run_              = s.prev_n >= 0 && (s.prev_n > 0) == batch ? run_ + 1 : 0;
+    const bool    steady    = run_ >= settle_;
+    const int32_t n_decodes = s.n_model == 0 ? 0 : s.n_decodes >= 0 ? s.n_decodes : s.n_model - 1;
+    const int32_t n_verify  = s.n_verified > 0 ? s.n_verified : s.n + 1;
+    // a transition's steady price: its catch-up, draft decodes and verification at the estimates
+    // from steady steps (none before those are measured)
+    double steady_ms = -1.0;
+    if (!steady && s.n_model > 0 && has_catch_up_ && (has_draft_ms_ || n_decodes == 0) && sw_ > 0.0) {
+        steady_ms = catch_up_ms_ + n_decodes * draft_ms_ + verify_ms(n_verify);
+    }
     // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
-    // once per step whatever the draft length; the other n_model - 1 decodes are one token each
-    if (s.n_model > 0) {
+    // once per step whatever the draft length; the other n_model - 1 decodes are one token each,
+    // and so are the catch-up's where it decoded token by token
+    if (s.n_model > 0 && steady) {
         observe_catch_up(s.catch_up_ms);
+        if (n_decodes > 0) {
+            observe_draft_decode((s.draft_ms - s.catch_up_ms) / n_decodes);
+        }
+        if (s.n_catch_up > 0) {
+            observe_draft_decode(s.catch_up_ms / s.n_catch_up);
+        }
     }
-    const int32_t n_decodes = s.n_decodes >= 0 ? s.n_decodes : s.n_model - 1;
-    if (n_decodes > 0) {
-        observe_draft_decode((s.draft_ms - s.catch_up_ms) / n_decodes);
-    }
-    // a one-token verification is priced only when steady (after another); right after a batch,
-    // what it costs beyond that is the price of having left plain steps
-    if (s.n > 0 || s.prev_n == 0) {
-        observe_verify(s.n + 1, s.verify_ms);
-    } else if (s.prev_n > 0 && knows_plain_step()) {
+    // a one-token verification is priced only when steady (after another, or after as many as
+    // settle_); right after a batch, what it costs beyond that is the price of having left plain
+    // steps
+    if (batch) {
+        if (steady) {
+            observe_verify(n_verify, s.verify_ms);
+        }
+    } else if (run_ >= std::max(1, settle_)) {
+        observe_verify(1, s.verify_ms);
+    } else if (run_ == 0 && s.prev_n > 0 && knows_plain_step()) {
         observe_leave(s.verify_ms - verify_ms(1));
     }
     // every draft the target looked at: all accepted ones and the first rejected one
@@ -354,7 +399,7 @@ void draft_length_model::observe(const step_record & s) {
     if (s.probe >= 0 && s.n_accepted == s.n) {
         observe_lookup(s.probe == 1);
     }
-    observe_step(s.n_accepted + 1, s.draft_ms + s.verify_ms, s.n_model > 0);
+    observe_step(s.n_accepted + 1, s.draft_ms + s.verify_ms, s.n_model > 0, steady, steady_ms);
 }
 
 }  // namespace specllama

@@ -56,6 +56,8 @@ struct step_record {
     // forced[i]: draft i was forced by a grammar (q = 1: neither the model's choice nor lookup's); empty: none
     std::vector<uint8_t> forced;
     int32_t            n_decodes  = -1;  // the draft's decodes after its catch-up (-1: n_model - 1)
+    int32_t            n_catch_up = 0;   // the catch-up's decodes where each took one token (0: a batch)
+    int32_t            n_verified = 0;   // tokens the verification decoded (0: n + 1; more where padded)
 };
 
 class draft_length_model {
@@ -115,6 +117,18 @@ class draft_length_model {
     // a target whose rollback restores a checkpoint and decodes the kept tokens again (recurrent
     // or hybrid memory): a rejected draft then costs that decode as well, priced before any batch
     void set_decodes_again(bool yes) { decodes_again_ = yes; }
+    // verification batches padded to n_tokens (0: none): every batch of 2 to n_tokens tokens
+    // costs what one of n_tokens does, so a further draft adds no verification cost up to there
+    void set_padded(int32_t n_tokens) { padded_ = n_tokens > 1 ? n_tokens : 0; }
+    int32_t padded() const { return padded_; }
+    // the first n steps of a run of drafting steps, and of a run of plain steps, are transitions
+    // whose costs are not what the run's later steps cost (0: none). On a GPU whose backend replays
+    // a recorded graph (CUDA graphs), a decode shaped unlike the last one runs without the graph
+    // and the next alike records it; only then is it replayed (llama.cpp: 2 steps). Their tokens
+    // and acceptance count; their costs price neither drafting nor plain steps, and a probe of a
+    // paused model drafts for n + 1 steps in a row, so that it is judged by a steady step
+    void set_settle_steps(int32_t n) { settle_ = n > 0 ? n : 0; }
+    int32_t settle_steps() const { return settle_; }
     // the draft's prompt pass: n_tokens in ms, the price of a probe's catch-up until a probe is
     // measured, and of a draft decode in the prediction until one is
     void observe_draft_prompt(int32_t n_tokens, double ms);
@@ -185,7 +199,10 @@ class draft_length_model {
     void observe_acceptance(double conf, bool accepted);
     // a finished step: tokens it produced (accepted + the target's own), ms it took (drafting
     // and verification), whether the draft model drafted in it
-    void observe_step(int32_t tokens, double ms, bool model_drafted);
+    // (steady false: a drafting step that is one of its run's transitions, set_settle_steps; it
+    // counts in the drafting steps' rate at steady_ms, its price at the steady steps' prices, and
+    // not at all where steady_ms < 0: none is known yet)
+    void observe_step(int32_t tokens, double ms, bool model_drafted, bool steady = true, double steady_ms = -1.0);
 
     double draft_ms() const { return draft_ms_; }
     double draft_token_ms() const { return draft_token_ms_; }
@@ -206,7 +223,16 @@ class draft_length_model {
     // the acceptance assumed before any draft is judged, and its weight in drafts where few are
     static constexpr double k_prior_acceptance = 0.8;
     static constexpr double k_prior_weight     = 2.0;
-    bool   decodes_again_ = false;
+    bool    decodes_again_ = false;
+    int32_t padded_        = 0;
+    int32_t settle_        = 0;
+    int32_t run_           = 0;  // steps before this one in the current run of drafting (or of plain) steps
+    int32_t probe_left_    = 0;  // steps a probe drafts on for (set_settle_steps)
+    double  probe_acc_ms_  = 0;  // a probe's cost beyond plain steps so far, over its steps
+    // the size a batch of n_tokens is priced as (its padded size where verification is padded)
+    int32_t priced_size(int32_t n_tokens) const {
+        return padded_ > 0 && n_tokens >= 2 && n_tokens < padded_ ? padded_ : n_tokens;
+    }
     double checkpoint_ms_ = 0.0;
     double draft_token_ms_ = 0.0;  // a draft prompt token (observe_draft_prompt; 0: none)
     // the drafting steps' evidence shows a clear loss (k_clear_loss, after k_min_clear_evidence steps)

@@ -1,0 +1,174 @@
+"""The adaptive draft length on a simulated GPU: decode prices that follow llama.cpp's CUDA graphs,
+driving the rule the decoding loop uses (specllama._core.DraftLengthModel, configured as a decoder
+on a GPU configures it), through the sequence of generations benchmarks/gpu/shaped_bench.py runs.
+
+The price model: llama.cpp's CUDA backend keeps one recorded graph per context here; a decode shaped
+unlike the one before runs without it, the next alike records it (that decode's price plus
+--capture-ms), and later alike ones replay it. The target's prices are what verify_shapes.py
+measured on an H200 for Qwen2.5-7B's shape (F16; benchmarks/results/gpu_h200_shaped_7dff48a.json):
+a replayed decode of k tokens (fixed shape) and one run without its graph (varying shape). The
+draft's are parameters: a replayed one-token decode (--draft-ms), one without its graph
+(--draft-direct-ms), and a first-use surcharge on its first --cold-calls decodes. Acceptance is
+independent per draft at the given rate. Every figure is tokens per ms against plain decoding on
+the same prices: no timing is involved, and a seed fixes the outcome.
+
+    python benchmarks/gpu/graph_sim.py [--acceptance 0.8,0.6] [--draft-ms 1.1,1.5,2.5] [--seeds 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+
+from specllama import _core
+
+# verify_shapes.py on an H200 (driver 580.159.04, CUDA 13.0), Qwen2.5-7B's shape in F16, ms for
+# k = 1..16 tokens: the same shape every decode (its graph replayed) and a new shape every decode
+REPLAYED = [5.862, 7.139, 7.309, 7.350, 7.497, 7.556, 7.574, 7.640, 7.877, 7.884, 7.949, 7.977, 8.017, 8.091,
+            8.159, 8.223]
+DIRECT = [7.123, 8.553, 8.601, 8.621, 8.757, 8.830, 8.854, 8.957, 9.212, 9.153, 9.184, 9.245, 9.320, 9.295,
+          9.357, 9.505]
+GRAPH_SETTLE_STEPS = 2  # what a decoder on a GPU gives its rule (decoder_params::settle_steps)
+
+
+def _target_ms(table, k):
+    return table[min(k, 16) - 1] + 0.06 * max(0, k - 16)
+
+
+class Context:
+    """One context's decode prices: a new shape runs directly, the next alike records, then replays."""
+
+    def __init__(self, replayed, direct, capture_ms=1.0, cold_calls=0, cold_ms=0.0):
+        self.replayed, self.direct, self.capture_ms = replayed, direct, capture_ms
+        self.cold_calls, self.cold_ms = cold_calls, cold_ms
+        self.shape, self.alike, self.calls = None, 0, 0
+
+    def decode(self, k: int) -> float:
+        self.calls += 1
+        self.alike = self.alike + 1 if k == self.shape else 0
+        self.shape = k
+        ms = (self.direct(k) if self.alike == 0 else self.direct(k) + self.capture_ms if self.alike == 1
+              else self.replayed(k))
+        return ms + (self.cold_ms if self.calls <= self.cold_calls else 0.0)
+
+
+class Loop:
+    """The decoding loop's steps on those prices: a catch-up token by token (up to 4, else one
+    batch), the rule's draft length, a verification padded to n_draft + 1 (or exact), plain steps
+    where the rule pauses. fixed: draft that many every step instead (no rule)."""
+
+    def __init__(self, acceptance, draft_ms=1.1, draft_direct_ms=3.5, n_draft=10, padded=True, settle=None,
+                 cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0):
+        self.rng = random.Random(seed)
+        self.acceptance, self.n_draft, self.padded, self.fixed = acceptance, n_draft, padded, fixed
+        self.target = Context(lambda k: _target_ms(REPLAYED, k), lambda k: _target_ms(DIRECT, k), capture_ms)
+        self.draft = Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1),
+                             capture_ms, cold_calls, cold_ms)
+        self.rule = _core.DraftLengthModel()
+        self.rule.set_padded(n_draft + 1 if padded else 0)
+        self.rule.set_settle_steps(GRAPH_SETTLE_STEPS if settle is None else settle)
+        self.lengths: list[int] = []
+
+    def _drafting_step(self, n_max, sat_out):
+        catch_up, n_single = 0.0, 0
+        if sat_out <= 4:
+            for _ in range(sat_out):
+                catch_up += self.draft.decode(1)
+            n_single = sat_out
+        else:
+            catch_up += self.draft.decode(min(sat_out, 32))
+        n, p_reach, confs, draft_ms = 0, 1.0, [], catch_up
+        while True:
+            n += 1
+            conf = self.rng.random()
+            confs.append(conf)
+            if n >= min(self.fixed or n_max, n_max):
+                break
+            if self.fixed is None:
+                more, p_reach = self.rule.keep_drafting(n, conf, p_reach, n_max)
+                if not more:
+                    break
+            draft_ms += self.draft.decode(1)
+        kept = 0
+        while kept < n and self.rng.random() < self.acceptance:
+            kept += 1
+        n_verified = self.n_draft + 1 if self.padded else n + 1
+        verify_ms = self.target.decode(n_verified)
+        return n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified
+
+    def generate(self, n_tokens: int, speculative: bool = True, n_prompt: int = 30) -> float:
+        """Tokens per ms of one generation (its prompt pass included)."""
+        rule = self.rule
+        total_ms = self.target.decode(n_prompt)
+        rule.observe_prompt(n_prompt, total_ms)
+        if speculative:
+            ms = self.draft.decode(n_prompt)
+            total_ms += ms
+            rule.observe_draft_prompt(n_prompt, ms)
+        made, prev_n, sat_out, step = 0, -1, 1, 0
+        while made < n_tokens:
+            n_max = min(self.n_draft, n_tokens - made - 1) if speculative and step > 0 else 0
+            pricing = self.fixed is None and rule.pricing(True)
+            drafts = n_max > 0 and (self.fixed is not None or (not pricing and rule.model_drafts(True)))
+            if drafts:
+                n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified = self._drafting_step(n_max, sat_out)
+                rule.observe(n, n, kept, confs, -1, catch_up, draft_ms, verify_ms, prev_n,
+                             n_catch_up=n_single, n_verified=n_verified)
+                sat_out = 1 if kept < n else 2
+                tokens, ms, prev_n = kept + 1, draft_ms + verify_ms, n
+                self.lengths.append(n)
+            else:
+                verify_ms = self.target.decode(1)
+                if step > 0:
+                    rule.observe(0, 0, 0, [], -1, 0.0, 0.0, verify_ms, prev_n)
+                sat_out += 1
+                tokens, ms, prev_n = 1, verify_ms, 0
+            made += tokens
+            total_ms += ms
+            step += 1
+        return made / total_ms
+
+
+def bench(acceptance, rounds=2, n_tokens=128, **kw) -> float:
+    """shaped_bench.py's sequence on one decoder (a short run before each measured one; plain and
+    speculative in turn, two temperatures a round): median speculative over median plain."""
+    loop = Loop(acceptance, **kw)
+    plain, spec = [], []
+    for _ in range(rounds * 2):
+        loop.generate(4, speculative=False)
+        plain.append(loop.generate(n_tokens, speculative=False))
+        loop.generate(4)
+        spec.append(loop.generate(n_tokens))
+    return statistics.median(spec) / statistics.median(plain)
+
+
+def mean_over_seeds(acceptance, seeds, **kw) -> float:
+    return statistics.mean(bench(acceptance, seed=s, **kw) for s in range(seeds))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--acceptance", default="0.8,0.6")
+    ap.add_argument("--draft-ms", default="1.1,1.5,2.5", help="the draft's replayed one-token decode, ms")
+    ap.add_argument("--draft-direct-ms", type=float, default=3.5, help="the draft's decode without its graph, ms")
+    ap.add_argument("--cold-calls", type=int, default=8, help="the draft's first decodes that cost --cold-ms more")
+    ap.add_argument("--cold-ms", type=float, default=3.0)
+    ap.add_argument("--seeds", type=int, default=6)
+    args = ap.parse_args()
+    print("tokens per ms against plain decoding, mean over seeds; settle: the rule's settle_steps")
+    print(f"{'acceptance':>10} {'draft ms':>8} {'verify':>7} {'settle 0':>8} {'settle 2':>8} {'best fixed':>10}")
+    for acceptance in (float(a) for a in args.acceptance.split(",")):
+        for draft_ms in (float(d) for d in args.draft_ms.split(",")):
+            for padded in (True, False):
+                kw = dict(draft_ms=draft_ms, draft_direct_ms=args.draft_direct_ms, padded=padded,
+                          cold_calls=args.cold_calls, cold_ms=args.cold_ms)
+                s0 = mean_over_seeds(acceptance, args.seeds, settle=0, **kw)
+                s2 = mean_over_seeds(acceptance, args.seeds, settle=2, **kw)
+                best = max((mean_over_seeds(acceptance, args.seeds, fixed=k, **kw), k) for k in (2, 3, 4, 5, 6, 8, 10))
+                print(f"{acceptance:>10} {draft_ms:>8} {'padded' if padded else 'exact':>7} {s0:>8.2f} {s2:>8.2f} "
+                      f"{best[0]:>7.2f} ({best[1]})")
+
+
+if __name__ == "__main__":
+    main()

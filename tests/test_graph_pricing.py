@@ -1,0 +1,209 @@
+"""The adaptive draft length where decodes are priced as on a GPU with CUDA graphs: a padded
+verification adds nothing for a further draft, one batch size alone does not make the step from a
+one-token decode to a batch a price per token, one-token catch-ups keep the draft's decode price
+current, and the first steps of a run (settle_steps) price nothing. Given prices and simulated
+GPU prices (benchmarks/gpu/graph_sim.py) only: nothing here is timed."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+import specllama
+from specllama import _core
+
+
+def _plain_priced(plain_ms=5.9, prompt_token_ms=None):
+    m = _core.DraftLengthModel()
+    for _ in range(3):
+        m.observe_verify(1, plain_ms)
+        m.observe_step(1, plain_ms, False)
+    if prompt_token_ms is not None:
+        m.observe_prompt(30, 30 * prompt_token_ms)
+    return m
+
+
+def test_a_padded_verification_prices_every_batch_as_its_padded_size():
+    """Verification padded to 11 tokens (verify_shape "padded"): a batch of 2 costs what one of 11
+    does, so a further draft adds no verification cost; unpadded, the line through the sizes prices it."""
+    padded, exact = _plain_priced(), _plain_priced()
+    padded.set_padded(11)
+    assert padded.padded == 11 and exact.padded == 0
+    for n, ms in ((3, 7.3), (6, 7.6), (11, 7.9)):
+        for m in (padded, exact):
+            m.observe_verify(n, ms)
+    assert padded.verify_ms(2) == padded.verify_ms(5) == padded.verify_ms(11)
+    assert padded.verify_ms(1) == pytest.approx(5.9)
+    assert exact.verify_ms(2) < exact.verify_ms(5) < exact.verify_ms(11)
+
+
+def test_one_batch_size_prices_further_tokens_at_most_at_the_prompts_price():
+    """Only two-token batches verified, at 10 ms against 5.9 for one token (a GPU's step from a
+    replayed graph to a batch): with a prompt priced at 0.3 ms per token, a third token is priced
+    at that, not at the 4.1 ms step; without a prompt price the step stands."""
+    def after_two_token_batches(prompt_token_ms):
+        m = _plain_priced(prompt_token_ms=prompt_token_ms)
+        for _ in range(4):
+            m.observe_verify(2, 10.0)
+        return m
+    priced = after_two_token_batches(0.3)
+    assert priced.verify_ms(3) - priced.verify_ms(2) == pytest.approx(0.3, abs=0.01)
+    unpriced = after_two_token_batches(None)
+    assert unpriced.verify_ms(3) - unpriced.verify_ms(2) == pytest.approx(4.1, abs=0.05)
+    # where batches of several sizes were verified, their own slope prices a token
+    varied = after_two_token_batches(0.3)
+    for _ in range(4):
+        varied.observe_verify(6, 14.0)
+    assert varied.verify_ms(7) - varied.verify_ms(6) == pytest.approx(1.0, abs=0.05)
+
+
+def _step(m, n_model, n_accepted, catch_up_ms, draft_ms, verify_ms, prev_n, **kw):
+    m.observe(n_model, n_model, n_accepted, [0.9] * n_model, -1, catch_up_ms, draft_ms, verify_ms, prev_n, **kw)
+
+
+def test_one_token_catch_ups_keep_the_draft_decode_price_current():
+    """A first drafting step's decodes cost 4 ms each (a GPU's first uses), later steps draft one
+    token each and so decode nothing after their catch-up: a catch-up that decoded one token at a
+    time prices a draft decode, and the price follows to what those cost (1 ms); a catch-up that
+    was one batch says nothing of a one-token decode."""
+    def after(n_catch_up):
+        m = _plain_priced()
+        _step(m, 3, 3, 4.0, 12.0, 8.0, 0)  # 2 decodes after the catch-up at 4 ms
+        for _ in range(150):
+            _step(m, 1, 1, 2.0, 2.0, 8.0, 1, n_catch_up=n_catch_up)
+        return m
+    assert after(2).draft_ms == pytest.approx(1.0, abs=0.05)
+    assert after(0).draft_ms == pytest.approx(4.0)
+
+
+def test_a_runs_first_steps_price_nothing_where_it_settles():
+    """settle_steps 2: the first two steps of a run of batches, and of plain steps, are transitions
+    (a GPU runs a new shape without its graph, then records it): their costs change no price; the
+    third step's do. With settle_steps 0 the first step's do."""
+    def run(settle):
+        m = _plain_priced()
+        m.set_settle_steps(settle)
+        prev = 0
+        for verify_ms in (20.0, 20.0, 8.0):
+            _step(m, 3, 3, 1.0, 3.0, verify_ms, prev)
+            prev = 3
+        return m
+    settled = run(2)
+    assert settled.settle_steps == 2
+    assert settled.verify_ms(4) == pytest.approx(8.0, abs=0.01)
+    assert run(0).verify_ms(4) > 10.0
+    # plain steps after a run: the first two price no plain step
+    m = run(2)
+    for verify_ms, prev in ((30.0, 3), (30.0, 0)):
+        m.observe(0, 0, 0, [], -1, 0.0, 0.0, verify_ms, prev)
+    assert m.verify_ms(1) == pytest.approx(5.9)
+    m.observe(0, 0, 0, [], -1, 0.0, 0.0, 5.0, 0)
+    assert m.verify_ms(1) < 5.9
+
+
+def test_a_probe_drafts_for_settle_steps_plus_one_steps_in_a_row():
+    """A paused rule probes with a run of settle_steps + 1 drafting steps (judged by the run: its
+    transitions at steady prices), where settle_steps 0 probes with one step."""
+    def probe_runs(settle):
+        m = _plain_priced(plain_ms=1.0)
+        m.set_settle_steps(settle)
+        prev = 0
+        for _ in range(8):  # drafting that does not pay: 2 tokens in 9 ms against 1 ms a token
+            m.model_drafts(True)
+            _step(m, 3, 1, 1.0, 3.0, 6.0, prev)
+            prev = 3
+        assert m.paused()
+        runs, current = [], 0
+        for _ in range(200):
+            if m.model_drafts(True):
+                current += 1
+                _step(m, 3, 1, 1.0, 3.0, 6.0, prev)
+                prev = 3
+            else:
+                if current:
+                    runs.append(current)
+                current = 0
+                m.observe(0, 0, 0, [], -1, 0.0, 0.0, 1.0, prev)
+                prev = 0
+        return runs
+    assert probe_runs(2) and set(probe_runs(2)) == {3}
+    assert probe_runs(0) and set(probe_runs(0)) == {1}
+
+
+def _graph_sim():
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu" / "graph_sim.py"
+    spec = importlib.util.spec_from_file_location("graph_sim", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_on_simulated_gpu_prices_the_rule_drafts_where_drafting_pays():
+    """benchmarks/gpu/graph_sim.py: an H200's measured verification prices for Qwen2.5-7B's shape,
+    a draft whose replayed decode costs 1.1 ms (3.5 without its graph, 3 ms more on its first 8
+    decodes), acceptance 0.8, padded verification, shaped_bench.py's runs, 8 seeds. The rule as a
+    GPU decoder sets it (settle_steps 2) makes at least 1.3x plain decoding's tokens per ms in every
+    seed, and on average 90% of the best fixed length's; without settling steps (the negative
+    control), the first drafting steps' prices pause it near plain decoding in several seeds."""
+    sim = _graph_sim()
+    kw = dict(draft_ms=1.1, draft_direct_ms=3.5, cold_calls=8, cold_ms=3.0, padded=True)
+    settled = [sim.bench(0.8, seed=s, settle=2, **kw) for s in range(8)]
+    best_fixed = max(sim.mean_over_seeds(0.8, 4, fixed=k, **kw) for k in (3, 4, 5, 6, 8))
+    assert best_fixed > 1.4
+    assert min(settled) >= 1.3, settled
+    assert sum(settled) / len(settled) >= 0.9 * best_fixed, (settled, best_fixed)
+    unsettled = [sim.bench(0.8, seed=s, settle=0, **kw) for s in range(8)]
+    assert sum(x < 1.05 for x in unsettled) >= 3, unsettled
+
+
+def test_on_simulated_gpu_prices_the_rule_stays_near_plain_where_no_length_pays():
+    """The same with acceptance 0.6 and a draft decode of 2.5 ms: no fixed length reaches 0.9x
+    plain; the rule stays within 5% of plain, settling steps or not."""
+    sim = _graph_sim()
+    kw = dict(draft_ms=2.5, draft_direct_ms=3.5, cold_calls=8, cold_ms=3.0, padded=True)
+    assert max(sim.mean_over_seeds(0.6, 4, fixed=k, **kw) for k in (1, 2, 3, 5)) < 0.9
+    for settle in (0, 2):
+        assert sim.mean_over_seeds(0.6, 4, settle=settle, **kw) >= 0.95
+
+
+def test_settle_steps_is_checked_and_resolved(tiny):
+    """settle_steps -1 resolves to 0 off a GPU; a value given is kept; one out of range is refused
+    before any model is loaded, naming the field."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        assert dec.settle_steps_mode == 0
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, settle_steps=2) as dec:
+        assert dec.settle_steps_mode == 2
+    for bad in (-2, 1000):
+        with pytest.raises(ValueError, match="settle_steps"):
+            specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, settle_steps=bad)
+    with pytest.raises(TypeError, match="settle_steps"):
+        specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, settle_steps="2")
+
+
+def test_settling_steps_and_padding_leave_the_greedy_output_the_targets(tiny):
+    """A decoder whose rule settles (settle_steps 2) and whose verification is padded, at given
+    prices where drafting does not pay (a draft decode costs 1.2 one-token verifications): its
+    greedy output is the target's alone, token for token, and its probes are runs of three
+    drafting steps; with settle_steps 0, of one."""
+    prompt = "the cat sat on the mat and the dog"
+    with specllama.SpeculativeDecoder(tiny.target_q, None, n_ctx=512) as plain:
+        want = plain.generate(prompt, max_tokens=120, temperature=0, ignore_eos=True).tokens
+    prices = specllama.StepPrices(draft_ms=1.2, verify_ms=1.0, verify_token_ms=0.02)
+
+    def probe_runs(settle):
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512, settle_steps=settle,
+                                          verify_shape="padded") as dec:
+            assert dec.verify_shape_mode == "padded"
+            out = dec.generate(prompt, max_tokens=120, temperature=0, ignore_eos=True, prices=prices,
+                               record_steps=True)
+        assert out.tokens == want
+        marks = "".join("P" if t.probe else "." for t in out.stats.steps)
+        return [len(run) for run in marks.rstrip("P").split(".") if run]
+    settled = probe_runs(2)
+    assert len(settled) >= 2 and set(settled) == {3}, settled
+    unsettled = probe_runs(0)
+    assert len(unsettled) >= 2 and set(unsettled) == {1}, unsettled
