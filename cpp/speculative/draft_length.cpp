@@ -124,8 +124,9 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     const bool   probe_done = probing_ && probe_left_ == 0;
     if (counted) {
         // a probe is the only fresh news while paused: its steps count as much as all the steps before
-        const bool   fresh = probing_ && probe_left_ == settle_ && drafted_w_ > 0.0;
+        const bool   fresh = probing_ && probe_fresh_ && drafted_w_ > 0.0;
         const double d     = fresh ? 1.0 / drafted_w_ : k_decay;
+        probe_fresh_       = false;
         drafted_tokens_    = d * drafted_tokens_ + tokens;
         drafted_ms_        = d * drafted_ms_ + (steady ? ms : steady_ms);
         drafted_w_         = d * drafted_w_ + 1.0;
@@ -326,6 +327,7 @@ bool draft_length_model::draft_this_step() {
         skipped_      = 0;
         probing_      = true;
         probe_left_   = settle_;
+        probe_fresh_  = true;
         probe_acc_ms_ = 0.0;
         return true;
     }

@@ -228,6 +228,7 @@ class draft_length_model {
     int32_t settle_        = 0;
     int32_t run_           = 0;  // steps before this one in the current run of drafting (or of plain) steps
     int32_t probe_left_    = 0;  // steps a probe drafts on for (set_settle_steps)
+    bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
     double  probe_acc_ms_  = 0;  // a probe's cost beyond plain steps so far, over its steps
     // the size a batch of n_tokens is priced as (its padded size where verification is padded)
     int32_t priced_size(int32_t n_tokens) const {
