@@ -61,6 +61,11 @@ def gpu_info() -> dict:
     return info
 
 
+def _settings(text: str) -> dict:
+    """KEY=VALUE,KEY=VALUE as keyword arguments (integers where the value is one)."""
+    return {k: int(x) if x.lstrip("-").isdigit() else x for k, x in (kv.split("=", 1) for kv in text.split(","))}
+
+
 def run_specllama(dec, n: int, temp: float, **kw) -> dict:
     """compare.py's run, after a short one with the same settings: a change of sampling chain makes
     llama.cpp rebuild its graphs once, a cost of switching settings rather than of generating.
@@ -113,7 +118,10 @@ def one_acceptance(args, acceptance: float, first: bool, bindir) -> dict:
                            "specllama": run_specllama(dec, args.n_predict, temp, drafter="model", record_steps=True)}
                     for name, alt in alts.items():
                         row[name] = run_specllama(alt, args.n_predict, temp, drafter="model", record_steps=True)
-                    for name, d in [("specllama", dec), *alts.items()]:
+                    for name, opts in args.runs.items():
+                        row[f"specllama, {name}"] = run_specllama(dec, args.n_predict, temp, drafter="model",
+                                                                  record_steps=opts.get("mode") != "dsi", **opts)
+                    for name, d in [("specllama", dec), *alts.items(), *((f"specllama, {r}", dec) for r in args.runs)]:
                         row[name].update(draft_catch_up=d.draft_catch_up_mode, verify_shape=d.verify_shape_mode)
                     for k in args.n_max:
                         if simple and simple.exists():
@@ -174,15 +182,18 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                     help="also run specllama on a decoder with these SpeculativeDecoder settings, e.g. "
                          "draft_catch_up=batch,verify_shape=exact or settle_steps=0 (repeatable; each loads the target again)")
+    ap.add_argument("--run", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                    help="also run specllama's decoder with these generate() settings, e.g. mode=dsi,sp=2,lookahead=4 "
+                         "(DSI: its target servers share the target's weights on the same GPU; repeatable)")
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
     args.ngl = -1 if args.ngl == "all" else int(args.ngl)
     args.n_max = [int(x) for x in args.n_max.split(",") if x]
     try:
-        args.variants = {v: {k: int(x) if x.lstrip("-").isdigit() else x
-                             for k, x in (kv.split("=", 1) for kv in v.split(","))} for v in args.variant}
+        args.variants = {v: _settings(v) for v in args.variant}
+        args.runs = {v: _settings(v) for v in args.run}
     except ValueError:
-        ap.error("--variant takes KEY=VALUE pairs separated by commas")
+        ap.error("--variant and --run take KEY=VALUE pairs separated by commas")
     if args.type != "f16" and len(args.acceptance.split(",")) > 1:
         ap.error("several acceptances need --type f16 (the pair is retuned in place)")
     prov = provenance({}, args.threads)
