@@ -76,7 +76,8 @@ def test_the_bench_runs_every_program(tmp_path):
     out = tmp_path / "shaped.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "shaped_bench.py"), "--shape", "small",
                         "--models", str(tmp_path / "models"), "--acceptance", "0.6,0.9", "--bindir", str(LLAMA_CPP_BIN),
-                        "-ngl", "0", "-n", "16", "--rounds", "1", "-t", "2", "--n-max", "4", "--out", str(out)],
+                        "-ngl", "0", "-n", "16", "--rounds", "1", "-t", "2", "--n-max", "4", "--out", str(out),
+                        "--variant", "settle_steps=0", "--run", "adaptive=0,n_draft=3", "--run", "mode=dsi,sp=2,lookahead=3"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -85,14 +86,18 @@ def test_the_bench_runs_every_program(tmp_path):
         for temp in ("T=0.0", "T=0.8"):
             s = res["summary"][temp]
             programs = set(s["tokens_per_second"])
-            assert {"plain", "specllama"} <= programs
+            assert {"plain", "specllama", "specllama, settle_steps=0", "specllama, adaptive=0,n_draft=3",
+                    "specllama, mode=dsi,sp=2,lookahead=3"} <= programs
             if (LLAMA_CPP_BIN / "llama-server").exists():
                 assert "llama-server n_max 4" in programs
             if (LLAMA_CPP_BIN / "llama-speculative-simple").exists():  # (or its log lost its timings, and it says so)
                 assert "llama-speculative-simple n_max 4" in programs or "run_speculative_simple" in r.stderr
             assert s["specllama_over_plain"] > 0
         assert res["runs"]["T=0.8"]["specllama"][0]["sampling"] == "host"  # (auto: on a CPU)
+        fixed = res["runs"]["T=0.0"]["specllama, adaptive=0,n_draft=3"][0]["steps"]["pattern"]
+        assert set(fixed[1:]) <= set("123") and "3" in fixed, fixed  # (a fixed length: every step after the first drafts)
     assert "acceptance 0.9 T=0.8" in r.stdout
+    assert "specllama, settle_steps=0 steps: " in r.stderr
 
 
 def test_verify_shapes_measures_both_orders(pair, tmp_path):
