@@ -232,6 +232,10 @@ class DraftLengthModel:
         ...
     def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
+    def padded_length(self, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        the most drafts worth padding a verification for (at most n_max): the fixed length that makes the most tokens per ms with every verification priced as the padded one; n_max while unpriced
+        """
     def paused(self) -> bool:
         """
         whether the model is left out of steps now, but for probes (a pause ends with a probe that pays)

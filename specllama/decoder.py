@@ -90,11 +90,13 @@ class SpeculativeDecoder:
     one replays its recorded CUDA graph, and a batch in between makes the next decodes run without
     it). draft_catch_up_mode says which; the output is the same either way.
     verify_shape: the target's verification batch: "exact" (the last token and the drafts),
-    "padded" (always n_draft + 1 tokens: the drafts, then copies of the last, whose rows nobody
-    reads and whose cache cells are dropped), or "auto" (padded where the target is on a GPU of this
-    machine and samples there, so that every verification has one shape and replays its recorded
-    CUDA graph; a recurrent, window-only or slot's cache is never padded). verify_shape_mode says
-    which; the output is the same either way.
+    "padded" (one length in every step of a generation: the drafts, then copies of the last, whose
+    rows nobody reads and whose cache cells are dropped; n_draft + 1 tokens at a fixed draft
+    length, and in an adaptive generation one more than the draft length whose steps make the most
+    tokens per ms at the prices measured so far, which no step then exceeds), or "auto" (padded
+    where the target is on a GPU of this machine and samples there, so that every verification
+    has one shape and replays its recorded CUDA graph; a recurrent, window-only or slot's cache is
+    never padded). verify_shape_mode says which; the output is the same either way.
     settle_steps: how many steps at the start of a run of drafting steps (and of a run of plain
     steps) the adaptive draft length takes as transitions: their costs price neither, and a probe
     of a paused draft drafts that many steps more in a row, so that it is judged by a steady one.

@@ -145,12 +145,12 @@ def _graph_sim():
 def test_on_simulated_gpu_prices_the_rule_drafts_where_drafting_pays():
     """benchmarks/gpu/graph_sim.py: an H200's measured verification prices for Qwen2.5-7B's shape,
     a draft whose replayed decode costs 1.1 ms (3.5 without its graph, 3 ms more on its first 8
-    decodes), acceptance 0.8, padded verification, shaped_bench.py's runs, 8 seeds. The rule as a
+    decodes), acceptance 0.8, verification padded to n_draft + 1, shaped_bench.py's runs, 8 seeds. The rule as a
     GPU decoder sets it (settle_steps 2) makes at least 1.3x plain decoding's tokens per ms in every
     seed, and on average 90% of the best fixed length's; without settling steps (the negative
     control), the first drafting steps' prices pause it near plain decoding in several seeds."""
     sim = _graph_sim()
-    kw = dict(draft_ms=1.1, draft_direct_ms=3.5, cold_calls=8, cold_ms=3.0, padded=True)
+    kw = dict(draft_ms=1.1, draft_direct_ms=3.5, cold_calls=8, cold_ms=3.0, verify_shape="full")
     settled = [sim.bench(0.8, seed=s, settle=2, **kw) for s in range(8)]
     best_fixed = max(sim.mean_over_seeds(0.8, 4, fixed=k, **kw) for k in (3, 4, 5, 6, 8))
     assert best_fixed > 1.4
@@ -162,12 +162,55 @@ def test_on_simulated_gpu_prices_the_rule_drafts_where_drafting_pays():
 
 def test_on_simulated_gpu_prices_the_rule_stays_near_plain_where_no_length_pays():
     """The same with acceptance 0.6 and a draft decode of 2.5 ms: no fixed length reaches 0.9x
-    plain; the rule stays within 5% of plain, settling steps or not."""
+    plain; the rule stays within 5% of plain, settling steps or not, padded to its padded_length
+    or to n_draft + 1."""
     sim = _graph_sim()
-    kw = dict(draft_ms=2.5, draft_direct_ms=3.5, cold_calls=8, cold_ms=3.0, padded=True)
-    assert max(sim.mean_over_seeds(0.6, 4, fixed=k, **kw) for k in (1, 2, 3, 5)) < 0.9
+    kw = dict(draft_ms=2.5, draft_direct_ms=3.5, cold_calls=8, cold_ms=3.0)
+    assert max(sim.mean_over_seeds(0.6, 4, fixed=k, verify_shape="full", **kw) for k in (1, 2, 3, 5)) < 0.9
     for settle in (0, 2):
-        assert sim.mean_over_seeds(0.6, 4, settle=settle, **kw) >= 0.95
+        for shape in ("padded", "full"):
+            assert sim.mean_over_seeds(0.6, 4, settle=settle, verify_shape=shape, **kw) >= 0.95
+
+
+def _gpu_priced(draft_ms, accept_every):
+    """A rule priced as the H200 priced the 7B-shaped pair (a plain step 5.9 ms, a verification
+    padded to 11 tokens 7.9, a catch-up 1.7) with the given draft decode, having judged drafts of
+    which every accept_every-th was rejected."""
+    m = _plain_priced()
+    m.set_padded(11)
+    m.observe_verify(11, 7.9)
+    m.observe_catch_up(1.7)
+    m.observe_draft_decode(draft_ms)
+    for i in range(200):
+        m.observe_acceptance(0.5, i % accept_every != 0)
+    return m
+
+
+def test_the_padded_length_is_the_fixed_length_that_pays_best_at_the_padded_price():
+    """Unpriced: n_max. At the H200's prices for the 7B-shaped pair, acceptance 0.8 and a 1.7 ms
+    draft decode, tokens per ms over fixed lengths k (1 + p + ... + p^k tokens for a catch-up,
+    k - 1 draft decodes and the padded verification) peak at 3-5 drafts; a cheaper draft decode or
+    a higher acceptance pads for more, a lower acceptance for fewer; never more than n_max."""
+    assert _core.DraftLengthModel().padded_length(10) == 10
+    base = _gpu_priced(1.7, 5)
+    assert 0.75 < base.acceptance < 0.85
+    k = base.padded_length(10)
+    assert 3 <= k <= 5
+    assert _gpu_priced(0.5, 5).padded_length(10) > k
+    assert _gpu_priced(1.7, 20).padded_length(10) > k
+    assert _gpu_priced(1.7, 2).padded_length(10) < k
+    assert _gpu_priced(0.1, 50).padded_length(6) == 6
+
+
+def test_on_simulated_gpu_prices_padding_to_the_padded_length_beats_padding_to_n_draft():
+    """graph_sim.py at acceptance 0.8 and a 1.7 ms draft decode (the H200's steady price), 8 seeds:
+    verification padded to the rule's padded_length, as a decoder pads it, makes at least 2% more
+    tokens per ms on average than padding every step to n_draft + 1 (graph_sim's "full")."""
+    sim = _graph_sim()
+    kw = dict(draft_ms=1.7, draft_direct_ms=3.5, cold_calls=8, cold_ms=3.0, settle=2)
+    learned = sum(sim.bench(0.8, seed=s, verify_shape="padded", **kw) for s in range(8)) / 8
+    full = sum(sim.bench(0.8, seed=s, verify_shape="full", **kw) for s in range(8)) / 8
+    assert learned >= 1.02 * full, (learned, full)
 
 
 def test_settle_steps_is_checked_and_resolved(tiny):
@@ -207,3 +250,31 @@ def test_settling_steps_and_padding_leave_the_greedy_output_the_targets(tiny):
     assert len(settled) >= 2 and set(settled) == {3}, settled
     unsettled = probe_runs(0)
     assert len(unsettled) >= 2 and set(unsettled) == {1}, unsettled
+
+
+def test_an_adaptive_padded_generation_pads_to_the_padded_length(tiny):
+    """verify_shape "padded" at given prices (a draft decode 0.3 ms, a verification 1 ms and 0.05
+    per further token): the first generation, unpriced, pads to n_draft + 1; the next pad every
+    drafting step to one shorter length, draft no more than it, and write that many rows per
+    verification; the greedy output is the target's throughout."""
+    n_vocab = specllama.Model(tiny.target_q).n_vocab
+    prompt = "the cat sat on the mat and the dog"
+    with specllama.SpeculativeDecoder(tiny.target_q, None, n_ctx=1024) as plain:
+        want = plain.generate(prompt, max_tokens=80, temperature=0, ignore_eos=True).tokens
+    prices = specllama.StepPrices(draft_ms=0.3, verify_ms=1.0, verify_token_ms=0.05)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=1024, verify_shape="padded") as dec:
+        pads = []
+        for _ in range(3):
+            r = dec.generate(prompt, max_tokens=80, temperature=0, ignore_eos=True, prices=prices, drafter="model",
+                             record_steps=True)
+            assert r.tokens == want
+            drafting = [t for t in r.stats.steps if t.n_drafted]
+            assert drafting
+            pad = max(t.n_max for t in drafting) + 1
+            assert all(t.n_drafted <= pad - 1 for t in drafting)
+            rows = pad * len(drafting) + (r.stats.n_steps - len(drafting)) + r.stats.n_draft_calls
+            assert r.stats.logits_bytes == 4 * n_vocab * rows
+            pads.append(pad)
+        n_draft = dec.n_draft
+    assert pads[0] == n_draft + 1
+    assert pads[1] < pads[0] and pads[2] < pads[0]

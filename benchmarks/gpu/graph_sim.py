@@ -12,7 +12,7 @@ draft's are parameters: a replayed one-token decode (--draft-ms), one without it
 independent per draft at the given rate. Every figure is tokens per ms against plain decoding on
 the same prices: no timing is involved, and a seed fixes the outcome.
 
-    python benchmarks/gpu/graph_sim.py [--acceptance 0.8,0.6] [--draft-ms 1.1,1.5,2.5] [--seeds 6]
+    python benchmarks/gpu/graph_sim.py [--acceptance 0.8,0.6] [--draft-ms 1.1,1.7,2.5] [--seeds 6]
 """
 
 from __future__ import annotations
@@ -55,18 +55,21 @@ class Context:
 
 class Loop:
     """The decoding loop's steps on those prices: a catch-up token by token (up to 4, else one
-    batch), the rule's draft length, a verification padded to n_draft + 1 (or exact), plain steps
-    where the rule pauses. fixed: draft that many every step instead (no rule)."""
+    batch), the rule's draft length, a verification padded as the decoder pads it on a GPU
+    ("padded": in each generation to the rule's padded_length + 1, and no more drafts), or to
+    n_draft + 1 every step ("full", for comparison), or "exact"; plain steps where the rule pauses.
+    fixed: draft that many every step instead (no rule; padded to n_draft + 1 unless exact)."""
 
-    def __init__(self, acceptance, draft_ms=1.1, draft_direct_ms=3.5, n_draft=10, padded=True, settle=None,
-                 cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0):
+    def __init__(self, acceptance, draft_ms=1.1, draft_direct_ms=3.5, n_draft=10, verify_shape="padded",
+                 settle=None, cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0):
         self.rng = random.Random(seed)
-        self.acceptance, self.n_draft, self.padded, self.fixed = acceptance, n_draft, padded, fixed
+        self.acceptance, self.n_draft, self.fixed = acceptance, n_draft, fixed
+        self.verify_shape = verify_shape
+        self.pad_to = 0
         self.target = Context(lambda k: _target_ms(REPLAYED, k), lambda k: _target_ms(DIRECT, k), capture_ms)
         self.draft = Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1),
                              capture_ms, cold_calls, cold_ms)
         self.rule = _core.DraftLengthModel()
-        self.rule.set_padded(n_draft + 1 if padded else 0)
         self.rule.set_settle_steps(GRAPH_SETTLE_STEPS if settle is None else settle)
         self.lengths: list[int] = []
 
@@ -93,7 +96,7 @@ class Loop:
         kept = 0
         while kept < n and self.rng.random() < self.acceptance:
             kept += 1
-        n_verified = self.n_draft + 1 if self.padded else n + 1
+        n_verified = max(self.pad_to, n + 1)
         verify_ms = self.target.decode(n_verified)
         return n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified
 
@@ -106,9 +109,18 @@ class Loop:
             ms = self.draft.decode(n_prompt)
             total_ms += ms
             rule.observe_draft_prompt(n_prompt, ms)
+        n_draft = self.n_draft
+        if self.verify_shape == "exact":
+            self.pad_to = 0
+        elif self.verify_shape == "padded" and self.fixed is None:
+            n_draft = rule.padded_length(self.n_draft)
+            self.pad_to = n_draft + 1
+        else:
+            self.pad_to = self.n_draft + 1
+        rule.set_padded(self.pad_to)
         made, prev_n, sat_out, step = 0, -1, 1, 0
         while made < n_tokens:
-            n_max = min(self.n_draft, n_tokens - made - 1) if speculative and step > 0 else 0
+            n_max = min(n_draft, n_tokens - made - 1) if speculative and step > 0 else 0
             pricing = self.fixed is None and rule.pricing(True)
             drafts = n_max > 0 and (self.fixed is not None or (not pricing and rule.model_drafts(True)))
             if drafts:
@@ -150,7 +162,8 @@ def mean_over_seeds(acceptance, seeds, **kw) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--acceptance", default="0.8,0.6")
-    ap.add_argument("--draft-ms", default="1.1,1.5,2.5", help="the draft's replayed one-token decode, ms")
+    ap.add_argument("--draft-ms", default="1.1,1.7,2.5", help="the draft's replayed one-token decode, ms "
+                    "(1.7: the 0.5B shape's on the H200)")
     ap.add_argument("--draft-direct-ms", type=float, default=3.5, help="the draft's decode without its graph, ms")
     ap.add_argument("--cold-calls", type=int, default=8, help="the draft's first decodes that cost --cold-ms more")
     ap.add_argument("--cold-ms", type=float, default=3.0)
@@ -160,14 +173,16 @@ def main() -> None:
     print(f"{'acceptance':>10} {'draft ms':>8} {'verify':>7} {'settle 0':>8} {'settle 2':>8} {'best fixed':>10}")
     for acceptance in (float(a) for a in args.acceptance.split(",")):
         for draft_ms in (float(d) for d in args.draft_ms.split(",")):
-            for padded in (True, False):
-                kw = dict(draft_ms=draft_ms, draft_direct_ms=args.draft_direct_ms, padded=padded,
+            for shape in ("padded", "full", "exact"):
+                kw = dict(draft_ms=draft_ms, draft_direct_ms=args.draft_direct_ms, verify_shape=shape,
                           cold_calls=args.cold_calls, cold_ms=args.cold_ms)
                 s0 = mean_over_seeds(acceptance, args.seeds, settle=0, **kw)
                 s2 = mean_over_seeds(acceptance, args.seeds, settle=2, **kw)
-                best = max((mean_over_seeds(acceptance, args.seeds, fixed=k, **kw), k) for k in (2, 3, 4, 5, 6, 8, 10))
-                print(f"{acceptance:>10} {draft_ms:>8} {'padded' if padded else 'exact':>7} {s0:>8.2f} {s2:>8.2f} "
-                      f"{best[0]:>7.2f} ({best[1]})")
+                # a fixed length, verified at its own length (padded to it, or exact)
+                fixed = dict(kw, verify_shape="exact" if shape == "exact" else "full")
+                best = max((mean_over_seeds(acceptance, args.seeds, fixed=k, **dict(fixed, n_draft=k)), k)
+                           for k in range(2, 11))
+                print(f"{acceptance:>10} {draft_ms:>8} {shape:>7} {s0:>8.2f} {s2:>8.2f} {best[0]:>7.2f} ({best[1]})")
 
 
 if __name__ == "__main__":

@@ -96,6 +96,9 @@ void register_adaptive(py::module_ & m) {
         .def("set_padded", &draft_length_model::set_padded, py::arg("n_tokens"),
              "verification batches padded to n_tokens (0: none): a batch of 2 to n_tokens costs one of n_tokens")
         .def_property_readonly("padded", &draft_length_model::padded)
+        .def("padded_length", &draft_length_model::padded_length, py::arg("n_max"),
+             "the most drafts worth padding a verification for (at most n_max): the fixed length that makes the "
+             "most tokens per ms with every verification priced as the padded one; n_max while unpriced")
         .def("set_settle_steps", &draft_length_model::set_settle_steps, py::arg("n"),
              "the first n steps of a run of drafting (or plain) steps are transitions: their costs price nothing, "
              "and a probe drafts n + 1 steps in a row")

@@ -51,12 +51,14 @@ struct decoder_params {
     // k_catch_up_by_token of them: model_drafter::set_catch_up_by_token), "auto" (tokens where the
     // draft is on a GPU of this machine and not a slot's, else batch)
     std::string                 draft_catch_up = "auto";
-    // the shape of a verification batch: "exact" (the last token and the drafts), "padded" (always
-    // n_draft + 1 tokens, the drafts followed by copies of the last, whose rows are read by no one
-    // and whose cache cells the rollback drops), "auto" (padded where the target is on a GPU of this
-    // machine, samples there and its memory drops a tail: a recurrent or window-only one, or a
-    // slot's, is never padded). A GPU replays a recorded graph for a decode shaped like the one
-    // before and runs one of a new shape without it
+    // the shape of a verification batch: "exact" (the last token and the drafts), "padded" (one
+    // length in every step of a generation, the drafts followed by copies of the last, whose rows
+    // are read by no one and whose cache cells the rollback drops: n_draft + 1 tokens where the
+    // draft length is fixed; in an adaptive generation the drafts worth padding for at the rule's
+    // prices plus one, draft_length_model::padded_length, and no step drafts more), "auto" (padded
+    // where the target is on a GPU of this machine, samples there and its memory drops a tail: a
+    // recurrent or window-only one, or a slot's, is never padded). A GPU replays a recorded graph
+    // for a decode shaped like the one before and runs one of a new shape without it
     std::string                 verify_shape = "auto";
     // the steps of a run of drafting (or of plain) steps that the adaptive draft length takes as
     // transitions, whose costs price neither (draft_length_model::set_settle_steps); -1: 2 where

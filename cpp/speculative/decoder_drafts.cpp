@@ -19,6 +19,9 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     // token of a stream), where drafting first would add the drafts' and a longer batch's time
     if ((plan.use_model || plan.use_lookup) && st.n_steps > 0) {
         step.n_max = std::max(0, std::min({plan.n_draft, room, remaining - 1}));
+        if (pad_to_ > 0) {
+            step.n_max = std::min(step.n_max, pad_to_ - 1);  // (a padded verification's drafts)
+        }
     }
     // the adaptive rule compares drafting with plain steps: it prices those first, and then
     // leaves the draft model out of steps while drafting does not pay (draft_length.h)

@@ -235,6 +235,26 @@ double draft_length_model::priced_excess_ms() const {
     return best;
 }
 
+int32_t draft_length_model::padded_length(int32_t n_max) const {
+    if (n_max <= 1 || !knows_plain_step() || !has_draft_ms_ || !has_catch_up_ || sw_ == 0.0) {
+        return n_max;
+    }
+    const double verify = verify_ms(padded_ > 0 ? padded_ : n_max + 1);
+    const double p      = acceptance();
+    double       tokens = 1.0, p_reach = 1.0, best_rate = 0.0;
+    int32_t      best   = n_max;
+    for (int32_t k = 1; k <= n_max; ++k) {
+        p_reach *= p;
+        tokens += p_reach;
+        const double rate = tokens / (catch_up_ms_ + (k - 1) * draft_ms_ + verify);
+        if (rate > best_rate) {
+            best_rate = rate;
+            best      = k;
+        }
+    }
+    return best;
+}
+
 bool draft_length_model::pays_at_prices() const {
     return !knows_plain_step() || priced_excess_ms() < 0.0;
 }

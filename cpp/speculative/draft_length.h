@@ -121,6 +121,14 @@ class draft_length_model {
     // costs what one of n_tokens does, so a further draft adds no verification cost up to there
     void set_padded(int32_t n_tokens) { padded_ = n_tokens > 1 ? n_tokens : 0; }
     int32_t padded() const { return padded_; }
+    // the most drafts worth padding a verification for, at most n_max: the fixed draft length
+    // whose steps make the most tokens per ms at the acceptance and prices so far, every
+    // verification priced as the padded one now is (n_max + 1 tokens where none is). A padded
+    // verification costs its size whatever the drafts, so the longest steps the rule may take set
+    // every step's price: on simulated H200 prices (benchmarks/gpu/graph_sim.py, acceptance 0.8,
+    // a draft decode of 1.1-1.7 ms) padding to this length rather than to n_draft + 1 made 3-5%
+    // more tokens per ms. n_max while the prices are not measured yet
+    int32_t padded_length(int32_t n_max) const;
     // the first n steps of a run of drafting steps, and of a run of plain steps, are transitions
     // whose costs are not what the run's later steps cost (0: none). On a GPU whose backend replays
     // a recorded graph (CUDA graphs), a decode shaped unlike the last one runs without the graph
