@@ -228,21 +228,22 @@ def test_settle_steps_is_checked_and_resolved(tiny):
 
 
 def test_settling_steps_and_padding_leave_the_greedy_output_the_targets(tiny):
-    """A decoder whose rule settles (settle_steps 2) and whose verification is padded, at given
-    prices where drafting does not pay (a draft decode costs 1.2 one-token verifications): its
+    """A decoder whose rule settles (settle_steps 2) and whose verification is padded, the draft
+    model alone at given prices where drafting does not pay (a draft decode costs 1.2 one-token
+    verifications): its
     greedy output is the target's alone, token for token, and its probes are runs of three
     drafting steps; with settle_steps 0, of one."""
     prompt = "the cat sat on the mat and the dog"
-    with specllama.SpeculativeDecoder(tiny.target_q, None, n_ctx=512) as plain:
-        want = plain.generate(prompt, max_tokens=120, temperature=0, ignore_eos=True).tokens
+    with specllama.SpeculativeDecoder(tiny.target_q, None, n_ctx=1024) as plain:
+        want = plain.generate(prompt, max_tokens=240, temperature=0, ignore_eos=True).tokens
     prices = specllama.StepPrices(draft_ms=1.2, verify_ms=1.0, verify_token_ms=0.02)
 
     def probe_runs(settle):
-        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512, settle_steps=settle,
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=1024, settle_steps=settle,
                                           verify_shape="padded") as dec:
             assert dec.verify_shape_mode == "padded"
-            out = dec.generate(prompt, max_tokens=120, temperature=0, ignore_eos=True, prices=prices,
-                               record_steps=True)
+            out = dec.generate(prompt, max_tokens=240, temperature=0, ignore_eos=True, prices=prices,
+                               drafter="model", record_steps=True)
         assert out.tokens == want
         marks = "".join("P" if t.probe else "." for t in out.stats.steps)
         return [len(run) for run in marks.rstrip("P").split(".") if run]

@@ -25,9 +25,9 @@
 // paused instead of learning it from drafting steps that each cost several plain steps; such a
 // pause lasts until two probes have measured drafting. Any pause ends only with a drafting step
 // (a probe) after which drafting pays, not because a plain step's price moved.
-// While paused, the model probes at gaps that double from k_first_probe_gap steps, and that after
-// the pause's second probe are never shorter than what keeps the probes' cost within
-// k_probe_budget of the plain steps between them (before it, where the pause was predicted or a
+// While paused, the model probes at gaps that double from k_first_probe_gap steps (times the
+// steps a probe takes: set_settle_steps), and that after the pause's second probe are never
+// shorter than what keeps the probes' cost within k_probe_budget of the plain steps between them (before it, where the pause was predicted or a
 // clear loss, that cost is estimated: probe_gap). A probe costs what it took beyond the plain
 // steps that would have made its tokens: on a recurrent target on a CPU, where a verified batch
 // costs nearly a decode per token and a rejection a decode again, 20-40 ms against a 6.5 ms plain
@@ -134,7 +134,8 @@ class draft_length_model {
     // a recorded graph (CUDA graphs), a decode shaped unlike the last one runs without the graph
     // and the next alike records it; only then is it replayed (llama.cpp: 2 steps). Their tokens
     // and acceptance count; their costs price neither drafting nor plain steps, and a probe of a
-    // paused model drafts for n + 1 steps in a row, so that it is judged by a steady step
+    // paused model drafts for n + 1 steps in a row, so that it is judged by a steady step (the
+    // first gap between probes is n + 1 times as long, so that probing costs as large a share)
     void set_settle_steps(int32_t n) { settle_ = n > 0 ? n : 0; }
     int32_t settle_steps() const { return settle_; }
     // the draft's prompt pass: n_tokens in ms, the price of a probe's catch-up until a probe is
