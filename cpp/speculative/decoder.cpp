@@ -409,9 +409,9 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto    logits_bytes = [&] { return tgt_cache_->logits_bytes() + (dft_cache_ ? dft_cache_->logits_bytes() : 0); };
     const auto    draft_calls  = [&] { return dft_cache_ ? dft_cache_->n_calls() : (int64_t) 0; };
     place_sampling(params, plan, st);
-    // (a padded verification: every drafting step's batch is one length, the plan's n_draft + 1)
-    // an adaptive generation pads to the drafts worth padding for at the rule's prices
-    // (draft_length_model::padded_length), and drafts at most that many
+    // a padded verification: every drafting step's batch is one length, the plan's n_draft + 1;
+    // an adaptive generation's, one more than the drafts worth padding for at the rule's prices
+    // (draft_length_model::padded_length), and no step drafts more
     const bool pads = pad_verify_ == 1 || (pad_verify_ == 2 && tgt_cache_->chain().what != device_chain::kind::none);
     pad_to_ = !pads ? 0 : plan.adaptive ? lengths_.padded_length(plan.n_draft) + 1 : plan.n_draft + 1;
     lengths_.set_padded(pad_to_);
