@@ -133,6 +133,25 @@ def test_a_probe_drafts_for_settle_steps_plus_one_steps_in_a_row():
     assert probe_runs(0) and set(probe_runs(0)) == {1}
 
 
+
+def test_a_probe_cut_short_by_the_end_of_a_generation_does_not_go_on_in_the_next():
+    """settle_steps 2: a probe's first step, then a new generation (its first step follows the
+    prompt): the next steps are not the old probe's, which would begin there as transitions."""
+    m = _plain_priced(plain_ms=1.0)
+    m.set_settle_steps(2)
+    prev = 0
+    for _ in range(8):  # drafting that does not pay: paused
+        m.model_drafts(True)
+        _step(m, 3, 1, 1.0, 3.0, 6.0, prev)
+        prev = 3
+    assert m.paused()
+    while not m.model_drafts(True):
+        m.observe(0, 0, 0, [], -1, 0.0, 0.0, 1.0, 0)
+    assert m.probing
+    _step(m, 3, 1, 1.0, 3.0, 6.0, 0)  # the probe's first step ends a generation
+    m.observe(0, 0, 0, [], -1, 0.0, 0.0, 1.0, -1)  # the next one's first step, after its prompt
+    assert not m.model_drafts(True) and not m.probing
+
 def _graph_sim():
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu" / "graph_sim.py"
     spec = importlib.util.spec_from_file_location("graph_sim", path)

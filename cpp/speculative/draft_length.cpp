@@ -374,6 +374,9 @@ void draft_length_model::observe(const step_record & s) {
     // first settle_ of a run are transitions, whose costs price nothing (set_settle_steps)
     const bool batch  = s.n > 0;
     run_              = s.prev_n >= 0 && (s.prev_n > 0) == batch ? run_ + 1 : 0;
+    if (s.prev_n < 0) {
+        probe_left_ = 0;  // (a generation's first step: a probe the last one cut short does not go on)
+    }
     const bool    steady    = run_ >= settle_;
     const int32_t n_decodes = s.n_model == 0 ? 0 : s.n_decodes >= 0 ? s.n_decodes : s.n_model - 1;
     const int32_t n_verify  = s.n_verified > 0 ? s.n_verified : s.n + 1;
