@@ -9,8 +9,10 @@ measured on an H200 for Qwen2.5-7B's shape (F16; benchmarks/results/gpu_h200_sha
 a replayed decode of k tokens (fixed shape) and one run without its graph (varying shape). The
 draft's are parameters: a replayed one-token decode (--draft-ms), one without its graph
 (--draft-direct-ms), and a first-use surcharge on its first --cold-calls decodes. Acceptance is
-independent per draft at the given rate. Every figure is tokens per ms against plain decoding on
-the same prices: no timing is involved, and a seed fixes the outcome.
+independent per draft at the given rate, and the draft's confidence is drawn at random: it tells
+the rule nothing here, where a real draft's near-ties tell it where to stop. Every figure is
+tokens per ms against plain decoding on the same prices: no timing is involved, and a seed fixes
+the outcome.
 
     python benchmarks/gpu/graph_sim.py [--acceptance 0.8,0.6] [--draft-ms 1.1,1.7,2.5] [--seeds 6]
 """
