@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -19,6 +21,18 @@ from tiny_models import deepened, perturbed, random_weights, vocab, write_model
 LLAMA_CPP_BIN = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.get(
     "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
     / "llama.cpp-0.3.36" / "build" / "bin"))
+
+
+
+def load_benchmark(relpath: str):
+    """A benchmark script under benchmarks/ (relpath such as "gpu/graph_sim.py") as a module, for
+    tests that run its functions."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,12 @@ and short when it is usually wrong, and learns the pair's costs and calibration.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 import specllama
 from specllama import _core
@@ -90,12 +89,7 @@ def test_cost_model_learns(tiny):
 
 
 def _replay_module():
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "replay_draft_length.py"
-    spec = importlib.util.spec_from_file_location("replay_draft_length", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("replay_draft_length.py")
 
 
 def _synthetic_trace(seed: int, informative: bool):

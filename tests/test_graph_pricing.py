@@ -6,11 +6,8 @@ GPU prices (benchmarks/gpu/graph_sim.py) only: nothing here is timed."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from conftest import load_benchmark
 
 import specllama
 from specllama import _core
@@ -131,6 +128,11 @@ def test_a_probe_drafts_for_settle_steps_plus_one_steps_in_a_row():
         return runs
     assert probe_runs(2) and set(probe_runs(2)) == {3}
     assert probe_runs(0) and set(probe_runs(0)) == {1}
+    # and the first gap between them is as many times longer, from the start (nothing priced yet)
+    for settle, gap in ((0, 4), (2, 12)):
+        fresh = _core.DraftLengthModel()
+        fresh.set_settle_steps(settle)
+        assert fresh.probe_gap() == gap
 
 
 
@@ -153,12 +155,7 @@ def test_a_probe_cut_short_by_the_end_of_a_generation_does_not_go_on_in_the_next
     assert not m.model_drafts(True) and not m.probing
 
 def _graph_sim():
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu" / "graph_sim.py"
-    spec = importlib.util.spec_from_file_location("graph_sim", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gpu/graph_sim.py")
 
 
 def test_on_simulated_gpu_prices_the_rule_drafts_where_drafting_pays():

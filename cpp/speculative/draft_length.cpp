@@ -337,7 +337,7 @@ bool draft_length_model::draft_this_step() {
     probing_ = false;
     if (!paused_ && draft_pays()) {
         skipped_   = 0;
-        probe_gap_ = k_first_probe_gap * (1 + settle_);
+        probe_gap_ = first_probe_gap();
         n_probes_  = 0;
         return true;
     }

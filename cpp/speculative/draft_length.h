@@ -25,14 +25,14 @@
 // paused instead of learning it from drafting steps that each cost several plain steps; such a
 // pause lasts until two probes have measured drafting. Any pause ends only with a drafting step
 // (a probe) after which drafting pays, not because a plain step's price moved.
-// While paused, the model probes at gaps that double from k_first_probe_gap steps (times the
-// steps a probe takes: set_settle_steps), and that after the pause's second probe are never
-// shorter than what keeps the probes' cost within k_probe_budget of the plain steps between them (before it, where the pause was predicted or a
-// clear loss, that cost is estimated: probe_gap). A probe costs what it took beyond the plain
-// steps that would have made its tokens: on a recurrent target on a CPU, where a verified batch
-// costs nearly a decode per token and a rejection a decode again, 20-40 ms against a 6.5 ms plain
-// step (benchmarks/recurrent_bench.py), so that gaps of at most 128 steps would spend about 4%
-// of the time on probes.
+// While paused, the model probes at gaps that double from k_first_probe_gap steps (times the steps
+// a probe takes: set_settle_steps), and that after the pause's second probe are never shorter than
+// what keeps the probes' cost within k_probe_budget of the plain steps between them (before it,
+// where the pause was predicted or a clear loss, that cost is estimated: probe_gap). A probe costs
+// what it took beyond the plain steps that would have made its tokens: on a recurrent target on a
+// CPU, where a verified batch costs nearly a decode per token and a rejection a decode again, 20-40
+// ms against a 6.5 ms plain step (benchmarks/recurrent_bench.py), so that gaps of at most 128 steps
+// would spend about 4% of the time on probes.
 // Not here: drafting itself (drafting.h).
 #pragma once
 
@@ -136,7 +136,10 @@ class draft_length_model {
     // and acceptance count; their costs price neither drafting nor plain steps, and a probe of a
     // paused model drafts for n + 1 steps in a row, so that it is judged by a steady step (the
     // first gap between probes is n + 1 times as long, so that probing costs as large a share)
-    void set_settle_steps(int32_t n) { settle_ = n > 0 ? n : 0; }
+    void set_settle_steps(int32_t n) {
+        settle_    = n > 0 ? n : 0;
+        probe_gap_ = first_probe_gap();
+    }
     int32_t settle_steps() const { return settle_; }
     // the draft's prompt pass: n_tokens in ms, the price of a probe's catch-up until a probe is
     // measured, and of a draft decode in the prediction until one is
@@ -240,6 +243,7 @@ class draft_length_model {
     bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
     double  probe_acc_ms_  = 0;  // a probe's cost beyond plain steps so far, over its steps
     // the size a batch of n_tokens is priced as (its padded size where verification is padded)
+    int32_t first_probe_gap() const { return k_first_probe_gap * (1 + settle_); }
     int32_t priced_size(int32_t n_tokens) const {
         return padded_ > 0 && n_tokens >= 2 && n_tokens < padded_ ? padded_ : n_tokens;
     }

@@ -22,11 +22,12 @@ bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
     }
     const int32_t n_common = reuse > 0 && !restart ? cache_.keep_reusable(seq, n_last, reuse, between_chunks).n_kept
                                                    : cache_.keep_common_prefix(seq, n_last);
-    const int32_t n_new = n_end - n_common;
+    const int32_t n_new      = n_end - n_common;
+    const bool    one_by_one = n_new > 1 && n_new <= by_token;
     if (n_single != nullptr) {
-        *n_single = n_new == 1 || (n_new > 1 && n_new <= by_token) ? n_new : 0;
+        *n_single = n_new == 1 || one_by_one ? n_new : 0;
     }
-    if (n_new > 1 && n_new <= by_token) {
+    if (one_by_one) {
         for (int32_t i = n_common; i < n_end; ++i) {  // (each with its output: the draft decodes' shape)
             cache_.decode(seq.data() + i, 1, false, nullptr, between_chunks);
         }
