@@ -960,6 +960,11 @@ class DSIStats:
         tokens the drafter proposed, cancelled ones included
         """
     @property
+    def n_padded(self) -> int:
+        """
+        tokens the servers decoded as padding
+        """
+    @property
     def n_target_only(self) -> int:
         """
         tokens emitted from the target with no draft beside them
@@ -986,6 +991,11 @@ class DSIStats:
     def overlap(self) -> bool:
         """
         False: SI on the same code path
+        """
+    @property
+    def pad_to(self) -> int:
+        """
+        the length the servers padded their batches to (verify_shape; 0: not padded)
         """
     @property
     def sp(self) -> int:

@@ -52,6 +52,28 @@ def test_dsi_greedy_identical_on_batch_invariant_pair(slow, sp, lookahead, wait_
                 assert d.n_target_only == 1 and d.n_checked == len(dsi.tokens) - 1
                 assert d.n_accepted < d.n_checked  # the draft is sometimes wrong: rejections happened
 
+@pytest.mark.parametrize("sp,lookahead", [(1, 3), (2, 2)])
+def test_dsi_padded_batches_keep_the_output_and_drop_the_padding(slow, sp, lookahead):
+    """verify_shape="padded" (what "auto" does on a GPU of this machine): a server batch shorter than
+    sp * lookahead is padded to that length, every row an output; the servers read their tasks'
+    rows among them, so the output stays plain decoding's, and so does the next generation's."""
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=512, verify_shape="padded",
+                                      draft_catch_up="tokens") as dec:
+        for prompt in PROMPTS:
+            plain = dec.generate(prompt, max_tokens=48, temperature=0, speculative=False, ignore_eos=True)
+            r = dec.generate(prompt, max_tokens=48, temperature=0, ignore_eos=True, mode="dsi", sp=sp,
+                             lookahead=lookahead, wait_for_drafts=True)
+            assert r.tokens == plain.tokens, f"prompt {prompt!r}"
+            assert r.dsi.pad_to == sp * lookahead
+            assert r.dsi.n_padded > 0
+            assert r.dsi.n_accepted < r.dsi.n_checked  # (rejections: restarts made short batches)
+            assert dec.generate(prompt, max_tokens=48, temperature=0, ignore_eos=True).tokens == plain.tokens
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=512, verify_shape="exact") as dec:
+        r = dec.generate(PROMPTS[0], max_tokens=24, temperature=0, ignore_eos=True, mode="dsi", sp=sp,
+                         lookahead=lookahead)
+        assert (r.dsi.pad_to, r.dsi.n_padded) == (0, 0)
+
+
 def test_dsi_with_a_bad_draft_cancels_and_stays_exact(slow):
     """A draft that is mostly wrong: rejections cancel tasks and drafts; output still exact."""
     with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
@@ -77,11 +99,12 @@ def test_dsi_then_plain_generation_still_exact(slow):
 
 
 @pytest.mark.slow
-def test_dsi_sampling_follows_target(slow):
+@pytest.mark.parametrize("verify_shape", ["exact", "padded"])
+def test_dsi_sampling_follows_target(slow, verify_shape):
     prompt, p1, p2, q1 = two_token_distributions(slow.target, slow.far, "the cat is on the")
     n = 2000
-    firsts, seconds, n_checked, n_rejected = [], [], 0, 0
-    with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=128) as dec:
+    firsts, seconds, n_checked, n_rejected, n_padded = [], [], 0, 0, 0
+    with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=128, verify_shape=verify_shape) as dec:
         for seed in range(n):
             r = dec.generate(prompt, max_tokens=2, seed=seed, ignore_eos=True, mode="dsi", sp=2, lookahead=1,
                              **SETTINGS)
@@ -90,7 +113,9 @@ def test_dsi_sampling_follows_target(slow):
             seconds.append(r.tokens[1])
             n_checked += r.dsi.n_checked
             n_rejected += r.dsi.n_checked - r.dsi.n_accepted
+            n_padded += r.dsi.n_padded
     assert n_rejected > n // 4, "the rejection rule must be exercised for this test to mean anything"
+    assert (n_padded > 0) == (verify_shape == "padded")
     firsts, seconds = np.array(firsts), np.array(seconds)
     assert _pvalue(firsts, p1) > 1e-4
     assert _pvalue(seconds, p2) > 1e-4

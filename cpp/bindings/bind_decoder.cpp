@@ -341,6 +341,9 @@ void register_stats(py::module_ & m) {
         .def_readonly("n_threads_draft", &dsi_report::n_threads_draft)
         .def_readonly("n_threads_server", &dsi_report::n_threads_server, "per server")
         .def_readonly("overlap", &dsi_report::overlap, "False: SI on the same code path")
+        .def_readonly("pad_to", &dsi_report::pad_to,
+                      "the length the servers padded their batches to (verify_shape; 0: not padded)")
+        .def_readonly("n_padded", &dsi_report::n_padded, "tokens the servers decoded as padding")
         .def_property_readonly("n_tasks", [](const dsi_report & r) { return r.stats.n_tasks; },
                                "verification tasks sent to servers")
         .def_property_readonly("n_tasks_cancelled", [](const dsi_report & r) { return r.stats.n_tasks_cancelled; },

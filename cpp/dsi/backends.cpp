@@ -73,23 +73,34 @@ bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t firs
     abort_scope scope(cache_, cancel);
     // the logits at input index first - 1 predict index first: decode from there on at least
     const int32_t n_out = n - (first - 1);
+    int32_t row0 = 0;  // the output row of index first
     try {
         checkpoint_verified(cache_, seq, n_verified, first - 1);
         const int32_t n_keep = cache_.keep_common_prefix(seq, first - 1);
-        cache_.decode_outputs(seq.data() + n_keep, n - n_keep, n_out);
+        const int32_t n_new  = n - n_keep;
+        if (n_new < pad_to_ && n_keep + pad_to_ <= cache_.n_ctx()) {
+            batch_.assign(seq.begin() + n_keep, seq.end());
+            batch_.resize(pad_to_, seq.back());
+            cache_.decode_outputs(batch_.data(), pad_to_, pad_to_);
+            n_padded_ += pad_to_ - n_new;
+            row0 = n_new - n_out;
+        } else {
+            cache_.decode_outputs(seq.data() + n_keep, n_new, n_out);
+        }
     } catch (const decode_aborted &) {
         return false;
     }
     preds.resize(n_out);
     const int32_t n_vocab = cache_.n_vocab();
     for (int32_t i = 0; i < n_out; ++i) {
-        const float * logits = cache_.logits(i);
+        const float * logits = cache_.logits(row0 + i);
         if (params.greedy()) {
             preds[i].argmax = argmax(logits, n_vocab);
         } else {
             sampling_distribution(logits, n_vocab, params, preds[i].p);
         }
     }
+    cache_.rollback(n);  // (the padding, where there was any)
     return true;
 }
 

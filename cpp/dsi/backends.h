@@ -16,7 +16,10 @@ namespace specllama {
 
 class model_dsi_drafter : public dsi_drafter {
   public:
-    explicit model_dsi_drafter(kv_cache & cache) : cache_(cache), drafter_(cache) {}
+    // catch_up_by_token: model_drafter::set_catch_up_by_token
+    explicit model_dsi_drafter(kv_cache & cache, int32_t catch_up_by_token = 0) : cache_(cache), drafter_(cache) {
+        drafter_.set_catch_up_by_token(catch_up_by_token);
+    }
     bool propose(const std::vector<llama_token> & seq, int32_t n_verified, const sampling_params & params,
                  rng_t & rng, const std::atomic<bool> & cancel, llama_token & token, token_dist & q) override;
 
@@ -29,15 +32,26 @@ class model_dsi_drafter : public dsi_drafter {
 // a target server: catches its cache up on what it has not seen and verifies, in one batch.
 // Both keep a recurrent or hybrid state's checkpoint where the verified text ends: a restart
 // after a rejection comes back there.
+// pad_to > 0: a batch shorter than that is padded to pad_to tokens with copies of its last, every
+// row an output, so that every verification has one shape (a GPU replays its recorded graph for a
+// decode shaped like the one before, decoder_params::verify_shape); the padding's rows are read by
+// no one and its cache cells are dropped at once. A memory that cannot drop a tail is never padded.
 class model_dsi_server : public dsi_server {
   public:
-    explicit model_dsi_server(kv_cache & cache) : cache_(cache) {}
+    explicit model_dsi_server(kv_cache & cache, int32_t pad_to = 0)
+        : cache_(cache), pad_to_(cache.recurrent() || cache.window_only() ? 0 : pad_to) {}
     bool verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
                 const sampling_params & params, const std::atomic<bool> & cancel,
                 std::vector<dsi_prediction> & preds) override;
 
+    int32_t pad_to() const { return pad_to_; }
+    int64_t n_padded() const { return n_padded_; }  // tokens decoded as padding so far
+
   private:
-    kv_cache & cache_;
+    kv_cache &               cache_;
+    int32_t                  pad_to_   = 0;
+    int64_t                  n_padded_ = 0;
+    std::vector<llama_token> batch_;
 };
 
 // the simulated text: after the prompt the target's token at index j is truth(j); the drafter

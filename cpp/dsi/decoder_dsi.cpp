@@ -67,11 +67,16 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     dsi_prefill(caches, prompt, st, check);
     st.t_prefill_ms = ms_since(t_start);
 
-    model_dsi_drafter                              drafter(*dft_cache_);
+    // shaped as mode si's decodes are (decoder_params::draft_catch_up, verify_shape): the drafter's
+    // catch-ups token by token, and every server's batch padded to one length, the sp tasks of
+    // lookahead drafts that a server catches up on in the steady state, on a GPU of this machine
+    model_dsi_drafter                              drafter(*dft_cache_, drafter_->catch_up_by_token());
+    const int32_t pad_to = std::min(options.sp * options.lookahead, tgt_cache_->n_batch());
     std::vector<std::unique_ptr<model_dsi_server>> servers;
     std::vector<dsi_server *>                      server_ptrs;
     for (kv_cache * c : caches) {
-        servers.push_back(std::make_unique<model_dsi_server>(*c));
+        const bool pads = pad_verify_ == 1 || (pad_verify_ == 2 && c->mdl().local_gpu);
+        servers.push_back(std::make_unique<model_dsi_server>(*c, pads ? pad_to : 0));
         server_ptrs.push_back(servers.back().get());
     }
 
@@ -123,6 +128,10 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     rep.n_threads_draft  = setup.n_threads_draft;
     rep.n_threads_server = setup.n_threads_server;
     rep.overlap          = options.overlap;
+    for (const auto & server : servers) {
+        rep.pad_to = std::max(rep.pad_to, server->pad_to());
+        rep.n_padded += server->n_padded();
+    }
 
     if (finish.empty()) {
         finish           = "length";

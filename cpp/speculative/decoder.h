@@ -58,7 +58,9 @@ struct decoder_params {
     // prices plus one, draft_length_model::padded_length, and no step drafts more), "auto" (padded
     // where the target is on a GPU of this machine, samples there and its memory drops a tail: a
     // recurrent or window-only one, or a slot's, is never padded). A GPU replays a recorded graph
-    // for a decode shaped like the one before and runs one of a new shape without it
+    // for a decode shaped like the one before and runs one of a new shape without it. Mode dsi:
+    // "padded", or "auto" on a GPU of this machine, pads each server's batch to sp * lookahead
+    // tokens, every row an output (its servers sample on the host)
     std::string                 verify_shape = "auto";
     // the steps of a run of drafting (or of plain) steps that the adaptive draft length takes as
     // transitions, whose costs price neither (draft_length_model::set_settle_steps); -1: 2 where
@@ -281,6 +283,8 @@ struct dsi_report {
     dsi_stats stats;
     int32_t   sp = 0, lookahead = 0, n_threads_draft = 0, n_threads_server = 0;
     bool      overlap = true;
+    int32_t   pad_to   = 0;  // the servers' padded batch length (0: not padded)
+    int64_t   n_padded = 0;  // tokens the servers decoded as padding
 
     // verification time the drafter did not wait for: the used verification time less its waits
     double t_verify_hidden_ms() const;
