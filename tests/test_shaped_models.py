@@ -112,6 +112,25 @@ def test_verify_shapes_measures_both_orders(pair, tmp_path):
     assert all(v > 0 for m in med.values() for v in m.values())
 
 
+def test_overlap_measures_each_alone_and_both_at_once(pair, tmp_path):
+    d, report = pair
+    out = tmp_path / "overlap.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "overlap.py"), "-m",
+                        report["files"]["target"], "-d", report["files"]["draft"], "-ngl", "0", "--k", "1,3",
+                        "--m", "2", "--reps", "3", "-t", "1", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    med = json.loads(out.read_text())["median_ms"]
+    assert set(med) == {"1", "3"}
+    for row in med.values():
+        assert set(row) == {"verify", "draft", "both", "hidden_share"}
+        assert all(row[name] > 0 for name in ("verify", "draft", "both"))
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "overlap.py"), "-m",
+                        report["files"]["target"], "-d", report["files"]["draft"], "--m", "0"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "--m and --reps must be >= 1" in r.stderr
+
+
 def test_the_trimmed_sdist_fits_the_device_call(tmp_path):
     r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "pack.sh"), str(tmp_path / "pack")],
                        capture_output=True, text=True, timeout=600)

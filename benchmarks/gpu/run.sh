@@ -2,8 +2,8 @@
 # The GPU measurement of docs/gpu.md in one command, on a machine with CUDA that reaches no package
 # registry: build llama-cpp-python with CUDA (and llama.cpp's llama-server and
 # llama-speculative-simple in the same build) from the trimmed sdist that pack.sh put in .gpu/,
-# build specllama against it, write the shaped pair (shaped_models.py), run shaped_bench.py on it and
-# verify_shapes.py on its target (with CUDA graphs and without).
+# build specllama against it, write the shaped pair (shaped_models.py), run shaped_bench.py on it,
+# overlap.py on the pair and verify_shapes.py on its target (with CUDA graphs and without).
 #
 #   bash benchmarks/gpu/pack.sh                 # here, once: .gpu/ (about 7 MB)
 #   bash benchmarks/gpu/run.sh [build|measure|all] [shaped_bench.py options...]
@@ -72,10 +72,14 @@ measure() {
   SPECLLAMA_COMMIT="${SPECLLAMA_COMMIT:-}" "$PY" "$ROOT/benchmarks/gpu/shaped_bench.py" \
     --shape "${SPECLLAMA_GPU_SHAPE:-qwen7b}" --models /tmp/specllama-shaped --bindir "$BIN" \
     --out "$REPORTS/shaped_bench.json" "$@" 2>&1 | tee "$REPORTS/shaped_bench.log"
-  # what verification lengths cost on the target, with CUDA graphs and without
-  local target ngl=all reps="${SPECLLAMA_VERIFY_REPS:-20}"
+  local target draft ngl=all reps="${SPECLLAMA_VERIFY_REPS:-20}"
   target="$("$PY" -c "import json; print(json.load(open('/tmp/specllama-shaped/shaped.json'))['files']['target'])")"
+  draft="$("$PY" -c "import json; print(json.load(open('/tmp/specllama-shaped/shaped.json'))['files']['draft'])")"
   [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || ngl=0
+  # how much of the draft's decodes runs alongside a verification (what DSI on one GPU can gain)
+  "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 --m 4 \
+    --reps "$reps" --out "$REPORTS/overlap.json" 2>&1 | tee "$REPORTS/overlap.log"
+  # what verification lengths cost on the target, with CUDA graphs and without
   # (-X faulthandler: a crash prints where)
   "$PY" -X faulthandler "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" --reps "$reps" \
     --out "$REPORTS/verify_shapes.json" 2>&1 | tee "$REPORTS/verify_shapes.log"
