@@ -384,6 +384,14 @@ class GenerateOptions:
     def device_sampling(self, arg0: bool | None) -> None:
         ...
     @property
+    def draft_ahead(self) -> int:
+        """
+        draft this many tokens past each step's drafts while the target verifies them (0: off); needs adaptive=False and the draft model, mode 'si'
+        """
+    @draft_ahead.setter
+    def draft_ahead(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
     def drafter(self) -> str:
         """
         'auto' (model+lookup with a draft model, the model alone in DSI, plain decoding without one), 'model', 'lookup' (no draft model needed) or 'model+lookup'
@@ -763,6 +771,16 @@ class Stats:
     def n_accepted(self) -> int:
         """
         of which the target kept
+        """
+    @property
+    def n_ahead_drafted(self) -> int:
+        """
+        tokens drafted while the target verified (GenerateOptions.draft_ahead)
+        """
+    @property
+    def n_ahead_used(self) -> int:
+        """
+        of which became a later step's drafts
         """
     @property
     def n_draft_calls(self) -> int:

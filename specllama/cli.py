@@ -101,6 +101,11 @@ def _drafting_options():
                           "draft model (the model alone with --mode dsi)."),
         click.option("--fixed-draft", is_flag=True,
                      help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
+        click.option("--draft-ahead", type=click.IntRange(0), default=0, show_default=True, metavar="N",
+                     help="With --fixed-draft: while the target verifies a step's drafts, the draft model drafts N "
+                          "tokens past them, as if all were kept; the next step starts with them where that "
+                          "was so. On a GPU the two models' decodes can run at once. The output is the same "
+                          "either way."),
         click.option("--forced-drafts/--no-forced-drafts", default=True, show_default=True,
                      help="With a grammar and a draft model: where the grammar leaves no choice of the next "
                           "characters (a JSON schema's keys), draft their tokens ahead of the draft model, without "
@@ -173,7 +178,8 @@ def model_options(fn):
                           "kept: device (a copy within the GPU's memory), host, or auto (device where the model "
                           "is offloaded). The output is the same either way."),
     ]
-    names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "forced_drafts",
+    names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "draft_ahead",
+             "forced_drafts",
              "device_sampling",
              "ctx_size", "threads", "threads_draft",
              "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "checkpoint_memory", "device",
@@ -298,6 +304,7 @@ def dsi_options(fn):
 # the flag that sets each generation option, for error messages
 _FLAGS = {"max_tokens": "-n/--n-predict", "temperature": "--temp", "top_k": "--top-k", "top_p": "--top-p",
           "min_p": "--min-p", "seed": "-s/--seed", "n_draft": "--n-draft", "drafter": "--drafter",
+          "draft_ahead": "--draft-ahead",
           "sp": "--sp", "lookahead": "--lookahead", "threads_draft": "--threads-draft",
           "threads_server": "--threads-server", "mode": "--mode", "repeat_penalty": "--repeat-penalty",
           "repeat_last_n": "--repeat-last-n", "presence_penalty": "--presence-penalty",
@@ -307,12 +314,14 @@ _FLAGS = {"max_tokens": "-n/--n-predict", "temperature": "--temp", "top_k": "--t
 def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
     """generate()/stream() keyword arguments from the shared option groups, checked by the native
     core before any model loads (a bad value is a usage error naming its flag)."""
+    if mo["draft_ahead"] and (do or not mo["fixed_draft"]):
+        raise click.BadParameter("needs --fixed-draft" + (" and --mode si" if do else ""), param_hint="--draft-ahead")
     if do:
         kwargs = dict(so, **do, threads_draft=mo["threads_draft"], drafter=mo["drafter"], **extra)
     else:
         kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
                       speculative=not mo["no_draft"], forced_drafts=mo["forced_drafts"],
-                      device_sampling=mo["device_sampling"], **extra)
+                      device_sampling=mo["device_sampling"], draft_ahead=mo["draft_ahead"], **extra)
     try:
         # the decoder's n_draft is checked by the same rule
         make_options(**kwargs, **({} if do else {"n_draft": mo["n_draft"]}))
@@ -393,6 +402,9 @@ def _stats_line(stats) -> str:
         line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted})"
                  + lookup_note(stats)
                  + f", {stats.mean_accepted_length:.2f} tokens per target pass")
+    if stats.n_ahead_drafted:
+        line += (f"; {stats.n_ahead_drafted} tokens drafted during verifications, {stats.n_ahead_used} of them "
+                 "used as drafts")
     if stats.rollback == "checkpoint":
         line += (f"; recurrent memory: rejected drafts undone from checkpoints in {stats.checkpoint_memory} memory "
                  f"({stats.t_rollback_ms:.0f} ms)")
@@ -492,7 +504,8 @@ def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
         return
     dec.reset()
     plain_kwargs = {k: v for k, v in kwargs.items() if k not in ("mode", "sp", "lookahead", "threads_server",
-                                                                 "threads_draft", "drafter", "adaptive")}
+                                                                 "threads_draft", "drafter", "adaptive",
+                                                                 "draft_ahead")}
     plain = dec.generate(prompt, **{**plain_kwargs, "max_tokens": n, "speculative": False})
     s, p = final.stats, plain.stats
     if kwargs.get("temperature", 0) == 0:
@@ -591,6 +604,9 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
     /detokenize), with speculative decoding; Ctrl-C stops."""
     from .server import ServerConfig, serve as run_server
 
+    if mo["draft_ahead"]:
+        raise click.UsageError("serve does not take --draft-ahead: it needs fixed draft lengths and no grammar, "
+                               "which each request chooses")
     if fim_preset:
         given = click.get_current_context().get_parameter_source
         if not mo["model"] and not mo["pair"]:
@@ -675,6 +691,9 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
         prompts = {n: PROMPTS[n] for n in names}
     if mo["no_draft"]:
         raise click.UsageError("bench compares plain decoding with speculative decoding; drop --no-draft")
+    if mo["draft_ahead"]:
+        raise click.UsageError("bench does not measure --draft-ahead; `specllama generate --fixed-draft "
+                               "--draft-ahead N --compare` does")
     dec, what = _open_decoder(mo, need_draft=mo["drafter"] != "lookup")
     with dec:
         if mode == "dsi":

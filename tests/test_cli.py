@@ -65,6 +65,23 @@ def test_generate_device_sampling_flag(runner, tiny):
     assert g.exit_code == 0 and "sampled on the host (grammar)" in g.stderr, g.output
 
 
+def test_generate_draft_ahead_flag(runner, tiny):
+    """--draft-ahead with --fixed-draft: the text is plain decoding's and the stats line says how many
+    tokens were drafted during verifications; without --fixed-draft, and on serve and bench, it is
+    refused naming the flag."""
+    args = ["generate", "the cat is", "-m", tiny.target_q, "-d", tiny.target_q, "-n", "24", "--temp", "0",
+            "--fixed-draft", "--n-draft", "3", "--drafter", "model"]
+    r = runner.invoke(main, [*args, "--draft-ahead", "3", "--compare"])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"\d+ tokens drafted during verifications, [1-9]\d* of them used as drafts", r.stderr), r.stderr
+    assert "output identical" in r.stderr
+    bad = runner.invoke(main, ["generate", "the cat is", *_pair(tiny), "-n", "4", "--draft-ahead", "2"])
+    assert bad.exit_code == 2 and "--draft-ahead" in bad.output and "needs --fixed-draft" in bad.output
+    for cmd in (["serve"], ["bench", "-n", "4"]):
+        bad = runner.invoke(main, [*cmd, *_pair(tiny), "--fixed-draft", "--draft-ahead", "2"])
+        assert bad.exit_code == 2 and "--draft-ahead" in bad.output, bad.output
+
+
 def test_generate_reads_stdin_and_json(runner, tiny):
     r = runner.invoke(main, ["generate", *_pair(tiny), "-n", "12", "--temp", "0", "--json"], input="the cat is")
     assert r.exit_code == 0, r.output

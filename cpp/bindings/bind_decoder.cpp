@@ -214,6 +214,9 @@ void register_options(py::module_ & m) {
             [](gp & p, bool v) { p.dsi.wait_for_drafts = v; },
             "DSI: use the target's prediction at a position only once the drafter has proposed there, so "
             "every token is a judged draft whatever the timing")
+        .def_readwrite("draft_ahead", &gp::draft_ahead,
+                       "draft this many tokens past each step's drafts while the target verifies them (0: off); "
+                       "needs adaptive=False and the draft model, mode 'si'")
         .def_readwrite("record_steps", &gp::record_steps,
                        "keep a record of every step in Stats.steps (what was drafted, with what confidence, "
                        "what it cost, what was kept): for looking into the draft length (mode 'si')")
@@ -267,6 +270,9 @@ void register_stats(py::module_ & m) {
         .def_readonly("n_forced_drafted", &gs::n_forced_drafted,
                       "of the drafted tokens, those the grammar forced (GenerateOptions.forced_drafts)")
         .def_readonly("n_forced_accepted", &gs::n_forced_accepted, "of which the target kept")
+        .def_readonly("n_ahead_drafted", &gs::n_ahead_drafted,
+                      "tokens drafted while the target verified (GenerateOptions.draft_ahead)")
+        .def_readonly("n_ahead_used", &gs::n_ahead_used, "of which became a later step's drafts")
         .def_readonly("n_window_catch_ups", &gs::n_window_catch_ups,
                       "probes of a paused draft model that caught up on the last tokens alone, not on "
                       "everything since the pause")

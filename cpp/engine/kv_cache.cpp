@@ -117,6 +117,9 @@ bool kv_cache::set_device_chain(const device_chain & c) {
 }
 
 sampled_row kv_cache::sampled(int32_t i) const {
+    if (pending_) {
+        throw std::logic_error("sampled(): the last decode was launched and not finished");
+    }
     if (i < 0 || i >= n_outputs_) {
         throw std::out_of_range("sampled row " + std::to_string(i) + " outside the " + std::to_string(n_outputs_) +
                                 " outputs of the last decode");
@@ -160,6 +163,13 @@ void kv_cache::set_abort_flag(const std::atomic<bool> * flag) {
 
 void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out, float * out,
                               const std::function<void()> & between_chunks) {
+    launch_outputs(toks, n, n_out, out, between_chunks);
+    finish();
+}
+
+void kv_cache::launch_outputs(const llama_token * toks, int32_t n, int32_t n_out, float * out,
+                              const std::function<void()> & between_chunks) {
+    finish();
     if (n <= 0) {
         return;
     }
@@ -236,6 +246,14 @@ void kv_cache::decode_outputs(const llama_token * toks, int32_t n, int32_t n_out
         }
         start += n_chunk;
     }
+    pending_ = true;
+}
+
+void kv_cache::finish() {
+    if (!pending_) {
+        return;
+    }
+    pending_ = false;
     // on a GPU llama_decode only queues the work: wait for it, so that the caller's timing (the
     // adaptive draft length prices each decode) counts the decode, not the next logits read
     const auto t_sync = std::chrono::steady_clock::now();
@@ -306,6 +324,9 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
 }
 
 const float * kv_cache::logits(int32_t i) const {
+    if (pending_) {
+        throw std::logic_error("logits(): the last decode was launched and not finished");
+    }
     if (chain_.what != device_chain::kind::none) {
         throw std::logic_error("logits(): this context runs a device chain; read sampled()");
     }

@@ -81,6 +81,13 @@ class kv_cache {
     // holds them all, and logits(i) reads them.
     void decode_outputs(const llama_token * toks, int32_t n, int32_t n_out, float * out = nullptr,
                         const std::function<void()> & between_chunks = nullptr);
+    // decode_outputs without waiting for the last chunk: on a GPU its work is queued, and another
+    // context's decodes may run meanwhile; finish() waits for it (before logits, sampled or a
+    // rollback are read; another decode or a rollback on this cache waits first too). On a CPU
+    // llama_decode has computed it already
+    void launch_outputs(const llama_token * toks, int32_t n, int32_t n_out, float * out = nullptr,
+                        const std::function<void()> & between_chunks = nullptr);
+    void finish();
 
     // logits of output i of the last decode (i counts the positions that asked for logits); a
     // context with a device chain has none (std::logic_error): read sampled(i)
@@ -199,6 +206,7 @@ class kv_cache {
     int32_t                  n_ctx_   = 0;
     int32_t                  n_batch_ = 0;
     int32_t                  n_outputs_ = 0;  // outputs of the last decode
+    bool                     pending_   = false;  // the last decode is launched, not yet waited for (finish)
     int32_t                  out_base_  = 0;  // batch index of the first of them in the last chunk
     std::vector<uint8_t>     state_buf_;      // copy_from's staging buffer, reused
     struct saved_state {

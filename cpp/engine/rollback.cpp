@@ -34,6 +34,7 @@ void kv_cache::rollback(int32_t n_keep) {
     if (n_keep < 0) {
         throw std::invalid_argument("rollback to a negative length " + std::to_string(n_keep));
     }
+    finish();
     if (n_keep >= n_past()) {
         return;
     }

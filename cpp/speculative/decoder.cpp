@@ -325,6 +325,9 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     plan.use_lookup       = params.speculative && !plain_auto &&
                       (kind == drafter_kind::lookup || kind == drafter_kind::model_lookup);
     plan.adaptive = params.adaptive ? *params.adaptive : (params.sampling.greedy() || !params.seed);
+    if (params.draft_ahead > 0) {
+        draft_ahead_validate(params, plan);
+    }
     return plan;
 }
 
@@ -418,6 +421,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto t_start = clock_type::now();
 
     forced_kept_ = forced_seen_ = 0.0;
+    ahead_hit_                   = false;
     std::vector<llama_token> seq = prompt;
     prefill(seq, plan, params, st, check);
     st.t_prefill_ms = ms_since(t_start);
@@ -442,10 +446,20 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         const double    draft_ms = ms_since(t);
         st.t_draft_ms += draft_ms;
 
-        double                  verify_ms = 0;
-        const acceptance_result acc       = verify_and_accept(seq, params, rng, verify_ms, st);
+        double           verify_ms = 0;
+        // (at most the tokens left after this step, were it to keep every draft)
+        const int32_t    n_ahead   = std::min(params.draft_ahead, params.max_tokens - st.n_generated - n - 1);
+        std::function<void()> meanwhile;
+        if (n_model > 0 && n_ahead > 0) {
+            meanwhile = [&] { draft_ahead(seq, n_ahead, params, rng, st, check); };
+        }
+        const acceptance_result acc = verify_and_accept(seq, params, rng, verify_ms, st, meanwhile);
+        ahead_hit_ = n_model > 0 && n_ahead > 0 && !ahead_.tokens.empty() && acc.n_accepted == n &&
+                     acc.next == ahead_.tokens[0];
 
-        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
+        if (params.draft_ahead == 0) {  // (a verification with drafting beside it prices neither)
+            observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
+        }
         if (params.record_steps) {
             trace.record = record_;
             st.steps.push_back(std::move(trace));
@@ -570,7 +584,8 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
 }
 
 acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
-                                             rng_t & rng, double & verify_ms, generate_stats & st) {
+                                             rng_t & rng, double & verify_ms, generate_stats & st,
+                                             const std::function<void()> & meanwhile) {
     const int32_t n     = (int32_t) drafted_.tokens.size();
     const int32_t n_seq = (int32_t) seq.size();
     auto          t     = clock_type::now();
@@ -582,7 +597,11 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     if (n > 0) {
         tgt_cache_->checkpoint();  // a recurrent target comes back here if not every draft is kept
     }
-    tgt_cache_->decode(batch_.data(), (int32_t) batch_.size(), true);
+    tgt_cache_->launch_outputs(batch_.data(), (int32_t) batch_.size(), (int32_t) batch_.size());
+    if (meanwhile) {
+        meanwhile();
+    }
+    tgt_cache_->finish();
     verify_ms = ms_since(t);
     st.t_verify_ms += verify_ms;
 

@@ -139,6 +139,15 @@ struct generate_params {
     decode_mode              mode = decode_mode::si;
     dsi_options              dsi;               // mode dsi only
     bool                     record_steps = false;  // keep a step_trace of every step in the stats (mode si)
+    // >= 1: while the target verifies a step's drafts, the draft model goes on drafting this many
+    // tokens past them, as if all were kept: its guess of the target's own next token, then drafts
+    // after it. Where the step keeps every draft and the target's token is that guess, the next
+    // step starts with those drafts made (decoder::draft_ahead). On a GPU the verification is
+    // launched first and the draft's decodes run while it computes, on the draft context's own
+    // stream; on a CPU they run after it. Fixed draft lengths (adaptive false), the draft model
+    // drafting, mode si, a draft of the target's vocabulary whose cache drops a tail, no grammar,
+    // not a slot. Its steps do not price the adaptive draft length. 0: off
+    int32_t                  draft_ahead = 0;
     // llama.cpp's infill sampler after the chain, on the target's vocabulary (sampling_params::infill),
     // for the target's p and the draft's q alike (mode si, a draft of the target's vocabulary)
     bool                     infill = false;
@@ -227,6 +236,8 @@ struct generate_stats {
     int32_t              n_forced_drafted  = 0;  // of the drafted tokens, forced by the grammar (generate_params::forced_drafts)
     int32_t              n_forced_accepted = 0;  // of which the target kept
     int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
+    int32_t              n_ahead_drafted   = 0;  // tokens drafted during verifications (generate_params::draft_ahead)
+    int32_t              n_ahead_used      = 0;  // of which became a later step's drafts
     // probes after a pause whose draft caught up on the last tokens alone (decoder::k_probe_window)
     int32_t              n_window_catch_ups = 0;
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
@@ -465,9 +476,24 @@ class decoder {
     // generation, so that a seeded generation's drafts depend on nothing before it
     double forced_accept_prob() const { return forced_seen_ > 0.5 ? forced_kept_ / forced_seen_ : 0.9; }
     // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
-    // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length)
+    // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length).
+    // meanwhile (where given) runs after the batch is launched and before its results are read
     acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
-                                        rng_t & rng, double & verify_ms, generate_stats & st);
+                                        rng_t & rng, double & verify_ms, generate_stats & st,
+                                        const std::function<void()> & meanwhile = nullptr);
+    // generate_params::draft_ahead (speculative/draft_ahead.cpp): while the target verifies seq's
+    // drafted_, the draft model drafts n tokens after them into ahead_ ...
+    void draft_ahead(const std::vector<llama_token> & seq, int32_t n, const generate_params & params, rng_t & rng,
+                     generate_stats & st, const interrupt_check & check);
+    // throws std::invalid_argument where draft_ahead cannot run with these settings
+    void draft_ahead_validate(const generate_params & params, const run_plan & plan) const;
+    // ... which the next step starts with where the verification kept every draft and its own token
+    // is ahead_'s first (ahead_hit_): that many of the rest (at most n_max) become drafted_'s first
+    // drafts. Returns how many
+    int32_t take_ahead(int32_t n_max, generate_stats & st);
+    // after take_ahead: the draft model drafts on after those drafts, up to n_max in all
+    void draft_after_taken(const std::vector<llama_token> & dseq, int32_t n_max, const generate_params & params,
+                           rng_t & rng, const draft_continue & keep, const interrupt_check & check);
     // emit: the accepted drafts and the target's token into res and seq, until a stop; fills ev
     void emit(const acceptance_result & acc, const generate_params & params, text_stream & stream,
               std::vector<llama_token> & seq, generate_result & res, step_event & ev, std::string & finish) const;
@@ -520,6 +546,10 @@ class decoder {
 
     // per-step buffers, reused
     draft_result              drafted_;
+    draft_result              ahead_;          // drafted during the last verification (draft_ahead)
+    draft_result              more_;           // drafted after ahead_'s in a step
+    std::vector<llama_token>  ahead_seq_;      // seq and its drafts, as draft_ahead drafts after them
+    bool                      ahead_hit_ = false;  // the last step kept all its drafts and ahead_'s guess
     std::vector<token_dist>   p_;
     std::vector<llama_token>  lookup_seq_;
     std::vector<llama_token>  batch_;

@@ -83,10 +83,15 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         const auto                       t_view = clock_type::now();
         const std::vector<llama_token> & dseq   = draft_seq(seq);
         st.t_vocab_ms += view_ ? ms_since(t_view) : 0.0;
-        const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
-        drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
-                        share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
-                        plan.adaptive && lengths_.probing() ? k_probe_window : 0);
+        const int32_t n_taken = take_ahead(step.n_max, st);  // (drafts made during the last verification)
+        if (n_taken == 0) {
+            const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
+            drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
+                            share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
+                            plan.adaptive && lengths_.probing() ? k_probe_window : 0);
+        } else if (n_taken < step.n_max && !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
+            draft_after_taken(dseq, step.n_max, params, rng, keep, check);
+        }
         st.n_resume_shared += drafted_.n_copied;
         st.n_window_catch_ups += drafted_.windowed;
         st.t_vocab_ms += drafted_.vocab_ms;

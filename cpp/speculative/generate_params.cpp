@@ -67,6 +67,7 @@ void generate_params_validate(const generate_params & p) {
                                     "], got " + std::to_string(p.sampling.top_k));
     }
     in_range("cache_reuse", p.cache_reuse, 0, INT32_MAX);
+    in_range("draft_ahead", p.draft_ahead, 0, k_max_draft);
     logit_controls_validate(p.controls, INT32_MAX);  // token ids against the target's vocabulary: decoder::plan_run
     if (p.prices) {
         const step_prices & c = *p.prices;
