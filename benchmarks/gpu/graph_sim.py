@@ -14,7 +14,7 @@ the rule nothing here, where a real draft's near-ties tell it where to stop. Eve
 tokens per ms against plain decoding on the same prices: no timing is involved, and a seed fixes
 the outcome.
 
-    python benchmarks/gpu/graph_sim.py [--acceptance 0.8,0.6] [--draft-ms 1.1,1.7,2.5] [--seeds 6]
+    python benchmarks/gpu/graph_sim.py [--acceptance 0.8,0.6] [--draft-ms 1.1,1.7,2.5] [--seeds 6] [--ahead]
 """
 
 from __future__ import annotations
@@ -161,6 +161,52 @@ def mean_over_seeds(acceptance, seeds, **kw) -> float:
     return statistics.mean(bench(acceptance, seed=s, **kw) for s in range(seeds))
 
 
+def fixed_with_ahead(acceptance, draft_ms, n_draft, ahead, hidden, seed=0, n_tokens=128) -> float:
+    """Fixed draft lengths with generate_params::draft_ahead on these prices, against plain decoding:
+    the draft's replayed one-token decodes (draft_ms), the target's padded verification of
+    n_draft + 1 tokens (replayed). During a verification the draft makes `ahead` decodes (its last
+    draft, its guess of the target's token, drafts after the guess); the two together cost
+    verify + drafting - hidden * min(verify, drafting), hidden being the share of the shorter that
+    running them at once hides (benchmarks/gpu/overlap.py measures it). A step that keeps every
+    draft and whose own token is the guess (independent, at the acceptance rate) hands the next
+    step ahead - 1 drafts made; the first step is plain."""
+    rng = random.Random(seed)
+    plain_ms, verify_ms = _target_ms(REPLAYED, 1), _target_ms(REPLAYED, n_draft + 1)
+    made, total_ms, ready, unread = 1, plain_ms, 0, 0
+    while made < n_tokens:
+        n = min(n_draft, n_tokens - made - 1)
+        if n <= 0:
+            made, total_ms = made + 1, total_ms + plain_ms
+            continue
+        taken = min(ready, n)
+        # the catch-up (the target's last token, and a fully kept step's last draft unless it was
+        # read during the verification: unread) and the drafts after it; drafts made ahead need neither
+        decodes = n - taken if taken else n + unread
+        n_ahead = min(ahead, n_tokens - made - n - 1) if ahead else 0
+        a_ms = n_ahead * draft_ms
+        total_ms += decodes * draft_ms + verify_ms + a_ms - hidden * min(verify_ms, a_ms)
+        kept = 0
+        while kept < n and rng.random() < acceptance:
+            kept += 1
+        full = kept == n
+        ready = n_ahead - 1 if n_ahead > 1 and full and rng.random() < acceptance else 0
+        unread = 1 if full and n_ahead == 0 else 0
+        made += kept + 1
+    return n_tokens / total_ms * plain_ms
+
+
+def ahead_table(acceptances, draft_mss, seeds, n_draft=4) -> None:
+    print(f"fixed n_draft {n_draft}: tokens per ms against plain decoding, mean over seeds; hidden: the share of the "
+          "shorter of verification and drafting that running them at once hides")
+    print(f"{'acceptance':>10} {'draft ms':>8} {'hidden':>6} {'ahead 0':>8} {'ahead 2':>8} {'ahead 5':>8}")
+    for acceptance in acceptances:
+        for draft_ms in draft_mss:
+            for hidden in (0.0, 0.5, 1.0):
+                row = [statistics.mean(fixed_with_ahead(acceptance, draft_ms, n_draft, ahead, hidden, seed=s)
+                                       for s in range(seeds)) for ahead in (0, 2, 5)]
+                print(f"{acceptance:>10} {draft_ms:>8} {hidden:>6} " + " ".join(f"{x:>8.2f}" for x in row))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--acceptance", default="0.8,0.6")
@@ -170,7 +216,12 @@ def main() -> None:
     ap.add_argument("--cold-calls", type=int, default=8, help="the draft's first decodes that cost --cold-ms more")
     ap.add_argument("--cold-ms", type=float, default=3.0)
     ap.add_argument("--seeds", type=int, default=6)
+    ap.add_argument("--ahead", action="store_true", help="fixed lengths with draft_ahead instead (fixed_with_ahead)")
     args = ap.parse_args()
+    if args.ahead:
+        ahead_table([float(a) for a in args.acceptance.split(",")], [float(d) for d in args.draft_ms.split(",")],
+                    args.seeds)
+        return
     print("tokens per ms against plain decoding, mean over seeds; settle: the rule's settle_steps")
     print(f"{'acceptance':>10} {'draft ms':>8} {'verify':>7} {'settle 0':>8} {'settle 2':>8} {'best fixed':>10}")
     for acceptance in (float(a) for a in args.acceptance.split(",")):
