@@ -41,11 +41,15 @@ def test_a_model_as_its_own_draft_starts_every_step_with_the_drafts_made_ahead(t
     the wrong place or with the wrong q would be rejected."""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.target_q, n_ctx=512) as dec:
         r = dec.generate("she was", max_tokens=80, temperature=0, ignore_eos=True, adaptive=False, n_draft=n_draft,
-                         draft_ahead=ahead, drafter="model")
+                         draft_ahead=ahead, drafter="model", record_steps=True)
         plain = dec.generate("she was", max_tokens=80, temperature=0, ignore_eos=True, speculative=False)
     s = r.stats
     assert r.tokens == plain.tokens
     assert s.n_accepted == s.n_drafted
+    # every step is recorded (record_steps), though none prices the adaptive rule
+    assert len(s.steps) == s.n_steps
+    assert sum(t.n_drafted for t in s.steps) == s.n_drafted
+    assert sum(t.n_accepted for t in s.steps) == s.n_accepted
     # (the last steps, near max_tokens, draft fewer)
     assert s.n_ahead_used >= (s.n_steps - 4) * min(ahead - 1, n_draft)
 

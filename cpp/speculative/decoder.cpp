@@ -457,9 +457,8 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         ahead_hit_ = n_model > 0 && n_ahead > 0 && !ahead_.tokens.empty() && acc.n_accepted == n &&
                      acc.next == ahead_.tokens[0];
 
-        if (params.draft_ahead == 0) {  // (a verification with drafting beside it prices neither)
-            observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices);
-        }
+        // (a verification with drafting beside it prices neither)
+        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices, params.draft_ahead == 0);
         if (params.record_steps) {
             trace.record = record_;
             st.steps.push_back(std::move(trace));

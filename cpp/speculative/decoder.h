@@ -509,10 +509,11 @@ class decoder {
     // proposal the cost model dropped (-1 if none); returns how many were added
     int32_t add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, bool adaptive,
                               const lookup_params & params, llama_token & probe);
-    // feed one step's costs and outcomes to the adaptive draft length (prev_n: tokens drafted in
-    // the step before, -1 for the first step after prefill); prices replace the measured times
+    // record one step's costs and outcomes (record_) and, where price, feed them to the adaptive
+    // draft length (prev_n: tokens drafted in the step before, -1 for the first step after
+    // prefill); prices replace the measured times
     void observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe, double draft_ms,
-                      double verify_ms, int32_t prev_n, const std::optional<step_prices> & prices);
+                      double verify_ms, int32_t prev_n, const std::optional<step_prices> & prices, bool price);
 
     std::shared_ptr<model>    target_;
     std::shared_ptr<model>    draft_;

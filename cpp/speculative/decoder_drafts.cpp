@@ -176,7 +176,7 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
 
 void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
                            double draft_ms, double verify_ms, int32_t prev_n,
-                           const std::optional<step_prices> & prices) {
+                           const std::optional<step_prices> & prices, bool price) {
     step_record & r = record_;
     r.n_model       = n_model;
     r.n             = n;
@@ -197,7 +197,9 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
         r.draft_ms    = n_model > 0 ? (n_catch_up + r.n_decodes) * prices->draft_ms : 0.0;
         r.verify_ms   = prices->verify_ms + (r.n_verified - 1) * prices->verify_token_ms;
     }
-    lengths_.observe(r);
+    if (price) {
+        lengths_.observe(r);
+    }
 }
 
 }  // namespace specllama
