@@ -113,8 +113,8 @@ def _drafting_options():
         click.option("--device-sampling/--no-device-sampling", default=None,
                      help="Run the sampling chain inside llama_decode, on the device holding the output layer, so "
                           "that only each position's candidate tokens come back to the host instead of a row of "
-                          "logits over the whole vocabulary (not with grammars, logit bias, penalties, --top-k 0 "
-                          "or --mode dsi, which sample on the host). Default: for each model offloaded to a GPU. "
+                          "logits over the whole vocabulary (not with grammars, logit bias, penalties or --top-k 0, "
+                          "which sample on the host). Default: for each model offloaded to a GPU. "
                           "The output follows the same distribution either way."),
     ]
 

@@ -146,8 +146,12 @@ def test_partial_fallbacks(dec, tiny):
     # sampled log-probabilities are read from the chain's distribution: the device runs it
     assert dec.generate("the cat", max_tokens=8, temperature=0.8, seed=1, logprobs=2,
                         device_sampling=True).stats.sampling == "device"
+    # DSI's drafter and servers sample where mode si would
     dsi = dec.generate("the cat", max_tokens=8, temperature=0, mode="dsi", sp=2, device_sampling=True).stats
-    assert dsi.sampling == "host" and dsi.host_sampling_reason == "DSI"
+    assert dsi.sampling == "device" and dsi.host_sampling_reason == ""
+    dsi = dec.generate("the cat", max_tokens=8, temperature=0.8, top_k=0, seed=1, mode="dsi", sp=2,
+                       device_sampling=True).stats
+    assert dsi.sampling == "host" and dsi.host_sampling_reason.startswith("top_k 0")
     # a draft of another vocabulary masks the tokens the target lacks on the host
     with specllama.SpeculativeDecoder(tiny.target, tiny.bigger_vocab, n_ctx=256) as cross:
         s = cross.generate("the cat", max_tokens=8, temperature=0.8, seed=1, drafter="model",

@@ -32,15 +32,18 @@ def test_slow_pair_is_batch_invariant(slow):
 
 
 @pytest.mark.parametrize("wait_for_drafts", [False, True])
-@pytest.mark.parametrize("sp,lookahead", [(1, 1), (1, 4), (2, 2), (3, 8)])
-def test_dsi_greedy_identical_on_batch_invariant_pair(slow, sp, lookahead, wait_for_drafts):
-    """Identical output whatever the threads' timing; with wait_for_drafts every token is a judged
-    draft, so the acceptance path is exercised however busy the machine is."""
+@pytest.mark.parametrize("sp,lookahead,device", [(1, 1, False), (1, 4, False), (2, 2, False), (3, 8, False),
+                                                 (1, 4, True), (2, 2, True)])
+def test_dsi_greedy_identical_on_batch_invariant_pair(slow, sp, lookahead, device, wait_for_drafts):
+    """Identical output whatever the threads' timing, the argmax read from whole rows or from the
+    device chain's; with wait_for_drafts every token is a judged draft, so the acceptance path is
+    exercised however busy the machine is."""
     with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=512) as dec:
         for prompt in PROMPTS:
             plain = dec.generate(prompt, max_tokens=48, temperature=0, speculative=False, ignore_eos=True)
             dsi = dec.generate(prompt, max_tokens=48, temperature=0, ignore_eos=True, mode="dsi", sp=sp,
-                               lookahead=lookahead, wait_for_drafts=wait_for_drafts)
+                               lookahead=lookahead, wait_for_drafts=wait_for_drafts, device_sampling=device)
+            assert dsi.stats.sampling == ("device" if device else "host")
             assert dsi.tokens == plain.tokens, f"prompt {prompt!r}"
             assert dsi.text == plain.text
             d = dsi.dsi
@@ -99,16 +102,19 @@ def test_dsi_then_plain_generation_still_exact(slow):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("verify_shape", ["exact", "padded"])
-def test_dsi_sampling_follows_target(slow, verify_shape):
+@pytest.mark.parametrize("verify_shape,device_sampling", [("exact", False), ("padded", False), ("exact", True)])
+def test_dsi_sampling_follows_target(slow, verify_shape, device_sampling):
+    """Also with the sampling chains on the device (the CPU backend runs them): the drafter's q and
+    the servers' p are the chain's distributions over the candidates that came back."""
     prompt, p1, p2, q1 = two_token_distributions(slow.target, slow.far, "the cat is on the")
     n = 2000
     firsts, seconds, n_checked, n_rejected, n_padded = [], [], 0, 0, 0
     with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=128, verify_shape=verify_shape) as dec:
         for seed in range(n):
             r = dec.generate(prompt, max_tokens=2, seed=seed, ignore_eos=True, mode="dsi", sp=2, lookahead=1,
-                             **SETTINGS)
+                             device_sampling=device_sampling, **SETTINGS)
             assert len(r.tokens) == 2
+            assert r.stats.sampling == ("device" if device_sampling else "host")
             firsts.append(r.tokens[0])
             seconds.append(r.tokens[1])
             n_checked += r.dsi.n_checked

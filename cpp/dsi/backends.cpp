@@ -1,6 +1,8 @@
 // dsi/backends.cpp: llama.cpp and simulated drafters and target servers for DSI.
 #include "dsi/backends.h"
 
+#include "sampling/device_sampling.h"
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -91,8 +93,18 @@ bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t firs
         return false;
     }
     preds.resize(n_out);
-    const int32_t n_vocab = cache_.n_vocab();
+    const int32_t n_vocab   = cache_.n_vocab();
+    const bool    on_device = cache_.chain().what != device_chain::kind::none;  // (its candidates came back)
     for (int32_t i = 0; i < n_out; ++i) {
+        if (on_device) {
+            const sampled_row row = cache_.sampled(row0 + i);
+            if (params.greedy()) {
+                preds[i].argmax = row_argmax(row);
+            } else {
+                row_distribution(row, params, preds[i].p);
+            }
+            continue;
+        }
         const float * logits = cache_.logits(row0 + i);
         if (params.greedy()) {
             preds[i].argmax = argmax(logits, n_vocab);

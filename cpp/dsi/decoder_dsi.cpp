@@ -33,11 +33,6 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
                                       const run_plan & plan, const step_callback & on_step,
                                       const interrupt_check & check) {
     const dsi_options & options = params.dsi;
-    // DSI's servers and drafter read raw logits (dsi/backends.cpp)
-    tgt_cache_->set_device_chain({});
-    if (dft_cache_) {
-        dft_cache_->set_device_chain({});
-    }
 
     // the servers and everyone's threads for this run (restored afterwards), then the prompt
     const dsi_setup                 setup  = dsi_prepare(options);
@@ -50,7 +45,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     generate_stats &    st = res.stats;
     st.n_prompt            = n_prompt;
     st.drafter             = plan.drafter();
-    st.host_sampling_reason = "DSI";
+    dsi_place_sampling(params, plan, caches, st);
     // every server's rollbacks and the drafter's (kv_cache::rollback): how, what they cost
     std::vector<kv_cache *> all = caches;
     all.push_back(dft_cache_.get());
@@ -156,6 +151,26 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     st.t_total_ms     = ms_since(t_start);
     res.dsi           = rep;
     return res;
+}
+
+void decoder::dsi_place_sampling(const generate_params & params, const run_plan & plan,
+                                 const std::vector<kv_cache *> & caches, generate_stats & st) {
+    // where mode si would sample on the device, so do the drafter and every server, the same chain
+    // as the target's; where a further server cannot run it, every server samples on the host
+    place_sampling(params, plan, st);
+    const device_chain chain = tgt_cache_->chain();
+    bool               all   = true;
+    for (kv_cache * c : caches) {
+        all = all && c->set_device_chain(chain);
+    }
+    if (!all) {
+        for (kv_cache * c : caches) {
+            c->set_device_chain({});
+        }
+        const bool draft_on_device = dft_cache_->chain().what != device_chain::kind::none;
+        st.sampling             = draft_on_device ? "host (target), device (draft)" : "host";
+        st.host_sampling_reason = "a DSI server's backend cannot run the chain";
+    }
 }
 
 decoder::dsi_setup decoder::dsi_prepare(const dsi_options & options) {

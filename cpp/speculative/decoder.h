@@ -60,7 +60,7 @@ struct decoder_params {
     // recurrent or window-only one, or a slot's, is never padded). A GPU replays a recorded graph
     // for a decode shaped like the one before and runs one of a new shape without it. Mode dsi:
     // "padded", or "auto" on a GPU of this machine, pads each server's batch to sp * lookahead
-    // tokens, every row an output (its servers sample on the host)
+    // tokens, every row an output
     std::string                 verify_shape = "auto";
     // the steps of a run of drafting (or of plain) steps that the adaptive draft length takes as
     // transitions, whose costs price neither (draft_length_model::set_settle_steps); -1: 2 where
@@ -180,7 +180,7 @@ struct generate_params {
     bool                     forced_drafts = true;
     // run the sampling chain inside llama_decode, on the device with the output layer, so that only
     // each row's candidates come back (sampling/device_sampling.h), where the generation allows it
-    // (mode si on a decoder's own caches; no grammar, controls, greedy log-probabilities, top_k 0);
+    // (a decoder's own caches, mode si or dsi; no grammar, controls, greedy log-probabilities, top_k 0);
     // false: every row comes back whole and the host samples (generate_stats::sampling says which
     // ran). None: for each model whose layers are offloaded to a GPU (on a CPU the chain runs on the
     // same cores as the host's, and was measured 1-2% slower there)
@@ -440,6 +440,9 @@ class decoder {
     dsi_setup dsi_prepare(const dsi_options & options);
     void      dsi_prefill(const std::vector<kv_cache *> & caches, const std::vector<llama_token> & prompt,
                           generate_stats & st, const interrupt_check & check);
+    // the drafter's and the servers' device chains (place_sampling's, the target's on every server)
+    void      dsi_place_sampling(const generate_params & params, const run_plan & plan,
+                                 const std::vector<kv_cache *> & caches, generate_stats & st);
 
     // attach the chains this generation samples with on the device, or detach them where the host
     // samples (sets st.sampling, st.host_sampling_reason)
