@@ -77,7 +77,8 @@ def test_the_bench_runs_every_program(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "shaped_bench.py"), "--shape", "small",
                         "--models", str(tmp_path / "models"), "--acceptance", "0.6,0.9", "--bindir", str(LLAMA_CPP_BIN),
                         "-ngl", "0", "-n", "16", "--rounds", "1", "-t", "2", "--n-max", "4", "--out", str(out),
-                        "--variant", "settle_steps=0", "--run", "adaptive=0,n_draft=3", "--run", "mode=dsi,sp=2,lookahead=3"],
+                        "--variant", "settle_steps=0", "--run", "adaptive=0,n_draft=3", "--run",
+                        "adaptive=0,n_draft=3,draft_ahead=4", "--run", "mode=dsi,sp=2,lookahead=3"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -87,7 +88,7 @@ def test_the_bench_runs_every_program(tmp_path):
             s = res["summary"][temp]
             programs = set(s["tokens_per_second"])
             assert {"plain", "specllama", "specllama, settle_steps=0", "specllama, adaptive=0,n_draft=3",
-                    "specllama, mode=dsi,sp=2,lookahead=3"} <= programs
+                    "specllama, adaptive=0,n_draft=3,draft_ahead=4", "specllama, mode=dsi,sp=2,lookahead=3"} <= programs
             if (LLAMA_CPP_BIN / "llama-server").exists():
                 assert "llama-server n_max 4" in programs
             if (LLAMA_CPP_BIN / "llama-speculative-simple").exists():  # (or its log lost its timings, and it says so)
