@@ -12,7 +12,9 @@ that, in interleaved rounds after a warm-up:
   both    the two at once, from two threads released together: from the first start to the last end
 
 and reports the medians and the hidden share, (verify + draft - both) / min(verify, draft): 1 where
-the shorter of the two is hidden entirely, 0 where they take as long as one after the other.
+the shorter of the two is hidden entirely, 0 where they take as long as one after the other, below
+0 where running them together slows both (on a CPU with fewer cores than the two contexts'
+threads; noise in timings of a millisecond or less also moves it outside 0..1).
 Each decode copies one row of logits back, as DSI's drafter and servers do.
 
     python benchmarks/gpu/overlap.py -m target.gguf -d draft.gguf -ngl all --k 4 --m 4 --out overlap.json

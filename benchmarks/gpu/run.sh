@@ -77,8 +77,8 @@ measure() {
   draft="$("$PY" -c "import json; print(json.load(open('/tmp/specllama-shaped/shaped.json'))['files']['draft'])")"
   [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || ngl=0
   # how much of the draft's decodes runs alongside a verification (what DSI on one GPU can gain)
-  "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 --m 4 \
-    --reps "$reps" --out "$REPORTS/overlap.json" 2>&1 | tee "$REPORTS/overlap.log"
+  "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 --m 4 --reps 20 \
+    --out "$REPORTS/overlap.json" 2>&1 | tee "$REPORTS/overlap.log"
   # what verification lengths cost on the target, with CUDA graphs and without
   # (-X faulthandler: a crash prints where)
   "$PY" -X faulthandler "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" --reps "$reps" \
