@@ -72,6 +72,22 @@ def test_a_quantized_pair_loads(tmp_path):
         shaped_models.retune(tmp_path, 0.6)
 
 
+def test_a_pair_written_before_is_kept_or_retuned(tmp_path):
+    """pair_for (what run.sh and the bench use): the pair already in the directory at the same
+    acceptance is kept as it is, at another it is retuned in place (the draft untouched), and one of
+    another shape or type is written anew."""
+    first = shaped_models.pair_for(tmp_path, "small", 0.8)
+    draft, target = (Path(first["files"][k]) for k in ("draft", "target"))
+    stamps = draft.stat().st_mtime_ns, target.stat().st_mtime_ns
+    assert shaped_models.pair_for(tmp_path, "small", 0.8) == first
+    assert (draft.stat().st_mtime_ns, target.stat().st_mtime_ns) == stamps
+    again = shaped_models.pair_for(tmp_path, "small", 0.6)
+    assert again["acceptance_asked"] == 0.6 and again["tau"] != first["tau"]
+    assert draft.stat().st_mtime_ns == stamps[0]  # (only the target's output matrix was rewritten)
+    quantized = shaped_models.pair_for(tmp_path, "small", 0.6, quant="q8_0")
+    assert quantized["type"] == "q8_0" and quantized["files"]["target"].endswith("target.q8_0.gguf")
+
+
 def test_the_bench_runs_every_program(tmp_path):
     out = tmp_path / "shaped.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "shaped_bench.py"), "--shape", "small",

@@ -2,8 +2,8 @@
 # The GPU measurement of docs/gpu.md in one command, on a machine with CUDA that reaches no package
 # registry: build llama-cpp-python with CUDA (and llama.cpp's llama-server and
 # llama-speculative-simple in the same build) from the trimmed sdist that pack.sh put in .gpu/,
-# build specllama against it, write the shaped pair (shaped_models.py), run shaped_bench.py on it,
-# overlap.py on the pair and verify_shapes.py on its target (with CUDA graphs and without).
+# build specllama against it, write the shaped pair (shaped_models.py), then run overlap.py on the
+# pair, shaped_bench.py on it and verify_shapes.py on its target (with CUDA graphs and without).
 #
 #   bash benchmarks/gpu/pack.sh                 # here, once: .gpu/ (about 7 MB)
 #   bash benchmarks/gpu/run.sh [build|measure|all] [shaped_bench.py options...]
@@ -13,7 +13,8 @@
 # the report), SPECLLAMA_GPU_SHAPE (default qwen7b; small for a smoke test), SPECLLAMA_GPU_CUDA=0
 # for a CPU build of the same steps, SPECLLAMA_GPU_PEERS=0 to build without llama.cpp's programs
 # (shaped_bench.py then measures specllama alone), SPECLLAMA_VERIFY_REPS (verify_shapes.py's
-# --reps), SPECLLAMA_PYTHON (default python3: the interpreter whose packages the build uses:
+# --reps; 0 leaves it out), SPECLLAMA_GPU_TYPE (the pair's number format, default f16: one that is
+# not takes one acceptance), SPECLLAMA_PYTHON (default python3: the interpreter whose packages the build uses:
 # numpy, scikit-build-core, pybind11, cmake, ninja, httpx, click).
 # Everything is installed into .gpu/site (pip --target; a venv made from a venv's python would not
 # see that venv's packages).
@@ -69,22 +70,31 @@ build() {
 measure() {
   export PYTHONPATH="$SITE"
   cd /tmp  # the installed specllama (with its extension), not the source tree's
-  SPECLLAMA_COMMIT="${SPECLLAMA_COMMIT:-}" "$PY" "$ROOT/benchmarks/gpu/shaped_bench.py" \
-    --shape "${SPECLLAMA_GPU_SHAPE:-qwen7b}" --models /tmp/specllama-shaped --bindir "$BIN" \
-    --out "$REPORTS/shaped_bench.json" "$@" 2>&1 | tee "$REPORTS/shaped_bench.log"
-  local target draft ngl=all reps="${SPECLLAMA_VERIFY_REPS:-20}"
-  target="$("$PY" -c "import json; print(json.load(open('/tmp/specllama-shaped/shaped.json'))['files']['target'])")"
-  draft="$("$PY" -c "import json; print(json.load(open('/tmp/specllama-shaped/shaped.json'))['files']['draft'])")"
+  local shape="${SPECLLAMA_GPU_SHAPE:-qwen7b}" type="${SPECLLAMA_GPU_TYPE:-f16}" models=/tmp/specllama-shaped
+  local target draft ngl=all reps="${SPECLLAMA_VERIFY_REPS:-20}" failed=0
   [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || ngl=0
-  # how much of the draft's decodes runs alongside a verification (what DSI on one GPU can gain)
-  "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 --m 4 --reps 20 \
-    --out "$REPORTS/overlap.json" 2>&1 | tee "$REPORTS/overlap.log"
-  # what verification lengths cost on the target, with CUDA graphs and without
-  # (-X faulthandler: a crash prints where)
-  "$PY" -X faulthandler "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" --reps "$reps" \
-    --out "$REPORTS/verify_shapes.json" 2>&1 | tee "$REPORTS/verify_shapes.log"
-  GGML_CUDA_DISABLE_GRAPHS=1 "$PY" -X faulthandler "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" \
-    --reps "$reps" --out "$REPORTS/verify_shapes_no_graphs.json" 2>&1 | tee "$REPORTS/verify_shapes_no_graphs.log"
+  # the pair first (the bench retunes it for each acceptance), so that the short overlap probe comes
+  # before the bench; each step runs whether or not the one before failed (-X faulthandler: a crash
+  # prints where), and a cut by the call's time limit leaves what the steps before wrote
+  "$PY" "$ROOT/benchmarks/gpu/shaped_models.py" --shape "$shape" --type "$type" --out "$models" 2>&1 \
+    | tail -c 2000 | tee "$REPORTS/shaped_models.log"
+  target="$("$PY" -c "import json; print(json.load(open('$models/shaped.json'))['files']['target'])")"
+  draft="$("$PY" -c "import json; print(json.load(open('$models/shaped.json'))['files']['draft'])")"
+  # how much of the draft's decodes runs beside a verification (what DSI and draft_ahead can gain)
+  "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 --m 4 \
+    --reps 20 --out "$REPORTS/overlap.json" 2>&1 | tee "$REPORTS/overlap.log" || failed=1
+  SPECLLAMA_COMMIT="${SPECLLAMA_COMMIT:-}" "$PY" -X faulthandler "$ROOT/benchmarks/gpu/shaped_bench.py" \
+    --shape "$shape" --type "$type" --models "$models" --bindir "$BIN" \
+    --out "$REPORTS/shaped_bench.json" "$@" 2>&1 | tee "$REPORTS/shaped_bench.log" || failed=1
+  # what verification lengths cost on the target, with CUDA graphs and without (reps 0: not measured)
+  if [ "$reps" != 0 ]; then
+    "$PY" -X faulthandler "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" -ngl "$ngl" --reps "$reps" \
+      --out "$REPORTS/verify_shapes.json" 2>&1 | tee "$REPORTS/verify_shapes.log" || failed=1
+    GGML_CUDA_DISABLE_GRAPHS=1 "$PY" -X faulthandler "$ROOT/benchmarks/gpu/verify_shapes.py" -m "$target" \
+      -ngl "$ngl" --reps "$reps" --out "$REPORTS/verify_shapes_no_graphs.json" 2>&1 \
+      | tee "$REPORTS/verify_shapes_no_graphs.log" || failed=1
+  fi
+  return "$failed"
 }
 
 case "$PHASE" in

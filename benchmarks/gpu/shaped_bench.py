@@ -2,7 +2,8 @@
 a 0.5B-shaped draft with random weights, at set acceptances), against plain decoding and
 llama.cpp's own speculative programs, on one machine in one run.
 
-For each acceptance: the pair is written (the first) or retuned in place (the others), then, in
+For each acceptance: the pair is written, or the one in --models retuned in place (an F16 pair of
+the same shape: shaped_models.pair_for), then, in
 --rounds rounds, greedy and at T = 0.8 (top-k 40, top-p 0.95, min-p 0.05 everywhere), each run
 --n-predict new tokens after one prompt (end-of-text ignored):
 
@@ -40,7 +41,7 @@ sys.path.insert(0, str(HERE.parent))  # compare.py, serve_bench.py
 import specllama  # noqa: E402
 import compare  # noqa: E402
 from compare import run_llama_server, run_speculative_simple, start_llama_server  # noqa: E402
-from shaped_models import make_pair, retune  # noqa: E402
+from shaped_models import pair_for  # noqa: E402
 from specllama.provenance import provenance  # noqa: E402
 
 PROMPT = "the quick brown fox jumps over the lazy dog and then"
@@ -94,9 +95,8 @@ def peer_run(fn, *args, attempts: int = 3, **kw):
     return None
 
 
-def one_acceptance(args, acceptance: float, first: bool, bindir) -> dict:
-    pair = (make_pair(Path(args.models), args.shape, acceptance, quant=args.type) if first
-            else retune(Path(args.models), acceptance))
+def one_acceptance(args, acceptance: float, bindir) -> dict:
+    pair = pair_for(Path(args.models), args.shape, acceptance, quant=args.type)
     target, draft = pair["files"]["target"], pair["files"]["draft"]
     ngl_peer = 999 if args.ngl < 0 else args.ngl
     servers = {}
@@ -200,8 +200,8 @@ def main() -> None:
     prov["commit"] = os.environ.get("SPECLLAMA_COMMIT") or prov["commit"]  # (a copy of the tree has no git)
     report = {"provenance": prov, "gpu": gpu_info(), "shape": args.shape, "type": args.type,
               "n_predict": args.n_predict, "rounds": args.rounds, "chain": CHAIN, "ngl": args.ngl, "acceptances": {}}
-    for i, a in enumerate(float(x) for x in args.acceptance.split(",")):
-        report["acceptances"][str(a)] = one_acceptance(args, a, i == 0, args.bindir)
+    for a in (float(x) for x in args.acceptance.split(",")):
+        report["acceptances"][str(a)] = one_acceptance(args, a, args.bindir)
         if args.out:  # (what is done so far survives a later failure or the call's time limit)
             Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
     for a, res in report["acceptances"].items():

@@ -25,7 +25,8 @@ measurement needs; the measured acceptance is what counts, and the runs report i
     python benchmarks/gpu/shaped_models.py --shape small --acceptance 0.8 --out /tmp/shaped
 
 Writes target.gguf and draft.gguf (or --type's quantization of them, by llama.cpp's quantizer
-through specllama) and shaped.json (the shapes, tau, the calibrated acceptances).
+through specllama) and shaped.json (the shapes, tau, the calibrated acceptances). Where --out holds
+a pair of that shape, type and seed already, it is kept (an F16 one retuned to --acceptance).
 """
 
 from __future__ import annotations
@@ -285,6 +286,22 @@ def make_pair(out_dir: Path, shape: str, acceptance: float, seed: int = 0, n_pro
     return report
 
 
+def pair_for(out_dir: Path, shape: str, acceptance: float, seed: int = 0, quant: str = "f16") -> Dict:
+    """The pair in out_dir at acceptance: the one already there where it has this shape, type and
+    seed (an F16 one retuned in place where its acceptance differs), else a new one (make_pair)."""
+    try:
+        report = json.loads((out_dir / "shaped.json").read_text())
+        same = (report["shape"], report["type"], report["seed"]) == (shape, quant, seed) and all(
+            Path(f).exists() for f in report["files"].values())
+    except (OSError, ValueError, KeyError):
+        same = False
+    if same and report["acceptance_asked"] == acceptance:
+        return report
+    if same and quant == "f16":
+        return retune(out_dir, acceptance)
+    return make_pair(out_dir, shape, acceptance, seed, quant=quant)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen7b")
@@ -295,7 +312,7 @@ def main() -> None:
     args = ap.parse_args()
     if not 0.0 < args.acceptance < 1.0:
         ap.error("--acceptance must lie in (0, 1)")
-    report = make_pair(Path(args.out), args.shape, args.acceptance, args.seed, quant=args.type)
+    report = pair_for(Path(args.out), args.shape, args.acceptance, args.seed, quant=args.type)
     print(json.dumps(report), file=sys.stderr)
 
 
