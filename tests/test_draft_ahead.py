@@ -95,7 +95,7 @@ def fourth_token_marginal(model, prompt):
     return marginal(list(prompt), 4)
 
 
-def test_bad_settings_are_refused(tiny, slow):
+def test_bad_settings_are_refused(tiny):
     with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=128) as dec:
         with pytest.raises(ValueError, match="adaptive=False"):
             dec.generate("she was", max_tokens=4, draft_ahead=2)

@@ -55,6 +55,7 @@ def test_dsi_greedy_identical_on_batch_invariant_pair(slow, sp, lookahead, devic
                 assert d.n_target_only == 1 and d.n_checked == len(dsi.tokens) - 1
                 assert d.n_accepted < d.n_checked  # the draft is sometimes wrong: rejections happened
 
+
 @pytest.mark.parametrize("sp,lookahead", [(1, 3), (2, 2)])
 def test_dsi_padded_batches_keep_the_output_and_drop_the_padding(slow, sp, lookahead):
     """verify_shape="padded" (what "auto" does on a GPU of this machine): a server batch shorter than
