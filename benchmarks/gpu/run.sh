@@ -78,8 +78,9 @@ measure() {
   # prints where), and a cut by the call's time limit leaves what the steps before wrote
   "$PY" "$ROOT/benchmarks/gpu/shaped_models.py" --shape "$shape" --type "$type" --out "$models" 2>&1 \
     | tail -c 2000 | tee "$REPORTS/shaped_models.log"
-  target="$("$PY" -c "import json; print(json.load(open('$models/shaped.json'))['files']['target'])")"
-  draft="$("$PY" -c "import json; print(json.load(open('$models/shaped.json'))['files']['draft'])")"
+  read -r target draft < <("$PY" -c "import json; f = json.load(open('$models/shaped.json'))['files']; \
+print(f['target'], f['draft'])")
+  [ -n "$draft" ] || { echo "run.sh: no shaped pair in $models" >&2; return 1; }
   # how much of the draft's decodes runs beside a verification (what DSI and draft_ahead can gain)
   "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 --m 4 \
     --reps 20 --out "$REPORTS/overlap.json" 2>&1 | tee "$REPORTS/overlap.log" || failed=1

@@ -13,9 +13,19 @@
 #include "speculative/decoder.h"
 
 #include <algorithm>
-#include <utility>
 
 namespace specllama {
+
+namespace {
+
+// out = seq followed by drafts
+void with_drafts(std::vector<llama_token> & out, const std::vector<llama_token> & seq,
+                 const std::vector<llama_token> & drafts) {
+    out.assign(seq.begin(), seq.end());
+    out.insert(out.end(), drafts.begin(), drafts.end());
+}
+
+}  // namespace
 
 void decoder::draft_ahead_validate(const generate_params & params, const run_plan & plan) const {
     const auto refuse = [](const std::string & why) {
@@ -50,8 +60,7 @@ void decoder::draft_ahead(const std::vector<llama_token> & seq, int32_t n, const
     if (!drafted_.tokens.empty() && llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
         return;  // (nothing follows a drafted end token)
     }
-    ahead_seq_.assign(seq.begin(), seq.end());
-    ahead_seq_.insert(ahead_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
+    with_drafts(ahead_seq_, seq, drafted_.tokens);
     drafter_->draft(ahead_seq_, n, params.sampling, rng, ahead_, nullptr, check);
     st.n_ahead_drafted += (int32_t) ahead_.tokens.size();
 }
@@ -65,35 +74,16 @@ int32_t decoder::take_ahead(int32_t n_max, generate_stats & st) {
     if (n <= 0) {
         return 0;
     }
-    if ((int32_t) drafted_.dists.size() < n) {
-        drafted_.dists.resize(n);
-    }
-    for (int32_t i = 0; i < n; ++i) {
-        drafted_.tokens.push_back(ahead_.tokens[i + 1]);
-        drafted_.conf.push_back(ahead_.conf[i + 1]);
-        drafted_.forced.push_back(0);
-        std::swap(drafted_.dists[i], ahead_.dists[i + 1]);
-    }
+    drafted_.take(ahead_, 1, n);
     st.n_ahead_used += n;
     return n;
 }
 
 void decoder::draft_after_taken(const std::vector<llama_token> & dseq, int32_t n_max, const generate_params & params,
                                 rng_t & rng, const draft_continue & keep, const interrupt_check & check) {
-    const int32_t n_taken = (int32_t) drafted_.tokens.size();
-    ahead_seq_.assign(dseq.begin(), dseq.end());
-    ahead_seq_.insert(ahead_seq_.end(), drafted_.tokens.begin(), drafted_.tokens.end());
-    drafter_->draft(ahead_seq_, n_max - n_taken, params.sampling, rng, more_, keep, check);
-    const int32_t n_more = (int32_t) more_.tokens.size();
-    if ((int32_t) drafted_.dists.size() < n_taken + n_more) {
-        drafted_.dists.resize(n_taken + n_more);
-    }
-    for (int32_t i = 0; i < n_more; ++i) {
-        drafted_.tokens.push_back(more_.tokens[i]);
-        drafted_.conf.push_back(more_.conf[i]);
-        drafted_.forced.push_back(more_.forced[i]);
-        std::swap(drafted_.dists[n_taken + i], more_.dists[i]);
-    }
+    with_drafts(ahead_seq_, dseq, drafted_.tokens);
+    drafter_->draft(ahead_seq_, n_max - (int32_t) drafted_.tokens.size(), params.sampling, rng, more_, keep, check);
+    drafted_.take(more_, 0, (int32_t) more_.tokens.size());
     drafted_.n_decodes   = more_.n_decodes;
     drafted_.n_catch_up  = more_.n_catch_up;
     drafted_.catch_up_ms = more_.catch_up_ms;

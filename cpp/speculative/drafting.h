@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "engine/kv_cache.h"
@@ -41,6 +42,19 @@ struct draft_result {
         windowed = false;
     }
     int32_t n_forced() const { return (int32_t) std::count(forced.begin(), forced.end(), 1); }
+    // move from's drafts [first, first + n) to the end of these, each with its q and confidence
+    void take(draft_result & from, int32_t first, int32_t n) {
+        const int32_t at = (int32_t) tokens.size();
+        if ((int32_t) dists.size() < at + n) {
+            dists.resize(at + n);
+        }
+        for (int32_t i = first; i < first + n; ++i) {
+            tokens.push_back(from.tokens[i]);
+            conf.push_back(from.conf[i]);
+            forced.push_back(from.forced[i]);
+            std::swap(dists[at + i - first], from.dists[i]);
+        }
+    }
 };
 
 // what a draft_continue is asked
