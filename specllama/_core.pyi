@@ -264,6 +264,10 @@ class DraftLengthModel:
         """
         verification batches padded to n_tokens (0: none): a batch of 2 to n_tokens costs one of n_tokens
         """
+    def set_sampled(self, yes: bool) -> None:
+        """
+        the kind of the generations from here on; greedy and sampled ones each keep their own acceptance, calibration, rates and pause (the prices are shared)
+        """
     def set_settle_steps(self, n: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         the first n steps of a run of drafting (or plain) steps are transitions: their costs price nothing, and a probe drafts n + 1 steps in a row
@@ -301,6 +305,9 @@ class DraftLengthModel:
         """
     @property
     def rate(self) -> float:
+        ...
+    @property
+    def sampled(self) -> bool:
         ...
     @property
     def settle_steps(self) -> int:

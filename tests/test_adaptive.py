@@ -264,6 +264,48 @@ def test_drafting_pauses_where_it_makes_fewer_tokens_per_ms_than_plain_steps():
     assert not m.draft_pays()
 
 
+def test_greedy_and_sampled_generations_keep_their_own_evidence():
+    """A draft's confidence means another thing greedy (1 - p2/p1) than sampled (q of the drawn
+    token), and the target keeps drafts by another rule, so each kind of generation has its own
+    acceptance, calibration, rates and pause; the prices are the machine's and shared. Greedy
+    steps that paused drafting leave the sampled kind drafting, and the other way round."""
+    m = _model_with_rates(1.15, 3, 8.6)  # greedy drafting steps at 0.30 of the plain rate
+    for _ in range(50):
+        m.observe_acceptance(0.95, False)
+    assert not m.sampled and not m.draft_pays() and m.acceptance < 0.1
+    m.set_sampled(True)
+    # nothing drafted yet in this kind: it drafts, at the prior acceptance, and at the shared prices
+    assert m.sampled and m.draft_pays() and m.acceptance == pytest.approx(0.8)
+    assert m.verify_ms(1) == pytest.approx(1.15) and m.knows_plain_step
+    for _ in range(50):
+        m.observe_acceptance(0.95, True)
+        m.observe_step(4, 3.0, True)  # 1.53 of the plain rate
+    assert m.draft_pays() and m.accept_prob(0.95) > 0.9
+    m.set_sampled(False)
+    assert not m.draft_pays() and m.accept_prob(0.95) < 0.1
+    m.set_sampled(True)
+    assert m.draft_pays() and m.accept_prob(0.95) > 0.9
+
+
+@pytest.mark.slow
+def test_a_pause_of_greedy_generations_leaves_sampled_ones_drafting(slow):
+    """At prices where a draft that is always wrong does not pay, greedy generations pause it; a
+    sampled generation that follows still drafts in its first steps, judging the draft on its own
+    evidence (a sampled draft is kept with probability min(1, p/q), a greedy one only where it is
+    the target's argmax), and the greedy generation after it starts paused, its evidence kept."""
+    prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=2.0)
+    kw = dict(max_tokens=120, ignore_eos=True, prices=prices, drafter="model", n_draft=4, record_steps=True)
+    with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
+        dec.generate("the cat is", temperature=0, **kw)
+        greedy = dec.generate("the cat is", temperature=0, **kw).stats
+        assert greedy.n_paused_steps >= greedy.n_steps - 10, greedy  # paused from its first step
+        sampled = dec.generate("the cat is", temperature=0.8, **kw).stats
+        # (a generation's first step is the target's token after the prompt: no step drafts in it)
+        assert [t.n_model > 0 and not t.probe for t in sampled.steps[1:3]] == [True, True], [t.n_model for t in sampled.steps]
+        again = dec.generate("the cat is", temperature=0, **kw).stats
+        assert again.n_paused_steps >= again.n_steps - 10, again
+
+
 def test_a_fresh_decoder_prices_plain_steps_first_and_does_not_call_them_pauses(tiny):
     """The first three steps of a decoder's life are plain (the rule needs a steady plain step's
     price: the first after prefill is not steady); they are not reported as paused steps, which

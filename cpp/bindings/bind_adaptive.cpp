@@ -133,6 +133,10 @@ void register_adaptive(py::module_ & m) {
         .def("verify_ms", &draft_length_model::verify_ms, py::arg("n_tokens"))
         .def_property_readonly("draft_ms", &draft_length_model::draft_ms)
         .def_property_readonly("catch_up_ms", &draft_length_model::catch_up_ms)
+        .def("set_sampled", &draft_length_model::set_sampled, py::arg("yes"),
+             "the kind of the generations from here on; greedy and sampled ones each keep their own "
+             "acceptance, calibration, rates and pause (the prices are shared)")
+        .def_property_readonly("sampled", &draft_length_model::sampled)
         .def_property_readonly("acceptance", &draft_length_model::acceptance);
 }
 

@@ -412,6 +412,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto    logits_bytes = [&] { return tgt_cache_->logits_bytes() + (dft_cache_ ? dft_cache_->logits_bytes() : 0); };
     const auto    draft_calls  = [&] { return dft_cache_ ? dft_cache_->n_calls() : (int64_t) 0; };
     place_sampling(params, plan, st);
+    lengths_.set_sampled(!params.sampling.greedy());  // (each kind has its own acceptance and pause)
     // a padded verification: every drafting step's batch is one length, the plan's n_draft + 1;
     // an adaptive generation's, one more than the drafts worth padding for at the rule's prices
     // (draft_length_model::padded_length), and no step drafts more

@@ -100,60 +100,60 @@ int conf_bin(double conf, int n_bins) {
 
 void draft_length_model::observe_acceptance(double conf, bool accepted) {
     const int b = conf_bin(conf, k_bins);
-    acc_bin_[b] = k_decay * acc_bin_[b] + (accepted ? 1.0 : 0.0);
-    n_bin_[b]   = k_decay * n_bin_[b] + 1.0;
-    acc_all_    = k_decay * acc_all_ + (accepted ? 1.0 : 0.0);
-    n_all_      = k_decay * n_all_ + 1.0;
+    o_.acc_bin_[b] = k_decay * o_.acc_bin_[b] + (accepted ? 1.0 : 0.0);
+    o_.n_bin_[b]   = k_decay * o_.n_bin_[b] + 1.0;
+    o_.acc_all_    = k_decay * o_.acc_all_ + (accepted ? 1.0 : 0.0);
+    o_.n_all_      = k_decay * o_.n_all_ + 1.0;
 }
 
 double draft_length_model::accept_prob(double conf) const {
     // how often drafts this confident were accepted, shrunk towards the overall rate while the
     // bin has few observations
     const int b = conf_bin(conf, k_bins);
-    return (acc_bin_[b] + k_prior_weight * acceptance()) / (n_bin_[b] + k_prior_weight);
+    return (o_.acc_bin_[b] + k_prior_weight * acceptance()) / (o_.n_bin_[b] + k_prior_weight);
 }
 
 void draft_length_model::observe_step(int32_t tokens, double ms, bool model_drafted, bool steady, double steady_ms) {
-    step_tokens_ = k_decay * step_tokens_ + tokens;
-    step_ms_     = k_decay * step_ms_ + ms;
-    if (model_drafted && probing_ && n_v1_ > 0) {
-        probe_acc_ms_ += ms - tokens * v1_ms_;  // (a probe's cost is all of its steps')
+    o_.step_tokens_ = k_decay * o_.step_tokens_ + tokens;
+    o_.step_ms_     = k_decay * o_.step_ms_ + ms;
+    if (model_drafted && o_.probing_ && n_v1_ > 0) {
+        o_.probe_acc_ms_ += ms - tokens * v1_ms_;  // (a probe's cost is all of its steps')
     }
     // a transition counts in the drafting steps' rate at its steady price, once there is one
     const bool   counted = model_drafted && (steady || steady_ms >= 0.0);
-    const bool   probe_done = probing_ && probe_left_ == 0;
+    const bool   probe_done = o_.probing_ && o_.probe_left_ == 0;
     if (counted) {
         // a probe is the only fresh news while paused: its steps count as much as all the steps before
-        const bool   fresh = probing_ && probe_fresh_ && drafted_w_ > 0.0;
-        const double d     = fresh ? 1.0 / drafted_w_ : k_decay;
-        probe_fresh_       = false;
-        drafted_tokens_    = d * drafted_tokens_ + tokens;
-        drafted_ms_        = d * drafted_ms_ + (steady ? ms : steady_ms);
-        drafted_w_         = d * drafted_w_ + 1.0;
-        drafted_steps_ += 1;
+        const bool   fresh = o_.probing_ && o_.probe_fresh_ && o_.drafted_w_ > 0.0;
+        const double d     = fresh ? 1.0 / o_.drafted_w_ : k_decay;
+        o_.probe_fresh_       = false;
+        o_.drafted_tokens_    = d * o_.drafted_tokens_ + tokens;
+        o_.drafted_ms_        = d * o_.drafted_ms_ + (steady ? ms : steady_ms);
+        o_.drafted_w_         = d * o_.drafted_w_ + 1.0;
+        o_.drafted_steps_ += 1;
     }
     if (model_drafted && probe_done && n_v1_ > 0) {
-        probe_excess_ms_[n_probes_ % 2] = probe_acc_ms_;
-        n_probes_ += 1;
-        probe_acc_ms_ = 0.0;
+        o_.probe_excess_ms_[o_.n_probes_ % 2] = o_.probe_acc_ms_;
+        o_.n_probes_ += 1;
+        o_.probe_acc_ms_ = 0.0;
     }
     // a pause ends with a drafting step (a probe's last) after which drafting pays; not with a
     // plain step whose price a busy spell moved (the draft, resumed without a probe's windowed
     // catch-up, would decode every token it sat out)
-    if (counted && (probe_done || !probing_) && paused_ && draft_pays()) {
-        paused_ = false;
+    if (counted && (probe_done || !o_.probing_) && o_.paused_ && draft_pays()) {
+        o_.paused_ = false;
     }
-    probing_ = false;
+    o_.probing_ = false;
 }
 
 bool draft_length_model::draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const {
     // judged on as much evidence as a pause is; where drafting saves nothing per token, whether it
     // runs at all is the pause's to say (its probes see changed prices): a generation that sat out
     // on that ground would measure nothing new, and neither would any after it
-    if (n_prompt <= 0 || draft_token_ms_ == 0.0 || n_v1_ == 0 || drafted_steps_ < k_min_evidence) {
+    if (n_prompt <= 0 || draft_token_ms_ == 0.0 || n_v1_ == 0 || o_.drafted_steps_ < k_min_evidence) {
         return true;
     }
-    const double saved_per_token = v1_ms_ - drafted_ms_ / drafted_tokens_;
+    const double saved_per_token = v1_ms_ - o_.drafted_ms_ / o_.drafted_tokens_;
     return saved_per_token <= 0.0 || saved_per_token * n_gen > draft_token_ms_ * n_prompt;
 }
 
@@ -164,7 +164,7 @@ bool draft_length_model::keep_going(int32_t n, double p_reach, int32_t n_max) co
 
 bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, bool draft_cost,
                                       int32_t n_max) const {
-    if (sw_ == 0.0 || step_ms_ == 0.0 || (draft_cost && !has_draft_ms_)) {
+    if (sw_ == 0.0 || o_.step_ms_ == 0.0 || (draft_cost && !has_draft_ms_)) {
         // no costs or steps measured yet: draft a short batch once, to price a batch against a
         // plain step. Short, since what a batch costs per token is not known before: a little on
         // a transformer, nearly a whole decode on a recurrent model (Mamba-130M's shape on the
@@ -179,7 +179,7 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
         // (and where the target decodes kept tokens again after a rejection, the chance that this
         // token is the first rejected one times the restore and that decode: a verified batch
         // prices them from then on)
-        if (step_ms_ > 0.0 && n_v1_ > 0 && (sw_ > 0.0 || prompt_token_ms_ > 0.0)) {
+        if (o_.step_ms_ > 0.0 && n_v1_ > 0 && (sw_ > 0.0 || prompt_token_ms_ > 0.0)) {
             const double again =
                 decodes_again_ && sw_ == 0.0 ? p_reach * (1.0 - p_next) * (checkpoint_ms_ + verify_ms(n + 1)) : 0.0;
             const double cost_more = (draft_cost && has_draft_ms_ ? draft_ms_ : 0.0) +
@@ -208,8 +208,8 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
 }
 
 bool draft_length_model::clear_loss() const {
-    return knows_plain_step() && drafted_steps_ >= k_min_clear_evidence &&
-           drafted_tokens_ * v1_ms_ <= k_clear_loss * drafted_ms_;
+    return knows_plain_step() && o_.drafted_steps_ >= k_min_clear_evidence &&
+           o_.drafted_tokens_ * v1_ms_ <= k_clear_loss * o_.drafted_ms_;
 }
 
 double draft_length_model::priced_excess_ms() const {
@@ -263,16 +263,16 @@ bool draft_length_model::draft_pays() const {
     if (!knows_plain_step()) {
         return true;  // too little measured yet to stop drafting
     }
-    if (drafted_steps_ == 0) {
+    if (o_.drafted_steps_ == 0) {
         return pays_at_prices();
     }
-    if (drafted_steps_ < k_min_clear_evidence) {
+    if (o_.drafted_steps_ < k_min_clear_evidence) {
         // one drafting step is too little to stop on (a first batch's catch-up and verification
         // are not yet steady), and too little to end a pause the prices predicted: that one
         // lasts until two probes have measured drafting
-        return n_probes_ == 0;
+        return o_.n_probes_ == 0;
     }
-    if (drafted_steps_ < k_min_evidence) {
+    if (o_.drafted_steps_ < k_min_evidence) {
         // a clear loss stops drafting sooner: where a drafting step costs several plain steps (a
         // recurrent target on a GPU: a rejected draft's restore and decode again take 4-8 plain
         // steps), each further step of evidence costs more than a needless pause does (a probe
@@ -284,7 +284,7 @@ bool draft_length_model::draft_pays() const {
     // a small margin: within 3% of plain steps the loop keeps drafting rather than pause on noise
     // (or because the machine got busier since plain steps were last priced, which only a pause
     // shows); below that it pauses, so that a draft that does not pay costs at most about 3%
-    return drafted_tokens_ * v1_ms_ > k_pause_margin * drafted_ms_;
+    return o_.drafted_tokens_ * v1_ms_ > k_pause_margin * o_.drafted_ms_;
 }
 
 int32_t draft_length_model::probe_gap() const {
@@ -292,12 +292,12 @@ int32_t draft_length_model::probe_gap() const {
     // pause's last two probes (one probe may be unlucky: a draft rejected at its first token; and
     // the steps before the pause may have been slowed by a busy spell that is over)
     if (v1_ms_ <= 0.0) {
-        return probe_gap_;
+        return o_.probe_gap_;
     }
     double excess = 0.0, most = 1e6;
-    if (n_probes_ >= 2) {
-        excess = std::min(probe_excess_ms_[0], probe_excess_ms_[1]);
-    } else if (drafted_steps_ < k_min_clear_evidence) {
+    if (o_.n_probes_ >= 2) {
+        excess = std::min(o_.probe_excess_ms_[0], o_.probe_excess_ms_[1]);
+    } else if (o_.drafted_steps_ < k_min_clear_evidence) {
         // a pause the prices predicted: what they predict a probe costs (its batch, and the
         // draft's catch-up on the tokens it sat out), for a gap no longer than the doubling gaps
         // reach (two probes then measure it)
@@ -307,13 +307,13 @@ int32_t draft_length_model::probe_gap() const {
         // before two probes: the mean of the drafting steps that showed the clear loss, for a gap
         // no longer than the doubling gaps reach (a spell that slowed those steps alone and is over
         // keeps drafting paused for at most that many steps)
-        excess = (drafted_ms_ - drafted_tokens_ * v1_ms_) / drafted_w_;
+        excess = (o_.drafted_ms_ - o_.drafted_tokens_ * v1_ms_) / o_.drafted_w_;
         most   = k_max_probe_gap;
     } else {
-        return probe_gap_;
+        return o_.probe_gap_;
     }
     const double steps = excess / (k_probe_budget * v1_ms_);
-    return steps > probe_gap_ ? (int32_t) std::min(std::ceil(steps), most) : probe_gap_;
+    return steps > o_.probe_gap_ ? (int32_t) std::min(std::ceil(steps), most) : o_.probe_gap_;
 }
 
 void draft_length_model::observe_prompt(int32_t n_tokens, double ms) {
@@ -329,26 +329,26 @@ void draft_length_model::observe_draft_prompt(int32_t n_tokens, double ms) {
 }
 
 bool draft_length_model::draft_this_step() {
-    if (probe_left_ > 0) {  // a probe drafts on until a steady step (set_settle_steps)
-        --probe_left_;
-        probing_ = true;
+    if (o_.probe_left_ > 0) {  // a probe drafts on until a steady step (set_settle_steps)
+        --o_.probe_left_;
+        o_.probing_ = true;
         return true;
     }
-    probing_ = false;
-    if (!paused_ && draft_pays()) {
-        skipped_   = 0;
-        probe_gap_ = first_probe_gap();
-        n_probes_  = 0;
+    o_.probing_ = false;
+    if (!o_.paused_ && draft_pays()) {
+        o_.skipped_   = 0;
+        o_.probe_gap_ = first_probe_gap();
+        o_.n_probes_  = 0;
         return true;
     }
-    paused_ = true;
-    if (++skipped_ >= probe_gap()) {
-        probe_gap_ = std::min(2 * probe_gap_, k_max_probe_gap);
-        skipped_      = 0;
-        probing_      = true;
-        probe_left_   = settle_;
-        probe_fresh_  = true;
-        probe_acc_ms_ = 0.0;
+    o_.paused_ = true;
+    if (++o_.skipped_ >= probe_gap()) {
+        o_.probe_gap_ = std::min(2 * o_.probe_gap_, k_max_probe_gap);
+        o_.skipped_      = 0;
+        o_.probing_      = true;
+        o_.probe_left_   = settle_;
+        o_.probe_fresh_  = true;
+        o_.probe_acc_ms_ = 0.0;
         return true;
     }
     return false;
@@ -360,8 +360,8 @@ void draft_length_model::observe_leave(double excess_ms) {
 
 void draft_length_model::observe_lookup(bool accepted) {
     constexpr double decay = 0.9;  // quoting comes in bursts: follow them quickly
-    acc_lookup_ = decay * acc_lookup_ + (accepted ? 1.0 : 0.0);
-    n_lookup_   = decay * n_lookup_ + 1.0;
+    o_.acc_lookup_ = decay * o_.acc_lookup_ + (accepted ? 1.0 : 0.0);
+    o_.n_lookup_   = decay * o_.n_lookup_ + 1.0;
 }
 
 bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_reach, int32_t n_max) const {
@@ -375,7 +375,7 @@ void draft_length_model::observe(const step_record & s) {
     const bool batch  = s.n > 0;
     run_              = s.prev_n >= 0 && (s.prev_n > 0) == batch ? run_ + 1 : 0;
     if (s.prev_n < 0) {
-        probe_left_ = 0;  // (a generation's first step: a probe the last one cut short does not go on)
+        o_.probe_left_ = 0;  // (a generation's first step: a probe the last one cut short does not go on)
     }
     const bool    steady    = run_ >= settle_;
     const int32_t n_decodes = s.n_model == 0 ? 0 : s.n_decodes >= 0 ? s.n_decodes : s.n_model - 1;

@@ -38,6 +38,7 @@
 
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace specllama {
@@ -137,10 +138,24 @@ class draft_length_model {
     // paused model drafts for n + 1 steps in a row, so that it is judged by a steady step (the
     // first gap between probes is n + 1 times as long, so that probing costs as large a share)
     void set_settle_steps(int32_t n) {
-        settle_    = n > 0 ? n : 0;
-        probe_gap_ = first_probe_gap();
+        settle_          = n > 0 ? n : 0;
+        o_.probe_gap_    = first_probe_gap();
+        other_.probe_gap_ = first_probe_gap();
     }
     int32_t settle_steps() const { return settle_; }
+    // the kind of the generations from here on: sampled or greedy. Each kind has its own acceptance,
+    // calibration curve, rates and pause, learned from its own steps; the prices (decodes,
+    // verifications, prompts) are the machine's and shared. A probe the other kind left unfinished
+    // does not go on when it comes back
+    void set_sampled(bool yes) {
+        if (yes != sampled_) {
+            std::swap(o_, other_);
+            other_.probe_left_ = 0;
+            other_.probing_    = false;
+            sampled_           = yes;
+        }
+    }
+    bool sampled() const { return sampled_; }
     // the draft's prompt pass: n_tokens in ms, the price of a probe's catch-up until a probe is
     // measured, and of a draft decode in the prediction until one is
     void observe_draft_prompt(int32_t n_tokens, double ms);
@@ -153,11 +168,11 @@ class draft_length_model {
     void observe_checkpoint(double ms) { checkpoint_ms_ = ms; }
     // whether the model is left out of steps now, but for probes: drafting did not pay when a step
     // last asked, and no drafting step since has shown that it does (or it does not pay now)
-    bool paused() const { return paused_ || !draft_pays(); }
+    bool paused() const { return o_.paused_ || !draft_pays(); }
     // whether the step draft_this_step last began is a probe of a paused model
-    bool probing() const { return probing_; }
+    bool probing() const { return o_.probing_; }
     // steps without the model since drafting last paid or was probed (0 while it pays)
-    int32_t skipped_steps() const { return skipped_; }
+    int32_t skipped_steps() const { return o_.skipped_; }
 
     // the steps a paused model sits out before its next probe: the doubling gap, or more where a
     // probe costs more than k_probe_budget of that many plain steps. A probe's cost is the lesser of
@@ -186,7 +201,7 @@ class draft_length_model {
 
     // prompt lookup's proposals: how often the target keeps one (tracks bursts of quoting)
     void   observe_lookup(bool accepted);
-    double lookup_accept_prob() const { return n_lookup_ > 0.5 ? acc_lookup_ / n_lookup_ : 0.5; }
+    double lookup_accept_prob() const { return o_.n_lookup_ > 0.5 ? o_.acc_lookup_ / o_.n_lookup_ : 0.5; }
 
     // estimated chance the target accepts a token the draft gave confidence conf
     double accept_prob(double conf) const;
@@ -223,11 +238,11 @@ class draft_length_model {
     // acceptance rate of all reached drafts (the prior of each confidence bin), shrunk towards
     // k_prior_acceptance while few are judged: four drafts kept in four are not a certainty
     double acceptance() const {
-        return (acc_all_ + k_prior_weight * k_prior_acceptance) / (n_all_ + k_prior_weight);
+        return (o_.acc_all_ + k_prior_weight * k_prior_acceptance) / (o_.n_all_ + k_prior_weight);
     }
     double verify_ms(int32_t n_tokens) const;
     // long-run tokens per ms over recent steps (0 before any)
-    double rate() const { return step_ms_ > 0.0 ? step_tokens_ / step_ms_ : 0.0; }
+    double rate() const { return o_.step_ms_ > 0.0 ? o_.step_tokens_ / o_.step_ms_ : 0.0; }
 
   private:
     // exponentially weighted estimates; decay keeps them current as the machine's load changes
@@ -239,9 +254,6 @@ class draft_length_model {
     int32_t padded_        = 0;
     int32_t settle_        = 0;
     int32_t run_           = 0;  // steps before this one in the current run of drafting (or of plain) steps
-    int32_t probe_left_    = 0;  // steps a probe drafts on for (set_settle_steps)
-    bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
-    double  probe_acc_ms_  = 0;  // a probe's cost beyond plain steps so far, over its steps
     // the size a batch of n_tokens is priced as (its padded size where verification is padded)
     int32_t first_probe_gap() const { return k_first_probe_gap * (1 + settle_); }
     int32_t priced_size(int32_t n_tokens) const {
@@ -275,18 +287,7 @@ class draft_length_model {
     double line_ms(int32_t n_tokens) const;
     // a prompt token's ms (observe_prompt; 0: none), standing in for the line's slope until a batch is seen
     double prompt_token_ms_ = 0;
-    // calibration curve: acceptance of reached drafts by the draft's confidence, in bins
-    static constexpr int k_bins = 10;
-    std::array<double, k_bins> acc_bin_{};
-    std::array<double, k_bins> n_bin_{};
-    double acc_all_ = 0, n_all_ = 0;
-    double acc_lookup_ = 0, n_lookup_ = 0;
-    double step_tokens_ = 0, step_ms_ = 0;
-    // the same over the steps the model drafted in (a probe weighs as much as all before it), their
-    // decayed weight, and how many
-    double  drafted_tokens_ = 0, drafted_ms_ = 0, drafted_w_ = 0;
-    int64_t drafted_steps_  = 0;
-    // pausing: plain steps since drafting last paid or was probed, the gap before the next probe
+    // pausing: the first and the longest gap between probes, and the evidence a pause needs
     static constexpr int32_t k_first_probe_gap = 4;
     static constexpr int32_t k_max_probe_gap   = 128;
     static constexpr int64_t k_min_evidence    = 4;     // drafting steps measured before a pause
@@ -296,12 +297,37 @@ class draft_length_model {
     static constexpr double  k_pause_margin    = 0.97;  // pause below 97% of the plain rate
     static constexpr double  k_probe_budget    = 0.01;  // probes cost 1% of the plain steps between them
     static constexpr int32_t k_min_prompt_price = 8;    // prompt tokens that price a batch (fewer: too noisy)
-    bool    probing_   = false;
-    bool    paused_    = false;             // a step found drafting not paying; a drafting step that pays ends it
-    int32_t n_probes_  = 0;                 // probes in this pause
-    double  probe_excess_ms_[2] = {0, 0};   // the last two probes' cost beyond plain steps
-    int32_t skipped_   = 0;
-    int32_t probe_gap_ = k_first_probe_gap;
+    // what drafting has won so far and the pause it decides, kept apart for greedy and for sampled
+    // generations (set_sampled): a draft's confidence means another thing in each (drafting.h), and
+    // what the target keeps differs (greedy keeps a draft only where it is the target's argmax, the
+    // rejection rule with probability min(1, p/q)), so that one's evidence would misprice the other
+    static constexpr int k_bins = 10;
+    struct outcomes {
+        // calibration curve: acceptance of reached drafts by the draft's confidence, in bins
+        std::array<double, k_bins> acc_bin_{};
+        std::array<double, k_bins> n_bin_{};
+        double acc_all_ = 0, n_all_ = 0;
+        double acc_lookup_ = 0, n_lookup_ = 0;
+        // tokens and ms over recent steps (the long-run rate)
+        double step_tokens_ = 0, step_ms_ = 0;
+        // the same over the steps the model drafted in (a probe weighs as much as all before it),
+        // their decayed weight, and how many
+        double  drafted_tokens_ = 0, drafted_ms_ = 0, drafted_w_ = 0;
+        int64_t drafted_steps_  = 0;
+        // pausing: plain steps since drafting last paid or was probed, the gap before the next probe
+        bool    probing_       = false;
+        bool    paused_        = false;  // a step found drafting not paying; a drafting step that pays ends it
+        int32_t n_probes_      = 0;      // probes in this pause
+        double  probe_excess_ms_[2] = {0, 0};  // the last two probes' cost beyond plain steps
+        int32_t skipped_       = 0;
+        int32_t probe_gap_     = k_first_probe_gap;
+        int32_t probe_left_    = 0;      // steps a probe drafts on for (set_settle_steps)
+        bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
+        double  probe_acc_ms_  = 0;      // a probe's cost beyond plain steps so far, over its steps
+    };
+    outcomes o_;      // the current generations' kind
+    outcomes other_;  // the other kind's
+    bool     sampled_ = false;
 };
 
 }  // namespace specllama
