@@ -288,20 +288,24 @@ def test_greedy_and_sampled_generations_keep_their_own_evidence():
 
 
 @pytest.mark.slow
-def test_a_pause_of_greedy_generations_leaves_sampled_ones_drafting(slow):
-    """At prices where a draft that is always wrong does not pay, greedy generations pause it; a
-    sampled generation that follows still drafts in its first steps, judging the draft on its own
-    evidence (a sampled draft is kept with probability min(1, p/q), a greedy one only where it is
-    the target's argmax), and the greedy generation after it starts paused, its evidence kept."""
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_pause_of_greedy_generations_leaves_sampled_ones_drafting(slow, seed):
+    """A draft that is always wrong greedy (an unrelated model) is kept about half the time at
+    T=10, where both distributions are nearly flat and the rejection rule keeps a draft with
+    probability min(1, p/q). At prices where drafting pays at that rate and not at all greedy,
+    greedy generations pause it; a sampled generation that follows drafts in its steps, judging
+    the draft on its own evidence, and the greedy generation after it starts paused, its evidence
+    kept. (Seeded and adaptive, so that the run is reproducible.)"""
     prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=2.0)
-    kw = dict(max_tokens=120, ignore_eos=True, prices=prices, drafter="model", n_draft=4, record_steps=True)
+    kw = dict(max_tokens=120, ignore_eos=True, prices=prices, drafter="model", n_draft=4, adaptive=True,
+              seed=seed, top_k=0, top_p=1.0, min_p=0.0)
     with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
         dec.generate("the cat is", temperature=0, **kw)
         greedy = dec.generate("the cat is", temperature=0, **kw).stats
-        assert greedy.n_paused_steps >= greedy.n_steps - 10, greedy  # paused from its first step
-        sampled = dec.generate("the cat is", temperature=0.8, **kw).stats
-        # (a generation's first step is the target's token after the prompt: no step drafts in it)
-        assert [t.n_model > 0 and not t.probe for t in sampled.steps[1:3]] == [True, True], [t.n_model for t in sampled.steps]
+        assert greedy.n_accepted == 0 and greedy.n_paused_steps >= greedy.n_steps - 10, greedy
+        sampled = dec.generate("the cat is", temperature=10.0, **kw).stats
+        assert sampled.n_accepted >= 0.3 * sampled.n_drafted, sampled
+        assert sampled.n_paused_steps == 0 and sampled.n_steps < 0.7 * 120, sampled
         again = dec.generate("the cat is", temperature=0, **kw).stats
         assert again.n_paused_steps >= again.n_steps - 10, again
 

@@ -102,9 +102,11 @@ class Loop:
         verify_ms = self.target.decode(n_verified)
         return n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified
 
-    def generate(self, n_tokens: int, speculative: bool = True, n_prompt: int = 30) -> float:
-        """Tokens per ms of one generation (its prompt pass included)."""
+    def generate(self, n_tokens: int, speculative: bool = True, n_prompt: int = 30, sampled: bool = False) -> float:
+        """Tokens per ms of one generation (its prompt pass included); sampled: the kind whose
+        evidence the rule uses (the decoder's greedy and sampled generations keep theirs apart)."""
         rule = self.rule
+        rule.set_sampled(sampled)
         total_ms = self.target.decode(n_prompt)
         rule.observe_prompt(n_prompt, total_ms)
         if speculative:
@@ -144,16 +146,20 @@ class Loop:
         return made / total_ms
 
 
-def bench(acceptance, rounds=2, n_tokens=128, **kw) -> float:
+def bench(acceptance, rounds=2, n_tokens=128, kinds="alternate", **kw) -> float:
     """shaped_bench.py's sequence on one decoder (a short run before each measured one; plain and
-    speculative in turn, two temperatures a round): median speculative over median plain."""
+    speculative in turn, two temperatures a round): median speculative over median plain. kinds
+    "alternate": the rounds' second runs are sampled generations, whose evidence the rule keeps
+    apart from the greedy ones' as the decoder does (here at the same acceptance: what learning
+    each kind on its own costs); "greedy": every run greedy."""
     loop = Loop(acceptance, **kw)
     plain, spec = [], []
-    for _ in range(rounds * 2):
-        loop.generate(4, speculative=False)
-        plain.append(loop.generate(n_tokens, speculative=False))
-        loop.generate(4)
-        spec.append(loop.generate(n_tokens))
+    for i in range(rounds * 2):
+        sampled = kinds == "alternate" and i % 2 == 1
+        loop.generate(4, speculative=False, sampled=sampled)
+        plain.append(loop.generate(n_tokens, speculative=False, sampled=sampled))
+        loop.generate(4, sampled=sampled)
+        spec.append(loop.generate(n_tokens, sampled=sampled))
     return statistics.median(spec) / statistics.median(plain)
 
 
@@ -216,6 +222,9 @@ def main() -> None:
     ap.add_argument("--cold-calls", type=int, default=8, help="the draft's first decodes that cost --cold-ms more")
     ap.add_argument("--cold-ms", type=float, default=3.0)
     ap.add_argument("--seeds", type=int, default=6)
+    ap.add_argument("--kinds", choices=("alternate", "greedy"), default="alternate",
+                    help="alternate: greedy and sampled runs in turn, as shaped_bench.py runs them (the rule "
+                    "learns each kind apart); greedy: every run greedy")
     ap.add_argument("--ahead", action="store_true", help="fixed lengths with draft_ahead instead (fixed_with_ahead)")
     args = ap.parse_args()
     if args.ahead:
@@ -228,7 +237,7 @@ def main() -> None:
         for draft_ms in (float(d) for d in args.draft_ms.split(",")):
             for shape in ("padded", "full", "exact"):
                 kw = dict(draft_ms=draft_ms, draft_direct_ms=args.draft_direct_ms, verify_shape=shape,
-                          cold_calls=args.cold_calls, cold_ms=args.cold_ms)
+                          cold_calls=args.cold_calls, cold_ms=args.cold_ms, kinds=args.kinds)
                 s0 = mean_over_seeds(acceptance, args.seeds, settle=0, **kw)
                 s2 = mean_over_seeds(acceptance, args.seeds, settle=2, **kw)
                 # a fixed length, verified at its own length (padded to it, or exact)
