@@ -52,7 +52,7 @@ import httpx
 
 import specllama
 from specllama.bench import PROMPTS
-from specllama.models import DEFAULT_PAIR, pair_paths
+from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
 from serve_bench import free_port, wait_healthy  # (this directory is on sys.path)
 
@@ -228,10 +228,7 @@ def median_runs(results):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-m", "--model", help="target GGUF (default: the target of --pair)")
-    ap.add_argument("-d", "--draft", help="draft GGUF (default: the draft of --pair)")
-    ap.add_argument("--pair", default=DEFAULT_PAIR, help="a named pair (specllama models)")
-    ap.add_argument("--target-type", help="the pair's target in this number format (e.g. f16)")
+    add_pair_options(ap)
     ap.add_argument("--prompts", help="comma-separated prompt names (default: all: "
                     + ", ".join([*PROMPTS, *QUOTING]) + ")")
     ap.add_argument("-n", "--n-predict", type=int, default=256)
@@ -250,7 +247,7 @@ def main():
     ap.add_argument("--out", default="bench-out", help="directory for compare.json and compare.png")
     args = ap.parse_args()
 
-    target, draft = (args.model, args.draft) if args.model else pair_paths(args.pair, args.target_type)
+    target, draft = pair_from_options(args)
     n = 64 if args.quick else args.n_predict
     prompts = dict(PROMPTS)
     prompts.update(QUOTING)

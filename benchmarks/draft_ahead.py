@@ -25,7 +25,7 @@ from pathlib import Path
 
 import specllama
 from specllama.bench import PROMPTS
-from specllama.models import pair_paths
+from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
 
 CHAIN = dict(top_k=40, top_p=0.95, min_p=0.05)  # llama.cpp's default chain
@@ -53,10 +53,7 @@ def run_round(dec, prompts, n, n_draft, order):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pair", default="qwen2.5-coder")
-    ap.add_argument("--target-type", default=None)
-    ap.add_argument("-m", "--model")
-    ap.add_argument("-d", "--draft")
+    add_pair_options(ap, "qwen2.5-coder")
     ap.add_argument("-ngl", "--n-gpu-layers", dest="ngl", default="0", help="both models' layers to offload (all)")
     ap.add_argument("-n", type=int, default=64, help="tokens per run")
     ap.add_argument("--n-draft", type=int, default=4)
@@ -65,7 +62,7 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
-    target, draft = (args.model, args.draft) if args.model else pair_paths(args.pair, args.target_type)
+    target, draft = pair_from_options(args)
     ngl = -1 if args.ngl == "all" else int(args.ngl)
     aheads = [0] + [int(x) for x in args.ahead.split(",") if x]
     rounds = []

@@ -9,7 +9,6 @@ llama-cpp-python's bindings (a ctypes call's own overhead is measured and shown 
 """
 
 import argparse
-import ctypes
 import json
 import statistics
 import sys

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import specllama
 from specllama.bench import PROMPTS
-from specllama.models import pair_paths
+from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
 
 CHAIN = dict(top_k=40, top_p=0.95, min_p=0.05)  # llama.cpp's default chain
@@ -43,17 +43,14 @@ def per_token(runs) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pair", default="qwen2.5-coder")
-    ap.add_argument("--target-type", default=None)
-    ap.add_argument("-m", "--model")
-    ap.add_argument("-d", "--draft")
+    add_pair_options(ap, "qwen2.5-coder")
     ap.add_argument("-n", type=int, default=96, help="tokens per run")
     ap.add_argument("--n-draft", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
-    target, draft = (args.model, args.draft) if args.model else pair_paths(args.pair, args.target_type)
+    target, draft = pair_from_options(args)
     modes = ("device", "host")
     rows = {(name, mode): [] for name in ("greedy", "T=0.8") for mode in modes}
     with specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads) as dec:

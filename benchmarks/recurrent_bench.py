@@ -35,7 +35,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from tiny_models import mamba_weights, vocab, write_mamba  # noqa: E402

@@ -91,9 +91,10 @@ def one(http: httpx.Client, task: str, text: str, temp: float, seed: int, n: int
 
 
 def main():
+    from specllama.models import add_pair_options, pair_from_options
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pair", default="qwen2.5-coder")
-    ap.add_argument("--target-type", default=None)
+    add_pair_options(ap, "qwen2.5-coder", files=False)
     ap.add_argument("-n", "--n-predict", type=int, default=160)
     ap.add_argument("-t", "--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--rounds", type=int, default=2)
@@ -103,9 +104,7 @@ def main():
     ap.add_argument("--out", default="bench-out")
     args = ap.parse_args()
 
-    from specllama.models import pair_paths
-
-    target, draft = pair_paths(args.pair, args.target_type)
+    target, draft = pair_from_options(args)
     kinds = args.servers.split(",")
     tasks = args.tasks.split(",")
     temps = [float(x) for x in args.temps.split(",")]

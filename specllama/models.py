@@ -132,6 +132,24 @@ def pair_paths(name: str, target_type: Optional[str] = None, directory: Optional
     return str(target), str(draft)
 
 
+def add_pair_options(ap, default: str = DEFAULT_PAIR, files: bool = True) -> None:
+    """The options by which a benchmark program is pointed at its models (argparse): --pair and
+    --target-type, and with files -m/--model and -d/--draft, which take GGUF files instead."""
+    ap.add_argument("--pair", default=default, help=f"a named pair (specllama models; default {default})")
+    ap.add_argument("--target-type", help="the pair's target in this number format (e.g. f16)")
+    if files:
+        ap.add_argument("-m", "--model", help="target GGUF (default: the target of --pair)")
+        ap.add_argument("-d", "--draft", help="draft GGUF (default: the draft of --pair)")
+
+
+def pair_from_options(args) -> Tuple[str, str]:
+    """(target, draft) paths from add_pair_options' options: the files where -m is given (the draft
+    None where -d is not), else the named pair's, fetched and built first where missing."""
+    if getattr(args, "model", None):
+        return args.model, args.draft
+    return pair_paths(args.pair, args.target_type)
+
+
 def default_paths(directory: Optional[Path] = None) -> Tuple[Path, Path]:
     """(target, draft) paths of the default pair, whether or not they exist yet."""
     return pair_files(DEFAULT_PAIR, directory=directory)
