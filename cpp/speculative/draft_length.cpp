@@ -126,10 +126,10 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
         // a probe is the only fresh news while paused: its steps count as much as all the steps before
         const bool   fresh = o_.probing_ && o_.probe_fresh_ && o_.drafted_w_ > 0.0;
         const double d     = fresh ? 1.0 / o_.drafted_w_ : k_decay;
-        o_.probe_fresh_       = false;
-        o_.drafted_tokens_    = d * o_.drafted_tokens_ + tokens;
-        o_.drafted_ms_        = d * o_.drafted_ms_ + (steady ? ms : steady_ms);
-        o_.drafted_w_         = d * o_.drafted_w_ + 1.0;
+        o_.probe_fresh_    = false;
+        o_.drafted_tokens_ = d * o_.drafted_tokens_ + tokens;
+        o_.drafted_ms_     = d * o_.drafted_ms_ + (steady ? ms : steady_ms);
+        o_.drafted_w_      = d * o_.drafted_w_ + 1.0;
         o_.drafted_steps_ += 1;
     }
     if (model_drafted && probe_done && n_v1_ > 0) {
@@ -343,7 +343,7 @@ bool draft_length_model::draft_this_step() {
     }
     o_.paused_ = true;
     if (++o_.skipped_ >= probe_gap()) {
-        o_.probe_gap_ = std::min(2 * o_.probe_gap_, k_max_probe_gap);
+        o_.probe_gap_    = std::min(2 * o_.probe_gap_, k_max_probe_gap);
         o_.skipped_      = 0;
         o_.probing_      = true;
         o_.probe_left_   = settle_;

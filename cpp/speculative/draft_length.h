@@ -138,8 +138,8 @@ class draft_length_model {
     // paused model drafts for n + 1 steps in a row, so that it is judged by a steady step (the
     // first gap between probes is n + 1 times as long, so that probing costs as large a share)
     void set_settle_steps(int32_t n) {
-        settle_          = n > 0 ? n : 0;
-        o_.probe_gap_    = first_probe_gap();
+        settle_           = n > 0 ? n : 0;
+        o_.probe_gap_     = first_probe_gap();
         other_.probe_gap_ = first_probe_gap();
     }
     int32_t settle_steps() const { return settle_; }
