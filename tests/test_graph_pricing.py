@@ -219,6 +219,28 @@ def test_the_padded_length_is_the_fixed_length_that_pays_best_at_the_padded_pric
     assert _gpu_priced(0.1, 50).padded_length(6) == 6
 
 
+def test_a_few_judged_drafts_do_not_set_the_padded_length_alone():
+    """The padded length holds for a whole generation, so it is judged on at least 16 drafts'
+    weight, the prior acceptance (0.8) standing in for those not judged yet: after three drafts
+    (one kept; the rule's acceptance 0.52) it pads for three drafts, where 200 drafts at that
+    rate pad for one."""
+    def judged(kept):  # (priced as _gpu_priced prices)
+        m = _plain_priced()
+        m.set_padded(11)
+        m.observe_verify(11, 7.9)
+        m.observe_catch_up(1.7)
+        m.observe_draft_decode(1.7)
+        for ok in kept:
+            m.observe_acceptance(0.5, ok)
+        return m
+
+    few, many = judged([True, False, False]), judged([i % 2 == 0 for i in range(200)])
+    assert few.acceptance == pytest.approx(0.52, abs=0.01) and many.acceptance == pytest.approx(0.51, abs=0.01)
+    assert many.padded_length(10) == 1
+    assert few.padded_length(10) == 3
+    assert judged([]).padded_length(10) == _gpu_priced(1.7, 5).padded_length(10)  # the prior: as 0.8 measured
+
+
 def test_on_simulated_gpu_prices_padding_to_the_padded_length_beats_padding_to_n_draft():
     """graph_sim.py at acceptance 0.8 and a 1.7 ms draft decode (the H200's steady price), 8 seeds:
     verification padded to the rule's padded_length, as a decoder pads it, makes at least 2% more

@@ -240,7 +240,11 @@ int32_t draft_length_model::padded_length(int32_t n_max) const {
         return n_max;
     }
     const double verify = verify_ms(padded_ > 0 ? padded_ : n_max + 1);
-    const double p      = acceptance();
+    // the padded length holds for a whole generation: it is judged on at least k_padded_weight
+    // drafts' weight, the prior acceptance standing in for those not judged yet (the few drafts of
+    // a short generation would otherwise cap every step of the next)
+    const double w      = std::max(k_prior_weight, k_padded_weight - o_.n_all_);
+    const double p      = (o_.acc_all_ + w * k_prior_acceptance) / (o_.n_all_ + w);
     double       tokens = 1.0, p_reach = 1.0, best_rate = 0.0;
     int32_t      best   = n_max;
     for (int32_t k = 1; k <= n_max; ++k) {

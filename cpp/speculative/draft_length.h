@@ -124,7 +124,8 @@ class draft_length_model {
     int32_t padded() const { return padded_; }
     // the most drafts worth padding a verification for, at most n_max: the fixed draft length
     // whose steps make the most tokens per ms at the acceptance and prices so far, every
-    // verification priced as the padded one now is (n_max + 1 tokens where none is). A padded
+    // verification priced as the padded one now is (n_max + 1 tokens where none is), at an
+    // acceptance judged on at least 16 drafts' weight (the prior 0.8 fills in). A padded
     // verification costs its size whatever the drafts, so the longest steps the rule may take set
     // every step's price: on simulated H200 prices (benchmarks/gpu/graph_sim.py, acceptance 0.8,
     // a draft decode of 1.1-1.7 ms) padding to this length rather than to n_draft + 1 made 3-5%
@@ -250,6 +251,7 @@ class draft_length_model {
     // the acceptance assumed before any draft is judged, and its weight in drafts where few are
     static constexpr double k_prior_acceptance = 0.8;
     static constexpr double k_prior_weight     = 2.0;
+    static constexpr double k_padded_weight    = 16.0;  // the least weight the padded length's acceptance has
     bool    decodes_again_ = false;
     int32_t padded_        = 0;
     int32_t settle_        = 0;
