@@ -42,11 +42,13 @@ def test_token_by_token_catch_up_keeps_every_draft(tiny):
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_token_by_token_catch_up_on_a_real_draft(tiny, temperature):
     """A smaller draft, rejections included: seeded runs are reproducible and greedy output is the
-    target's."""
+    target's. (Fixed draft lengths: this draft costs what its target does, so the adaptive rule
+    may leave it out, as timing on a busy machine decides.)"""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512, draft_catch_up="tokens") as dec:
         prompt = dec.tokenize("what some of the")
-        r = dec.generate(prompt, max_tokens=48, temperature=temperature, seed=3, ignore_eos=True)
-        again = dec.generate(prompt, max_tokens=48, temperature=temperature, seed=3, ignore_eos=True)
+        kw = dict(max_tokens=48, temperature=temperature, seed=3, ignore_eos=True, adaptive=False)
+        r = dec.generate(prompt, **kw)
+        again = dec.generate(prompt, **kw)
         assert again.tokens == r.tokens
         assert r.stats.n_drafted > 0 and r.stats.n_draft_calls > 0
         if temperature == 0:
