@@ -3,8 +3,8 @@ draft's confidence (greedy: 1 - p2/p1 of its two best tokens; sampled: q of the 
 each kind of generation. The adaptive rule keeps one calibration curve per kind
 (draft_length_model::set_sampled); this shows how far the two differ on a real pair.
 
-Fixed draft lengths on one decoder, every prompt greedy and at --temp (llama.cpp's default chain,
-seeded), so that the drafts are the same whatever the machine's speed; a draft is counted where the
+Fixed draft lengths on one decoder, every prompt greedy and at --temp (the default chain, which is
+llama.cpp's; seeded), so that the drafts are the same whatever the machine's speed; a draft is counted where the
 target looked at it (every kept one and the first rejected one).
 
     python benchmarks/calibration_kinds.py --pair qwen2.5-coder --out calibration.json
@@ -28,7 +28,7 @@ def calibration(dec, prompts, temperature, n, n_draft, seed) -> dict:
     kept, seen = [0] * N_BINS, [0] * N_BINS
     for prompt in prompts:
         r = dec.generate(prompt, max_tokens=n, temperature=temperature, seed=seed, n_draft=n_draft, adaptive=False,
-                         drafter="model", ignore_eos=True, record_steps=True, top_k=40, top_p=0.95, min_p=0.05)
+                         drafter="model", ignore_eos=True, record_steps=True)
         for step in r.stats.steps:
             for i in range(min(step.n_accepted + 1, step.n_model)):
                 b = min(N_BINS - 1, int(step.conf[i] * N_BINS))

@@ -101,11 +101,6 @@ def _drafting_options():
                           "draft model (the model alone with --mode dsi)."),
         click.option("--fixed-draft", is_flag=True,
                      help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
-        click.option("--draft-ahead", type=click.IntRange(0), default=0, show_default=True, metavar="N",
-                     help="With --fixed-draft: while the target verifies a step's drafts, the draft model drafts N "
-                          "tokens past them, as if all were kept; the next step starts with them where that "
-                          "was so. On a GPU the two models' decodes can run at once. The output is the same "
-                          "either way."),
         click.option("--forced-drafts/--no-forced-drafts", default=True, show_default=True,
                      help="With a grammar and a draft model: where the grammar leaves no choice of the next "
                           "characters (a JSON schema's keys), draft their tokens ahead of the draft model, without "
@@ -178,8 +173,7 @@ def model_options(fn):
                           "kept: device (a copy within the GPU's memory), host, or auto (device where the model "
                           "is offloaded). The output is the same either way."),
     ]
-    names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "draft_ahead",
-             "forced_drafts",
+    names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "forced_drafts",
              "device_sampling",
              "ctx_size", "threads", "threads_draft",
              "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "checkpoint_memory", "device",
@@ -193,6 +187,21 @@ def model_options(fn):
 
     for opt in reversed(opts):
         gather = opt(gather)
+    return gather
+
+
+def draft_ahead_option(fn):
+    """--draft-ahead, into model_options' mo (after model_options), for the commands whose
+    generations take their settings from the command line (generate, chat)."""
+    @click.option("--draft-ahead", type=click.IntRange(0), default=0, show_default=True, metavar="N",
+                  help="With --fixed-draft: while the target verifies a step's drafts, the draft model drafts N "
+                       "tokens past them, as if all were kept; the next step starts with them where that was so. "
+                       "On a GPU the two models' decodes can run at once. The output is the same either way.")
+    @functools.wraps(fn)
+    def gather(*args, draft_ahead, **kwargs):
+        kwargs["mo"]["draft_ahead"] = draft_ahead
+        return fn(*args, **kwargs)
+
     return gather
 
 
@@ -314,14 +323,15 @@ _FLAGS = {"max_tokens": "-n/--n-predict", "temperature": "--temp", "top_k": "--t
 def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
     """generate()/stream() keyword arguments from the shared option groups, checked by the native
     core before any model loads (a bad value is a usage error naming its flag)."""
-    if mo["draft_ahead"] and (do or not mo["fixed_draft"]):
+    draft_ahead = mo.get("draft_ahead", 0)
+    if draft_ahead and (do or not mo["fixed_draft"]):
         raise click.BadParameter("needs --fixed-draft" + (" and --mode si" if do else ""), param_hint="--draft-ahead")
     if do:
         kwargs = dict(so, **do, threads_draft=mo["threads_draft"], drafter=mo["drafter"], **extra)
     else:
         kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
                       speculative=not mo["no_draft"], forced_drafts=mo["forced_drafts"],
-                      device_sampling=mo["device_sampling"], draft_ahead=mo["draft_ahead"], **extra)
+                      device_sampling=mo["device_sampling"], draft_ahead=draft_ahead, **extra)
     try:
         # the decoder's n_draft is checked by the same rule
         make_options(**kwargs, **({} if do else {"n_draft": mo["n_draft"]}))
@@ -431,6 +441,7 @@ def main() -> None:
 @main.command()
 @click.argument("prompt", required=False)
 @model_options
+@draft_ahead_option
 @sampling_options
 @click.option("--chat", "use_chat", is_flag=True, help="Wrap PROMPT in the model's chat template as a user message.")
 @click.option("--system", default=None, help="System message (with --chat).")
@@ -520,6 +531,7 @@ def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
 
 @main.command()
 @model_options
+@draft_ahead_option
 @sampling_options
 @click.option("--system", default=None, help="System message.")
 @click.option("--chat-template", "chat_template", default=None, metavar="NAME|FILE",
@@ -604,9 +616,6 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
     /detokenize), with speculative decoding; Ctrl-C stops."""
     from .server import ServerConfig, serve as run_server
 
-    if mo["draft_ahead"]:
-        raise click.UsageError("serve does not take --draft-ahead: it needs fixed draft lengths and no grammar, "
-                               "which each request chooses")
     if fim_preset:
         given = click.get_current_context().get_parameter_source
         if not mo["model"] and not mo["pair"]:
@@ -691,9 +700,6 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
         prompts = {n: PROMPTS[n] for n in names}
     if mo["no_draft"]:
         raise click.UsageError("bench compares plain decoding with speculative decoding; drop --no-draft")
-    if mo["draft_ahead"]:
-        raise click.UsageError("bench does not measure --draft-ahead; `specllama generate --fixed-draft "
-                               "--draft-ahead N --compare` does")
     dec, what = _open_decoder(mo, need_draft=mo["drafter"] != "lookup")
     with dec:
         if mode == "dsi":

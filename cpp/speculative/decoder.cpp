@@ -455,8 +455,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
             meanwhile = [&] { draft_ahead(seq, n_ahead, params, rng, st, check); };
         }
         const acceptance_result acc = verify_and_accept(seq, params, rng, verify_ms, st, meanwhile);
-        ahead_hit_ = n_model > 0 && n_ahead > 0 && !ahead_.tokens.empty() && acc.n_accepted == n &&
-                     acc.next == ahead_.tokens[0];
+        ahead_hit_ = meanwhile && !ahead_.tokens.empty() && acc.n_accepted == n && acc.next == ahead_.tokens[0];
 
         // (a verification with drafting beside it prices neither)
         observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices, params.draft_ahead == 0);
