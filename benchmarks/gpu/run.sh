@@ -13,7 +13,8 @@
 # the report), SPECLLAMA_GPU_SHAPE (default qwen7b; small for a smoke test), SPECLLAMA_GPU_CUDA=0
 # for a CPU build of the same steps, SPECLLAMA_GPU_PEERS=0 to build without llama.cpp's programs
 # (shaped_bench.py then measures specllama alone), SPECLLAMA_VERIFY_REPS (verify_shapes.py's
-# --reps; 0 leaves it out), SPECLLAMA_GPU_TYPE (the pair's number format, default f16: one that is
+# --reps; 0 leaves it out), SPECLLAMA_GPU_FA=0 to build without CUDA flash-attention kernels,
+# SPECLLAMA_GPU_TYPE (the pair's number format, default f16: one that is
 # not takes one acceptance), SPECLLAMA_PYTHON (default python3: the interpreter whose packages the build uses:
 # numpy, scikit-build-core, pybind11, cmake, ninja, httpx, click).
 # Everything is installed into .gpu/site (pip --target; a venv made from a venv's python would not
@@ -44,10 +45,12 @@ build() {
   [ "$peers" = 1 ] || on=OFF
   local args="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=$on -DLLAMA_BUILD_SERVER=$on -DLLAMA_BUILD_EXAMPLES=$on"
   args="$args -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF"
+  local fa=ON
+  [ "${SPECLLAMA_GPU_FA:-1}" = 1 ] || fa=OFF
   if [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ]; then
-    # flash-attention kernels off: a third of the build's time; both specllama and llama.cpp's
-    # programs run without them
-    args="$args -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${SPECLLAMA_CUDA_ARCH:-90} -DGGML_CUDA_FA=OFF"
+    # flash-attention kernels as llama.cpp builds them by default (SPECLLAMA_GPU_FA=0 leaves them
+    # out: a third of the build's time; both specllama and llama.cpp's programs then run without)
+    args="$args -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${SPECLLAMA_CUDA_ARCH:-90} -DGGML_CUDA_FA=$fa"
   fi
   CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q --no-index --no-deps \
     --no-build-isolation --upgrade --target "$SITE" -C build-dir="$G/build-lcp" "$G"/src/llama_cpp_python-*/
@@ -59,7 +62,7 @@ build() {
     exit 1
   fi
   {
-    echo "build seconds: $((SECONDS - t0))"
+    echo "build seconds: $((SECONDS - t0)), CUDA flash attention $fa"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
     nvcc --version 2>/dev/null | tail -1 || echo "no nvcc"
     (cd /tmp && "$PY" -c "import specllama; print('specllama', specllama.__version__, 'offload',
