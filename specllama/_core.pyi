@@ -234,7 +234,7 @@ class DraftLengthModel:
         ...
     def padded_length(self, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
-        the most drafts worth padding a verification for (at most n_max): the fixed length that makes the most tokens per ms with every verification priced as the padded one; n_max while unpriced
+        the most drafts worth padding a verification for (at most n_max): the fixed length that makes the most tokens per ms with every verification priced as the padded one; the first batch's length (3, at most n_max) while unpriced
         """
     def paused(self) -> bool:
         """
@@ -289,6 +289,11 @@ class DraftLengthModel:
     @property
     def draft_ms(self) -> float:
         ...
+    @property
+    def knows_draft_prices(self) -> bool:
+        """
+        whether padded_length judges on measured prices
+        """
     @property
     def knows_plain_step(self) -> bool:
         ...
@@ -703,6 +708,11 @@ class StepTrace:
     def n_model(self) -> int:
         """
         tokens the draft model drafted
+        """
+    @property
+    def n_verified(self) -> int:
+        """
+        tokens the verification decoded: the target's last token and the drafts, and copies of the last where the batch was padded (verify_shape)
         """
     @property
     def paused(self) -> bool:

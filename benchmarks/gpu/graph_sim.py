@@ -60,14 +60,18 @@ class Loop:
     batch), the rule's draft length, a verification padded as the decoder pads it on a GPU
     ("padded": in each generation to the rule's padded_length + 1, and no more drafts), or to
     n_draft + 1 every step ("full", for comparison), or "exact"; plain steps where the rule pauses.
-    fixed: draft that many every step instead (no rule; padded to n_draft + 1 unless exact)."""
+    fixed: draft that many every step instead (no rule; padded to n_draft + 1 unless exact).
+    unpriced: what a padded generation that begins before the rule knows its prices pads for:
+    "repad" (as the decoder: the first batch's length, then once they are known what they give),
+    "first" (the first batch's length throughout), "n_draft" (n_draft throughout), for comparison."""
 
     def __init__(self, acceptance, draft_ms=1.1, draft_direct_ms=3.5, n_draft=10, verify_shape="padded",
-                 settle=None, cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0):
+                 settle=None, cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0, unpriced="repad"):
         self.rng = random.Random(seed)
         self.acceptance, self.n_draft, self.fixed = acceptance, n_draft, fixed
         self.verify_shape = verify_shape
         self.pad_to = 0
+        self.unpriced = unpriced
         self.target = Context(lambda k: _target_ms(REPLAYED, k), lambda k: _target_ms(DIRECT, k), capture_ms)
         self.draft = Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1),
                              capture_ms, cold_calls, cold_ms)
@@ -118,12 +122,21 @@ class Loop:
             self.pad_to = 0
         elif self.verify_shape == "padded" and self.fixed is None:
             n_draft = rule.padded_length(self.n_draft)
+            if self.unpriced == "n_draft" and not rule.knows_draft_prices:
+                n_draft = self.n_draft
             self.pad_to = n_draft + 1
         else:
             self.pad_to = self.n_draft + 1
         rule.set_padded(self.pad_to)
+        # a generation that began before the prices were measured pads again, once, when they are
+        repad = self.verify_shape == "padded" and self.fixed is None and not rule.knows_draft_prices
         made, prev_n, sat_out, step = 0, -1, 1, 0
         while made < n_tokens:
+            if repad and self.unpriced == "repad" and rule.knows_draft_prices:
+                repad = False
+                n_draft = rule.padded_length(self.n_draft)
+                self.pad_to = n_draft + 1
+                rule.set_padded(self.pad_to)
             n_max = min(n_draft, n_tokens - made - 1) if speculative and step > 0 else 0
             pricing = self.fixed is None and rule.pricing(True)
             drafts = n_max > 0 and (self.fixed is not None or (not pricing and rule.model_drafts(True)))
@@ -165,6 +178,12 @@ def bench(acceptance, rounds=2, n_tokens=128, kinds="alternate", **kw) -> float:
 
 def mean_over_seeds(acceptance, seeds, **kw) -> float:
     return statistics.mean(bench(acceptance, seed=s, **kw) for s in range(seeds))
+
+
+def first_generation(acceptance, n_tokens=128, seed=0, **kw) -> float:
+    """A new decoder's one generation (as `specllama generate` runs one) against plain decoding's."""
+    plain = Loop(acceptance, seed=seed, **kw).generate(n_tokens, speculative=False)
+    return Loop(acceptance, seed=seed, **kw).generate(n_tokens) / plain
 
 
 def fixed_with_ahead(acceptance, draft_ms, n_draft, ahead, hidden, seed=0, n_tokens=128) -> float:

@@ -98,7 +98,10 @@ void register_adaptive(py::module_ & m) {
         .def_property_readonly("padded", &draft_length_model::padded)
         .def("padded_length", &draft_length_model::padded_length, py::arg("n_max"),
              "the most drafts worth padding a verification for (at most n_max): the fixed length that makes the "
-             "most tokens per ms with every verification priced as the padded one; n_max while unpriced")
+             "most tokens per ms with every verification priced as the padded one; the first batch's length "
+             "(3, at most n_max) while unpriced")
+        .def_property_readonly("knows_draft_prices", &draft_length_model::knows_draft_prices,
+                               "whether padded_length judges on measured prices")
         .def("set_settle_steps", &draft_length_model::set_settle_steps, py::arg("n"),
              "the first n steps of a run of drafting (or plain) steps are transitions: their costs price nothing, "
              "and a probe drafts n + 1 steps in a row")

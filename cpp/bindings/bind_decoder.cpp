@@ -241,6 +241,9 @@ void register_step_trace(py::module_ & m) {
                                "of which the draft's catch-up decode")
         .def_property_readonly("verify_ms", [](const step_trace & t) { return t.record.verify_ms; },
                                "the verification (as priced)")
+        .def_property_readonly("n_verified", [](const step_trace & t) { return t.record.n_verified; },
+                               "tokens the verification decoded: the target's last token and the drafts, "
+                               "and copies of the last where the batch was padded (verify_shape)")
         .def_readonly("n_max", &step_trace::n_max, "tokens the step could draft at most")
         .def_readonly("paused", &step_trace::paused, "the draft model was paused (drafting did not pay)")
         .def_readonly("probe", &step_trace::probe, "the step was a probe of the paused draft model")

@@ -415,10 +415,12 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     lengths_.set_sampled(!params.sampling.greedy());  // (each kind has its own acceptance and pause)
     // a padded verification: every drafting step's batch is one length, the plan's n_draft + 1;
     // an adaptive generation's, one more than the drafts worth padding for at the rule's prices
-    // (draft_length_model::padded_length), and no step drafts more
+    // (draft_length_model::padded_length), and no step drafts more. One that begins before those
+    // prices are measured pads for the first batch's length, and again, once, when they are
     const bool pads = pad_verify_ == 1 || (pad_verify_ == 2 && tgt_cache_->chain().what != device_chain::kind::none);
     pad_to_ = !pads ? 0 : plan.adaptive ? lengths_.padded_length(plan.n_draft) + 1 : plan.n_draft + 1;
     lengths_.set_padded(pad_to_);
+    repad_ = pads && plan.adaptive && !lengths_.knows_draft_prices();
     const auto t_start = clock_type::now();
 
     forced_kept_ = forced_seen_ = 0.0;

@@ -547,6 +547,7 @@ class decoder {
     bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
     int8_t                    pad_verify_ = 0;  // decoder_params::verify_shape: 0 exact, 1 padded, 2 auto
     int32_t                   pad_to_     = 0;  // this generation's verification length (0: exact)
+    bool                      repad_      = false;  // it pads again once the rule's prices are measured
 
     // per-step buffers, reused
     draft_result              drafted_;

@@ -14,6 +14,12 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
     const int32_t room      = tgt_cache_->n_ctx() - n_seq;
     const int32_t remaining = params.max_tokens - st.n_generated;
+    if (repad_ && lengths_.knows_draft_prices()) {
+        // (a generation that began unpriced: its verifications' length from the measured prices)
+        repad_  = false;
+        pad_to_ = lengths_.padded_length(plan.n_draft) + 1;
+        lengths_.set_padded(pad_to_);
+    }
     step_plan     step;
     // the first step is plain: its token comes as soon as the prompt is in (the time to first
     // token of a stream), where drafting first would add the drafts' and a longer batch's time

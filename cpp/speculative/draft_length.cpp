@@ -236,15 +236,11 @@ double draft_length_model::priced_excess_ms() const {
 }
 
 int32_t draft_length_model::padded_length(int32_t n_max) const {
-    if (n_max <= 1 || !knows_plain_step() || !has_draft_ms_ || !has_catch_up_ || sw_ == 0.0) {
-        return n_max;
+    if (n_max <= 1 || !knows_draft_prices()) {
+        return std::min(n_max, k_first_batch_drafts);
     }
     const double verify = verify_ms(padded_ > 0 ? padded_ : n_max + 1);
-    // the padded length holds for a whole generation: it is judged on at least k_padded_weight
-    // drafts' weight, the prior acceptance standing in for those not judged yet (the few drafts of
-    // a short generation would otherwise cap every step of the next)
-    const double w      = std::max(k_prior_weight, k_padded_weight - o_.n_all_);
-    const double p      = (o_.acc_all_ + w * k_prior_acceptance) / (o_.n_all_ + w);
+    const double p      = acceptance();
     double       tokens = 1.0, p_reach = 1.0, best_rate = 0.0;
     int32_t      best   = n_max;
     for (int32_t k = 1; k <= n_max; ++k) {

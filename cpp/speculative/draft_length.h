@@ -124,13 +124,22 @@ class draft_length_model {
     int32_t padded() const { return padded_; }
     // the most drafts worth padding a verification for, at most n_max: the fixed draft length
     // whose steps make the most tokens per ms at the acceptance and prices so far, every
-    // verification priced as the padded one now is (n_max + 1 tokens where none is), at an
-    // acceptance judged on at least 16 drafts' weight (the prior 0.8 fills in). A padded
+    // verification priced as the padded one now is (n_max + 1 tokens where none is). A padded
     // verification costs its size whatever the drafts, so the longest steps the rule may take set
     // every step's price: on simulated H200 prices (benchmarks/gpu/graph_sim.py, acceptance 0.8,
     // a draft decode of 1.1-1.7 ms) padding to this length rather than to n_draft + 1 made 3-5%
-    // more tokens per ms. n_max while the prices are not measured yet
+    // more tokens per ms. Until the prices are measured and at least 16 drafts' weight judged
+    // (knows_draft_prices): the first batch's length (k_first_batch_drafts, at most n_max). A
+    // padded length holds for a generation, and one set before these would hold for all of one:
+    // on an H100 at acceptance 0.6, a new decoder's first generation, padded to n_draft + 1,
+    // drafted 6-9 tokens a step where two paid
     int32_t padded_length(int32_t n_max) const;
+    // whether padded_length judges on measured prices (a plain step, a draft decode, a catch-up and
+    // a verified batch) and on k_padded_weight judged drafts: until then it is the first batch's
+    // length, and a generation that began so pads again, once, when they are (decoder::plan_step)
+    bool knows_draft_prices() const {
+        return knows_plain_step() && has_draft_ms_ && has_catch_up_ && sw_ > 0.0 && o_.n_all_ >= k_padded_weight;
+    }
     // the first n steps of a run of drafting steps, and of a run of plain steps, are transitions
     // whose costs are not what the run's later steps cost (0: none). On a GPU whose backend replays
     // a recorded graph (CUDA graphs), a decode shaped unlike the last one runs without the graph
@@ -251,7 +260,7 @@ class draft_length_model {
     // the acceptance assumed before any draft is judged, and its weight in drafts where few are
     static constexpr double k_prior_acceptance = 0.8;
     static constexpr double k_prior_weight     = 2.0;
-    static constexpr double k_padded_weight    = 16.0;  // the least weight the padded length's acceptance has
+    static constexpr double k_padded_weight    = 16.0;  // judged drafts' weight the padded length needs
     bool    decodes_again_ = false;
     int32_t padded_        = 0;
     int32_t settle_        = 0;
