@@ -47,6 +47,7 @@ build() {
   args="$args -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF"
   local fa=ON
   [ "${SPECLLAMA_GPU_FA:-1}" = 1 ] || fa=OFF
+  [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || fa="n/a (no CUDA)"
   if [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ]; then
     # flash-attention kernels as llama.cpp builds them by default (SPECLLAMA_GPU_FA=0 leaves them
     # out: a third of the build's time; both specllama and llama.cpp's programs then run without)
