@@ -292,7 +292,7 @@ class DraftLengthModel:
     @property
     def knows_draft_prices(self) -> bool:
         """
-        whether padded_length judges on measured prices
+        whether padded_length judges on measured prices and 16 judged drafts (until then it gives the first batch's length)
         """
     @property
     def knows_plain_step(self) -> bool:

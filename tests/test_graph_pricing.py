@@ -204,10 +204,11 @@ def _gpu_priced(draft_ms, accept_every):
 
 
 def test_the_padded_length_is_the_fixed_length_that_pays_best_at_the_padded_price():
-    """Unpriced: the first batch's length (3). At the H200's prices for the 7B-shaped pair, acceptance 0.8 and a 1.7 ms
-    draft decode, tokens per ms over fixed lengths k (1 + p + ... + p^k tokens for a catch-up,
-    k - 1 draft decodes and the padded verification) peak at 3-5 drafts; a cheaper draft decode or
-    a higher acceptance pads for more, a lower acceptance for fewer; never more than n_max."""
+    """Unpriced: the first batch's length (3). At the H200's prices for the 7B-shaped pair,
+    acceptance 0.8 and a 1.7 ms draft decode, tokens per ms over fixed lengths k (1 + p + ... + p^k
+    tokens for a catch-up, k - 1 draft decodes and the padded verification) peak at 3-5 drafts; a
+    cheaper draft decode or a higher acceptance pads for more, a lower acceptance for fewer; never
+    more than n_max."""
     assert _core.DraftLengthModel().padded_length(10) == 3
     assert _core.DraftLengthModel().padded_length(2) == 2
     base = _gpu_priced(1.7, 5)

@@ -10,7 +10,8 @@ the same shape: shaped_models.pair_for), then, in
   plain       specllama, speculative=False: the same engine without a draft
   specllama   the draft model, adaptive draft length (<= 10), device sampling; with --variant,
               also decoders with other settings (draft_catch_up=batch,verify_shape=exact: the
-              decodes shaped as on a CPU)
+              decodes shaped as on a CPU); with --run, other generate() settings (a fixed length,
+              DSI) on one more decoder
   llama-speculative-simple   --spec-draft-n-max in --n-max (each a run)
   llama-server               with the draft, --spec-draft-n-max in --n-max (one server each, one
                              /completion request per run, timed by the server's own timings)
@@ -112,6 +113,9 @@ def one_acceptance(args, acceptance: float, bindir) -> dict:
             # decoders with other settings, loaded beside it (the target's weights once more each)
             alts = {f"specllama, {name}": stack.enter_context(specllama.SpeculativeDecoder(target, draft, **kw, **load))
                     for name, kw in args.variants.items()}
+            # the --run settings on a decoder of their own, so that their steps (fixed lengths, DSI)
+            # are not evidence for the default decoder's adaptive rule
+            other = stack.enter_context(specllama.SpeculativeDecoder(target, draft, **load)) if args.runs else None
             for r in range(args.rounds):
                 for temp in TEMPS:
                     row = {"plain": run_specllama(dec, args.n_predict, temp, speculative=False),
@@ -119,9 +123,9 @@ def one_acceptance(args, acceptance: float, bindir) -> dict:
                     for name, alt in alts.items():
                         row[name] = run_specllama(alt, args.n_predict, temp, drafter="model", record_steps=True)
                     for name, opts in args.runs.items():
-                        row[f"specllama, {name}"] = run_specllama(dec, args.n_predict, temp, drafter="model",
+                        row[f"specllama, {name}"] = run_specllama(other, args.n_predict, temp, drafter="model",
                                                                   record_steps=opts.get("mode") != "dsi", **opts)
-                    for name, d in [("specllama", dec), *alts.items(), *((f"specllama, {r}", dec) for r in args.runs)]:
+                    for name, d in [("specllama", dec), *alts.items(), *((f"specllama, {r}", other) for r in args.runs)]:
                         row[name].update(draft_catch_up=d.draft_catch_up_mode, verify_shape=d.verify_shape_mode)
                     for k in args.n_max:
                         if simple and simple.exists():
@@ -183,8 +187,9 @@ def main() -> None:
                     help="also run specllama on a decoder with these SpeculativeDecoder settings, e.g. "
                          "draft_catch_up=batch,verify_shape=exact or settle_steps=0 (repeatable; each loads the target again)")
     ap.add_argument("--run", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
-                    help="also run specllama's decoder with these generate() settings, e.g. mode=dsi,sp=2,lookahead=4 "
-                         "(DSI: its target servers share the target's weights on the same GPU; repeatable)")
+                    help="also run specllama with these generate() settings, e.g. mode=dsi,sp=2,lookahead=4 "
+                         "(repeatable; every --run on one more decoder, loaded beside the default one, so that "
+                         "they do not teach its adaptive rule; DSI's target servers share that decoder's weights)")
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
     args.ngl = -1 if args.ngl == "all" else int(args.ngl)

@@ -101,7 +101,8 @@ void register_adaptive(py::module_ & m) {
              "most tokens per ms with every verification priced as the padded one; the first batch's length "
              "(3, at most n_max) while unpriced")
         .def_property_readonly("knows_draft_prices", &draft_length_model::knows_draft_prices,
-                               "whether padded_length judges on measured prices")
+                               "whether padded_length judges on measured prices and 16 judged drafts (until then "
+                               "it gives the first batch's length)")
         .def("set_settle_steps", &draft_length_model::set_settle_steps, py::arg("n"),
              "the first n steps of a run of drafting (or plain) steps are transitions: their costs price nothing, "
              "and a probe drafts n + 1 steps in a row")
