@@ -101,6 +101,28 @@ def test_a_runs_first_steps_price_nothing_where_it_settles():
     assert m.verify_ms(1) < 5.9
 
 
+def test_a_new_padded_length_in_a_run_starts_its_transitions_again():
+    """settle_steps 2, verifications padded to 4 tokens in a run of drafting steps; the padding
+    then changes to 6 in the middle of the run (a generation padding again once priced): the next
+    two steps, 20 ms each (a GPU runs the new shape without its graph, then records it), price
+    nothing, and the third does; the same steps at 6 tokens without the change of padding are
+    priced."""
+    def run(repad, third=None):
+        m = _plain_priced()
+        m.set_settle_steps(2)
+        m.set_padded(4)
+        for prev in (0, 3, 3, 3):
+            _step(m, 3, 3, 1.0, 3.0, 7.3, prev, n_verified=4)
+        if repad:
+            m.set_padded(6)
+        for verify_ms in (20.0, 20.0) + ((third,) if third else ()):
+            _step(m, 3, 3, 1.0, 3.0, verify_ms, 3, n_verified=6)
+        return m
+    assert run(True).verify_ms(6) < 9.0
+    assert run(False).verify_ms(6) > 15.0
+    assert run(True, third=7.6).verify_ms(6) == pytest.approx(7.6, abs=0.01)
+
+
 def test_a_probe_drafts_for_settle_steps_plus_one_steps_in_a_row():
     """A paused rule probes with a run of settle_steps + 1 drafting steps (judged by the run: its
     transitions at steady prices), where settle_steps 0 probes with one step."""

@@ -208,6 +208,11 @@ void decoder::warm_up() {
     const llama_token bos = llama_vocab_bos(target_->vocab);
     const llama_token tok = bos >= 0 ? bos : 0;
     warm_shape(*tgt_cache_, tok, n_draft_ + 1, true);
+    // (and what an adaptive generation pads to before the rule has its prices: the first batch's)
+    const int32_t first_pad = lengths_.padded_length(n_draft_) + 1;
+    if (first_pad > 1 && first_pad != n_draft_ + 1) {
+        warm_shape(*tgt_cache_, tok, first_pad, true);
+    }
     warm_shape(*tgt_cache_, tok, 1, true);
     if (dft_cache_) {
         const llama_token dbos = llama_vocab_bos(draft_->vocab);

@@ -396,7 +396,8 @@ class decoder {
     // forget both caches
     void reset();
     // decode once, and roll back, each shape a generation's steps will use on a model that is on a
-    // GPU of this machine (a verification of n_draft + 1 tokens and of one, the draft's one-token
+    // GPU of this machine (a verification of n_draft + 1 tokens, of the length an adaptive
+    // generation pads to now (draft_length_model::padded_length) and of one, the draft's one-token
     // decode and, where it catches up in one batch, a two-token one): first uses load kernels and grow buffers there, which the
     // adaptive rule would otherwise price as a step's cost (llama.cpp's own programs warm up too).
     // What the caches hold is kept. Run on creation where either model is on a local GPU; a no-op

@@ -119,8 +119,16 @@ class draft_length_model {
     // or hybrid memory): a rejected draft then costs that decode as well, priced before any batch
     void set_decodes_again(bool yes) { decodes_again_ = yes; }
     // verification batches padded to n_tokens (0: none): every batch of 2 to n_tokens tokens
-    // costs what one of n_tokens does, so a further draft adds no verification cost up to there
-    void set_padded(int32_t n_tokens) { padded_ = n_tokens > 1 ? n_tokens : 0; }
+    // costs what one of n_tokens does, so a further draft adds no verification cost up to there.
+    // Another length in the middle of a run of drafting steps is a new shape: the run's next steps
+    // are its transitions again (set_settle_steps)
+    void set_padded(int32_t n_tokens) {
+        const int32_t padded = n_tokens > 1 ? n_tokens : 0;
+        if (padded != padded_) {
+            run_ = -1;
+        }
+        padded_ = padded;
+    }
     int32_t padded() const { return padded_; }
     // the most drafts worth padding a verification for, at most n_max: the fixed draft length
     // whose steps make the most tokens per ms at the acceptance and prices so far, every
