@@ -79,8 +79,12 @@ def chat_text(dec, text):
 def step_summary(steps) -> dict:
     """Where a generation's steps went (GenerateOptions.record_steps): how many drafted, the
     median draft length, catch-up, draft decode (after the catch-up) and verification in ms, and
-    the steps one character each (step_pattern)."""
+    the steps one character each (step_pattern), and the drafting steps' verification lengths in
+    order, a run of equal ones once (one length per generation where verification is padded;
+    a padded generation that began before the rule had its prices: the first batch's, then one
+    more)."""
     drafting = [t for t in steps if t.n_model > 0]
+    verified = [t.n_verified for t in drafting]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     return {"n_steps": len(steps), "n_drafting": len(drafting), "n_paused": sum(t.paused for t in steps),
             "drafted": med([t.n_model for t in drafting]),
@@ -89,7 +93,8 @@ def step_summary(steps) -> dict:
             "verify_ms": med([t.verify_ms for t in drafting]),
             "plain_step_ms": med([t.verify_ms for t in steps if t.n_drafted == 0]),
             "step_ms_sum": sum(t.draft_ms + t.verify_ms for t in steps),
-            "pattern": step_pattern(steps)}
+            "pattern": step_pattern(steps),
+            "verified": [n for i, n in enumerate(verified) if i == 0 or verified[i - 1] != n]}
 
 
 def step_pattern(steps) -> str:

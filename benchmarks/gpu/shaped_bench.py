@@ -143,7 +143,9 @@ def one_acceptance(args, acceptance: float, bindir) -> dict:
                         file=sys.stderr, flush=True)
                     for name, fig in row.items():
                         if "steps" in fig:
-                            print(f"  {name} steps: {fig['steps']['pattern']}", file=sys.stderr, flush=True)
+                            lengths = fig["steps"]["verified"]  # (padded: one, or the first batch's and one more)
+                            shapes = f" (verified {' then '.join(map(str, lengths))} tokens)" if 0 < len(lengths) <= 3 else ""
+                            print(f"  {name} steps: {fig['steps']['pattern']}{shapes}", file=sys.stderr, flush=True)
     finally:
         for proc, _url in servers.values():
             proc.terminate()
