@@ -106,6 +106,16 @@ class Loop:
         verify_ms = self.target.decode(n_verified)
         return n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified
 
+    def _pad(self) -> int:
+        """The rule's padded length (n_draft while it is unpriced, where unpriced is "n_draft"), and
+        the verifications padded to one more."""
+        n = self.rule.padded_length(self.n_draft)
+        if self.unpriced == "n_draft" and not self.rule.knows_draft_prices:
+            n = self.n_draft
+        self.pad_to = n + 1
+        self.rule.set_padded(self.pad_to)
+        return n
+
     def generate(self, n_tokens: int, speculative: bool = True, n_prompt: int = 30, sampled: bool = False) -> float:
         """Tokens per ms of one generation (its prompt pass included); sampled: the kind whose
         evidence the rule uses (the decoder's greedy and sampled generations keep theirs apart)."""
@@ -117,26 +127,17 @@ class Loop:
             ms = self.draft.decode(n_prompt)
             total_ms += ms
             rule.observe_draft_prompt(n_prompt, ms)
-        n_draft = self.n_draft
-        if self.verify_shape == "exact":
-            self.pad_to = 0
-        elif self.verify_shape == "padded" and self.fixed is None:
-            n_draft = rule.padded_length(self.n_draft)
-            if self.unpriced == "n_draft" and not rule.knows_draft_prices:
-                n_draft = self.n_draft
-            self.pad_to = n_draft + 1
-        else:
-            self.pad_to = self.n_draft + 1
-        rule.set_padded(self.pad_to)
+        adaptive_pad = self.verify_shape == "padded" and self.fixed is None
+        n_draft = self._pad() if adaptive_pad else self.n_draft
+        if not adaptive_pad:
+            self.pad_to = 0 if self.verify_shape == "exact" else self.n_draft + 1
+            rule.set_padded(self.pad_to)
         # a generation that began before the prices were measured pads again, once, when they are
-        repad = self.verify_shape == "padded" and self.fixed is None and not rule.knows_draft_prices
+        repad = adaptive_pad and self.unpriced == "repad" and not rule.knows_draft_prices
         made, prev_n, sat_out, step = 0, -1, 1, 0
         while made < n_tokens:
-            if repad and self.unpriced == "repad" and rule.knows_draft_prices:
-                repad = False
-                n_draft = rule.padded_length(self.n_draft)
-                self.pad_to = n_draft + 1
-                rule.set_padded(self.pad_to)
+            if repad and rule.knows_draft_prices:
+                repad, n_draft = False, self._pad()
             n_max = min(n_draft, n_tokens - made - 1) if speculative and step > 0 else 0
             pricing = self.fixed is None and rule.pricing(True)
             drafts = n_max > 0 and (self.fixed is not None or (not pricing and rule.model_drafts(True)))

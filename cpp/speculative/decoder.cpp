@@ -209,7 +209,7 @@ void decoder::warm_up() {
     const llama_token tok = bos >= 0 ? bos : 0;
     warm_shape(*tgt_cache_, tok, n_draft_ + 1, true);
     // (and what an adaptive generation pads to before the rule has its prices: the first batch's)
-    const int32_t first_pad = lengths_.padded_length(n_draft_) + 1;
+    const int32_t first_pad = adaptive_pad(n_draft_);
     if (first_pad > 1 && first_pad != n_draft_ + 1) {
         warm_shape(*tgt_cache_, tok, first_pad, true);
     }
@@ -423,7 +423,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     // (draft_length_model::padded_length), and no step drafts more. One that begins before those
     // prices are measured pads for the first batch's length, and again, once, when they are
     const bool pads = pad_verify_ == 1 || (pad_verify_ == 2 && tgt_cache_->chain().what != device_chain::kind::none);
-    pad_to_ = !pads ? 0 : plan.adaptive ? lengths_.padded_length(plan.n_draft) + 1 : plan.n_draft + 1;
+    pad_to_ = !pads ? 0 : plan.adaptive ? adaptive_pad(plan.n_draft) : plan.n_draft + 1;
     lengths_.set_padded(pad_to_);
     repad_ = pads && plan.adaptive && !lengths_.knows_draft_prices();
     const auto t_start = clock_type::now();

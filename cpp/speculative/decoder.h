@@ -549,6 +549,9 @@ class decoder {
     int8_t                    pad_verify_ = 0;  // decoder_params::verify_shape: 0 exact, 1 padded, 2 auto
     int32_t                   pad_to_     = 0;  // this generation's verification length (0: exact)
     bool                      repad_      = false;  // it pads again once the rule's prices are measured
+    // an adaptive generation's verification length now, drafting at most n_draft: the rule's padded
+    // length, plus one
+    int32_t adaptive_pad(int32_t n_draft) const { return lengths_.padded_length(n_draft) + 1; }
 
     // per-step buffers, reused
     draft_result              drafted_;

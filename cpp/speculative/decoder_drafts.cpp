@@ -17,7 +17,7 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     if (repad_ && lengths_.knows_draft_prices()) {
         // (a generation that began unpriced: its verifications' length from the measured prices)
         repad_  = false;
-        pad_to_ = lengths_.padded_length(plan.n_draft) + 1;
+        pad_to_ = adaptive_pad(plan.n_draft);
         lengths_.set_padded(pad_to_);
     }
     step_plan     step;
