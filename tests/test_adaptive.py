@@ -781,7 +781,8 @@ def test_a_paused_draft_model_takes_the_prompt_in_only_when_it_probes(tiny):
     kw = dict(temperature=0, ignore_eos=True, prices=prices, drafter="model", n_draft=4)
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
         native = dec._native()
-        plain = dec.generate("the dog", max_tokens=200, temperature=0, ignore_eos=True, speculative=False).tokens
+        # (priced too: a plain generation prices the rule's plain step, which must not be this machine's)
+        plain = dec.generate("the dog", max_tokens=200, speculative=False, **kw).tokens
         priced = dec.generate("the cat is", max_tokens=100, **kw)  # prices plain and drafting steps: a pause
         assert priced.stats.n_paused_steps > 0
         prompt = dec.tokenize("the dog")
