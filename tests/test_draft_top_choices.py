@@ -1,0 +1,45 @@
+"""benchmarks/draft_top_choices.py: the rank of a greedy target's token among the draft's choices,
+and the expected tokens per step it derives from them."""
+
+from __future__ import annotations
+
+import pytest
+
+import specllama
+from conftest import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_benchmark("draft_top_choices.py")
+
+
+@pytest.mark.parametrize("a", [0.3, 0.6, 0.8, 0.95])
+@pytest.mark.parametrize("g", [1, 4, 8])
+def test_tokens_per_step_is_leviathans_for_a_chain_and_adds_the_caught_misses(bench, a, g):
+    # a chain alone: Leviathan et al.'s (1 - a^(g+1)) / (1 - a)
+    assert bench.tokens_per_step(a, 0.0, g) == pytest.approx((1 - a ** (g + 1)) / (1 - a))
+    # a second choice caught at rate a2 adds one token wherever the chain reaches a miss it catches
+    a2 = (1 - a) / 2
+    extra = sum(a ** j * a2 for j in range(g))
+    assert bench.tokens_per_step(a, a2, g) == pytest.approx((1 - a ** (g + 1)) / (1 - a) + extra)
+
+
+def _greedy_answers(tiny, n=24):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
+        out = []
+        for text in ("the cat sat", "a b c d", "hello there"):
+            prompt = dec.tokenize(text)
+            r = dec.generate(prompt, max_tokens=n, temperature=0.0, ignore_eos=True)
+            out.append((list(prompt), list(r.tokens)))
+    return out
+
+
+def test_ranks_are_first_choices_for_the_target_itself_and_not_for_an_unrelated_draft(bench, tiny):
+    # Q4_1: its batched and one-token logits are bitwise equal, so the target's own greedy tokens
+    # are its first choices in one pass over prompt and answer
+    pairs = _greedy_answers(tiny)
+    own = bench.ranks(tiny.target_q, pairs)
+    assert own.size == sum(len(a) for _, a in pairs) and (own == 0).all()
+    far = bench.ranks(tiny.far_draft, pairs)
+    assert far.size == own.size and (far > 0).mean() > 0.3
