@@ -35,6 +35,9 @@ def answers(target, draft, prompts, n) -> list:
     """(prompt tokens, greedy answer tokens) per prompt."""
     out = []
     with specllama.SpeculativeDecoder(target, draft, n_ctx=2048) as dec:
+        if dec.cross_vocab is not None:
+            raise SystemExit("draft_top_choices.py: the draft's vocabulary is not the target's: its ranks of the "
+                             "target's tokens mean nothing")
         for p in prompts:
             toks = dec.chat_tokens([{"role": "user", "content": p}])
             r = dec.generate(toks, max_tokens=n, temperature=0.0, ignore_eos=True)

@@ -43,3 +43,8 @@ def test_ranks_are_first_choices_for_the_target_itself_and_not_for_an_unrelated_
     assert own.size == sum(len(a) for _, a in pairs) and (own == 0).all()
     far = bench.ranks(tiny.far_draft, pairs)
     assert far.size == own.size and (far > 0).mean() > 0.3
+
+
+def test_a_draft_of_another_vocabulary_is_refused(bench, tiny):
+    with pytest.raises(SystemExit, match="vocabulary is not the target's"):
+        bench.answers(tiny.target, tiny.other_vocab, ["the cat sat"], 8)
