@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import re
@@ -84,7 +85,6 @@ def step_summary(steps) -> dict:
     a padded generation that began before the rule had its prices: the first batch's, then one
     more)."""
     drafting = [t for t in steps if t.n_model > 0]
-    verified = [t.n_verified for t in drafting]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     return {"n_steps": len(steps), "n_drafting": len(drafting), "n_paused": sum(t.paused for t in steps),
             "drafted": med([t.n_model for t in drafting]),
@@ -94,7 +94,7 @@ def step_summary(steps) -> dict:
             "plain_step_ms": med([t.verify_ms for t in steps if t.n_drafted == 0]),
             "step_ms_sum": sum(t.draft_ms + t.verify_ms for t in steps),
             "pattern": step_pattern(steps),
-            "verified": [n for i, n in enumerate(verified) if i == 0 or verified[i - 1] != n]}
+            "verified": [n for n, _ in itertools.groupby(t.n_verified for t in drafting)]}
 
 
 def step_pattern(steps) -> str:

@@ -8,8 +8,8 @@ first choice. The share at rank 1 is what verifying the draft's second choice be
 as independent per-position chances, the report gives the expected tokens per step of a chain of
 g drafts and of the same chain with those leaves (tokens_per_step).
 
-The answers are the pair's own: the chat template of the target, specllama's greedy generation
-(its output is the target's greedy output), then one pass of the draft over prompt and answer.
+The answers are the target's own: its chat template, its plain greedy decoding, then one pass of
+the draft over prompt and answer.
 
     python benchmarks/draft_top_choices.py --pair qwen2.5-coder -n 128 --out top_choices.json
 """
@@ -20,39 +20,36 @@ import argparse
 import json
 from pathlib import Path
 
-import llama_cpp
 import numpy as np
 
 import specllama
-from specllama.bench import PROMPTS
+from specllama.bench import PROMPTS, expected_tokens_per_step
 from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
 
 MAX_RANK = 4  # ranks 0..3, then "4 or worse"
 
 
-def answers(target, draft, prompts, n) -> list:
-    """(prompt tokens, greedy answer tokens) per prompt."""
+def answers(dec, prompts, n) -> list:
+    """(prompt tokens, greedy answer tokens) per prompt: dec's target decoding plainly, one token a
+    decode (speculation's batched verifications can round a near-tie the other way)."""
     out = []
-    with specllama.SpeculativeDecoder(target, draft, n_ctx=2048) as dec:
-        if dec.cross_vocab is not None:
-            raise SystemExit("draft_top_choices.py: the draft's vocabulary is not the target's: its ranks of the "
-                             "target's tokens mean nothing")
-        for p in prompts:
-            toks = dec.chat_tokens([{"role": "user", "content": p}])
-            r = dec.generate(toks, max_tokens=n, temperature=0.0, ignore_eos=True)
-            out.append((list(toks), list(r.tokens)))
+    for p in prompts:
+        toks = dec.chat_tokens([{"role": "user", "content": p}])
+        r = dec.generate(toks, max_tokens=n, temperature=0.0, ignore_eos=True, speculative=False)
+        out.append((list(toks), list(r.tokens)))
     return out
 
 
-def ranks(draft_path, pairs) -> np.ndarray:
-    """The rank of each answer token in the draft's logits over the same prefix."""
-    llm = llama_cpp.Llama(draft_path, n_ctx=2048, logits_all=True, verbose=False)
+def ranks(dec, pairs) -> np.ndarray:
+    """The rank of each answer token in the logits of dec's draft over the same prefix."""
+    if dec.cross_vocab is not None:
+        raise SystemExit("draft_top_choices.py: the draft's vocabulary is not the target's: its ranks of the "
+                         "target's tokens mean nothing")
     found = []
     for prompt, answer in pairs:
-        llm.reset()
-        llm.eval(prompt + answer)
-        rows = np.asarray(llm.scores[len(prompt) - 1: len(prompt) + len(answer) - 1])
+        ctx = specllama.Context(dec.draft_model, n_ctx=len(prompt) + len(answer))
+        rows = ctx.decode(prompt + answer, all_logits=True)[len(prompt) - 1: -1]
         for row, tok in zip(rows, answer):
             found.append(min(MAX_RANK, int((row > row[tok]).sum())))
     return np.asarray(found)
@@ -60,11 +57,11 @@ def ranks(draft_path, pairs) -> np.ndarray:
 
 def tokens_per_step(a1: float, a2: float, g: int) -> float:
     """Expected tokens per step at independent per-position chances: a1 the draft's first choice is
-    the target's token, a2 its second is. A chain of g drafts stops at the first miss (the target's
-    token, one more); with the second choice verified beside each draft, a miss there on the first
-    choice that the second catches keeps the leaf and the token the target makes after it."""
-    e = sum(a1 ** j * (a2 * (j + 2) + (1 - a1 - a2) * (j + 1)) for j in range(g))
-    return e + a1 ** g * (g + 1)
+    the target's token, a2 its second is. A chain of g drafts stops at the first miss (Leviathan et
+    al.'s expectation); with the second choice verified beside each draft, a miss on the first
+    choice that the second catches keeps the leaf as well: one token more wherever the chain reaches
+    such a miss."""
+    return expected_tokens_per_step(a1, g) + a2 * sum(a1 ** j for j in range(g))
 
 
 def main() -> None:
@@ -75,18 +72,18 @@ def main() -> None:
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
     target, draft = pair_from_options(args)
-    pairs = answers(target, draft, list(PROMPTS.values())[: args.prompts], args.n)
-    r = ranks(draft, pairs)
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=2048) as dec:
+        r = ranks(dec, answers(dec, list(PROMPTS.values())[: args.prompts], args.n))
     share = [float((r == k).mean()) for k in range(MAX_RANK + 1)]
     a1, a2 = share[0], share[1]
-    report = {"provenance": provenance({"target": target, "draft": draft}), "target": Path(target).name, "draft": Path(draft).name,
-              "positions": int(r.size), "rank_share": share,
+    report = {"provenance": provenance({"target": target, "draft": draft}), "positions": int(r.size), "rank_share": share,
               "second_given_first_missed": a2 / (1 - a1) if a1 < 1 else None,
               "tokens_per_step": {g: {"chain": tokens_per_step(a1, 0.0, g), "with_second": tokens_per_step(a1, a2, g)}
                                   for g in (2, 3, 4, 6, 8)}}
     print(f"{r.size} positions; the target's token is the draft's choice "
           + ", ".join(f"#{k + 1}: {s:.3f}" for k, s in enumerate(share[:MAX_RANK])) + f", worse: {share[MAX_RANK]:.3f}")
-    print(f"where the first choice missed, the second was the target's token {report['second_given_first_missed']:.2f}")
+    if a1 < 1:
+        print(f"where the first choice missed, the second was the target's token {a2 / (1 - a1):.2f}")
     for g, t in report["tokens_per_step"].items():
         print(f"  g={g}: chain {t['chain']:.2f} tokens per step, with second choices verified {t['with_second']:.2f} "
               f"({t['with_second'] / t['chain']:.2f}x)")

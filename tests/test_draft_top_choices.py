@@ -13,7 +13,6 @@ from conftest import load_benchmark
 def bench():
     return load_benchmark("draft_top_choices.py")
 
-
 @pytest.mark.parametrize("a", [0.3, 0.6, 0.8, 0.95])
 @pytest.mark.parametrize("g", [1, 4, 8])
 def test_tokens_per_step_is_leviathans_for_a_chain_and_adds_the_caught_misses(bench, a, g):
@@ -25,26 +24,26 @@ def test_tokens_per_step_is_leviathans_for_a_chain_and_adds_the_caught_misses(be
     assert bench.tokens_per_step(a, a2, g) == pytest.approx((1 - a ** (g + 1)) / (1 - a) + extra)
 
 
-def _greedy_answers(tiny, n=24):
-    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
-        out = []
+def _ranks(bench, tiny, draft, n=24):
+    """The ranks of the tiny target's greedy answers to three prompts in draft's logits."""
+    with specllama.SpeculativeDecoder(tiny.target_q, draft, n_ctx=512) as dec:
+        pairs = []
         for text in ("the cat sat", "a b c d", "hello there"):
             prompt = dec.tokenize(text)
-            r = dec.generate(prompt, max_tokens=n, temperature=0.0, ignore_eos=True)
-            out.append((list(prompt), list(r.tokens)))
-    return out
+            pairs.append((prompt, dec.generate(prompt, max_tokens=n, temperature=0.0, ignore_eos=True).tokens))
+        return bench.ranks(dec, pairs), sum(len(a) for _, a in pairs)
 
 
 def test_ranks_are_first_choices_for_the_target_itself_and_not_for_an_unrelated_draft(bench, tiny):
     # Q4_1: its batched and one-token logits are bitwise equal, so the target's own greedy tokens
     # are its first choices in one pass over prompt and answer
-    pairs = _greedy_answers(tiny)
-    own = bench.ranks(tiny.target_q, pairs)
-    assert own.size == sum(len(a) for _, a in pairs) and (own == 0).all()
-    far = bench.ranks(tiny.far_draft, pairs)
-    assert far.size == own.size and (far > 0).mean() > 0.3
+    own, n = _ranks(bench, tiny, tiny.target_q)
+    assert own.size == n and (own == 0).all()
+    far, n = _ranks(bench, tiny, tiny.far_draft)
+    assert far.size == n and (far > 0).mean() > 0.3
 
 
 def test_a_draft_of_another_vocabulary_is_refused(bench, tiny):
-    with pytest.raises(SystemExit, match="vocabulary is not the target's"):
-        bench.answers(tiny.target, tiny.other_vocab, ["the cat sat"], 8)
+    with specllama.SpeculativeDecoder(tiny.target, tiny.other_vocab, n_ctx=256) as dec:
+        with pytest.raises(SystemExit, match="vocabulary is not the target's"):
+            bench.ranks(dec, [(dec.tokenize("the cat sat"), [5, 6])])

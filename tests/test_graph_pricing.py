@@ -6,6 +6,8 @@ GPU prices (benchmarks/gpu/graph_sim.py) only: nothing here is timed."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from conftest import load_benchmark
 
@@ -377,11 +379,7 @@ def test_an_adaptive_padded_generation_pads_to_the_padded_length(tiny):
             assert all(t.n_drafted <= t.n_verified - 1 for t in drafting)
             rows = sum(t.n_verified for t in drafting) + (r.stats.n_steps - len(drafting)) + r.stats.n_draft_calls
             assert r.stats.logits_bytes == 4 * n_vocab * rows
-            seen = []
-            for t in drafting:  # the generation's paddings, in order
-                if not seen or seen[-1] != t.n_verified:
-                    seen.append(t.n_verified)
-            pads.append(seen)
+            pads.append([n for n, _ in itertools.groupby(t.n_verified for t in drafting)])  # its paddings, in order
         n_draft = dec.n_draft
     assert len(pads[0]) == 2 and pads[0][0] == 4 and 4 < pads[0][1] <= n_draft + 1, pads
     assert all(len(later) == 1 and 2 <= later[0] <= n_draft + 1 for later in pads[1:]), pads
