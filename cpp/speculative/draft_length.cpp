@@ -124,13 +124,25 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     const bool   probe_done = o_.probing_ && o_.probe_left_ == 0;
     if (counted) {
         // a probe is the only fresh news while paused: its steps count as much as all the steps before
-        const bool   fresh = o_.probing_ && o_.probe_fresh_ && o_.drafted_w_ > 0.0;
-        const double d     = fresh ? 1.0 / o_.drafted_w_ : k_decay;
-        o_.probe_fresh_    = false;
-        o_.drafted_tokens_ = d * o_.drafted_tokens_ + tokens;
-        o_.drafted_ms_     = d * o_.drafted_ms_ + (steady ? ms : steady_ms);
-        o_.drafted_w_      = d * o_.drafted_w_ + 1.0;
-        o_.drafted_steps_ += 1;
+        const bool fresh = o_.probing_ && o_.probe_fresh_ && o_.drafted_w_ > 0.0;
+        double     d     = fresh ? 1.0 / o_.drafted_w_ : k_decay;
+        o_.probe_fresh_  = false;
+        const auto add   = [&](int32_t n_tokens, double step_ms) {
+            o_.drafted_tokens_ = d * o_.drafted_tokens_ + n_tokens;
+            o_.drafted_ms_     = d * o_.drafted_ms_ + step_ms;
+            o_.drafted_w_      = d * o_.drafted_w_ + 1.0;
+            o_.drafted_steps_ += 1;
+            d                  = k_decay;
+        };
+        // (the transitions before it that had no steady price, in their order, at the prices now known)
+        for (const auto & t : o_.unpriced_) {
+            const double t_ms = steady_step_ms(t[1], t[2]);
+            if (t_ms >= 0.0) {
+                add(t[0], t_ms);
+            }
+        }
+        o_.unpriced_.clear();
+        add(tokens, steady ? ms : steady_ms);
     }
     if (model_drafted && probe_done && n_v1_ > 0) {
         o_.probe_excess_ms_[o_.n_probes_ % 2] = o_.probe_acc_ms_;
@@ -233,6 +245,13 @@ double draft_length_model::priced_excess_ms() const {
         best                = n == 1 ? excess : std::min(best, excess);
     }
     return best;
+}
+
+double draft_length_model::steady_step_ms(int32_t n_decodes, int32_t n_verify) const {
+    if (!has_catch_up_ || (!has_draft_ms_ && n_decodes > 0) || sw_ <= 0.0) {
+        return -1.0;
+    }
+    return catch_up_ms_ + n_decodes * draft_ms_ + verify_ms(n_verify);
 }
 
 int32_t draft_length_model::padded_length(int32_t n_max) const {
@@ -381,10 +400,13 @@ void draft_length_model::observe(const step_record & s) {
     const int32_t n_decodes = s.n_model == 0 ? 0 : s.n_decodes >= 0 ? s.n_decodes : s.n_model - 1;
     const int32_t n_verify  = s.n_verified > 0 ? s.n_verified : s.n + 1;
     // a transition's steady price: its catch-up, draft decodes and verification at the estimates
-    // from steady steps (none before those are measured)
-    double steady_ms = -1.0;
-    if (!steady && s.n_model > 0 && has_catch_up_ && (has_draft_ms_ || n_decodes == 0) && sw_ > 0.0) {
-        steady_ms = catch_up_ms_ + n_decodes * draft_ms_ + verify_ms(n_verify);
+    // from steady steps (none before those are measured: it waits in unpriced_ until they are)
+    const double steady_ms = !steady && s.n_model > 0 ? steady_step_ms(n_decodes, n_verify) : -1.0;
+    if (!steady && s.n_model > 0 && steady_ms < 0.0) {
+        if (o_.unpriced_.size() == k_max_unpriced) {
+            o_.unpriced_.erase(o_.unpriced_.begin());
+        }
+        o_.unpriced_.push_back({ s.n_accepted + 1, n_decodes, n_verify });
     }
     // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
     // once per step whatever the draft length; the other n_model - 1 decodes are one token each,

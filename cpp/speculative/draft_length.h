@@ -37,6 +37,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -246,7 +247,8 @@ class draft_length_model {
     // and verification), whether the draft model drafted in it
     // (steady false: a drafting step that is one of its run's transitions, set_settle_steps; it
     // counts in the drafting steps' rate at steady_ms, its price at the steady steps' prices, and
-    // not at all where steady_ms < 0: none is known yet)
+    // not here where steady_ms < 0: none is known yet; observe() then keeps it to count at those
+    // prices once a steady step has measured them)
     void observe_step(int32_t tokens, double ms, bool model_drafted, bool steady = true, double steady_ms = -1.0);
 
     double draft_ms() const { return draft_ms_; }
@@ -304,6 +306,9 @@ class draft_length_model {
     std::array<double, k_max_sized + 1> size_ms_{};
     std::array<double, k_max_sized + 1> size_w_{};
     double line_ms(int32_t n_tokens) const;
+    // a drafting step's price at the steady steps' estimates: its catch-up, n_decodes draft decodes
+    // and a verification of n_verify tokens (-1 before steady steps have measured them)
+    double steady_step_ms(int32_t n_decodes, int32_t n_verify) const;
     // a prompt token's ms (observe_prompt; 0: none), standing in for the line's slope until a batch is seen
     double prompt_token_ms_ = 0;
     // pausing: the first and the longest gap between probes, and the evidence a pause needs
@@ -343,7 +348,13 @@ class draft_length_model {
         int32_t probe_left_    = 0;      // steps a probe drafts on for (set_settle_steps)
         bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
         double  probe_acc_ms_  = 0;      // a probe's cost beyond plain steps so far, over its steps
+        // drafting transitions seen before any steady step priced them (tokens, draft decodes after
+        // the catch-up, tokens verified): they count in the drafting rate once one has. Else a new
+        // decoder on a GPU judged drafting by its third and fourth steps alone, its first two being
+        // transitions: two first drafts rejected paused it at acceptance 0.8
+        std::vector<std::array<int32_t, 3>> unpriced_;
     };
+    static constexpr std::size_t k_max_unpriced = 8;
     outcomes o_;      // the current generations' kind
     outcomes other_;  // the other kind's
     bool     sampled_ = false;
