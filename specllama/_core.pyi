@@ -1164,7 +1164,7 @@ class Decoder:
         """
     def warm_up(self) -> None:
         """
-        decode once, and roll back, each shape a generation's steps use (done on creation where a model is on a local GPU); the caches keep what they hold
+        decode once, and roll back, each shape a generation's steps use, then price the target's steps for the adaptive rule (done on creation where a model is on a local GPU); the caches keep what they hold
         """
     @property
     def cross_vocab(self) -> typing.Any:

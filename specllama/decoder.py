@@ -357,8 +357,11 @@ class SpeculativeDecoder:
         """Decode once, and roll back, each shape a generation's steps use (a verification of
         n_draft + 1 tokens and of one, the draft's one-token decode and, where it catches up in one
         batch, its two-token catch-up), so that first uses (kernels loaded, buffers grown: on a GPU)
-        are not priced by the adaptive rule as the cost of a step. Done on creation where a model is
-        on a GPU of this machine; the caches keep what they hold."""
+        are not priced by the adaptive rule as the cost of a step; then price the target's steps for
+        the rule (a verification of the first batch and two plain steps, each decoded three times in
+        a row and the last timed), so that a new decoder's first generation spends no steps on
+        pricing them. Done on creation where a model is on a GPU of this machine; the caches keep
+        what they hold."""
         native = self._native()
 
         def warm_up() -> None:

@@ -134,6 +134,32 @@ def test_warm_up_keeps_the_caches_and_the_output(tiny):
     assert runs[True] == runs[False]
 
 
+def test_warm_up_prices_the_targets_steps_for_the_adaptive_rule(tiny):
+    """warm_up prices the target's plain step and a verification of the first batch for the
+    adaptive rule, so that a new decoder's first generation spends no steps on pricing them: after
+    it, each step of a generation but its first (and a last one with no room to draft) drafts or
+    sits out a pause the prices predicted; without it, its second and third steps (on a CPU, where
+    no step settles) are plain steps that price plain steps. The draft's decodes are left to the steps that draft to price."""
+    prices = specllama.StepPrices(draft_ms=0.1, verify_ms=1.0, verify_token_ms=0.02)
+    runs = {}
+    for warm in (False, True):
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+            if warm:
+                dec.warm_up()
+            m = dec._native().cost_model()
+            assert (m["verify_ms"][0] > 0 and m["verify_ms"][3] > 0) == warm, m
+            assert m["draft_ms"] == 0
+            runs[warm] = dec.generate("the cat is", max_tokens=12, temperature=0, ignore_eos=True, prices=prices,
+                                      record_steps=True)
+    assert runs[True].tokens == runs[False].tokens
+
+    def pricing(steps):  # steps that could not draft, but the first and the last: the rule's pricing steps
+        return sum(1 for t in steps[1:-1] if t.n_max == 0)
+    warm, cold = runs[True].stats.steps, runs[False].stats.steps
+    assert pricing(warm) == 0 and len(warm) >= 3 and any(t.n_drafted or t.paused for t in warm)
+    assert pricing(cold) == 2
+
+
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_padded_verification_with_the_chain_on_the_device(tiny, temperature):
     """The device chain samples every row of a padded verification, the padding's too; the rule reads

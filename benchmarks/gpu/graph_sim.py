@@ -63,10 +63,14 @@ class Loop:
     fixed: draft that many every step instead (no rule; padded to n_draft + 1 unless exact).
     unpriced: what a padded generation that begins before the rule knows its prices pads for:
     "repad" (as the decoder: the first batch's length, then once they are known what they give),
-    "first" (the first batch's length throughout), "n_draft" (n_draft throughout), for comparison."""
+    "first" (the first batch's length throughout), "n_draft" (n_draft throughout), for comparison.
+    warm_up: price the target's steps for the rule before the first generation as a decoder on a
+    GPU does on creation (decoder::price_steps: each shape decoded three times, the last priced);
+    False: the rule learns every price from the generations' steps."""
 
     def __init__(self, acceptance, draft_ms=1.1, draft_direct_ms=3.5, n_draft=10, verify_shape="padded",
-                 settle=None, cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0, unpriced="repad"):
+                 settle=None, cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0, unpriced="repad",
+                 warm_up=True):
         self.rng = random.Random(seed)
         self.acceptance, self.n_draft, self.fixed = acceptance, n_draft, fixed
         self.verify_shape = verify_shape
@@ -78,6 +82,23 @@ class Loop:
         self.rule = _core.DraftLengthModel()
         self.rule.set_settle_steps(GRAPH_SETTLE_STEPS if settle is None else settle)
         self.lengths: list[int] = []
+        if warm_up:
+            self._price_steps()
+
+    def _price_steps(self) -> None:
+        """decoder::warm_up: each shape decoded once, then price_steps: the target's verification of
+        the first batch's padded length (or n_draft + 1) and two plain steps, each shape steady (its
+        third decode in a row); the draft's decodes are priced by the steps."""
+        rule, n_batch = self.rule, 0
+        if self.verify_shape == "padded" and self.fixed is None:
+            n_batch = rule.padded_length(self.n_draft) + 1
+        n_batch = n_batch or self.n_draft + 1
+        for k in sorted({self.n_draft + 1, n_batch, 1}, reverse=True):
+            self.target.decode(k)
+        self.draft.decode(1)
+        rule.observe_verify(n_batch, [self.target.decode(n_batch) for _ in range(3)][-1])
+        for ms in [self.target.decode(1) for _ in range(4)][-2:]:
+            rule.observe_verify(1, ms)
 
     def _drafting_step(self, n_max, sat_out):
         catch_up, n_single = 0.0, 0

@@ -555,8 +555,9 @@ void register_decoder(py::module_ & m) {
                 py::gil_scoped_release nogil;
                 d.warm_up();
             },
-            "decode once, and roll back, each shape a generation's steps use (done on creation where a model "
-            "is on a local GPU); the caches keep what they hold")
+            "decode once, and roll back, each shape a generation's steps use, then price the target's steps "
+            "for the adaptive rule (done on creation where a model is on a local GPU); the caches keep what "
+            "they hold")
         .def(
             "slots",
             [](decoder & d, int32_t n, int32_t n_ctx, int32_t max_wait_us) {

@@ -6,6 +6,7 @@
 #include "sampling/logprobs.h"
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 
 namespace specllama {
@@ -187,15 +188,31 @@ void decoder::reset() {
 }
 
 namespace {
-// decode n copies of tok after what cache holds (every row an output where all), then drop them
-void warm_shape(kv_cache & cache, llama_token tok, int32_t n, bool all) {
+// decode n copies of tok after what cache holds (every row an output where all), then drop them:
+// what the decode took, to its end (-1 where the cache cannot take it)
+double warm_shape(kv_cache & cache, llama_token tok, int32_t n, bool all) {
     const int32_t n_past = cache.n_past();
     if (cache.recurrent() || cache.window_only() || n_past + n > cache.n_ctx() || n > cache.n_batch()) {
-        return;
+        return -1.0;
     }
     const std::vector<llama_token> toks(n, tok);
+    const auto                     t0 = std::chrono::steady_clock::now();
     cache.decode(toks.data(), n, all);
+    cache.finish();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     cache.rollback(n_past);
+    return ms;
+}
+
+// the same shape decoded k_price_runs times in a row: what the last took (a GPU runs the first
+// without its graph, records it in the second and replays it from the third)
+constexpr int k_price_runs = 3;
+double price_shape(kv_cache & cache, llama_token tok, int32_t n, bool all) {
+    double ms = -1.0;
+    for (int i = 0; i < k_price_runs; ++i) {
+        ms = warm_shape(cache, tok, n, all);
+    }
+    return ms;
 }
 }  // namespace
 
@@ -221,6 +238,24 @@ void decoder::warm_up() {
         }
         warm_shape(*dft_cache_, dbos >= 0 ? dbos : 0, 1, false);
     }
+    price_steps(tok, first_pad > 1 ? first_pad : n_draft_ + 1);
+}
+
+void decoder::price_steps(llama_token tok, int32_t n_batch) {
+    // the target's prices that the adaptive rule would otherwise learn from a new decoder's first
+    // steps (plain steps before any drafting, a batch's verification), each shape steady. Not the
+    // draft's: a small draft's first decodes on a GPU may still cost several later ones
+    // (Qwen2.5-0.5B's shape on an H200: 5.7 ms in its first drafting steps, draft_length.h), and
+    // priced so before it drafts, a draft that pays would start paused; its steps price it
+    const double batch_ms = price_shape(*tgt_cache_, tok, n_batch, true);
+    const double plain_ms = price_shape(*tgt_cache_, tok, 1, true);
+    const double again_ms = warm_shape(*tgt_cache_, tok, 1, true);
+    if (batch_ms < 0.0 || plain_ms < 0.0 || again_ms < 0.0) {
+        return;
+    }
+    lengths_.observe_verify(n_batch, batch_ms);
+    lengths_.observe_verify(1, plain_ms);
+    lengths_.observe_verify(1, again_ms);
 }
 
 draft_length_model decoder::cost_model() const {

@@ -400,8 +400,10 @@ class decoder {
     // generation pads to now (draft_length_model::padded_length) and of one, the draft's one-token
     // decode and, where it catches up in one batch, a two-token one): first uses load kernels and grow buffers there, which the
     // adaptive rule would otherwise price as a step's cost (llama.cpp's own programs warm up too).
-    // What the caches hold is kept. Run on creation where either model is on a local GPU; a no-op
-    // for a recurrent, window-only or slot's cache
+    // What the caches hold is kept. Then it prices the target's steps for the adaptive rule
+    // (price_steps), so that a new decoder's first generation drafts from its second step. Run on
+    // creation where either model is on a local GPU; a no-op for a recurrent, window-only or
+    // slot's cache
     void warm_up();
 
     // the adaptive draft length's current estimates
@@ -552,6 +554,9 @@ class decoder {
     // an adaptive generation's verification length now, drafting at most n_draft: the rule's padded
     // length, plus one
     int32_t adaptive_pad(int32_t n_draft) const { return lengths_.padded_length(n_draft) + 1; }
+    // warm_up's last part: the rule's prices of the target's plain step and of its verification of
+    // n_batch tokens, each shape decoded until steady (tok: a token to decode, then drop)
+    void price_steps(llama_token tok, int32_t n_batch);
 
     // per-step buffers, reused
     draft_result              drafted_;
