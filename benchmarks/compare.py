@@ -80,10 +80,11 @@ def chat_text(dec, text):
 def step_summary(steps) -> dict:
     """Where a generation's steps went (GenerateOptions.record_steps): how many drafted, the
     median draft length, catch-up, draft decode (after the catch-up) and verification in ms, and
-    the steps one character each (step_pattern), and the drafting steps' verification lengths in
-    order, a run of equal ones once (one length per generation where verification is padded;
-    a padded generation that began before the rule had its prices: the first batch's, then one
-    more)."""
+    the steps one character each (step_pattern) with the drafts the target kept in each
+    (kept_pattern: whether acceptance comes in runs), and the drafting steps' verification
+    lengths in order, a run of equal ones once (one length per generation where verification is
+    padded; a padded generation that began before the rule had its prices: the first batch's,
+    then one more)."""
     drafting = [t for t in steps if t.n_model > 0]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     return {"n_steps": len(steps), "n_drafting": len(drafting), "n_paused": sum(t.paused for t in steps),
@@ -94,6 +95,7 @@ def step_summary(steps) -> dict:
             "plain_step_ms": med([t.verify_ms for t in steps if t.n_drafted == 0]),
             "step_ms_sum": sum(t.draft_ms + t.verify_ms for t in steps),
             "pattern": step_pattern(steps),
+            "kept": kept_pattern(steps),
             "verified": [n for n, _ in itertools.groupby(t.n_verified for t in drafting)]}
 
 
@@ -104,6 +106,16 @@ def step_pattern(steps) -> str:
         if t.n_model > 0:
             return "P" if t.probe else str(t.n_model) if t.n_model < 10 else "+"
         return "p" if t.paused else "."
+    return "".join(mark(t) for t in steps)
+
+
+def kept_pattern(steps) -> str:
+    """One character a step, aligned with step_pattern's: the drafts the target kept (0-9, + for
+    more), . for a step without drafts."""
+    def mark(t):
+        if t.n_drafted == 0:
+            return "."
+        return str(t.n_accepted) if t.n_accepted < 10 else "+"
     return "".join(mark(t) for t in steps)
 
 

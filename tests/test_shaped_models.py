@@ -113,6 +113,8 @@ def test_the_bench_runs_every_program(tmp_path):
         assert res["runs"]["T=0.8"]["specllama"][0]["sampling"] == "host"  # (auto: on a CPU)
         fixed = res["runs"]["T=0.0"]["specllama, adaptive=0,n_draft=3"][0]["steps"]["pattern"]
         assert set(fixed[1:]) <= set("123") and "3" in fixed, fixed  # (a fixed length: every step after the first drafts)
+        kept = res["runs"]["T=0.0"]["specllama, adaptive=0,n_draft=3"][0]["steps"]["kept"]
+        assert len(kept) == len(fixed) and all(int(k) <= int(d) for d, k in zip(fixed[1:], kept[1:])), (fixed, kept)
         verified = res["runs"]["T=0.0"]["specllama, adaptive=0,n_draft=3"][0]["steps"]["verified"]
         assert verified and set(verified) <= {2, 3, 4} and 4 in verified, verified  # (exact on a CPU: drafts + 1)
     assert "acceptance 0.9 T=0.8" in r.stdout

@@ -146,6 +146,7 @@ def one_acceptance(args, acceptance: float, bindir) -> dict:
                             lengths = fig["steps"]["verified"]  # (padded: one, or the first batch's and one more)
                             shapes = f" (verified {' then '.join(map(str, lengths))} tokens)" if 0 < len(lengths) <= 3 else ""
                             print(f"  {name} steps: {fig['steps']['pattern']}{shapes}", file=sys.stderr, flush=True)
+                            print(f"  {name} kept:  {fig['steps']['kept']}", file=sys.stderr, flush=True)
     finally:
         for proc, _url in servers.values():
             proc.terminate()
