@@ -104,25 +104,28 @@ def test_a_runs_first_steps_price_nothing_where_it_settles():
 
 
 def test_transitions_before_any_steady_price_count_once_one_is_known():
-    """settle_steps 2, a new decoder's first run of drafting steps (three drafts, verifications
-    padded to 4 tokens): its first two steps are transitions (20 ms verifications: no graph yet)
-    and keep every draft, the next two are steady and keep none. Once the steady steps price a
-    step, the transitions count at that price: four steps made 10 tokens for about 46 ms, against
-    a 5.9 ms plain step, and drafting pays. Judged by the two steady steps alone (2 tokens for
-    about 23 ms) it would pause; where the transitions kept nothing too, it does."""
+    """settle_steps 2, a new decoder's first run of drafting steps (three drafts, 1.4 ms draft
+    decodes, verifications padded to 4 tokens): its first two steps are transitions (20 ms
+    verifications: no graph yet) and keep every draft, the next two are steady (8 ms) and keep
+    none, the first of them catching up on two tokens. Once the steady steps price a step, the
+    transitions count at that price: four steps made 10 tokens for about 52 ms, against a 5.9 ms
+    plain step, and drafting pays. Judged by the two steady steps alone (2 tokens for 26 ms: less
+    than half the plain steps' rate) it would pause; where the transitions kept nothing too, it
+    does."""
     def first_run(kept):
         m = _plain_priced()
         m.set_settle_steps(2)
         m.set_padded(4)
-        prev = 0
-        for n_accepted, verify_ms in zip(kept, (20.0, 20.0, 7.3, 7.3)):
-            _step(m, 3, n_accepted, 1.4, 4.2, verify_ms, prev, n_catch_up=1, n_verified=4)
-            prev = 3
+        prev, n_catch_up = 0, 1
+        for n_accepted, verify_ms in zip(kept, (20.0, 20.0, 8.0, 8.0)):
+            _step(m, 3, n_accepted, 1.4 * n_catch_up, 1.4 * (n_catch_up + 2), verify_ms, prev,
+                  n_catch_up=n_catch_up, n_verified=4)
+            prev, n_catch_up = 3, 2 if n_accepted == 3 else 1
         return m
     lucky_start = first_run((3, 3, 0, 0))
-    assert lucky_start.verify_ms(4) == pytest.approx(7.3, abs=0.01)  # (the transitions priced nothing)
+    assert lucky_start.verify_ms(4) == pytest.approx(8.0, abs=0.01)  # (the transitions priced nothing)
     assert lucky_start.draft_pays() and not lucky_start.paused()
-    assert not first_run((0, 0, 0, 0)).draft_pays()
+    assert first_run((0, 0, 0, 0)).paused()
 
 
 def test_a_new_padded_length_in_a_run_starts_its_transitions_again():

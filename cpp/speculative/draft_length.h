@@ -349,9 +349,9 @@ class draft_length_model {
         bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
         double  probe_acc_ms_  = 0;      // a probe's cost beyond plain steps so far, over its steps
         // drafting transitions seen before any steady step priced them (tokens, draft decodes after
-        // the catch-up, tokens verified): they count in the drafting rate once one has. Else a new
-        // decoder on a GPU judged drafting by its third and fourth steps alone, its first two being
-        // transitions: two first drafts rejected paused it at acceptance 0.8
+        // the catch-up, tokens verified): they count in the drafting rate once one has, so that a
+        // new decoder on a GPU, whose first two drafting steps are transitions, is not judged by
+        // its third and fourth alone (two first drafts rejected there would pause a draft kept at 0.8)
         std::vector<std::array<int32_t, 3>> unpriced_;
     };
     static constexpr std::size_t k_max_unpriced = 8;
