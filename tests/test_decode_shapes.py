@@ -139,7 +139,8 @@ def test_warm_up_prices_the_targets_steps_for_the_adaptive_rule(tiny):
     adaptive rule, so that a new decoder's first generation spends no steps on pricing them: after
     it, each step of a generation but its first (and a last one with no room to draft) drafts or
     sits out a pause the prices predicted; without it, its second and third steps (on a CPU, where
-    no step settles) are plain steps that price plain steps. The draft's decodes are left to the steps that draft to price."""
+    no step settles) are plain steps that price plain steps. The draft's decodes are left to the
+    steps that draft to price."""
     prices = specllama.StepPrices(draft_ms=0.1, verify_ms=1.0, verify_token_ms=0.02)
     runs = {}
     for warm in (False, True):
