@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 import specllama
-from conftest import LLAMA_CPP_BIN
+from conftest import LLAMA_CPP_BIN, cpu_has_amx
 from specllama.server import native_completion as nc
 from test_server import running
 from tiny_models import perturbed, random_weights, vocab, write_model
@@ -122,10 +122,13 @@ def _free_port():
 
 @contextlib.contextmanager
 def llama_server(model, *args):
-    """llama.cpp's own llama-server on model, on a free loopback port."""
+    """llama.cpp's own llama-server on model, on a free loopback port; on a CPU with AMX without
+    weight repacking, whose AMX kernels crash this llama.cpp there (a quantized model's first
+    matrix multiplication), as specllama loads its models there (engine/model.cpp)."""
     port = _free_port()
+    no_repack = ["--no-repack"] if cpu_has_amx() else []
     proc = subprocess.Popen([str(LLAMA_SERVER), "-m", model, "--port", str(port), "--host", "127.0.0.1",
-                             "-np", "1", "-t", "2", *args],
+                             "-np", "1", "-t", "2", *no_repack, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300)
     try:
