@@ -24,19 +24,12 @@ LLAMA_CPP_BIN = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.g
 
 
 
-def cpu_has_amx() -> bool:
-    """Whether this CPU has AMX, where llama.cpp's programs must run without weight repacking
-    (--no-repack): this llama.cpp's AMX kernels crash there."""
-    try:
-        return "amx_int8" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
 def load_benchmark(relpath: str):
     """A benchmark script under benchmarks/ (relpath such as "gpu/graph_sim.py") as a module, for
     tests that run its functions."""
     path = Path(__file__).resolve().parent.parent / "benchmarks" / relpath
+    if str(path.parent) not in sys.path:  # (its imports of its neighbours, as when it runs as a script)
+        sys.path.append(str(path.parent))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up there

@@ -13,6 +13,7 @@ from conftest import load_benchmark
 def bench():
     return load_benchmark("draft_top_choices.py")
 
+
 @pytest.mark.parametrize("a", [0.3, 0.6, 0.8, 0.95])
 @pytest.mark.parametrize("g", [1, 4, 8])
 def test_tokens_per_step_is_leviathans_for_a_chain_and_adds_the_caught_misses(bench, a, g):

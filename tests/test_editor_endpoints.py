@@ -11,6 +11,7 @@ warm-up: 552-566, and its headers: 579-584, 838-843); llama.vscode src/llama-ser
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 import signal
@@ -22,7 +23,7 @@ import httpx
 import pytest
 
 import specllama
-from conftest import LLAMA_CPP_BIN, cpu_has_amx
+from conftest import LLAMA_CPP_BIN, load_benchmark
 from specllama.server import native_completion as nc
 from test_server import running
 from tiny_models import perturbed, random_weights, vocab, write_model
@@ -120,13 +121,19 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@functools.lru_cache(maxsize=None)
+def _compare():
+    return load_benchmark("compare.py")
+
+
 @contextlib.contextmanager
 def llama_server(model, *args):
     """llama.cpp's own llama-server on model, on a free loopback port; on a CPU with AMX without
     weight repacking, whose AMX kernels crash this llama.cpp there (a quantized model's first
-    matrix multiplication), as specllama loads its models there (engine/model.cpp)."""
+    matrix multiplication), as specllama loads its models there (engine/model.cpp) and the
+    benchmarks run llama.cpp's programs (compare.has_amx)."""
     port = _free_port()
-    no_repack = ["--no-repack"] if cpu_has_amx() else []
+    no_repack = ["--no-repack"] if _compare().has_amx() else []
     proc = subprocess.Popen([str(LLAMA_SERVER), "-m", model, "--port", str(port), "--host", "127.0.0.1",
                              "-np", "1", "-t", "2", *no_repack, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

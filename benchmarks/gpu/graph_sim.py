@@ -86,15 +86,16 @@ class Loop:
             self._price_steps()
 
     def _price_steps(self) -> None:
-        """decoder::warm_up: each shape decoded once, then price_steps: the target's verification of
-        the first batch's padded length (or n_draft + 1) and two plain steps, each shape steady (its
-        third decode in a row); the draft's decodes are priced by the steps."""
+        """decoder::warm_up: n_draft + 1 tokens and the draft's one-token shape decoded once, then
+        price_steps: the target's verification of the first batch's padded length (or n_draft + 1)
+        and two plain steps, each shape steady (its third decode in a row); the draft's decodes are
+        priced by the steps."""
         rule, n_batch = self.rule, 0
         if self.verify_shape == "padded" and self.fixed is None:
             n_batch = rule.padded_length(self.n_draft) + 1
         n_batch = n_batch or self.n_draft + 1
-        for k in sorted({self.n_draft + 1, n_batch, 1}, reverse=True):
-            self.target.decode(k)
+        if n_batch != self.n_draft + 1:
+            self.target.decode(self.n_draft + 1)
         self.draft.decode(1)
         rule.observe_verify(n_batch, [self.target.decode(n_batch) for _ in range(3)][-1])
         for ms in [self.target.decode(1) for _ in range(4)][-2:]:

@@ -224,13 +224,13 @@ void decoder::warm_up() {
     }
     const llama_token bos = llama_vocab_bos(target_->vocab);
     const llama_token tok = bos >= 0 ? bos : 0;
-    warm_shape(*tgt_cache_, tok, n_draft_ + 1, true);
-    // (and what an adaptive generation pads to before the rule has its prices: the first batch's)
+    // what an adaptive generation pads to before the rule has its prices (the first batch's), the
+    // one-token step, and n_draft + 1 tokens: price_steps decodes the first two, the last here
     const int32_t first_pad = adaptive_pad(n_draft_);
-    if (first_pad > 1 && first_pad != n_draft_ + 1) {
-        warm_shape(*tgt_cache_, tok, first_pad, true);
+    const int32_t n_batch   = first_pad > 1 ? first_pad : n_draft_ + 1;
+    if (n_batch != n_draft_ + 1) {
+        warm_shape(*tgt_cache_, tok, n_draft_ + 1, true);
     }
-    warm_shape(*tgt_cache_, tok, 1, true);
     if (dft_cache_) {
         const llama_token dbos = llama_vocab_bos(draft_->vocab);
         if (drafter_->catch_up_by_token() == 0) {  // (a fully accepted step's catch-up, as one batch)
@@ -238,7 +238,7 @@ void decoder::warm_up() {
         }
         warm_shape(*dft_cache_, dbos >= 0 ? dbos : 0, 1, false);
     }
-    price_steps(tok, first_pad > 1 ? first_pad : n_draft_ + 1);
+    price_steps(tok, n_batch);
 }
 
 void decoder::price_steps(llama_token tok, int32_t n_batch) {

@@ -554,8 +554,9 @@ class decoder {
     // an adaptive generation's verification length now, drafting at most n_draft: the rule's padded
     // length, plus one
     int32_t adaptive_pad(int32_t n_draft) const { return lengths_.padded_length(n_draft) + 1; }
-    // warm_up's last part: the rule's prices of the target's plain step and of its verification of
-    // n_batch tokens, each shape decoded until steady (tok: a token to decode, then drop)
+    // warm_up's last part: the target's one-token and n_batch-token shapes decoded until steady (the
+    // first decode of each is its warm-up), and the last timings given to the rule as the prices of
+    // a plain step and of a verification (tok: a token to decode, then drop)
     void price_steps(llama_token tok, int32_t n_batch);
 
     // per-step buffers, reused
