@@ -101,10 +101,13 @@ def step_summary(steps) -> dict:
 
 def step_pattern(steps) -> str:
     """One character a step: the model's draft count (1-9, + for more), P a probe of the paused
-    model, . a plain step (p where the model was paused)."""
+    model, L a step that prompt lookup alone drafted, . a plain step (p where the model was
+    paused)."""
     def mark(t):
         if t.n_model > 0:
             return "P" if t.probe else str(t.n_model) if t.n_model < 10 else "+"
+        if t.n_drafted > 0:
+            return "L"
         return "p" if t.paused else "."
     return "".join(mark(t) for t in steps)
 

@@ -597,6 +597,25 @@ def test_a_draft_that_does_not_pay_is_paused_and_the_output_is_unchanged(slow):
 
 
 @pytest.mark.slow
+def test_the_steps_of_a_fixed_length_generation_are_never_marked_paused(slow):
+    """A decoder whose rule paused the draft (the unrelated draft at a fifth of the target's cost)
+    records the pause in its adaptive generation's step traces; a fixed-length generation after it
+    drafts all it may in every step, and its traces say neither paused nor probe."""
+    prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=2.0)
+    kw = dict(max_tokens=60, temperature=0, ignore_eos=True, prices=prices, drafter="model", n_draft=4,
+              record_steps=True)
+    with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
+        dec.generate("the cat is", **kw)
+        adaptive = dec.generate("the cat is", **kw).stats
+        fixed = dec.generate("the cat is", adaptive=False, **kw).stats
+    assert sum(t.paused for t in adaptive.steps) >= adaptive.n_steps - 10, adaptive
+    # each drafts as many as it may: 4, fewer only where max_tokens caps it
+    assert all(t.n_drafted == t.n_max for t in fixed.steps), [(t.n_drafted, t.n_max) for t in fixed.steps]
+    assert sum(t.n_max == 4 for t in fixed.steps) >= fixed.n_steps - 5
+    assert not any(t.paused or t.probe for t in fixed.steps)
+
+
+@pytest.mark.slow
 def test_a_draft_as_costly_as_the_target_is_left_out_even_where_it_agrees(slow):
     """Prices of a GPU on which the draft's decode costs what the target's does (both bound by
     kernel launches) and a verification batch costs little more than one token: every drafted token

@@ -121,6 +121,27 @@ def test_the_bench_runs_every_program(tmp_path):
     assert "specllama, settle_steps=0 steps: " in r.stderr
 
 
+def test_the_step_patterns_mark_each_kind_of_step():
+    """compare.step_summary's two patterns, one character a step and aligned: the model's drafts
+    (P a probe), L where prompt lookup alone drafted, . a plain step and p one a pause sat out; and
+    the drafts kept in each, . where nothing was drafted."""
+    from types import SimpleNamespace
+
+    from conftest import load_benchmark
+
+    compare = load_benchmark("compare.py")
+
+    def step(n_model=0, n_drafted=0, n_accepted=0, paused=False, probe=False):
+        return SimpleNamespace(n_model=n_model, n_drafted=n_drafted, n_accepted=n_accepted, paused=paused,
+                               probe=probe)
+
+    steps = [step(), step(n_model=3, n_drafted=3, n_accepted=2), step(n_drafted=5, n_accepted=4),
+             step(paused=True), step(n_model=1, n_drafted=1, paused=True, probe=True),
+             step(n_model=12, n_drafted=12, n_accepted=11), step(n_drafted=2, paused=True)]
+    assert compare.step_pattern(steps) == ".3LpP+L"
+    assert compare.kept_pattern(steps) == ".24.0+0"
+
+
 def test_verify_shapes_measures_both_orders(pair, tmp_path):
     d, report = pair
     out = tmp_path / "vs.json"

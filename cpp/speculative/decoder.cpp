@@ -480,7 +480,9 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         const step_plan step    = plan_step(plan, params, (int32_t) seq.size(), st);
         step_trace      trace;
         if (params.record_steps) {
-            trace = {{}, step.n_max, lengths_.paused(), lengths_.probing(), lengths_.rate(), lengths_.acceptance()};
+            // (a generation of fixed lengths is never paused, whatever the rule learned from others)
+            trace = {{}, step.n_max, plan.adaptive && lengths_.paused(), plan.adaptive && lengths_.probing(),
+                     lengths_.rate(), lengths_.acceptance()};
         }
         llama_token     probe   = -1;
         auto            t       = clock_type::now();
