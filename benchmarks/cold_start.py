@@ -1,0 +1,88 @@
+"""A new decoder's first generation against a decoder that has generated before, greedy, in
+interleaved rounds: what a one-shot `specllama generate` pays for the adaptive rule's learning.
+
+Each round runs every --prompts prompt (chat templated) four ways: plain decoding, a fixed draft
+length and the adaptive rule on one decoder that generated every prompt once before the first round
+("warm"), and the adaptive rule on a decoder made for that generation alone ("new"; its loading is
+not timed). Reported per prompt: decode tokens/s medians over the rounds and the median of each
+round's ratio to plain decoding, and the new decoders' steps (the model's drafts / the drafts kept,
+`.` a step without drafts), so that where a new decoder's first steps go is seen.
+
+    python benchmarks/cold_start.py --pair qwen2.5-coder --target-type q8_0 --rounds 3 -n 96 --out cold.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+import specllama
+from specllama.bench import PROMPTS
+from specllama.models import add_pair_options, pair_from_options
+from specllama.provenance import provenance
+
+
+def steps_line(steps) -> str:
+    return " ".join(f"{t.n_model}/{t.n_accepted}" if t.n_drafted else "." for t in steps)
+
+
+def run_round(warm, target, draft, prompts, args) -> dict:
+    """{prompt: {way: tokens/s}} and {prompt: the new decoder's steps}"""
+    kw = dict(max_tokens=args.n, temperature=0, ignore_eos=True)
+    ways = {"plain": dict(speculative=False), f"fixed {args.fixed}": dict(n_draft=args.fixed, adaptive=False),
+            "adaptive, warm": {}}
+    tps, steps = {}, {}
+    for name, text in prompts.items():
+        tokens = warm.chat_tokens([{"role": "user", "content": text}])
+        row = {}
+        for way, extra in ways.items():
+            warm.reset()
+            row[way] = warm.generate(tokens, **kw, **extra).stats.tokens_per_second
+        with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads) as new:
+            s = new.generate(tokens, record_steps=True, **kw).stats
+        row["adaptive, new decoder"] = s.tokens_per_second
+        tps[name], steps[name] = row, steps_line(s.steps)
+    return tps, steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_pair_options(ap, "qwen2.5-coder")
+    ap.add_argument("--prompts", default="chat,code", help=f"of {', '.join(PROMPTS)}")
+    ap.add_argument("-n", type=int, default=96, help="tokens per generation")
+    ap.add_argument("--fixed", type=int, default=3, help="the fixed draft length run beside the rule")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("-t", "--threads", type=int, default=0)
+    ap.add_argument("--out", help="write the report as JSON here")
+    args = ap.parse_args()
+    target, draft = pair_from_options(args)
+    prompts = {name: PROMPTS[name] for name in args.prompts.split(",")}
+    rounds = []
+    with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads) as warm:
+        for text in prompts.values():  # (the warm decoder's rule learns from one generation of each)
+            warm.generate(warm.chat_tokens([{"role": "user", "content": text}]), max_tokens=args.n, temperature=0,
+                          ignore_eos=True)
+        for r in range(args.rounds):
+            tps, steps = run_round(warm, target, draft, prompts, args)
+            rounds.append({"tokens_per_second": tps, "new_decoder_steps": steps})
+            for name in prompts:
+                print(f"round {r + 1} {name}: " + ", ".join(f"{w} {v:.2f}" for w, v in tps[name].items()), flush=True)
+                print(f"  new decoder's steps: {steps[name]}", flush=True)
+    report = {"provenance": provenance({"target": target, "draft": draft}, args.threads or None),
+              "n": args.n, "fixed": args.fixed, "rounds": rounds, "summary": {}}
+    for name in prompts:
+        ways = rounds[0]["tokens_per_second"][name]
+        report["summary"][name] = {
+            w: {"tokens_per_second": statistics.median(rd["tokens_per_second"][name][w] for rd in rounds),
+                "vs_plain": statistics.median(rd["tokens_per_second"][name][w] / rd["tokens_per_second"][name]["plain"]
+                                              for rd in rounds)} for w in ways}
+        print(f"{name}: " + ", ".join(f"{w} {v['tokens_per_second']:.2f} ({v['vs_plain']:.2f}x)"
+                                      for w, v in report["summary"][name].items()))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
