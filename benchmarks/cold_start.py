@@ -5,8 +5,9 @@ Each round runs every --prompts prompt (chat templated) four ways: plain decodin
 length and the adaptive rule on one decoder that generated every prompt once before the first round
 ("warm"), and the adaptive rule on a decoder made for that generation alone ("new"; its loading is
 not timed). Reported per prompt: decode tokens/s medians over the rounds and the median of each
-round's ratio to plain decoding, and the new decoders' steps (the model's drafts / the drafts kept,
-`.` a step without drafts), so that where a new decoder's first steps go is seen.
+round's ratio to plain decoding, and the new decoders' steps as compare.py's step and kept
+patterns (one character a step: the model's drafts, + for ten or more, and under it the drafts
+kept), so that where a new decoder's first steps go is seen.
 
     python benchmarks/cold_start.py --pair qwen2.5-coder --target-type q8_0 --rounds 3 -n 96 --out cold.json
 """
@@ -19,17 +20,14 @@ import statistics
 from pathlib import Path
 
 import specllama
+from compare import kept_pattern, step_pattern
 from specllama.bench import PROMPTS
 from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
 
 
-def steps_line(steps) -> str:
-    return " ".join(f"{t.n_model}/{t.n_accepted}" if t.n_drafted else "." for t in steps)
-
-
 def run_round(warm, target, draft, prompts, args) -> dict:
-    """{prompt: {way: tokens/s}} and {prompt: the new decoder's steps}"""
+    """{prompt: {way: tokens/s}} and {prompt: the new decoder's step and kept patterns}"""
     kw = dict(max_tokens=args.n, temperature=0, ignore_eos=True)
     ways = {"plain": dict(speculative=False), f"fixed {args.fixed}": dict(n_draft=args.fixed, adaptive=False),
             "adaptive, warm": {}}
@@ -43,7 +41,7 @@ def run_round(warm, target, draft, prompts, args) -> dict:
         with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads) as new:
             s = new.generate(tokens, record_steps=True, **kw).stats
         row["adaptive, new decoder"] = s.tokens_per_second
-        tps[name], steps[name] = row, steps_line(s.steps)
+        tps[name], steps[name] = row, {"steps": step_pattern(s.steps), "kept": kept_pattern(s.steps)}
     return tps, steps
 
 
@@ -69,7 +67,8 @@ def main() -> None:
             rounds.append({"tokens_per_second": tps, "new_decoder_steps": steps})
             for name in prompts:
                 print(f"round {r + 1} {name}: " + ", ".join(f"{w} {v:.2f}" for w, v in tps[name].items()), flush=True)
-                print(f"  new decoder's steps: {steps[name]}", flush=True)
+                print(f"  new decoder's steps: {steps[name]['steps']}", flush=True)
+                print(f"  new decoder's kept:  {steps[name]['kept']}", flush=True)
     report = {"provenance": provenance({"target": target, "draft": draft}, args.threads or None),
               "n": args.n, "fixed": args.fixed, "rounds": rounds, "summary": {}}
     for name in prompts:

@@ -1,5 +1,6 @@
 """benchmarks/cold_start.py at a tiny size: every way runs each round, the report carries each
-prompt's medians and ratios, and a new decoder's steps are recorded step by step."""
+prompt's medians and ratios, and a new decoder's steps are recorded step by step with the
+drafts kept in each."""
 
 from __future__ import annotations
 
@@ -25,6 +26,6 @@ def test_the_cold_start_bench_reports_every_way(tiny, tmp_path):
         assert report["summary"][name]["plain"]["vs_plain"] == 1.0
         assert all(v["tokens_per_second"] > 0 for v in report["summary"][name].values())
         for rd in report["rounds"]:
-            steps = rd["new_decoder_steps"][name].split(" ")
-            assert steps[0] == "." and all(s == "." or "/" in s for s in steps), steps
-    assert "new decoder's steps: ." in r.stdout
+            steps, kept = rd["new_decoder_steps"][name]["steps"], rd["new_decoder_steps"][name]["kept"]
+            assert steps[0] == "." and len(kept) == len(steps), (steps, kept)  # (the first step is plain)
+    assert "new decoder's steps: ." in r.stdout and "new decoder's kept:  ." in r.stdout

@@ -197,8 +197,7 @@ double warm_shape(kv_cache & cache, llama_token tok, int32_t n, bool all) {
     }
     const std::vector<llama_token> toks(n, tok);
     const auto                     t0 = std::chrono::steady_clock::now();
-    cache.decode(toks.data(), n, all);
-    cache.finish();
+    cache.decode(toks.data(), n, all);  // (it waits for the result)
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     cache.rollback(n_past);
     return ms;
