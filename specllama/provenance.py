@@ -88,9 +88,22 @@ def portable_settings(settings: Dict[str, Any], output_keys: Iterable[str] = ("o
             for k, v in settings.items() if k not in skip}
 
 
+# environment variables through which llama.cpp and ggml change what they run (CUDA graphs, kernel
+# fusion, concurrent streams, graph reuse, ...): a report records those that were set
+_ENV_PREFIXES = ("GGML_", "LLAMA_")
+
+
+def llama_env() -> Dict[str, str]:
+    """The GGML_* and LLAMA_* environment variables set for this process (paths reduced to their
+    file names)."""
+    return {k: Path(v).name if _pathlike(v) else v
+            for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+
+
 def provenance(models: Dict[str, Optional[str]], threads: Optional[int] = None,
                output_options: Sequence[str] = OUTPUT_OPTIONS) -> dict:
-    """The header of a report: versions, commit, machine, threads, command, models.
+    """The header of a report: versions, commit, machine, threads, command, llama.cpp's environment
+    variables, models.
     output_options: the command's options that name where it writes its report."""
     from ._core import supports_gpu_offload
     from ._version import __version__
@@ -104,5 +117,6 @@ def provenance(models: Dict[str, Optional[str]], threads: Optional[int] = None,
         "machine": machine_info(),
         "threads": threads or os.cpu_count(),
         "command": portable_command(sys.argv, output_options),
+        "env": llama_env(),
         "models": {role: {"file": Path(p).name, "sha256": sha256(Path(p))} for role, p in models.items() if p},
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from specllama.provenance import portable_command, portable_settings, provenance
@@ -34,3 +35,16 @@ def test_a_report_header_holds_no_path_of_this_machine(tmp_path, monkeypatch):
     header = json.dumps(provenance({}))
     assert str(tmp_path) not in header
     assert json.loads(header)["command"] == "compare.py"
+
+
+def test_a_report_header_records_the_llama_cpp_environment(tmp_path, monkeypatch):
+    for name in [k for k in os.environ if k.startswith(("GGML_", "LLAMA_"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("GGML_CUDA_GRAPH_OPT", "1")
+    monkeypatch.setenv("LLAMA_GRAPH_REUSE_DISABLE", "0")
+    monkeypatch.setenv("GGML_SOME_FILE", str(tmp_path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    header = provenance({})
+    assert header["env"] == {"GGML_CUDA_GRAPH_OPT": "1", "GGML_SOME_FILE": tmp_path.name,
+                             "LLAMA_GRAPH_REUSE_DISABLE": "0"}
+    assert str(tmp_path) not in json.dumps(header)

@@ -14,7 +14,8 @@
 # for a CPU build of the same steps, SPECLLAMA_GPU_PEERS=0 to build without llama.cpp's programs
 # (shaped_bench.py then measures specllama alone), SPECLLAMA_VERIFY_REPS (verify_shapes.py's
 # --reps; 0 leaves it out), SPECLLAMA_GPU_FA=0 to build without CUDA flash-attention kernels,
-# SPECLLAMA_GPU_TYPE (the pair's number format, default f16: one that is
+# SPECLLAMA_GPU_GRAPH_OPT=0 to leave out overlap.py's second run, with ggml's concurrent CUDA
+# streams (GGML_CUDA_GRAPH_OPT=1), SPECLLAMA_GPU_TYPE (the pair's number format, default f16: one that is
 # not takes one acceptance), SPECLLAMA_PYTHON (default python3: the interpreter whose packages the build uses:
 # numpy, scikit-build-core, pybind11, cmake, ninja, httpx, click).
 # Everything is installed into .gpu/site (pip --target; a venv made from a venv's python would not
@@ -88,6 +89,14 @@ print(f['target'], f['draft'])")
   # how much of the draft's decodes runs beside a verification (what DSI and draft_ahead can gain)
   "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 --m 4 \
     --reps 20 --out "$REPORTS/overlap.json" 2>&1 | tee "$REPORTS/overlap.log" || failed=1
+  # the same with ggml's concurrent CUDA streams (GGML_CUDA_GRAPH_OPT=1: independent kernels of one
+  # graph, such as a layer's Q, K and V products, run side by side), which can shorten a decode
+  # bound by its launches, as the draft's is
+  if [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] && [ "${SPECLLAMA_GPU_GRAPH_OPT:-1}" = 1 ]; then
+    GGML_CUDA_GRAPH_OPT=1 "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" \
+      -ngl "$ngl" --k 1,4,8 --m 4 --reps 20 --out "$REPORTS/overlap_graph_opt.json" 2>&1 \
+      | tee "$REPORTS/overlap_graph_opt.log" || failed=1
+  fi
   SPECLLAMA_COMMIT="${SPECLLAMA_COMMIT:-}" "$PY" -X faulthandler "$ROOT/benchmarks/gpu/shaped_bench.py" \
     --shape "$shape" --type "$type" --models "$models" --bindir "$BIN" \
     --out "$REPORTS/shaped_bench.json" "$@" 2>&1 | tee "$REPORTS/shaped_bench.log" || failed=1
