@@ -180,3 +180,18 @@ def test_the_trimmed_sdist_fits_the_device_call(tmp_path):
     files = {p.name: p.stat().st_size for p in (tmp_path / "pack").iterdir()}
     assert "llama_cpp_python-0.3.36-trimmed.tar.gz" in files and "gguf-0.19.0-py3-none-any.whl" in files
     assert sum(files.values()) < 32 * 2**20  # with the repository, well inside the 64 MiB a call carries
+
+
+def test_every_shape_is_one_llama_cpp_can_build():
+    """Each shape's heads divide its width and its key-value heads its heads, and the target is at
+    least as wide as the draft (its embedding holds the draft's): what a model of that shape needs."""
+    for name, (target, draft, n_vocab) in shaped_models.SHAPES.items():
+        for s in (target, draft):
+            assert s.n_embd % s.n_head == 0 and s.n_head % s.n_head_kv == 0, name
+            assert (s.n_embd // s.n_head) % 2 == 0, name  # rope rotates pairs of dimensions
+        assert target.n_embd >= draft.n_embd and n_vocab > shaped_models.N_SPECIAL + 256, name
+    # the real models' widths, layers and heads (Qwen2.5-7B, -14B and -0.5B)
+    assert shaped_models.SHAPES["qwen7b"][0] == shaped_models.Shape(3584, 28, 28, 4, 18944)
+    assert shaped_models.SHAPES["qwen14b"][0] == shaped_models.Shape(5120, 48, 40, 8, 13824)
+    assert shaped_models.SHAPES["qwen14b"][1] == shaped_models.SHAPES["qwen7b"][1] == \
+        shaped_models.Shape(896, 24, 14, 2, 4864)

@@ -10,14 +10,15 @@
 #
 # Reports go to $OUT (the device tool's folder that comes back) or .gpu/out. Environment:
 # SPECLLAMA_CUDA_ARCH (default 90: H100/H200), SPECLLAMA_COMMIT (the commit measured, recorded in
-# the report), SPECLLAMA_GPU_SHAPE (default qwen7b; small for a smoke test), SPECLLAMA_GPU_CUDA=0
-# for a CPU build of the same steps, SPECLLAMA_GPU_PEERS=0 to build without llama.cpp's programs
-# (shaped_bench.py then measures specllama alone), SPECLLAMA_VERIFY_REPS (verify_shapes.py's
-# --reps; 0 leaves it out), SPECLLAMA_GPU_FA=0 to build without CUDA flash-attention kernels,
-# SPECLLAMA_GPU_GRAPH_OPT=0 to leave out overlap.py's second run, with ggml's concurrent CUDA
-# streams (GGML_CUDA_GRAPH_OPT=1), SPECLLAMA_GPU_TYPE (the pair's number format, default f16: one that is
-# not takes one acceptance), SPECLLAMA_PYTHON (default python3: the interpreter whose packages the build uses:
-# numpy, scikit-build-core, pybind11, cmake, ninja, httpx, click).
+# the report), SPECLLAMA_GPU_SHAPE (default qwen7b; qwen14b for a 14B-shaped target; small for a
+# smoke test), SPECLLAMA_GPU_CUDA=0 for a CPU build of the same steps, SPECLLAMA_GPU_PEERS=0 to
+# build without llama.cpp's programs (shaped_bench.py then measures specllama alone),
+# SPECLLAMA_VERIFY_REPS (verify_shapes.py's --reps; 0 leaves it out), SPECLLAMA_GPU_FA=0 to build
+# without CUDA flash-attention kernels, SPECLLAMA_GPU_GRAPH_OPT=0 to leave out overlap.py's second
+# run, with ggml's concurrent CUDA streams (GGML_CUDA_GRAPH_OPT=1), SPECLLAMA_GPU_TYPE (the pair's
+# number format, default f16: one that is not takes one acceptance), SPECLLAMA_PYTHON (default
+# python3: the interpreter whose packages the build uses: numpy, scikit-build-core, pybind11, cmake,
+# ninja, httpx, click).
 # Everything is installed into .gpu/site (pip --target; a venv made from a venv's python would not
 # see that venv's packages).
 set -euo pipefail

@@ -173,7 +173,7 @@ def summarize(runs: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="qwen7b", help="shaped_models.py's shape (qwen7b, small)")
+    ap.add_argument("--shape", default="qwen7b", help="shaped_models.py's shape (qwen7b, qwen14b, small)")
     ap.add_argument("--type", default="f16", help="the pair's number format (f16 is retuned in place)")
     ap.add_argument("--models", required=True, help="directory for the pair")
     ap.add_argument("--acceptance", default="0.8,0.6,0.9",

@@ -8,6 +8,8 @@ Shapes (llama architecture, grouped-query attention; --shape small is a few MB, 
             (Qwen2.5-7B's; Qwen2's attention biases, a few thousand numbers, are left out)
             draft:  width 896, 24 layers, 14 / 2 heads, FFN 4864, the target's vocabulary
             (Qwen2.5-0.5B's; its real vocabulary is 151,936 long, the same tokens)
+  qwen14b   target: width 5120, 48 layers, 40 / 8 heads, FFN 13824, vocab 152,064 (Qwen2.5-14B's;
+            29.5 GB in F16), with the same 0.5B-shaped draft
   small     target: width 128, 4 layers, 4 / 2 heads, FFN 256, vocab 4096; draft: width 64, 2 layers
 
 How the draft predicts the target: every layer computes as a layer of that shape does, but its
@@ -54,6 +56,7 @@ class Shape:
 
 SHAPES = {
     "qwen7b": (Shape(3584, 28, 28, 4, 18944), Shape(896, 24, 14, 2, 4864), 152064),
+    "qwen14b": (Shape(5120, 48, 40, 8, 13824), Shape(896, 24, 14, 2, 4864), 152064),
     "small": (Shape(128, 4, 4, 2, 256), Shape(64, 2, 4, 2, 128), 4096),
 }
 LOGIT_STD = 4.0  # the draft's logits: a peaked distribution, as a trained model's usually is
