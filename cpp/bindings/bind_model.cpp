@@ -76,6 +76,17 @@ void register_model(py::module_ & m) {
                                "Whether tokenize(add_special=True) puts the BOS token first.")
         .def_property_readonly("n_ctx_train", [](const model & mdl) { return llama_model_n_ctx_train(mdl.get()); })
         .def_property_readonly("size", [](const model & mdl) { return llama_model_size(mdl.get()); })
+        .def_property_readonly(
+            "weight_buffers",
+            [](const model & mdl) {
+                py::dict d;
+                for (const auto & [name, mib] : mdl.weight_buffers) {
+                    d[py::str(name)] = mib;
+                }
+                return d;
+            },
+            "Where llama.cpp put the weights: each buffer type's name ('CPU_Mapped', 'CPU_REPACK' for "
+            "quantized weights repacked for the CPU's kernels, 'CUDA0', ...) and its size in MiB.")
         .def("is_eog", [](const model & mdl, llama_token t) { return llama_vocab_is_eog(mdl.vocab, t); })
         .def(
             "tokenize",

@@ -16,8 +16,12 @@ std::atomic<int> g_log_level{GGML_LOG_LEVEL_NONE};  // errors reach the user in 
 std::mutex       g_log_mutex;
 std::string      g_last_error;  // error lines llama.cpp logged since the last take, to explain a failure
 int              g_last_level = GGML_LOG_LEVEL_NONE;
+thread_local std::string * t_capture = nullptr;  // this thread's log_capture, if any
 
 void log_callback(ggml_log_level level, const char * text, void * /*user_data*/) {
+    if (t_capture != nullptr && t_capture->size() < (1 << 20)) {
+        *t_capture += text;
+    }
     std::lock_guard<std::mutex> lock(g_log_mutex);
     if (level != GGML_LOG_LEVEL_CONT) {
         g_last_level = level;
@@ -73,5 +77,9 @@ void backend_init() {
 }
 
 void log_set_level(int level) { g_log_level.store(level); }
+
+log_capture::log_capture() : outer_(t_capture) { t_capture = &text_; }
+
+log_capture::~log_capture() { t_capture = outer_; }
 
 }  // namespace specllama

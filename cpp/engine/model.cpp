@@ -2,8 +2,12 @@
 #include "engine/model.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <regex>
 
 #include "engine/cpu.h"
+#include "engine/cpu_repack.h"
 #include "engine/gguf_checks.h"
 #include "engine/llama_log.h"
 #include "engine/vocab.h"
@@ -11,6 +15,20 @@
 namespace specllama {
 
 bool offloads(const model_params & params) { return offloads(params.place, params.n_gpu_layers); }
+
+namespace {
+
+// the weights' buffers from llama.cpp's load log: "load_tensors:   CPU_REPACK model buffer size =  612.00 MiB"
+std::vector<std::pair<std::string, double>> weight_buffers_logged(const std::string & log) {
+    std::vector<std::pair<std::string, double>> out;
+    static const std::regex line(R"(load_tensors:\s+(\S+) model buffer size =\s+([0-9.]+) MiB)");
+    for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) {
+        out.emplace_back((*it)[1].str(), std::stod((*it)[2].str()));
+    }
+    return out;
+}
+
+}  // namespace
 
 std::shared_ptr<model> model_load(const model_params & params) {
     backend_init();
@@ -20,13 +38,29 @@ std::shared_ptr<model> model_load(const model_params & params) {
     mparams.n_gpu_layers = params.n_gpu_layers;
     // llama.cpp's AMX kernels (an extra CPU buffer type that repacks quantized weights) crash this
     // llama.cpp in its matrix multiplication on CPUs that have AMX (ggml-org/llama.cpp#20824): load
-    // without extra buffer types there
-    mparams.use_extra_bufts = !cpu_backend_has("AMX_INT8");
+    // without extra buffer types there, and name the weights llama.cpp's CPU_REPACK buffer type
+    // takes (cpu_repack.h) for a model wholly on the CPU. SPECLLAMA_NO_REPACK=1 keeps every weight as
+    // stored, as llama.cpp's --no-repack.
+    const char * no_repack_env = std::getenv("SPECLLAMA_NO_REPACK");
+    const bool   no_repack     = no_repack_env != nullptr && std::string(no_repack_env) == "1";
+    const bool   amx           = cpu_backend_has("AMX_INT8");
+    mparams.use_extra_bufts    = !amx && !no_repack;
+    std::optional<repack_overrides> repack;
+    if (amx && !no_repack && !offloads(params)) {
+        repack.emplace(params.path);
+        mparams.tensor_buft_overrides = repack->get();
+    }
     const resolved_placement where = placement_resolve(params.place);
     where.apply(mparams);
 
     take_last_error();
-    llama_model * raw = llama_model_load_from_file(params.path.c_str(), mparams);
+    llama_model * raw = nullptr;
+    std::vector<std::pair<std::string, double>> buffers;
+    {
+        log_capture log;
+        raw     = llama_model_load_from_file(params.path.c_str(), mparams);
+        buffers = weight_buffers_logged(log.text());
+    }
     if (raw == nullptr) {
         std::string why = take_last_error();
         const bool offload = where.n_devices() > 0 || (where.devices.empty() && params.n_gpu_layers != 0);
@@ -42,6 +76,7 @@ std::shared_ptr<model> model_load(const model_params & params) {
     mdl->path    = params.path;
     mdl->offloaded = offloads(params);
     mdl->local_gpu = where.local_gpu(params.n_gpu_layers);
+    mdl->weight_buffers = std::move(buffers);
     mdl->vocab   = llama_model_get_vocab(raw);
     mdl->n_vocab = mdl->vocab ? llama_vocab_n_tokens(mdl->vocab) : 0;
     if (mdl->vocab == nullptr || mdl->n_vocab <= 0) {

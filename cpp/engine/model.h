@@ -10,6 +10,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/devices.h"
 #include "llama-cpp.h"
@@ -38,6 +40,9 @@ struct model {
     int32_t             max_piece_bytes = 1;  // the longest token's text (special tokens included), in bytes
     bool                offloaded = false;    // some layer is on a device other than the CPU (offloads())
     bool                local_gpu = false;    // some layer is on a GPU of this machine (not an rpc-server's)
+    // where llama.cpp put the weights: each buffer type's name ("CPU_Mapped", "CPU_REPACK", "CUDA0",
+    // ...) and its size in MiB, as its loader reported them
+    std::vector<std::pair<std::string, double>> weight_buffers;
 
     llama_model * get() const { return ptr.get(); }
 };
