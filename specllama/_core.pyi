@@ -71,6 +71,11 @@ class Model:
     @property
     def size(self) -> int:
         ...
+    @property
+    def weight_buffers(self) -> dict:
+        """
+        Where llama.cpp put the weights: each buffer type's name ('CPU_Mapped', 'CPU_REPACK' for quantized weights repacked for the CPU's kernels, 'CUDA0', ...) and its size in MiB.
+        """
 class Context:
     """
     A context on a Model: its KV cache, batch decoding with logits, and rollback.

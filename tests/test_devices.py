@@ -518,3 +518,24 @@ def test_a_waiting_call_inside_a_generation_on_rpc_servers_is_refused(tiny, rpc_
         assert all("inside this decoder's own generation" in e for e in errors), errors
         dec.reset()
         assert dec.lost is None and dec.generate("the cat", **kw).tokens == done["out"].tokens
+
+
+def test_a_model_says_where_its_weights_went(tiny):
+    """Model.weight_buffers: llama.cpp's load report, each buffer type with its MiB. On the CPU the
+    file's weights are mapped; a build without extra buffer types in use keeps them there whole."""
+    model = specllama.Model(tiny.target_q)
+    buffers = model.weight_buffers
+    assert "CPU_Mapped" in buffers, buffers
+    file_mib = os.path.getsize(tiny.target_q) / 2**20
+    assert 0.8 * file_mib <= buffers["CPU_Mapped"] <= file_mib, (buffers, file_mib)
+
+
+@needs_rpc
+def test_a_model_on_rpc_servers_says_its_weights_are_there(tiny, rpc_pair):
+    names = _core.rpc_add_servers(list(rpc_pair))
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=names,
+                                      device_draft="none", tensor_split=[1, 1]) as dec:
+        target, draft = dec.target_model.weight_buffers, dec.draft_model.weight_buffers
+    for endpoint in rpc_pair:
+        assert any(endpoint in name and mib > 0 for name, mib in target.items()), target
+    assert set(draft) == {"CPU_Mapped"}, draft

@@ -2,12 +2,9 @@
 #include "engine/model.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <optional>
 #include <regex>
 
 #include "engine/cpu.h"
-#include "engine/cpu_repack.h"
 #include "engine/gguf_checks.h"
 #include "engine/llama_log.h"
 #include "engine/vocab.h"
@@ -38,18 +35,8 @@ std::shared_ptr<model> model_load(const model_params & params) {
     mparams.n_gpu_layers = params.n_gpu_layers;
     // llama.cpp's AMX kernels (an extra CPU buffer type that repacks quantized weights) crash this
     // llama.cpp in its matrix multiplication on CPUs that have AMX (ggml-org/llama.cpp#20824): load
-    // without extra buffer types there, and name the weights llama.cpp's CPU_REPACK buffer type
-    // takes (cpu_repack.h) for a model wholly on the CPU. SPECLLAMA_NO_REPACK=1 keeps every weight as
-    // stored, as llama.cpp's --no-repack.
-    const char * no_repack_env = std::getenv("SPECLLAMA_NO_REPACK");
-    const bool   no_repack     = no_repack_env != nullptr && std::string(no_repack_env) == "1";
-    const bool   amx           = cpu_backend_has("AMX_INT8");
-    mparams.use_extra_bufts    = !amx && !no_repack;
-    std::optional<repack_overrides> repack;
-    if (amx && !no_repack && !offloads(params)) {
-        repack.emplace(params.path);
-        mparams.tensor_buft_overrides = repack->get();
-    }
+    // without extra buffer types there
+    mparams.use_extra_bufts = !cpu_backend_has("AMX_INT8");
     const resolved_placement where = placement_resolve(params.place);
     where.apply(mparams);
 
