@@ -91,13 +91,14 @@ def portable_settings(settings: Dict[str, Any], output_keys: Iterable[str] = ("o
 # environment variables through which llama.cpp and ggml change what they run (CUDA graphs, kernel
 # fusion, concurrent streams, graph reuse, ...): a report records those that were set
 _ENV_PREFIXES = ("GGML_", "LLAMA_")
+_ENV_SECRETS = ("KEY", "TOKEN", "SECRET", "PASS", "AUTH")  # (LLAMA_API_KEY and the like stay out)
 
 
 def llama_env() -> Dict[str, str]:
     """The GGML_* and LLAMA_* environment variables set for this process (paths reduced to their
-    file names)."""
-    return {k: Path(v).name if _pathlike(v) else v
-            for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+    file names), but none whose name says it holds a credential."""
+    return {k: Path(v).name if _pathlike(v) else v for k, v in sorted(os.environ.items())
+            if k.startswith(_ENV_PREFIXES) and not any(w in k.upper() for w in _ENV_SECRETS)}
 
 
 def provenance(models: Dict[str, Optional[str]], threads: Optional[int] = None,

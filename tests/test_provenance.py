@@ -44,7 +44,9 @@ def test_a_report_header_records_the_llama_cpp_environment(tmp_path, monkeypatch
     monkeypatch.setenv("LLAMA_GRAPH_REUSE_DISABLE", "0")
     monkeypatch.setenv("GGML_SOME_FILE", str(tmp_path))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("LLAMA_API_KEY", "sk-not-for-reports")
+    monkeypatch.setenv("LLAMA_ARG_HF_TOKEN", "hf-not-for-reports")
     header = provenance({})
     assert header["env"] == {"GGML_CUDA_GRAPH_OPT": "1", "GGML_SOME_FILE": tmp_path.name,
                              "LLAMA_GRAPH_REUSE_DISABLE": "0"}
-    assert str(tmp_path) not in json.dumps(header)
+    assert str(tmp_path) not in json.dumps(header) and "not-for-reports" not in json.dumps(header)
