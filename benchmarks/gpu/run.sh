@@ -87,16 +87,18 @@ measure() {
   read -r target draft < <("$PY" -c "import json; f = json.load(open('$models/shaped.json'))['files']; \
 print(f['target'], f['draft'])")
   [ -n "$draft" ] || { echo "run.sh: no shaped pair in $models" >&2; return 1; }
-  # how much of the draft's decodes runs beside a verification (what DSI and draft_ahead can gain)
-  "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 --m 4 \
-    --reps 20 --out "$REPORTS/overlap.json" 2>&1 | tee "$REPORTS/overlap.log" || failed=1
+  # how much of the draft's decodes runs beside a verification (what DSI and draft_ahead can gain);
+  # its report's name is the argument, the environment the caller's
+  overlap() {
+    "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" -ngl "$ngl" --k 1,4,8 \
+      --m 4 --reps 20 --out "$REPORTS/$1.json" 2>&1 | tee "$REPORTS/$1.log"
+  }
+  overlap overlap || failed=1
   # the same with ggml's concurrent CUDA streams (GGML_CUDA_GRAPH_OPT=1: independent kernels of one
   # graph, such as a layer's Q, K and V products, run side by side), which can shorten a decode
   # bound by its launches, as the draft's is
   if [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] && [ "${SPECLLAMA_GPU_GRAPH_OPT:-1}" = 1 ]; then
-    GGML_CUDA_GRAPH_OPT=1 "$PY" -X faulthandler "$ROOT/benchmarks/gpu/overlap.py" -m "$target" -d "$draft" \
-      -ngl "$ngl" --k 1,4,8 --m 4 --reps 20 --out "$REPORTS/overlap_graph_opt.json" 2>&1 \
-      | tee "$REPORTS/overlap_graph_opt.log" || failed=1
+    GGML_CUDA_GRAPH_OPT=1 overlap overlap_graph_opt || failed=1
   fi
   SPECLLAMA_COMMIT="${SPECLLAMA_COMMIT:-}" "$PY" -X faulthandler "$ROOT/benchmarks/gpu/shaped_bench.py" \
     --shape "$shape" --type "$type" --models "$models" --bindir "$BIN" \

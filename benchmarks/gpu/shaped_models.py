@@ -54,9 +54,10 @@ class Shape:
     n_ff: int
 
 
+QWEN_05B = Shape(896, 24, 14, 2, 4864)  # the draft of both Qwen shapes
 SHAPES = {
-    "qwen7b": (Shape(3584, 28, 28, 4, 18944), Shape(896, 24, 14, 2, 4864), 152064),
-    "qwen14b": (Shape(5120, 48, 40, 8, 13824), Shape(896, 24, 14, 2, 4864), 152064),
+    "qwen7b": (Shape(3584, 28, 28, 4, 18944), QWEN_05B, 152064),
+    "qwen14b": (Shape(5120, 48, 40, 8, 13824), QWEN_05B, 152064),
     "small": (Shape(128, 4, 4, 2, 256), Shape(64, 2, 4, 2, 128), 4096),
 }
 LOGIT_STD = 4.0  # the draft's logits: a peaked distribution, as a trained model's usually is
