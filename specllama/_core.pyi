@@ -1155,6 +1155,10 @@ class Decoder:
         """
     def reset(self) -> None:
         ...
+    def sibling(self, **kwargs) -> Decoder:
+        """
+        a decoder on these models (not loaded again) with caches and an adaptive draft length of its own; keyword arguments change settings (n_ctx, n_batch, n_threads, n_threads_draft, n_draft, share_prefill, swa_full, checkpoint_memory, draft_catch_up, verify_shape, settle_steps), the rest are this one's
+        """
     def slot_round_rates(self, n_generating: typing.SupportsInt | typing.SupportsIndex) -> dict:
         """
         for a slot: its group's expected tokens per ms of a round of n_generating slots, by k = 0, 1, ...: 'model': every slot drafts k tokens with the model; 'lookup': one slot adds k prompt-lookup drafts to plain steps (negative while not priced; empty lists for a decoder that is not a slot)

@@ -331,6 +331,60 @@ def test_threads_share_one_decoder(dec):
     assert got == want
 
 
+def test_a_sibling_shares_the_models_and_keeps_its_own_caches_and_rule(dec):
+    """sibling(): the same loaded models, its own settings, KV caches and adaptive draft length;
+    the same output as its parent; usable after the parent is closed."""
+    sib = dec.sibling(n_draft=4, n_ctx=256)
+    assert sib.target_model is dec.target_model and sib.draft_model is dec.draft_model
+    assert (sib.n_draft, sib.n_ctx, dec.n_draft, dec.n_ctx) == (4, 256, 10, 512)
+    before = dec._native().cost_model()
+    want = dec.generate("the cat", max_tokens=40, temperature=0, ignore_eos=True)
+    after_parent = dec._native().cost_model()
+    got = sib.generate("the cat", max_tokens=40, temperature=0, ignore_eos=True)
+    assert got.tokens == want.tokens and got.stats.n_drafted > 0
+    assert dec._native().cost_model() == after_parent != before  # the sibling's steps taught only its own rule
+    assert sib.cached_tokens()[-len(got.tokens) + 1:] == got.tokens[:-1]
+    dec.reset()
+    assert dec.cached_tokens() == [] and sib.cached_tokens() != []
+    a = dec.generate("she was", max_tokens=30, temperature=1.0, seed=5, ignore_eos=True)
+    b = sib.generate("she was", max_tokens=30, temperature=1.0, seed=5, ignore_eos=True, n_draft=10)
+    assert a.tokens == b.tokens  # a seed draws the same generation on either
+    dec.close()
+    assert sib.generate("the cat", max_tokens=40, temperature=0, ignore_eos=True).tokens == want.tokens
+    sib.close()
+
+
+def test_siblings_generate_at_once_from_threads(dec):
+    sibs = [dec, dec.sibling(), dec.sibling(n_draft=3)]
+    prompts = ["the cat", "she was", "what some"]
+    want = {p: dec.generate(p, max_tokens=40, temperature=0.7, seed=9, ignore_eos=True).tokens for p in prompts}
+    got = {}
+
+    def run(i, p):
+        got[i, p] = sibs[i].generate(p, max_tokens=40, temperature=0.7, seed=9, ignore_eos=True,
+                                     n_draft=10).tokens
+
+    threads = [threading.Thread(target=run, args=(i, p)) for i in range(3) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == {(i, p): want[p] for i in range(3) for p in prompts}
+
+
+def test_a_sibling_takes_settings_only(dec):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n_gpu_layers'.*placement"):
+        dec.sibling(n_gpu_layers=1)
+    with pytest.raises(TypeError, match="n_draft must be an int"):
+        dec.sibling(n_draft="4")
+    with pytest.raises(ValueError, match="n_draft must be in"):
+        dec.sibling(n_draft=0)
+    with pytest.raises(ValueError, match="verify_shape must be"):
+        dec.sibling(verify_shape="wide")
+    with pytest.raises(ValueError, match="not for a slot"):
+        dec.slots(1)[0].sibling()
+
+
 def test_one_libllama_per_process(tmp_path):
     """Whichever of specllama and llama_cpp is imported first, one libllama is mapped."""
     code = (

@@ -88,11 +88,13 @@ def test_a_pair_written_before_is_kept_or_retuned(tmp_path):
     assert quantized["type"] == "q8_0" and quantized["files"]["target"].endswith("target.q8_0.gguf")
 
 
-def test_the_bench_runs_every_program(tmp_path):
+@pytest.mark.parametrize("servers", ["auto", "per-round"])
+def test_the_bench_runs_every_program(tmp_path, servers):
     out = tmp_path / "shaped.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "shaped_bench.py"), "--shape", "small",
                         "--models", str(tmp_path / "models"), "--acceptance", "0.6,0.9", "--bindir", str(LLAMA_CPP_BIN),
-                        "-ngl", "0", "-n", "16", "--rounds", "1", "-t", "2", "--n-max", "4", "--out", str(out),
+                        "-ngl", "0", "-n", "16", "--rounds", "2", "-t", "2", "--n-max", "4", "--out", str(out),
+                        "--servers", servers,
                         "--variant", "settle_steps=0", "--run", "adaptive=0,n_draft=3", "--run",
                         "adaptive=0,n_draft=3,draft_ahead=4", "--run", "mode=dsi,sp=2,lookahead=3"],
                        capture_output=True, text=True, timeout=600)
@@ -100,6 +102,12 @@ def test_the_bench_runs_every_program(tmp_path):
     report = json.loads(out.read_text())
     assert set(report["acceptances"]) == {"0.6", "0.9"}
     for res in report["acceptances"].values():
+        assert res["pair"]["llama_server"] == ("started for each round" if servers == "per-round"
+                                               else "loaded through the rounds")  # (auto: no GPU here)
+        if (LLAMA_CPP_BIN / "llama-server").exists():
+            assert len(res["runs"]["T=0.8"]["llama-server n_max 4"]) == 2  # (a figure each round)
+        # each --run on a decoder of its own: a fixed-length run's steps did not price another's rule
+        assert len(res["runs"]["T=0.0"]["specllama, adaptive=0,n_draft=3"]) == 2
         for temp in ("T=0.0", "T=0.8"):
             s = res["summary"][temp]
             programs = set(s["tokens_per_second"])
@@ -119,6 +127,39 @@ def test_the_bench_runs_every_program(tmp_path):
         assert verified and set(verified) <= {2, 3, 4} and 4 in verified, verified  # (exact on a CPU: drafts + 1)
     assert "acceptance 0.9 T=0.8" in r.stdout
     assert "specllama, settle_steps=0 steps: " in r.stderr
+
+
+def test_llama_server_is_started_for_each_round_where_the_gpu_cannot_hold_every_copy(tmp_path, monkeypatch):
+    """shaped_bench's --servers auto: llama-server stays loaded where the GPU holds the pair once for
+    specllama, once per server and once for llama-speculative-simple; else it starts each round."""
+    from types import SimpleNamespace
+
+    from conftest import load_benchmark
+
+    bench = load_benchmark("gpu/shaped_bench.py")
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    with open(target, "wb") as f:
+        f.truncate(29_500 * 2**20)  # (sparse: a 14B-shaped F16 target's size)
+    with open(draft, "wb") as f:
+        f.truncate(950 * 2**20)
+    args = SimpleNamespace(servers="auto", ngl=-1, n_max=[4])
+    monkeypatch.setattr(bench, "gpu_memory_mib", lambda: 81_559)  # an H100 80GB
+    assert not bench.servers_stay_loaded(args, str(target), str(draft))
+    monkeypatch.setattr(bench, "gpu_memory_mib", lambda: 143_771)  # an H200
+    assert bench.servers_stay_loaded(args, str(target), str(draft))
+    args.n_max = [4, 8, 16]  # (two more servers)
+    assert not bench.servers_stay_loaded(args, str(target), str(draft))
+    with open(target, "wb") as f:
+        f.truncate(15_200 * 2**20)  # (a 7B-shaped target)
+    monkeypatch.setattr(bench, "gpu_memory_mib", lambda: 81_559)
+    assert not bench.servers_stay_loaded(args, str(target), str(draft))
+    args.n_max = [4, 8]
+    assert bench.servers_stay_loaded(args, str(target), str(draft))
+    monkeypatch.setattr(bench, "gpu_memory_mib", lambda: None)  # no GPU
+    args.n_max = [4, 8, 16, 32]
+    assert bench.servers_stay_loaded(args, str(target), str(draft))
+    args.servers = "per-round"
+    assert not bench.servers_stay_loaded(args, str(target), str(draft))
 
 
 def test_the_step_patterns_mark_each_kind_of_step():

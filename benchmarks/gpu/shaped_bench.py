@@ -11,14 +11,15 @@ the same shape: shaped_models.pair_for), then, in
   specllama   the draft model, adaptive draft length (<= 10), device sampling; with --variant,
               also decoders with other settings (draft_catch_up=batch,verify_shape=exact: the
               decodes shaped as on a CPU); with --run, other generate() settings (a fixed length,
-              DSI) on one more decoder
+              DSI), each on a decoder of its own (all of them siblings on one copy of the weights)
   llama-speculative-simple   --spec-draft-n-max in --n-max (each a run)
   llama-server               with the draft, --spec-draft-n-max in --n-max (one server each, one
                              /completion request per run, timed by the server's own timings)
 
 Every figure is decode tokens per second (the prompt's time left out), the median over rounds;
 ratios are taken in the same run. Rounds interleave all programs; the servers stay loaded
-through the rounds, as specllama's decoder does.
+through the rounds, as specllama's decoder does, where the GPU holds every program's copy of the
+pair at once, and are started for each round otherwise (--servers).
 
     python benchmarks/gpu/shaped_bench.py --models /tmp/shaped --bindir BIN -ngl all --out shaped.json
     python benchmarks/gpu/shaped_bench.py --shape small --models /tmp/shaped --acceptance 0.8 -n 32 --rounds 1
@@ -96,61 +97,124 @@ def peer_run(fn, *args, attempts: int = 3, **kw):
     return None
 
 
+def gpu_memory_mib() -> int | None:
+    """The first GPU's memory in MiB (nvidia-smi), or None without one."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    q = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True)
+    try:
+        return int(q.stdout.split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def servers_stay_loaded(args, target: str, draft: str) -> bool:
+    """Whether llama-server stays loaded through the rounds (--servers loaded) or is started for each
+    round and stopped after it (per-round). auto: loaded where the GPU holds the pair once for
+    specllama (its decoders share the weights), once per server and once for
+    llama-speculative-simple, with a tenth to spare; per-round where it does not (a 14B-shaped F16
+    pair on an 80 GB card)."""
+    if args.servers != "auto":
+        return args.servers == "loaded"
+    total = gpu_memory_mib()
+    if total is None or args.ngl == 0:
+        return True
+    pair_mib = (Path(target).stat().st_size + Path(draft).stat().st_size) / 2**20
+    return (2 + len(args.n_max)) * pair_mib * 1.1 < total
+
+
+def start_server(bindir, target, draft, k, args, ngl):
+    """llama-server at n_max k, after one short request: its first decodes record CUDA graphs, a
+    cost of starting rather than of generating (specllama's runs start the same way)."""
+    proc, url = start_llama_server(bindir, target, draft, k, args.threads, ngl=ngl)
+    try:
+        run_llama_server(url, PROMPT, 4, 0.0)
+    except Exception:
+        stop_server(proc)
+        raise
+    return proc, url
+
+
+def stop_server(proc) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def specllama_row(decoders: dict, args, temp: float) -> dict:
+    """One round's specllama runs at temp: plain decoding and every decoder's speculative run."""
+    row = {"plain": run_specllama(decoders["specllama"][0], args.n_predict, temp, speculative=False)}
+    for name, (d, opts) in decoders.items():
+        row[name] = run_specllama(d, args.n_predict, temp, drafter="model", record_steps=opts.get("mode") != "dsi",
+                                  **opts)
+        row[name].update(draft_catch_up=d.draft_catch_up_mode, verify_shape=d.verify_shape_mode)
+    return row
+
+
+def print_row(acceptance, r, temp, row) -> None:
+    print(f"acceptance {acceptance} round {r + 1} T={temp}: " + ", ".join(
+        f"{name} {fig['decode_tokens_per_second']:.1f}" for name, fig in row.items()), file=sys.stderr, flush=True)
+    for name, fig in row.items():
+        if "steps" in fig:
+            lengths = fig["steps"]["verified"]  # (padded: one, or the first batch's and one more)
+            shapes = f" (verified {' then '.join(map(str, lengths))} tokens)" if 0 < len(lengths) <= 3 else ""
+            print(f"  {name} steps: {fig['steps']['pattern']}{shapes}", file=sys.stderr, flush=True)
+            print(f"  {name} kept:  {fig['steps']['kept']}", file=sys.stderr, flush=True)
+
+
 def one_acceptance(args, acceptance: float, bindir) -> dict:
     pair = pair_for(Path(args.models), args.shape, acceptance, quant=args.type)
     target, draft = pair["files"]["target"], pair["files"]["draft"]
     ngl_peer = 999 if args.ngl < 0 else args.ngl
+    has_server = bool(bindir) and (Path(bindir) / "llama-server").exists()
+    simple = Path(bindir) / "llama-speculative-simple" if bindir else None
+    stay = servers_stay_loaded(args, target, draft)
+    pair["llama_server"] = "loaded through the rounds" if stay else "started for each round"
     servers = {}
     runs = {}
     try:
-        if bindir and (Path(bindir) / "llama-server").exists():
-            for k in args.n_max:
-                servers[k] = start_llama_server(bindir, target, draft, k, args.threads, ngl=ngl_peer)
-        simple = Path(bindir) / "llama-speculative-simple" if bindir else None
+        if has_server and stay:
+            servers = {k: start_server(bindir, target, draft, k, args, ngl_peer) for k in args.n_max}
         load = dict(n_ctx=2048, n_threads=args.threads, n_gpu_layers=args.ngl, n_gpu_layers_draft=args.ngl)
         with contextlib.ExitStack() as stack:
             dec = stack.enter_context(specllama.SpeculativeDecoder(target, draft, **load))
-            # decoders with other settings, loaded beside it (the target's weights once more each)
-            alts = {f"specllama, {name}": stack.enter_context(specllama.SpeculativeDecoder(target, draft, **kw, **load))
-                    for name, kw in args.variants.items()}
-            # the --run settings on a decoder of their own, so that their steps (fixed lengths, DSI)
-            # are not evidence for the default decoder's adaptive rule
-            other = stack.enter_context(specllama.SpeculativeDecoder(target, draft, **load)) if args.runs else None
+            # decoders on the same weights: each --variant's settings, and each --run on one of its own, so
+            # that no run's steps (fixed lengths, DSI) are evidence for another's adaptive rule
+            decoders = {"specllama": (dec, {})}
+            decoders.update({f"specllama, {name}": (stack.enter_context(dec.sibling(**kw)), {})
+                             for name, kw in args.variants.items()})
+            decoders.update({f"specllama, {name}": (stack.enter_context(dec.sibling()), opts)
+                             for name, opts in args.runs.items()})
             for r in range(args.rounds):
+                rows = {}
                 for temp in TEMPS:
-                    row = {"plain": run_specllama(dec, args.n_predict, temp, speculative=False),
-                           "specllama": run_specllama(dec, args.n_predict, temp, drafter="model", record_steps=True)}
-                    for name, alt in alts.items():
-                        row[name] = run_specllama(alt, args.n_predict, temp, drafter="model", record_steps=True)
-                    for name, opts in args.runs.items():
-                        row[f"specllama, {name}"] = run_specllama(other, args.n_predict, temp, drafter="model",
-                                                                  record_steps=opts.get("mode") != "dsi", **opts)
-                    for name, d in [("specllama", dec), *alts.items(), *((f"specllama, {r}", other) for r in args.runs)]:
-                        row[name].update(draft_catch_up=d.draft_catch_up_mode, verify_shape=d.verify_shape_mode)
+                    rows[temp] = row = specllama_row(decoders, args, temp)
                     for k in args.n_max:
                         if simple and simple.exists():
                             row[f"llama-speculative-simple n_max {k}"] = peer_run(
                                 run_speculative_simple, simple, target, draft, PROMPT, args.n_predict, k, args.threads,
                                 temp, ngl=ngl_peer)
-                        if k in servers:
-                            row[f"llama-server n_max {k}"] = peer_run(run_llama_server, servers[k][1], PROMPT,
-                                                                      args.n_predict, temp, seed=r)
+                for k in args.n_max if has_server else ():
+                    if not stay:
+                        servers[k] = peer_run(start_server, bindir, target, draft, k, args, ngl_peer, attempts=1)
+                    for temp in TEMPS:
+                        if servers.get(k):
+                            rows[temp][f"llama-server n_max {k}"] = peer_run(run_llama_server, servers[k][1], PROMPT,
+                                                                             args.n_predict, temp, seed=r)
+                    if not stay and servers.get(k):
+                        stop_server(servers.pop(k)[0])
+                for temp, row in rows.items():
                     row = {name: fig for name, fig in row.items() if fig is not None}
                     for name, fig in row.items():
                         runs.setdefault(f"T={temp}", {}).setdefault(name, []).append(fig)
-                    print(f"acceptance {acceptance} round {r + 1} T={temp}: " + ", ".join(
-                        f"{name} {fig['decode_tokens_per_second']:.1f}" for name, fig in row.items()),
-                        file=sys.stderr, flush=True)
-                    for name, fig in row.items():
-                        if "steps" in fig:
-                            lengths = fig["steps"]["verified"]  # (padded: one, or the first batch's and one more)
-                            shapes = f" (verified {' then '.join(map(str, lengths))} tokens)" if 0 < len(lengths) <= 3 else ""
-                            print(f"  {name} steps: {fig['steps']['pattern']}{shapes}", file=sys.stderr, flush=True)
-                            print(f"  {name} kept:  {fig['steps']['kept']}", file=sys.stderr, flush=True)
+                    print_row(acceptance, r, temp, row)
     finally:
         for proc, _url in servers.values():
-            proc.terminate()
-            proc.wait(timeout=60)
+            stop_server(proc)
     return {"pair": pair, "runs": runs, "summary": summarize(runs)}
 
 
@@ -187,12 +251,16 @@ def main() -> None:
     ap.add_argument("--n-max", default="4,8", help="llama.cpp's --spec-draft-n-max values")
     ap.add_argument("-t", "--threads", type=int, default=8)
     ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
-                    help="also run specllama on a decoder with these SpeculativeDecoder settings, e.g. "
-                         "draft_catch_up=batch,verify_shape=exact or settle_steps=0 (repeatable; each loads the target again)")
+                    help="also run specllama on a decoder with these settings (SpeculativeDecoder.sibling()'s), e.g. "
+                         "draft_catch_up=batch,verify_shape=exact or settle_steps=0 (repeatable; each on the same "
+                         "weights, with caches of its own)")
     ap.add_argument("--run", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                     help="also run specllama with these generate() settings, e.g. mode=dsi,sp=2,lookahead=4 "
-                         "(repeatable; every --run on one more decoder, loaded beside the default one, so that "
-                         "they do not teach its adaptive rule; DSI's target servers share that decoder's weights)")
+                         "(repeatable; each --run on a decoder of its own on the same weights, so that no run "
+                         "teaches another's adaptive rule)")
+    ap.add_argument("--servers", choices=("auto", "loaded", "per-round"), default="auto",
+                    help="llama-server loaded through the rounds, or started for each round and stopped after it "
+                         "(auto: per-round where the GPU cannot hold every program's copy of the pair at once)")
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
     args.ngl = -1 if args.ngl == "all" else int(args.ngl)

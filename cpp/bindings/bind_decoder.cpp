@@ -49,11 +49,43 @@ struct gil_free_delete {
 };
 using decoder_holder = std::unique_ptr<decoder, gil_free_delete>;
 
+// Decoder.sibling()'s keyword arguments: what each sets in the new decoder's parameters
+void apply_sibling_settings(decoder_params & p, const py::kwargs & settings) {
+    for (const auto & [k, value] : settings) {
+        const std::string key  = k.cast<std::string>();
+        const bool        flag = py::isinstance<py::bool_>(value);
+        const bool        num  = py::isinstance<py::int_>(value) && !flag;
+        const bool        text = py::isinstance<py::str>(value);
+        std::map<std::string, int32_t *> ints = {
+            {"n_ctx", &p.ctx.n_ctx},        {"n_batch", &p.ctx.n_batch}, {"n_threads", &p.ctx.n_threads},
+            {"n_threads_draft", &p.n_threads_draft}, {"n_draft", &p.n_draft}, {"settle_steps", &p.settle_steps}};
+        std::map<std::string, bool *> flags = {{"share_prefill", &p.share_prefill}, {"swa_full", &p.ctx.swa_full}};
+        std::map<std::string, std::string *> texts = {{"checkpoint_memory", &p.ctx.checkpoint_memory},
+                                                      {"draft_catch_up", &p.draft_catch_up},
+                                                      {"verify_shape", &p.verify_shape}};
+        if (ints.count(key) + flags.count(key) + texts.count(key) == 0) {
+            throw py::type_error("sibling() got an unexpected keyword argument '" + key +
+                                 "' (the models and their placement are this decoder's)");
+        }
+        if ((ints.count(key) && !num) || (flags.count(key) && !flag) || (texts.count(key) && !text)) {
+            throw py::type_error(key + " must be " + (ints.count(key) ? "an int" : flags.count(key) ? "a bool" : "a str") +
+                                 ", got " + py::repr(value).cast<std::string>());
+        }
+        if (ints.count(key)) {
+            *ints[key] = value.cast<int32_t>();
+        } else if (flags.count(key)) {
+            *flags[key] = value.cast<bool>();
+        } else {
+            *texts[key] = value.cast<std::string>();
+        }
+    }
+}
+
 // GenerateOptions(**fields): every field of generate_params by name; an unknown name is a TypeError
 void set_options(py::object self, const py::kwargs & fields) {
     for (const auto & kv : fields) {
         const std::string name = py::str(kv.first);
-        if (name.empty() || name[0] == '_' || !py::hasattr(self.get_type(), name.c_str())) {
+        if (name.empty() || name[0] == '_' || !py::hasattr(py::type::handle_of(self), name.c_str())) {
             throw py::type_error("unknown generation option '" + name + "'");
         }
         py::setattr(self, kv.first, kv.second);
@@ -578,6 +610,18 @@ void register_decoder(py::module_ & m) {
             "merges those sent at the same time: slots generating in parallel threads verify in one "
             "llama_decode and draft in one. max_wait_us: how long a decode is held for slots still busy "
             "between decodes.")
+        .def(
+            "sibling",
+            [](const decoder & d, const py::kwargs & settings) {
+                decoder_params p = d.settings();
+                apply_sibling_settings(p, settings);
+                py::gil_scoped_release nogil;
+                return decoder_holder(d.sibling(p).release());
+            },
+            "a decoder on these models (not loaded again) with caches and an adaptive draft length of its "
+            "own; keyword arguments change settings (n_ctx, n_batch, n_threads, n_threads_draft, n_draft, "
+            "share_prefill, swa_full, checkpoint_memory, draft_catch_up, verify_shape, settle_steps), the "
+            "rest are this one's")
         .def_property_readonly("is_slot", &decoder::is_slot, "whether this decoder is one of slots()'s")
         .def_property_readonly("slot_decodes", &decoder::slot_decodes,
                                "llama_decode calls this slot's group has made")

@@ -142,6 +142,16 @@ std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, i
     return out;
 }
 
+std::unique_ptr<decoder> decoder::sibling(decoder_params params) const {
+    if (is_slot()) {
+        throw std::invalid_argument("sibling(): not for a slot (slots() makes more of them)");
+    }
+    params.target      = params_.target;  // the models' own
+    params.draft       = params_.draft;
+    params.dsi_servers = params_.dsi_servers;
+    return std::make_unique<decoder>(params, target_, draft_);
+}
+
 std::vector<llama_token> decoder::cached_tokens() const {
     not_from_own_generation("cached_tokens()");
     std::lock_guard<std::mutex> lock(mutex_);

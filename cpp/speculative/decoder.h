@@ -353,6 +353,11 @@ class decoder {
     // in one llama_decode and draft in one (slot_batcher.h). max_wait_us: how long a decode is held
     // for slots still busy between decodes.
     std::vector<std::unique_ptr<decoder>> slots(int32_t n, int32_t n_ctx, int32_t max_wait_us = 100000);
+    // a decoder on this one's models (not loaded again) with caches and an adaptive draft length of
+    // its own, and the settings of params (start from settings(); its models' parameters are
+    // ignored: they are this one's). Not for a slot.
+    std::unique_ptr<decoder> sibling(decoder_params params) const;
+    const decoder_params &   settings() const { return params_; }
     // whether this decoder is one of slots()'s, and its group's batching so far
     bool    is_slot() const { return batcher_ != nullptr; }
     int64_t slot_decodes() const { return batcher_ ? batcher_->n_decodes() : 0; }  // llama_decode calls
