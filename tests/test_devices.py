@@ -212,6 +212,9 @@ def test_a_target_split_across_two_rpc_servers_gives_the_local_output(tiny, rpc_
         assert not dec.shares_prefill  # the target's cache is remote: the draft processes the prompt itself
         assert _greedy(dec) == local
         assert _greedy(dec, speculative=False) == local
+        with dec.sibling(n_draft=3) as sib:  # (the same weights on the rpc-servers, caches of its own there)
+            assert sib.target_model is dec.target_model and sib.lost is None
+            assert _greedy(sib) == local
     # the same devices by name, the draft on the CPU
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device=names,
                                       device_draft="none") as dec:
