@@ -130,9 +130,9 @@ def start_server(bindir, target, draft, k, args, ngl):
     proc, url = start_llama_server(bindir, target, draft, k, args.threads, ngl=ngl)
     try:
         run_llama_server(url, PROMPT, 4, 0.0)
-    except Exception:
+    except Exception as exc:  # (httpx's errors among them: peer_run reports a RuntimeError and goes on)
         stop_server(proc)
-        raise
+        raise RuntimeError(f"llama-server's first request failed: {exc}") from exc
     return proc, url
 
 
