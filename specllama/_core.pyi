@@ -772,7 +772,7 @@ class Stats:
     @property
     def host_sampling_reason(self) -> str:
         """
-        why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 ...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'DSI', 'slots share a context', 'device sampling off', 'auto: the model runs on the CPU', 'the backend cannot run the chain'
+        why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 ...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'device sampling off', 'auto: the model runs on the CPU', 'the backend cannot run the chain'
         """
     @property
     def logits_bytes(self) -> int:

@@ -7,10 +7,13 @@ host, exactly and saying why, where the device cannot run the chain."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 import specllama
+from tiny_models import parts_only_at_near_ties
 from test_sampling_end_to_end import _dist_after, first_two_tokens, pvalue_or_zero
 
 PROMPTS = ["the cat is on the", "she was", "what some of the"]
@@ -76,7 +79,8 @@ def test_greedy_output_across_chain_switches(tiny, dec):
         assert got.tokens == expected
 
 
-def test_sampled_output_follows_the_target(tiny):
+@pytest.mark.parametrize("slot", [False, True], ids=["decoder", "slot"])
+def test_sampled_output_follows_the_target(tiny, slot):
     target = specllama.Model(tiny.target)
     prompt = target.tokenize("the cat is on the")
     p1 = _dist_after(target, prompt, CHAIN)
@@ -84,7 +88,7 @@ def test_sampled_output_follows_the_target(tiny):
     for x in np.flatnonzero(p1):
         p2 += p1[x] * _dist_after(target, prompt + [int(x)], CHAIN)
     n = 2500
-    firsts, seconds, n_rejected = first_two_tokens(tiny.target, tiny.far_draft, prompt, CHAIN, n,
+    firsts, seconds, n_rejected = first_two_tokens(tiny.target, tiny.far_draft, prompt, CHAIN, n, slot=slot,
                                                    device_sampling=True)
     assert n_rejected > n // 5, "the pair must disagree often for this test to mean anything"
     assert pvalue_or_zero(firsts, p1) > 1e-4
@@ -160,11 +164,57 @@ def test_partial_fallbacks(dec, tiny):
         assert s.host_sampling_reason == "draft of another vocabulary"
 
 
-def test_slots_sample_on_the_host(dec):
-    slots = dec.slots(2, 128)
-    try:
-        s = slots[0].generate("the cat", max_tokens=6, temperature=0, device_sampling=True).stats
-        assert s.sampling == "host" and s.host_sampling_reason == "slots share a context"
-    finally:
+def test_slots_sample_on_the_device(tiny):
+    """Slots (one context per model, each slot a sequence of it) run each slot's chain on its own
+    sequence's rows of the merged decodes: alone, a slot gives the host path's output with one
+    seed; together, with one slot sampling on the host beside them (llama.cpp then returns raw
+    logits as well) or none, the greedy outputs part from those alone only at near ties (merged
+    decodes change the logits by llama.cpp's batch numerics) and every slot says where it
+    sampled."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as first:
+        slots = first.slots(3, max_wait_ms=2_000)
+        prompts = [first.tokenize(p) for p in PROMPTS]
+        for seed, kw in ((0, dict(temperature=0, n_draft=4)), (1, dict(CHAIN, adaptive=False, n_draft=4)),
+                         (2, dict(speculative=False, **CHAIN))):
+            for p in prompts:
+                got = [slots[1].generate(p, max_tokens=24, ignore_eos=True, seed=seed, device_sampling=on, **kw)
+                       for on in (True, False)]
+                assert (got[0].stats.sampling, got[1].stats.sampling) == ("device", "host")
+                assert got[0].tokens == got[1].tokens, (p, kw)
+                assert got[0].stats.logits_bytes * 10 < got[1].stats.logits_bytes  # (a vocabulary of 327)
+        kinds = [dict(temperature=0, n_draft=4, device_sampling=True),
+                 dict(CHAIN, seed=3, adaptive=False, n_draft=4, device_sampling=True),
+                 dict(temperature=0, n_draft=3, device_sampling=False)]
+        alone = [[slots[i].generate(p, max_tokens=30, ignore_eos=True, **kinds[i]).tokens for p in prompts]
+                 for i in range(3)]
+        for host_slot in (True, False):
+            if not host_slot:
+                kinds[2] = dict(kinds[2], device_sampling=True)
+            before = slots[0].slot_batching
+            out, stats, errors = [None] * 3, [None] * 3, []
+            start = threading.Barrier(3)
+
+            def run(i):
+                try:
+                    start.wait(60)
+                    res = [slots[i].generate(p, max_tokens=30, ignore_eos=True, **kinds[i]) for p in prompts]
+                    out[i], stats[i] = [r.tokens for r in res], [r.stats.sampling for r in res]
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors
+            after = slots[0].slot_batching
+            assert after["chunks"] - before["chunks"] > after["decodes"] - before["decodes"]  # (merged)
+            assert stats[:2] == [["device"] * 3] * 2
+            assert stats[2] == ["host" if host_slot else "device"] * 3
+            for i in (0, 2):  # greedy
+                for p, a, b in zip(prompts, alone[i], out[i]):
+                    assert parts_only_at_near_ties(tiny.target_q, p, a, b), (i, a, b)
+            assert [len(t) for t in out[1]] == [30] * 3
         for slot in slots:
             slot.close()

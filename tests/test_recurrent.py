@@ -129,7 +129,7 @@ def test_cli_names_the_rollback(rec):
 def test_checkpoints_in_device_memory(rec, pair):
     """checkpoint_memory="device" (llama.cpp's copy of the state kept where the state lives, one per
     sequence): the same greedy output as plain decoding, for a recurrent target, draft or both;
-    alone, in slots, and across a retried prompt, whose checkpoint stays in host memory. "auto"
+    alone, in slots (sampling on the host or on the device), and across a retried prompt, whose checkpoint stays in host memory. "auto"
     keeps checkpoints in host memory where a model is not offloaded."""
     kind_t, kind_d = pair.split("/")
     target = rec.target if kind_t == "rec" else rec.llama_target
@@ -140,9 +140,10 @@ def test_checkpoints_in_device_memory(rec, pair):
         redecoded = 0
         for prompt in PROMPTS[:3]:
             plain = dec.generate(prompt, max_tokens=40, speculative=False, **GREEDY)
-            for gen in (dec, slot, dec):
-                r = gen.generate(prompt, **kw)
+            for gen, on_device in ((dec, False), (slot, False), (dec, False), (slot, True)):
+                r = gen.generate(prompt, device_sampling=on_device, **kw)
                 assert r.tokens == plain.tokens, prompt
+                assert r.stats.sampling == ("device" if on_device else "host")
                 assert (r.stats.rollback, r.stats.checkpoint_memory) == ("checkpoint", "device")
                 redecoded += r.stats.n_redecoded
         assert redecoded > 0

@@ -48,16 +48,18 @@ def pvalue_or_zero(samples, p):
         return 0.0
 
 
-def first_two_tokens(target_path, draft_path, prompt, settings=None, n=N, **kw):
+def first_two_tokens(target_path, draft_path, prompt, settings=None, n=N, slot=False, **kw):
     """n seeded generations of 3 tokens with n_draft 2, sampling with settings (default: SETTINGS)
-    and kw: the first and second tokens (numpy arrays) and how many drafts the rejection rule
-    corrected."""
+    and kw (on one of slots()'s decoders with slot): the first and second tokens (numpy arrays)
+    and how many drafts the rejection rule corrected."""
     firsts, seconds, n_rejected = [], [], 0
-    with specllama.SpeculativeDecoder(target_path, draft_path, n_ctx=128) as dec:
+    with specllama.SpeculativeDecoder(target_path, draft_path, n_ctx=128) as first:
+        dec = first.slots(2)[1] if slot else first
         for seed in range(n):
             r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, **(settings or SETTINGS),
                              **kw)
             assert len(r.tokens) == 3
+            assert r.stats.sampling == ("device" if kw.get("device_sampling") else "host")
             firsts.append(r.tokens[0])
             seconds.append(r.tokens[1])
             n_rejected += r.stats.n_drafted - r.stats.n_accepted

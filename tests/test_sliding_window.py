@@ -139,16 +139,17 @@ def test_greedy_output_is_the_targets(swa, swa_full):
 
 
 def test_slots_alone_equal_a_decoder_of_their_own(swa):
-    """Slots running one after another, each after the others have filled the shared context:
-    every output equals the decoder's own (in one cache for all sequences they would not)."""
+    """Slots running one after another, each after the others have filled the shared context, with
+    their rows sampled on the host and then on the device: every output equals the decoder's own
+    (in one cache for all sequences they would not)."""
     kw = dict(GREEDY, max_tokens=60, n_draft=4, adaptive=False, drafter="model")
     prompts = ["the cat is", "she was out with", "what some of the", "a word and"]
     with specllama.SpeculativeDecoder(swa.target, swa.draft, n_ctx=256, **ONE_THREAD) as dec:
         want = [dec.generate(p, **kw).tokens for p in prompts]
         slots = dec.slots(3)
-        for _ in range(2):
+        for on_device in (False, True):  # (the second time each slot's chain samples on its sequence)
             for slot in slots:
-                assert [slot.generate(p, **kw).tokens for p in prompts] == want
+                assert [slot.generate(p, device_sampling=on_device, **kw).tokens for p in prompts] == want
 
 
 def test_slots_holding_only_the_window_generate_the_targets_text(swa):

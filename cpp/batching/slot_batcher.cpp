@@ -26,6 +26,8 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     cparams.n_batch         = (uint32_t) n_batch;
     cparams.n_ubatch        = (uint32_t) n_batch;  // one graph per decode: a slot's verification is never split
     cparams.n_seq_max       = (uint32_t) n_seq;
+    // a slot's device chain (kv_cache::set_device_chain) samples every output of its verification
+    cparams.n_outputs_max_per_seq = 0;
     // sequences of any lengths share one ubatch. Not with a sliding window: in one cache for all
     // sequences llama.cpp reuses a cell another sequence's window has left, and that sequence's
     // rollback then needs it again; a cache per sequence reuses only its own, behind the window
@@ -214,6 +216,23 @@ void slot_batcher::run_decodes(std::unique_lock<std::mutex> & lock) {
     done_cv_.notify_all();
 }
 
+// the device chain's rows for batch positions [first, first + n)
+static void copy_sampled(llama_context * ctx, int32_t first, int32_t n, std::vector<sampled_copy> & out) {
+    out.resize(n);
+    for (int32_t i = 0; i < n; ++i) {
+        const int32_t       j   = first + i;
+        const float *       l   = llama_get_sampled_logits_ith(ctx, j);
+        const llama_token * ids = llama_get_sampled_candidates_ith(ctx, j);
+        const auto          m   = (int64_t) llama_get_sampled_logits_count_ith(ctx, j);
+        if (l == nullptr || ids == nullptr || m < 1 || m != (int64_t) llama_get_sampled_candidates_count_ith(ctx, j)) {
+            throw std::runtime_error("llama.cpp returned no sampled row for a slot's output");
+        }
+        out[i].logits.assign(l, l + m);
+        out[i].ids.assign(ids, ids + m);
+        out[i].bytes = (int64_t) sizeof(float) * (2 * m + (int64_t) llama_get_sampled_probs_count_ith(ctx, j));
+    }
+}
+
 int32_t slot_batcher::decode_jobs(shared_context * sc, const std::vector<job *> & jobs, int32_t n_tokens) {
     if (batch_cap_ < n_tokens) {
         if (batch_cap_ > 0) {
@@ -256,6 +275,10 @@ int32_t slot_batcher::decode_jobs(shared_context * sc, const std::vector<job *> 
         const slot_chunk & c = *jobs[k]->chunk;
         if (ret != 0) {
             llama_memory_seq_rm(mem, c.seq, c.pos0, -1);  // whatever part of the failed batch reached the cache
+            continue;
+        }
+        if (c.sampled != nullptr) {
+            copy_sampled(sc->ctx.get(), base[k] + c.first_out, c.n - c.first_out, *c.sampled);
             continue;
         }
         for (int32_t i = c.first_out; i < c.n; ++i) {

@@ -50,6 +50,14 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
                                                     int32_t rank, bool swa_full = true,
                                                     const std::string & checkpoint_memory = "auto");
 
+// what a slot's device chain returned for one output row, copied out of the shared context (whose
+// rows the next decode overwrites)
+struct sampled_copy {
+    std::vector<float>       logits;
+    std::vector<llama_token> ids;
+    int64_t                  bytes = 0;  // what llama.cpp copied back for the row (its probabilities too)
+};
+
 // one slot's part of a decode
 struct slot_chunk {
     shared_context *    sc        = nullptr;
@@ -59,7 +67,8 @@ struct slot_chunk {
     const llama_token * toks      = nullptr;
     int32_t             n         = 0;
     int32_t             first_out = 0;   // tokens [first_out, n) have logits
-    float *             out       = nullptr;  // receives (n - first_out) * n_vocab floats
+    float *             out       = nullptr;  // receives (n - first_out) * n_vocab floats, or
+    std::vector<sampled_copy> * sampled = nullptr;  // with a device chain on seq: each output's row
     // set before the chunk's decode starts: it is not decoded (code 2, as an aborted llama_decode)
     const std::atomic<bool> * cancel = nullptr;
 };

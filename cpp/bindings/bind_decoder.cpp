@@ -364,9 +364,8 @@ void register_stats(py::module_ & m) {
                       "'device (target), host (draft)' and the reverse")
         .def_readonly("host_sampling_reason", &gs::host_sampling_reason,
                       "why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 "
-                      "...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'DSI', 'slots "
-                      "share a context', 'device sampling off', 'auto: the model runs on the CPU', 'the backend cannot "
-                      "run the chain'")
+                      "...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'device sampling "
+                      "off', 'auto: the model runs on the CPU', 'the backend cannot run the chain'")
         .def_property_readonly(
             "logits_bytes_per_token",
             [](const gs & s) { return s.n_generated > 0 ? (double) s.logits_bytes / s.n_generated : 0.0; },

@@ -88,24 +88,29 @@ kv_cache::kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int
 }
 
 kv_cache::~kv_cache() {
-    if (!shared_) {
-        if (chain_smpl_) {  // (the context keeps a pointer to the chain it runs)
-            llama_set_sampler(ctx_.get(), 0, nullptr);
+    if (chain_smpl_) {  // (the context keeps a pointer to the chain it runs)
+        try {
+            on_context([&] { llama_set_sampler(raw_context(), seq_, nullptr); });
+        } catch (...) {  // (the batcher's thread runs it; it does not throw)
         }
+    }
+    if (!shared_) {
         llama_batch_free(batch_);
     }
+}
+
+llama_context * kv_cache::raw_context() const {
+    return shared_ ? shared_->ctx.get() : ctx_.get();
 }
 
 bool kv_cache::set_device_chain(const device_chain & c) {
     if (c == chain_) {
         return true;
     }
-    if (shared_) {
-        return c.what == device_chain::kind::none;
-    }
     llama_sampler_ptr smpl(make_device_chain(c));
-    const bool        ok = llama_set_sampler(ctx_.get(), 0, smpl.get());
-    n_outputs_           = 0;  // what the last decode returned is read as it was made, or not at all
+    bool              ok = false;
+    on_context([&] { ok = llama_set_sampler(raw_context(), seq_, smpl.get()); });  // (a slot's: its sequence)
+    n_outputs_ = 0;  // what the last decode returned is read as it was made, or not at all
     if (!ok) {  // (llama.cpp has detached any chain it ran)
         chain_ = device_chain();
         chain_smpl_.reset();
@@ -128,6 +133,13 @@ sampled_row kv_cache::sampled(int32_t i) const {
         throw std::logic_error("sampled(): this context runs no device chain; read logits()");
     }
     sampled_row r;
+    if (shared_) {
+        const sampled_copy & s = slot_sampled_[i];
+        r.logits               = s.logits.data();
+        r.ids                  = s.ids.data();
+        r.n                    = (int32_t) s.logits.size();
+        return r;
+    }
     const int32_t j = out_base_ + i;
     r.logits        = llama_get_sampled_logits_ith(ctx_.get(), j);
     r.ids           = llama_get_sampled_candidates_ith(ctx_.get(), j);
@@ -284,9 +296,12 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
         const int32_t n_chunk         = start == 0 ? first_chunk : std::min(n_batch_, n - start);
         const int32_t chunk_first_out = std::min(n_chunk, std::max(first_out, start) - start);
         const int32_t chunk_n_out     = n_chunk - chunk_first_out;
-        logits_bytes_ += (int64_t) chunk_n_out * n_vocab * (int64_t) sizeof(float);
+        const bool    sampled         = chain_.what != device_chain::kind::none && chunk_n_out > 0;
+        if (!sampled) {
+            logits_bytes_ += (int64_t) chunk_n_out * n_vocab * (int64_t) sizeof(float);
+        }
         float *       dest            = nullptr;
-        if (chunk_n_out > 0) {
+        if (chunk_n_out > 0 && !sampled) {
             if (out != nullptr) {
                 dest = out + (size_t) (start + chunk_first_out - first_out) * n_vocab;
             } else {
@@ -303,6 +318,7 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
         c.n         = n_chunk;
         c.first_out = chunk_first_out;
         c.out       = dest;
+        c.sampled   = sampled ? &slot_sampled_ : nullptr;
         c.cancel    = slot_abort_;
         const auto    t_decode = std::chrono::steady_clock::now();
         const int32_t ret      = shared_->batcher->decode(c);
@@ -316,6 +332,11 @@ void kv_cache::decode_slot(const llama_token * toks, int32_t n, int32_t n_out, f
             throw_decode_error(ret, n_chunk, n_past());
         }
         tokens_.insert(tokens_.end(), toks + start, toks + start + n_chunk);
+        if (sampled) {
+            for (const sampled_copy & s : slot_sampled_) {
+                logits_bytes_ += s.bytes;
+            }
+        }
         if (start + n_chunk == n && out == nullptr) {
             n_outputs_ = chunk_n_out;
         }

@@ -95,8 +95,9 @@ class kv_cache {
 
     // run chain c in every decode from now on (device_sampling.h), in place of returning raw logits;
     // kind none goes back to raw logits. Returns false, with no chain attached, where llama.cpp
-    // cannot run it on the device holding the output layer, or where this is a slot's cache (the
-    // slots share one context). A change of chain makes llama.cpp rebuild its graphs once.
+    // cannot run it on the device holding the output layer. A slot's chain runs on its sequence of
+    // the shared context, on the rows of its outputs in the slots' merged decodes. A change of
+    // chain makes llama.cpp rebuild its graphs once.
     bool set_device_chain(const device_chain & c);
     const device_chain & chain() const { return chain_; }
     // what the chain returned for output i of the last decode
@@ -227,6 +228,8 @@ class kv_cache {
     void clear_all();
     // run fn where this cache's context may be used: here, or a slot's on the batcher's thread
     void on_context(const std::function<void()> & fn) const;
+    // the llama.cpp context this cache's sequence is in (a slot's: the shared one; use on_context)
+    llama_context * raw_context() const;
     // back to a checkpoint at or before n_keep (or to nothing), then decode up to n_keep again
     void restore_and_redecode(int32_t n_keep);
     // after a failed decode of a recurrent state: back to the latest checkpoint, or empty
@@ -248,7 +251,8 @@ class kv_cache {
     std::shared_ptr<shared_context> shared_;  // a slot's cache: the shared context, and
     llama_seq_id             seq_       = 0;   // its sequence there
     mutable llama_pos        trim_from_ = -1;  // rollback still to apply on the batcher's thread (-1: none)
-    std::vector<float>       slot_logits_;     // a slot's outputs of its last decode
+    std::vector<float>       slot_logits_;     // a slot's outputs of its last decode, or
+    std::vector<sampled_copy> slot_sampled_;   // its device chain's rows
     const std::atomic<bool> * slot_abort_ = nullptr;  // a slot's abort flag
     device_chain              chain_;            // set_device_chain
     llama_sampler_ptr         chain_smpl_;       // its llama.cpp chain, alive while attached

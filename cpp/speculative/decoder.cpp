@@ -562,8 +562,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
 void decoder::place_sampling(const generate_params & params, const run_plan & plan, generate_stats & st) {
     const sampling_params & sp    = params.sampling;
     const auto              place = [&](kv_cache & cache, bool draft) {
-        std::string why = batcher_                                                ? "slots share a context"
-                          : params.device_sampling.value_or(cache.mdl().offloaded) ? ""
+        std::string why = params.device_sampling.value_or(cache.mdl().offloaded) ? ""
                           : params.device_sampling                                 ? "device sampling off"
                                                                                    : "auto: the model runs on the CPU";
         if (why.empty()) {

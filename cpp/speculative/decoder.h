@@ -283,7 +283,7 @@ struct generate_stats {
     int64_t n_draft_calls = 0;
     // where the models' rows were sampled (generate_params::device_sampling): "device", "host", or
     // "device (target), host (draft)" and the reverse; host_sampling_reason says why the host did
-    // ("" where it did not): "grammar", "logit bias or penalties", "top_k 0 ...", "DSI", ...
+    // ("" where it did not): "grammar", "logit bias or penalties", "top_k 0 ...", ...
     std::string sampling = "host";
     std::string host_sampling_reason;
     // tokens emitted per verification step (accepted drafts + the target's own token)
