@@ -379,6 +379,8 @@ def test_a_sibling_takes_settings_only(dec):
         dec.sibling(n_draft="4")
     with pytest.raises(ValueError, match="n_draft must be in"):
         dec.sibling(n_draft=0)
+    with pytest.raises(ValueError, match="n_ctx is out of range, got 1099511627776"):
+        dec.sibling(n_ctx=2**40)
     with pytest.raises(ValueError, match="verify_shape must be"):
         dec.sibling(verify_shape="wide")
     with pytest.raises(ValueError, match="not for a slot"):

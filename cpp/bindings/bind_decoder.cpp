@@ -72,7 +72,11 @@ void apply_sibling_settings(decoder_params & p, const py::kwargs & settings) {
                                  ", got " + py::repr(value).cast<std::string>());
         }
         if (ints.count(key)) {
-            *ints[key] = value.cast<int32_t>();
+            try {
+                *ints[key] = value.cast<int32_t>();
+            } catch (const py::cast_error &) {
+                throw py::value_error(key + " is out of range, got " + py::repr(value).cast<std::string>());
+            }
         } else if (flags.count(key)) {
             *flags[key] = value.cast<bool>();
         } else {
