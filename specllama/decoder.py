@@ -27,9 +27,6 @@ __all__ = ["Completion", "DSIStats", "GenerateOptions", "PromptTooLong", "Specul
 Prompt = Union[str, Sequence[int]]
 _T = TypeVar("_T")
 _DEFAULTS = _core.DECODER_DEFAULTS  # the native decoder's defaults
-# what a sibling() may set differently: everything but the models and their placement
-_SIBLING_SETTINGS = ("n_ctx", "n_batch", "n_threads", "n_threads_draft", "n_draft", "share_prefill", "swa_full",
-                     "checkpoint_memory", "draft_catch_up", "verify_shape", "settle_steps")
 
 
 Devices = Union[str, Sequence[str], None]
@@ -229,14 +226,8 @@ class SpeculativeDecoder:
         n_batch, n_threads, n_threads_draft, n_draft, share_prefill, swa_full, checkpoint_memory,
         draft_catch_up, verify_shape, settle_steps; the models' placement is theirs). It costs the
         memory of its caches, not of the weights, and generates independently of this one (from
-        another thread too). The models stay loaded while either is open."""
-        bad = next((k for k in settings if k not in _SIBLING_SETTINGS), None)
-        if bad is not None:
-            raise TypeError(f"sibling() got an unexpected keyword argument {bad!r} (it takes "
-                            f"{', '.join(_SIBLING_SETTINGS)}; the models and their placement are this decoder's)")
-        for name, value in settings.items():
-            if type(value) is not type(_DEFAULTS[name]):
-                raise type_error(name, value, _DEFAULTS[name])
+        another thread too). The models stay loaded while either is open. The native core checks
+        each setting (TypeError for an unknown name or a wrong type, ValueError for a bad value)."""
         _warn_threads(**{k: v for k, v in settings.items() if k in ("n_threads", "n_threads_draft")})
         native_parent = self._native()
         sib = object.__new__(SpeculativeDecoder)

@@ -118,6 +118,27 @@ def qwen_decoder(qwen_pair):
     yield from _pair_decoder(qwen_pair)
 
 
+def in_threads(fn, args_list) -> list:
+    """fn(*args) for each args of args_list, each in a thread of its own, all at once: the results
+    in args_list's order; the first exception a thread raised is raised here."""
+    results, errors = [None] * len(args_list), []
+
+    def run(k):
+        try:
+            results[k] = fn(*args_list[k])
+        except BaseException as exc:  # noqa: BLE001 - raised below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(len(args_list))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
 def interrupt_at_step(k: int):
     """An on_step callback that, at the k-th verification step, has another thread send SIGINT to
     this process: the signal then lands while the native loop drafts or verifies later steps, as

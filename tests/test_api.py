@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import specllama
-from conftest import interrupt_at_step
+from conftest import in_threads, interrupt_at_step
 
 
 @pytest.fixture()
@@ -358,18 +358,10 @@ def test_siblings_generate_at_once_from_threads(dec):
     sibs = [dec, dec.sibling(), dec.sibling(n_draft=3)]
     prompts = ["the cat", "she was", "what some"]
     want = {p: dec.generate(p, max_tokens=40, temperature=0.7, seed=9, ignore_eos=True).tokens for p in prompts}
-    got = {}
-
-    def run(i, p):
-        got[i, p] = sibs[i].generate(p, max_tokens=40, temperature=0.7, seed=9, ignore_eos=True,
-                                     n_draft=10).tokens
-
-    threads = [threading.Thread(target=run, args=(i, p)) for i in range(3) for p in prompts]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert got == {(i, p): want[p] for i in range(3) for p in prompts}
+    jobs = [(i, p) for i in range(3) for p in prompts]
+    got = in_threads(lambda i, p: sibs[i].generate(p, max_tokens=40, temperature=0.7, seed=9, ignore_eos=True,
+                                                   n_draft=10).tokens, jobs)
+    assert got == [want[p] for _, p in jobs]
 
 
 def test_a_sibling_takes_settings_only(dec):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import specllama
+from conftest import in_threads
 from tiny_models import parts_only_at_near_ties
 from test_sampling_end_to_end import _dist_after, first_two_tokens, pvalue_or_zero
 
@@ -191,23 +192,15 @@ def test_slots_sample_on_the_device(tiny):
             if not host_slot:
                 kinds[2] = dict(kinds[2], device_sampling=True)
             before = slots[0].slot_batching
-            out, stats, errors = [None] * 3, [None] * 3, []
             start = threading.Barrier(3)
 
             def run(i):
-                try:
-                    start.wait(60)
-                    res = [slots[i].generate(p, max_tokens=30, ignore_eos=True, **kinds[i]) for p in prompts]
-                    out[i], stats[i] = [r.tokens for r in res], [r.stats.sampling for r in res]
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    errors.append(exc)
+                start.wait(60)
+                return [slots[i].generate(p, max_tokens=30, ignore_eos=True, **kinds[i]) for p in prompts]
 
-            threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            assert not errors, errors
+            res = in_threads(run, [(i,) for i in range(3)])
+            out = [[r.tokens for r in rs] for rs in res]
+            stats = [[r.stats.sampling for r in rs] for rs in res]
             after = slots[0].slot_batching
             assert after["chunks"] - before["chunks"] > after["decodes"] - before["decodes"]  # (merged)
             assert stats[:2] == [["device"] * 3] * 2

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import specllama
-from conftest import interrupt_at_step
+from conftest import in_threads, interrupt_at_step
 from conftest import wait_until_waiting_for_input
 from specllama.chat import ChatSession, ContextFull
 from tiny_models import parts_only_at_near_ties
@@ -73,21 +73,7 @@ def test_slots_in_several_threads_share_decodes(tiny, slow):
         assert before["chunks"] == before["decodes"] > 0  # one slot at a time: nothing to merge
         for s in slots:
             s.reset()
-        together = [None] * 4
-        errors = []
-
-        def worker(k):
-            try:
-                together[k] = run(k, together=True)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors, errors
+        together = in_threads(run, [(k, True) for k in range(4)])
         after = slots[0].slot_batching
         assert after["chunks"] - before["chunks"] > after["decodes"] - before["decodes"]
         for k in (0, 1, 3):  # greedy
@@ -112,22 +98,8 @@ def test_several_decoders_in_several_threads_match_running_alone(tiny, slow):
             return [dec.generate(p, max_tokens=40, ignore_eos=True, **kw).tokens for p in PROMPTS]
 
         alone = [run(i) for i in range(len(jobs))]
-        together = [None] * len(jobs) * 2
-        errors = []
-
-        def worker(k):
-            try:
-                together[k] = run(k % len(jobs))
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                errors.append(exc)
-
         # two threads per decoder: each decoder also serializes its own callers
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(len(together))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert not errors
+        together = in_threads(run, [(k % len(jobs),) for k in range(2 * len(jobs))])
         for k, out in enumerate(together):
             assert out == alone[k % len(jobs)], f"decoder {k % len(jobs)}"
     finally:

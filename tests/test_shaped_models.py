@@ -129,7 +129,7 @@ def test_the_bench_runs_every_program(tmp_path, servers):
     assert "specllama, settle_steps=0 steps: " in r.stderr
 
 
-def test_llama_server_is_started_for_each_round_where_the_gpu_cannot_hold_every_copy(tmp_path, monkeypatch):
+def test_llama_server_is_started_for_each_round_where_the_gpu_cannot_hold_every_copy(tmp_path):
     """shaped_bench's --servers auto: llama-server stays loaded where the GPU holds the pair once for
     specllama, once per server and once for llama-speculative-simple; else it starts each round."""
     from types import SimpleNamespace
@@ -142,20 +142,19 @@ def test_llama_server_is_started_for_each_round_where_the_gpu_cannot_hold_every_
         f.truncate(29_500 * 2**20)  # (sparse: a 14B-shaped F16 target's size)
     with open(draft, "wb") as f:
         f.truncate(950 * 2**20)
-    args = SimpleNamespace(servers="auto", ngl=-1, n_max=[4])
-    monkeypatch.setattr(bench, "gpu_memory_mib", lambda: 81_559)  # an H100 80GB
+    args = SimpleNamespace(servers="auto", ngl=-1, n_max=[4], gpu_mib=81_559)  # an H100 80GB
     assert not bench.servers_stay_loaded(args, str(target), str(draft))
-    monkeypatch.setattr(bench, "gpu_memory_mib", lambda: 143_771)  # an H200
+    args.gpu_mib = 143_771  # an H200
     assert bench.servers_stay_loaded(args, str(target), str(draft))
     args.n_max = [4, 8, 16]  # (two more servers)
     assert not bench.servers_stay_loaded(args, str(target), str(draft))
     with open(target, "wb") as f:
         f.truncate(15_200 * 2**20)  # (a 7B-shaped target)
-    monkeypatch.setattr(bench, "gpu_memory_mib", lambda: 81_559)
+    args.gpu_mib = 81_559
     assert not bench.servers_stay_loaded(args, str(target), str(draft))
     args.n_max = [4, 8]
     assert bench.servers_stay_loaded(args, str(target), str(draft))
-    monkeypatch.setattr(bench, "gpu_memory_mib", lambda: None)  # no GPU
+    args.gpu_mib = None  # no GPU
     args.n_max = [4, 8, 16, 32]
     assert bench.servers_stay_loaded(args, str(target), str(draft))
     args.servers = "per-round"

@@ -114,14 +114,13 @@ def servers_stay_loaded(args, target: str, draft: str) -> bool:
     round and stopped after it (per-round). auto: loaded where the GPU holds the pair once for
     specllama (its decoders share the weights), once per server and once for
     llama-speculative-simple, with a tenth to spare; per-round where it does not (a 14B-shaped F16
-    pair on an 80 GB card)."""
+    pair on an 80 GB card). args.gpu_mib: the GPU's memory (gpu_memory_mib(), None without one)."""
     if args.servers != "auto":
         return args.servers == "loaded"
-    total = gpu_memory_mib()
-    if total is None or args.ngl == 0:
+    if args.gpu_mib is None or args.ngl == 0:
         return True
     pair_mib = (Path(target).stat().st_size + Path(draft).stat().st_size) / 2**20
-    return (2 + len(args.n_max)) * pair_mib * 1.1 < total
+    return (2 + len(args.n_max)) * pair_mib * 1.1 < args.gpu_mib
 
 
 def start_server(bindir, target, draft, k, args, ngl):
@@ -265,6 +264,7 @@ def main() -> None:
     args = ap.parse_args()
     args.ngl = -1 if args.ngl == "all" else int(args.ngl)
     args.n_max = [int(x) for x in args.n_max.split(",") if x]
+    args.gpu_mib = gpu_memory_mib()
     try:
         args.variants = {v: _settings(v) for v in args.variant}
         args.runs = {v: _settings(v) for v in args.run}

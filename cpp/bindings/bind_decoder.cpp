@@ -51,18 +51,18 @@ using decoder_holder = std::unique_ptr<decoder, gil_free_delete>;
 
 // Decoder.sibling()'s keyword arguments: what each sets in the new decoder's parameters
 void apply_sibling_settings(decoder_params & p, const py::kwargs & settings) {
+    std::map<std::string, int32_t *> ints = {
+        {"n_ctx", &p.ctx.n_ctx},        {"n_batch", &p.ctx.n_batch}, {"n_threads", &p.ctx.n_threads},
+        {"n_threads_draft", &p.n_threads_draft}, {"n_draft", &p.n_draft}, {"settle_steps", &p.settle_steps}};
+    std::map<std::string, bool *> flags = {{"share_prefill", &p.share_prefill}, {"swa_full", &p.ctx.swa_full}};
+    std::map<std::string, std::string *> texts = {{"checkpoint_memory", &p.ctx.checkpoint_memory},
+                                                  {"draft_catch_up", &p.draft_catch_up},
+                                                  {"verify_shape", &p.verify_shape}};
     for (const auto & [k, value] : settings) {
         const std::string key  = k.cast<std::string>();
         const bool        flag = py::isinstance<py::bool_>(value);
         const bool        num  = py::isinstance<py::int_>(value) && !flag;
         const bool        text = py::isinstance<py::str>(value);
-        std::map<std::string, int32_t *> ints = {
-            {"n_ctx", &p.ctx.n_ctx},        {"n_batch", &p.ctx.n_batch}, {"n_threads", &p.ctx.n_threads},
-            {"n_threads_draft", &p.n_threads_draft}, {"n_draft", &p.n_draft}, {"settle_steps", &p.settle_steps}};
-        std::map<std::string, bool *> flags = {{"share_prefill", &p.share_prefill}, {"swa_full", &p.ctx.swa_full}};
-        std::map<std::string, std::string *> texts = {{"checkpoint_memory", &p.ctx.checkpoint_memory},
-                                                      {"draft_catch_up", &p.draft_catch_up},
-                                                      {"verify_shape", &p.verify_shape}};
         if (ints.count(key) + flags.count(key) + texts.count(key) == 0) {
             throw py::type_error("sibling() got an unexpected keyword argument '" + key +
                                  "' (the models and their placement are this decoder's)");
