@@ -404,10 +404,11 @@ def _tools_fields(body: dict, req: Request) -> None:
             raise RequestError(str(exc), "tools", "invalid_value") from None
     elif not req.options.grammar:
         # "auto": a lazy grammar, as llama-server's, that holds a call to the tools' schemas from its
-        # opening tag on (a tool whose schema the converter cannot follow leaves the calls free)
+        # opening tag on, or from the tool's name on in a reply that is a call's JSON object alone (a
+        # tool whose schema the converter cannot follow leaves the calls free)
         try:
-            req.options.grammar = tools.call_grammar(checked, None, parallel is not False)
-            req.options.grammar_trigger_patterns = [re.escape(tools.OPEN)]
+            req.options.grammar = tools.call_grammar(checked, None, parallel is not False, whole=True)
+            req.options.grammar_trigger_patterns = [re.escape(tools.OPEN), tools.whole_call_trigger(checked)]
         except ValueError:
             pass
     req.template_kwargs["tools"] = checked

@@ -1,10 +1,14 @@
 """JSON Schema to GBNF (llama.cpp's grammar format) by llama-cpp-python's converter, a port of
-llama.cpp's json_schema_to_grammar. The converter passes over some keywords without a word, and a
-grammar made without them would let through output the schema forbids; those are refused here,
-each named with where it stands in the schema:
+llama.cpp's json_schema_to_grammar, with llama.cpp's integer bounds (minimum, maximum,
+exclusiveMinimum, exclusiveMaximum on an integer), which the port lacks. Between a value's tokens
+the JSON has at most one space (the port's rule, which keeps a model from running on in
+whitespace), or with lines=True also a line break and an indentation (llama.cpp's rule), for JSON
+a model lays out itself. The converter passes over some keywords without a word, and a grammar
+made without them would let through output the schema forbids; those are refused here, each named
+with where it stands in the schema:
 
-- minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (llama.cpp's own converter
-  follows the first four for integers; the port for none)
+- minimum, maximum, exclusiveMinimum, exclusiveMaximum other than on an integer, and multipleOf
+  (llama.cpp's converter follows none of these either)
 - uniqueItems, contains, minContains, maxContains
 - minProperties, maxProperties, patternProperties, propertyNames, dependentRequired,
   dependentSchemas
@@ -16,11 +20,15 @@ Annotations (title, description, default, examples, $comment, ...) are fine."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Tuple
+import math
+from typing import Any, Iterator, List, Optional, Tuple
 
-IGNORED = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "uniqueItems", "contains",
-           "minContains", "maxContains", "minProperties", "maxProperties", "patternProperties", "propertyNames",
-           "dependentRequired", "dependentSchemas", "not", "if", "then", "else")
+
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")  # followed on an integer
+IGNORED = ("multipleOf", "uniqueItems", "contains", "minContains", "maxContains", "minProperties", "maxProperties",
+           "patternProperties", "propertyNames", "dependentRequired", "dependentSchemas", "not", "if", "then", "else")
+# whitespace between a JSON value's tokens with lines=True: llama.cpp's json_schema_to_grammar's
+LINES_SPACE_RULE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
 FORMATS = ("date", "time", "date-time", "uuid")
 # where a schema holds schemas: a schema each, or a list or an object of them
 _ONE = ("items", "additionalProperties", "additionalItems", "unevaluatedProperties", "unevaluatedItems")
@@ -47,24 +55,235 @@ def _walk(schema: Any, path: str) -> Iterator[Tuple[str, dict]]:
 def check(schema: Any) -> None:
     """ValueError naming the first keyword the converter would pass over, with its place."""
     for path, node in _walk(schema, "schema"):
-        for k in IGNORED:
+        for k in IGNORED + (() if node.get("type") == "integer" else BOUNDS):
             if k in node:
-                raise ValueError(f"the JSON schema keyword '{k}' (at {path}) is not supported: the grammar would "
-                                 "not hold the output to it")
+                raise ValueError(f"the JSON schema keyword '{k}' (at {path}) is "
+                                 f"{'supported on integers only' if k in BOUNDS else 'not supported'}: the grammar "
+                                 "would not hold the output to it")
+        if _bounded_integer(node):
+            integer_range(node, path)
+            beside = next((k for k in _ALTERNATIVES if k in node), None)
+            if beside is not None:
+                raise ValueError(f"integer bounds beside '{beside}' (at {path}) are not supported: the grammar would "
+                                 "follow only one of them")
         fmt = node.get("format")
         if fmt is not None and node.get("type") == "string" and fmt not in FORMATS:
             raise ValueError(f"the string format '{fmt}' (at {path}) is not supported (supported: "
                              f"{', '.join(FORMATS)})")
 
 
-def to_grammar(schema: Any) -> str:
-    """The GBNF grammar of schema (a JSON schema object); ValueError where it cannot be followed."""
+def integer_range(node: dict, path: str = "schema") -> Tuple[Optional[int], Optional[int]]:
+    """(lowest, highest) integer an integer schema admits by its bounds (None: no bound on that side);
+    ValueError for a bound that is not a number, or bounds no integer meets."""
+    for k in BOUNDS:
+        v = node.get(k)
+        if k in node and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
+            raise ValueError(f"'{k}' (at {path}) must be a number")
+    lows = [math.ceil(node["minimum"])] if "minimum" in node else []
+    lows += [math.floor(node["exclusiveMinimum"]) + 1] if "exclusiveMinimum" in node else []
+    highs = [math.floor(node["maximum"])] if "maximum" in node else []
+    highs += [math.ceil(node["exclusiveMaximum"]) - 1] if "exclusiveMaximum" in node else []
+    lo, hi = max(lows, default=None), min(highs, default=None)
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"no integer meets the bounds at {path}")
+    return lo, hi
+
+
+_CONVERTERS: dict = {}
+_ALTERNATIVES = ("$ref", "oneOf", "anyOf", "allOf", "const", "enum")  # what the converter reads before a type
+
+
+def _bounded_integer(node: Any) -> bool:
+    return isinstance(node, dict) and node.get("type") == "integer" and any(k in node for k in BOUNDS)
+
+
+def _converter(lines: bool) -> Any:
+    """A fresh converter: llama-cpp-python's with llama.cpp's integer bounds; with lines, llama.cpp's
+    whitespace rule, also after a const or an enum value (llama_cpp imported on first use)."""
+    if not _CONVERTERS:
+        from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+
+        class Converter(SchemaConverter):
+            def __init__(self) -> None:
+                super().__init__(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+            def visit(self, schema: Any, name: str) -> str:
+                if _bounded_integer(schema):
+                    rule = "(" + integer_rule(*integer_range(schema)) + ") space"
+                    return self._add_rule(name + "-" if name in RESERVED_NAMES else name or "root", rule)
+                return super().visit(schema, name)
+
+        class LinesConverter(Converter):
+            def __init__(self) -> None:
+                super().__init__()
+                self._rules["space"] = LINES_SPACE_RULE
+
+            def _generate_constant_rule(self, value: Any) -> str:
+                # (the port ends every other value with whitespace, so that a line break can come
+                # before the closing brace; a const or an enum value too)
+                return super()._generate_constant_rule(value) + " space"
+
+        _CONVERTERS.update({False: Converter, True: LinesConverter})
+    return _CONVERTERS[lines]()
+
+
+def to_grammar(schema: Any, lines: bool = False) -> str:
+    """The GBNF grammar of schema (a JSON schema object); ValueError where it cannot be followed.
+    lines: the JSON may be laid out over lines (llama.cpp's whitespace rule)."""
     if not isinstance(schema, dict):
         raise ValueError("a JSON schema must be an object")
     check(schema)
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    return convert(schema, lines)
 
+
+def convert(schema: dict, lines: bool = False) -> str:
+    """The converter's grammar of schema, without check()'s refusals; ValueError where it fails."""
+    converter = _converter(lines)
     try:
-        return json_schema_to_gbnf(json.dumps(schema))
+        converter.visit(converter.resolve_refs(json.loads(json.dumps(schema)), "stdin"), "")
     except Exception as exc:  # the converter reports a schema it cannot follow by AssertionError, KeyError, ...
         raise ValueError(f"the JSON schema cannot be followed: {exc}") from None
+    return converter.format_grammar()
+
+
+# Integer ranges as GBNF: llama.cpp's build_min_max_int (common/json-schema-to-grammar.cpp, MIT),
+# in Python, rule text for rule text.
+
+def _digit_range(a: str, b: str, out: List[str]) -> None:
+    out.append(f"[{a}]" if a == b else f"[{a}-{b}]")
+
+
+def _more_digits(lo: int, hi: int, out: List[str]) -> None:
+    out.append("[0-9]")
+    if not lo == hi == 1:
+        out.append("{" + str(lo) + ("" if hi == lo else f",{hi}") + "}")
+
+
+def _uniform_range(a: str, b: str, out: List[str]) -> None:
+    """The numbers from a to b, two digit strings of one length."""
+    i = 0
+    while i < len(a) and i < len(b) and a[i] == b[i]:
+        i += 1
+    if i > 0:
+        out.append(f'"{a[:i]}"')
+    if i >= len(a) or i >= len(b):
+        return
+    if i > 0:
+        out.append(" ")
+    sub_len = len(a) - i - 1
+    if sub_len == 0:
+        out.append(f"[{a[i]}-{b[i]}]")
+        return
+    a_sub, b_sub, zeros, nines = a[i + 1:], b[i + 1:], "0" * sub_len, "9" * sub_len
+    to_reached = False
+    out.append("(")
+    if a_sub == zeros:
+        _digit_range(a[i], chr(ord(b[i]) - 1), out)
+        out.append(" ")
+        _more_digits(sub_len, sub_len, out)
+    else:
+        out.append(f"[{a[i]}] (")
+        _uniform_range(a_sub, nines, out)
+        out.append(")")
+        if ord(a[i]) < ord(b[i]) - 1:
+            out.append(" | ")
+            to_reached = b_sub == nines
+            _digit_range(chr(ord(a[i]) + 1), b[i] if to_reached else chr(ord(b[i]) - 1), out)
+            out.append(" ")
+            _more_digits(sub_len, sub_len, out)
+    if not to_reached:
+        out.append(" | ")
+        _digit_range(b[i], b[i], out)
+        out.append(" ")
+        _uniform_range(zeros, b_sub, out)
+    out.append(")")
+
+
+def _int_from(lo: int, out: List[str], decimals_left: int, top_level: bool) -> None:
+    """The integers from lo up, of at most decimals_left + 1 digits."""
+    less = max(decimals_left - 1, 1)
+    if lo < 0:
+        out.append('"-" (')
+        _int_to(-lo, out, decimals_left, False)
+        out.append(") | [0] | [1-9] ")
+        _more_digits(0, decimals_left - 1, out)
+    elif lo == 0:
+        if top_level:
+            out.append("[0] | [1-9] ")
+            _more_digits(0, less, out)
+        else:
+            _more_digits(1, decimals_left, out)
+    elif lo <= 9:
+        c, start = str(lo), "1" if top_level else "0"
+        if c > start:
+            _digit_range(start, chr(ord(c) - 1), out)
+            out.append(" ")
+            _more_digits(1, less, out)
+            out.append(" | ")
+        _digit_range(c, "9", out)
+        out.append(" ")
+        _more_digits(0, less, out)
+    else:
+        s = str(lo)
+        c = s[0]
+        if c > "1":
+            _digit_range("1" if top_level else "0", chr(ord(c) - 1), out)
+            out.append(" ")
+            _more_digits(len(s), less, out)
+            out.append(" | ")
+        _digit_range(c, c, out)
+        out.append(" (")
+        _int_from(int(s[1:]), out, less, False)
+        out.append(")")
+        if c < "9":
+            out.append(" | ")
+            _digit_range(chr(ord(c) + 1), "9", out)
+            out.append(" ")
+            _more_digits(len(s) - 1, less, out)
+
+
+def _int_to(hi: int, out: List[str], decimals_left: int, top_level: bool) -> None:
+    """The integers up to hi: llama.cpp's build_min_max_int with no minimum."""
+    if hi >= 0:
+        if top_level:
+            out.append('"-" [1-9] ')
+            _more_digits(0, max(decimals_left - 1, 1), out)
+            out.append(" | ")
+        _int_between(0, hi, out, decimals_left)
+    else:
+        out.append('"-" (')
+        _int_from(-hi, out, decimals_left, False)
+        out.append(")")
+
+
+def _int_between(lo: int, hi: int, out: List[str], decimals_left: int = 16) -> None:
+    if lo < 0 and hi < 0:
+        out.append('"-" (')
+        _int_between(-hi, -lo, out, decimals_left)
+        out.append(")")
+        return
+    if lo < 0:
+        out.append('"-" (')
+        _int_between(0, -lo, out, decimals_left)
+        out.append(") | ")
+        lo = 0
+    lo_s, hi_s = str(lo), str(hi)
+    for digits in range(len(lo_s), len(hi_s)):
+        _uniform_range(lo_s, "9" * digits, out)
+        lo_s = "1" + "0" * digits
+        out.append(" | ")
+    _uniform_range(lo_s, hi_s, out)
+
+
+def integer_rule(lo: Optional[int], hi: Optional[int]) -> str:
+    """GBNF for the decimal integers from lo to hi (None: no bound on that side), as llama.cpp writes it."""
+    out: List[str] = []
+    if lo is not None and hi is not None:
+        _int_between(lo, hi, out)
+    elif lo is not None:
+        _int_from(lo, out, 16, True)
+    elif hi is not None:
+        _int_to(hi, out, 16, True)
+    else:
+        raise ValueError("an integer range needs a minimum or a maximum")
+    return "".join(out)

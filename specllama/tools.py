@@ -20,6 +20,8 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _WHOLE = re.compile(r"\s*(?:```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*", re.S)
 # how a reply that is a whole call starts (a stream holds these back until it ends)
 _WHOLE_STARTS = ("{", "```json", "```\n{")
+# schemas.LINES_SPACE_RULE as a regular expression
+_SPACE = r"(?: |\n{1,2}[ \t]{0,20})?"
 
 
 def check_tools(tools: Any) -> List[Dict[str, Any]]:
@@ -39,23 +41,39 @@ def check_tools(tools: Any) -> List[Dict[str, Any]]:
     return tools
 
 
-def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:
+def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True,
+                 whole: bool = False) -> str:
     """A GBNF grammar (llama.cpp's) whose every output is one or more calls in the Hermes / Qwen2.5
     format, <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, of the checked tools (or
     of the one named), each call's arguments following its tool's parameters schema: tool_choice
-    "required" or a named function. ValueError where a schema cannot be converted."""
+    "required" or a named function. whole (for tool_choice "auto", where the model lays out its
+    calls itself): or a reply that is one call's JSON object alone, bare or in a ```json block
+    (what whole_call_trigger starts), the JSON in either form laid out over lines or not.
+    ValueError where a schema cannot be converted."""
     chosen = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
     if not chosen:
         raise ValueError(f"no tool is named {name!r}")
     calls = [{"type": "object", "properties": {"name": {"const": fn["name"]},
                                                "arguments": fn.get("parameters") or {"type": "object"}},
               "required": ["name", "arguments"]} for fn in chosen]
-    rules = schemas.to_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls})
+    rules = schemas.to_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls}, lines=whole)
     # the converter's start rule becomes the call's JSON; calls are wrapped in the format's tags
     rules = re.sub(r"^root ::=", "tool-call-json ::=", rules, flags=re.M)
     more = ' ("\\n" tool-call)*' if parallel else ""
-    return (f"root ::= tool-call{more}\n"
+    alone = ' | whole-call\nwhole-call ::= "```" "json"? "\\n"? tool-call-json "```" | tool-call-json' if whole else ""
+    return (f"root ::= tool-call{more}{alone}\n"
             f'tool-call ::= "{OPEN}\\n" tool-call-json "\\n{CLOSE}"\n' + rules)
+
+
+def whole_call_trigger(tools: List[Dict[str, Any]]) -> str:
+    """The lazy grammar's trigger (a regular expression llama.cpp's std::regex reads) for a reply
+    that opens as one call's JSON object, bare or fenced, up to the comma after a tool's name: what
+    it matches, the grammar of call_grammar(whole=True) admits (its whitespace is the converter's),
+    so that a reply taken as a call has arguments by the tool's schema. A JSON reply whose "name" is
+    not a tool's stays free."""
+    names = "|".join(re.escape(json.dumps(t["function"]["name"])[1:-1]) for t in tools)
+    return (r'^\s*((?:```(?:json)?\n?)?\{' + _SPACE + r'"name"' + _SPACE + ":" + _SPACE +
+            '"(?:' + names + ')"' + _SPACE + ",)")
 
 
 def template_messages(messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -18,6 +18,7 @@ import pytest
 
 import specllama
 from test_sampling_end_to_end import _pvalue, first_two_tokens, pvalue_or_zero
+from grammar_text import GrammarText
 from test_server import _client, running
 from tiny_models import vocab
 
@@ -29,13 +30,18 @@ N = 2000
 class _LlamaGrammar:
     """llama.cpp's own grammar sampler on the tiny vocabulary, through llama-cpp-python."""
 
-    def __init__(self, path, gbnf):
+    def __init__(self, path, gbnf, triggers=()):
         llama_cpp.llama_backend_init()
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        self.root = llama_cpp.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
+        if triggers:  # a lazy grammar
+            patterns = (ctypes.c_char_p * len(triggers))(*[t.encode() for t in triggers])
+            self.root = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+                self.vocab, gbnf.encode(), b"root", patterns, len(triggers), None, 0)
+        else:
+            self.root = llama_cpp.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
 
     def masked(self, state, logits):
         n = len(logits)
@@ -52,11 +58,12 @@ class _LlamaGrammar:
         return s
 
 
-def _marginals(path, prompt, constrained=True, chain=CHAIN, gbnf=WORDS, controls=None):
+def _marginals(path, prompt, constrained=True, chain=CHAIN, gbnf=WORDS, controls=None, triggers=()):
     """p1 and the second token's marginal sum_x p1(x) p2(. | x), under the grammar (llama.cpp's
-    own sampler, before the chain) or (the negative control) without it; with controls (logit
-    bias and penalties, sampling_distribution's arguments), with each position's history."""
-    g = _LlamaGrammar(path, gbnf)
+    own sampler, before the chain; lazy with triggers) or (the negative control) without it; with
+    controls (logit bias and penalties, sampling_distribution's arguments), with each position's
+    history."""
+    g = _LlamaGrammar(path, gbnf, triggers)
     model = specllama.Model(path)
     logits_after = lambda toks: specllama.Context(model, n_ctx=128).decode(toks, all_logits=False)[-1]  # noqa: E731
 
@@ -85,6 +92,30 @@ def test_speculative_sampling_follows_the_constrained_target(tiny, chain):
     assert _pvalue(firsts, p1) > 1e-4
     assert _pvalue(seconds, p2) > 1e-4
     assert pvalue_or_zero(seconds, _marginals(tiny.target, prompt, constrained=False, chain=chain)[1]) < 1e-6
+
+
+LAZY = dict(grammar='root ::= " the" (" cat" | " is" | " on")+ "."', grammar_trigger_patterns=["^ the"])
+
+
+@pytest.mark.slow
+def test_speculative_sampling_follows_a_lazy_grammar(tiny):
+    """A lazy grammar (tool calls' with tool_choice "auto"): the first token is free, and where it
+    is the trigger (" the", made likely by a logit bias), the second follows the grammar from it on.
+    The first two tokens follow the target's distribution under the lazy grammar; the negative
+    controls are the target without the grammar and under the grammar from the start."""
+    the = vocab().index("\u2581the")
+    controls = dict(logit_bias={the: 17.0})
+    prompt = specllama.Model(tiny.target).tokenize("the cat")
+    p1, p2 = _marginals(tiny.target, prompt, gbnf=LAZY["grammar"], controls=controls,
+                        triggers=LAZY["grammar_trigger_patterns"])
+    assert 0.2 < p1[the] < 0.8, "the trigger must fire in some generations and not in others"
+    firsts, seconds, n_rejected = first_two_tokens(tiny.target, tiny.far_draft, prompt, CHAIN, N, **LAZY, **controls)
+    assert n_rejected > N // 10, "the pair must disagree for this test to mean anything"
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
+    free = _marginals(tiny.target, prompt, constrained=False, controls=controls)[1]
+    assert pvalue_or_zero(seconds, free) < 1e-6
+    assert pvalue_or_zero(firsts, _marginals(tiny.target, prompt, gbnf=LAZY["grammar"], controls=controls)[0]) < 1e-6
 
 
 FORCING = 'root ::= ("a" | "o") " the cat is" (" on" | " a" | " mat")+ "."'
@@ -185,17 +216,85 @@ def test_keywords_the_converter_would_pass_over_are_refused():
     is refused, named with its place; annotations and what the converter follows are fine."""
     from specllama import schemas
 
-    for schema, where in [({"type": "integer", "minimum": 0}, "'minimum' (at schema)"),
+    for schema, where in [({"type": "number", "minimum": 0}, "'minimum' (at schema) is supported on integers only"),
+                          ({"type": "integer", "multipleOf": 2}, "'multipleOf' (at schema)"),
                           ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}},
                            "'uniqueItems' (at schema.properties.tags)"),
                           ({"anyOf": [{"type": "number"}, {"type": "string", "format": "email"}]},
                            "'email' (at schema.anyOf[1])"),
-                          ({"$defs": {"p": {"not": {"type": "null"}}}, "$ref": "#/$defs/p"}, "'not' (at schema.$defs.p)")]:
+                          ({"$defs": {"p": {"not": {"type": "null"}}}, "$ref": "#/$defs/p"}, "'not' (at schema.$defs.p)"),
+                          ({"type": "integer", "minimum": 0, "enum": [1, 2]}, "beside 'enum' (at schema)"),
+                          ({"type": "integer", "maximum": "9"}, "'maximum' (at schema) must be a number"),
+                          ({"type": "integer", "minimum": True}, "'minimum' (at schema) must be a number"),
+                          ({"items": {"type": "integer", "minimum": 3, "exclusiveMaximum": 3}},
+                           "no integer meets the bounds at schema.items")]:
         with pytest.raises(ValueError, match=re.escape(where)):
             schemas.to_grammar(schema)
     fine = {"title": "P", "description": "d", "type": "object", "additionalProperties": False,
             "properties": {"minimum": {"type": "string", "format": "date", "default": "x", "minLength": 1}}}
     assert "minimum" in schemas.to_grammar(fine)  # (a property named like a keyword is a property)
+
+
+INT_RANGES = [(0, None), (1, None), (3, None), (10, None), (17, None), (-5, None), (-123, None), (None, 0), (None, 9),
+              (None, 123), (None, -1), (None, -40), (-12, 207), (12, 207), (5, 5), (0, 0), (-3, 3), (99, 1000),
+              (-1000, -10), (-7, -7), (100, 199), (1, 1000000)]
+
+
+def _near(lo, hi, rng):
+    """Integers about the bounds, at the lengths where the rules change, and at random."""
+    edges = [b + d for b in (lo, hi) if b is not None for d in (-11, -10, -2, -1, 0, 1, 2, 9, 10)]
+    powers = [s * (10 ** k + d) for k in range(0, 16) for d in (-1, 0, 1) for s in (1, -1)]
+    return sorted(set(edges + powers + list(range(-130, 130)) + [int(x) for x in rng.integers(-10 ** 7, 10 ** 7, 300)]))
+
+
+def test_integer_bounds_hold_the_output_to_their_range(default_pair):
+    """minimum / maximum (and the exclusive two) on an integer: llama.cpp's own grammar engine admits
+    exactly the integers in the range, by the rules llama.cpp's converter writes; the plain integer
+    rule, which admits them all, is the control that shows the check can fail."""
+    from specllama import schemas
+
+    g = GrammarText(default_pair[0])
+    rng = np.random.default_rng(0)
+    ranges = INT_RANGES + [tuple(sorted(int(x) for x in rng.integers(-10 ** int(rng.integers(1, 8)),
+                                                                     10 ** int(rng.integers(1, 8)), 2)))
+                           for _ in range(30)]
+    try:
+        for lo, hi in ranges:
+            schema = {"type": "integer", **({"minimum": lo} if lo is not None else {}),
+                      **({"maximum": hi} if hi is not None else {})}
+            gbnf = schemas.to_grammar(schema)
+            for x in _near(lo, hi, rng):
+                inside = (lo is None or x >= lo) and (hi is None or x <= hi)
+                assert g.admits(gbnf, str(x)) == inside, (schema, x)
+            assert not g.admits(gbnf, "0" + str(abs(lo if lo is not None else hi) or 1))  # (no leading zero)
+        exclusive = schemas.to_grammar({"type": "integer", "exclusiveMinimum": -2.5, "exclusiveMaximum": 4})
+        assert [x for x in range(-9, 9) if g.admits(exclusive, str(x))] == [-2, -1, 0, 1, 2, 3]
+        plain = schemas.to_grammar({"type": "integer"})
+        assert g.admits(plain, "-13") and g.admits(plain, "208")  # the control: out of -12..207, admitted
+        assert schemas.integer_rule(-12, 207) == ('"-" ([0-9] | "1" [0-2]) | [0-9] | ([1-8] [0-9] | [9] [0-9]) | '
+                                                  '([1] [0-9]{2} | [2] "0" [0-7])')  # llama.cpp's test, verbatim
+        assert schemas.integer_rule(0, None) == "[0] | [1-9] [0-9]{0,15}"
+    finally:
+        g.close()
+
+
+def test_json_may_be_laid_out_over_lines_where_asked(default_pair):
+    """By default a schema's JSON has at most one space between tokens; with lines=True (tool calls
+    a model lays out itself), also a line break and an indentation, as llama.cpp's converter allows,
+    before a closing brace after an enum value too."""
+    from specllama import schemas
+
+    g = GrammarText(default_pair[0])
+    try:
+        compact, lines = schemas.to_grammar(ENUM), schemas.to_grammar(ENUM, lines=True)
+        for gbnf in (compact, lines):
+            assert g.admits(gbnf, '{"pet": "cat", "legs": 4}')
+            assert not g.admits(gbnf, '{"pet": "cat",' + " " * 3 + '"legs": 4}')  # (one space at most)
+        laid_out = '{\n  "pet": "dog",\n  "legs": 3\n}'
+        assert g.admits(lines, laid_out) and not g.admits(compact, laid_out)
+        assert not g.admits(lines, laid_out.replace("dog", "cow"))
+    finally:
+        g.close()
 
 
 def test_the_server_follows_schemas_and_refuses_what_it_cannot(tiny):
@@ -211,7 +310,7 @@ def test_the_server_follows_schemas_and_refuses_what_it_cannot(tiny):
         for body, param in [({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "strin"}}}},
                              "response_format"),
                             ({"grammar": 'root ::= ("a"'}, "grammar"),
-                            ({"json_schema": {"type": "object", "properties": {"age": {"type": "integer",
+                            ({"json_schema": {"type": "object", "properties": {"age": {"type": "number",
                                                                                       "minimum": 0}}}}, "json_schema"),
                             ({"json_schema": ENUM, "grammar": 'root ::= "a"'}, "grammar"),
                             ({"response_format": {"type": "yaml"}}, "response_format")]:

@@ -5,10 +5,12 @@ with the official openai client against a real server on the Qwen2.5-Coder pair.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from specllama import tools
+from grammar_text import GrammarText
 from test_server import running
 
 WEATHER = {"type": "function", "function": {
@@ -142,6 +144,50 @@ def test_the_call_grammar_follows_the_format():
         tools.call_grammar([WEATHER], "nope")
 
 
+def _from_trigger(pattern, text):
+    """What a lazy grammar with this trigger is fed of text: from the pattern's group on (Python's
+    re reads the pattern as llama.cpp's std::regex does), or None where it does not trigger."""
+    m = re.search(pattern, text)
+    return None if m is None else text[m.start(1):]
+
+
+def test_a_reply_that_is_a_call_alone_is_held_to_the_tool_schema(default_pair):
+    """tool_choice "auto" with a reply that is a call's JSON object alone, bare or fenced (what
+    small models write for a call, and what is parsed as one): from the tool's name on, the lazy
+    grammar holds it to the tool's schema, by llama.cpp's grammar engine; replies that are no call
+    (code, JSON that names no tool) stay free. At every character where the trigger fires, the
+    grammar admits what it is fed (llama.cpp throws where it would not)."""
+    checked = tools.check_tools([WEATHER, CLOCK])
+    gbnf, trigger = tools.call_grammar(checked, whole=True), tools.whole_call_trigger(checked)
+    call = '{\n  "name": "get_weather",\n  "arguments": {\n    "city": %s\n  }\n}'
+    held = [("```json\n" + call % '"Paris"' + "\n```", True),
+            ("\n " + call % '"Paris"', True),
+            ('{"name": "get_time", "arguments": {"zone": "UTC", "hours": 3}}', True),
+            ("```\n" + call % '"Oslo"' + "```", True),
+            ("```json\n" + call % '["Paris", "Rome"]' + "\n```", False),
+            ('{"name": "get_time", "arguments": {"zone": "PST", "hours": 3}}', False),
+            ('{"name": "get_time", "arguments": {"zone": "UTC"}}', False)]
+    free = ["```python\nprint('{\"name\": \"get_weather\",')\n```", '{"name": "John", "age": 3}',
+            'The weather: {"name": "get_weather", "arguments": {}}', '{"city": "Paris"}']
+    g = GrammarText(default_pair[0])
+    try:
+        for text, valid in held:
+            fed = _from_trigger(trigger, text)
+            assert fed is not None and g.admits(gbnf, fed) == valid, text
+            assert (tools.parse(text)[1] != []) or not valid
+            first = next(end for end in range(len(text) + 1) if _from_trigger(trigger, text[:end]) is not None)
+            assert text[first - 1] == "," and g.admits(gbnf, _from_trigger(trigger, text[:first]), complete=False)
+            for end in range(first, len(text) + 1) if valid else ():  # (a token ending further on fires it there)
+                assert g.admits(gbnf, _from_trigger(trigger, text[:end]), complete=False), text[:end]
+        for text in free:
+            assert _from_trigger(trigger, text) is None, text
+        tagged = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+        assert g.admits(gbnf, tagged) and not g.admits(gbnf, tagged.replace('"Paris"', "7"))
+        assert not g.admits(tools.call_grammar(checked), "```json\n" + call % '"Paris"' + "\n```")  # required: tags
+    finally:
+        g.close()
+
+
 @pytest.fixture(scope="module")
 def qwen_server(qwen_pair):
     target, draft = qwen_pair
@@ -190,3 +236,30 @@ def _tool_loop(client, stream, choice):
                  {"role": "tool", "tool_call_id": call["id"], "content": '{"temperature_c": 17, "sky": "cloudy"}'}]
     content, calls, finish = ask()
     assert finish == "stop" and not calls and "17" in content, content
+
+
+@pytest.mark.real_pair
+@pytest.mark.slow
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_the_model_writes_alone_follows_the_schema(qwen_server, stream):
+    """Asked for two cities' weather with tool_choice "auto", this target answers with one call's
+    JSON object alone in a ```json block, and left free it gives "city" a list of both; held from
+    the tool's name on, the call's arguments follow the tool's schema."""
+    with _openai(qwen_server) as client:
+        kw = dict(model="qwen", messages=[{"role": "user", "content": "What's the weather in Paris and in Rome?"}],
+                  tools=[WEATHER], temperature=0, max_tokens=96)
+        if stream:
+            args, finish = {}, None
+            for chunk in client.chat.completions.create(stream=True, **kw):
+                for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                    args[tc.index] = args.get(tc.index, "") + (tc.function.arguments or "")
+                finish = (chunk.choices[0].finish_reason if chunk.choices else None) or finish
+            calls = [args[i] for i in sorted(args)]
+        else:
+            r = client.chat.completions.create(**kw)
+            finish = r.choices[0].finish_reason
+            calls = [c.function.arguments for c in r.choices[0].message.tool_calls or []]
+    assert finish == "tool_calls" and calls, (finish, calls)
+    for arguments in calls:
+        arguments = json.loads(arguments)
+        assert set(arguments) == {"city"} and isinstance(arguments["city"], str), arguments

@@ -1,0 +1,55 @@
+"""Whether llama.cpp's own grammar engine admits a text: the text fed one character at a time, each
+as the one-character token of a byte-level vocabulary (the default pair's), each checked allowed
+before it is accepted (llama.cpp throws on a token its grammar rejects)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Dict
+
+import llama_cpp
+
+
+class GrammarText:
+    def __init__(self, model_path: str) -> None:
+        llama_cpp.llama_backend_init()
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self.model = llama_cpp.llama_model_load_from_file(model_path.encode(), params)
+        assert self.model, model_path
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.eos = llama_cpp.llama_vocab_eos(self.vocab)
+        self._tokens: Dict[str, int] = {}
+
+    def close(self) -> None:
+        llama_cpp.llama_model_free(self.model)
+
+    def token(self, ch: str) -> int:
+        if ch not in self._tokens:
+            raw = ch.encode()
+            out = (llama_cpp.llama_token * 8)()
+            n = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), out, 8, False, False)
+            assert n == 1, f"{ch!r} is {n} tokens in this vocabulary"
+            self._tokens[ch] = out[0]
+        return self._tokens[ch]
+
+    def _allowed(self, smpl, token: int) -> bool:
+        d = (llama_cpp.llama_token_data * 1)()
+        d[0].id, d[0].logit, d[0].p = token, 0.0, 0.0
+        arr = llama_cpp.llama_token_data_array(data=d, size=1, selected=-1, sorted=False)
+        llama_cpp.llama_sampler_apply(smpl, ctypes.byref(arr))
+        return d[0].logit != float("-inf")
+
+    def admits(self, gbnf: str, text: str, complete: bool = True) -> bool:
+        """Whether text is a sentence of the grammar (complete) or the start of one."""
+        smpl = llama_cpp.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
+        assert smpl, "the grammar does not parse"
+        try:
+            for ch in text:
+                t = self.token(ch)
+                if not self._allowed(smpl, t):
+                    return False
+                llama_cpp.llama_sampler_accept(smpl, t)
+            return self._allowed(smpl, self.eos) if complete else True
+        finally:
+            llama_cpp.llama_sampler_free(smpl)
