@@ -15,7 +15,8 @@
 # build without llama.cpp's programs (shaped_bench.py then measures specllama alone),
 # SPECLLAMA_VERIFY_REPS (verify_shapes.py's --reps; 0 leaves it out), SPECLLAMA_GPU_FA=0 to build
 # without CUDA flash-attention kernels, SPECLLAMA_GPU_GRAPH_OPT=0 to leave out overlap.py's second
-# run, with ggml's concurrent CUDA streams (GGML_CUDA_GRAPH_OPT=1), SPECLLAMA_GPU_TYPE (the pair's
+# and third runs, with ggml's concurrent CUDA streams (GGML_CUDA_GRAPH_OPT=1) and without CUDA graphs
+# (GGML_CUDA_DISABLE_GRAPHS=1), SPECLLAMA_GPU_TYPE (the pair's
 # number format, default f16: one that is not takes one acceptance), SPECLLAMA_PYTHON (default
 # python3: the interpreter whose packages the build uses: numpy, scikit-build-core, pybind11, cmake,
 # ninja, httpx, click).
@@ -96,9 +97,11 @@ print(f['target'], f['draft'])")
   overlap overlap || failed=1
   # the same with ggml's concurrent CUDA streams (GGML_CUDA_GRAPH_OPT=1: independent kernels of one
   # graph, such as a layer's Q, K and V products, run side by side), which can shorten a decode
-  # bound by its launches, as the draft's is
+  # bound by its launches, as the draft's is; and without CUDA graphs, which shows whether the
+  # draft's one-token decodes replay theirs (the same times with and without: they do not)
   if [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] && [ "${SPECLLAMA_GPU_GRAPH_OPT:-1}" = 1 ]; then
     GGML_CUDA_GRAPH_OPT=1 overlap overlap_graph_opt || failed=1
+    GGML_CUDA_DISABLE_GRAPHS=1 overlap overlap_no_graphs || failed=1
   fi
   SPECLLAMA_COMMIT="${SPECLLAMA_COMMIT:-}" "$PY" -X faulthandler "$ROOT/benchmarks/gpu/shaped_bench.py" \
     --shape "$shape" --type "$type" --models "$models" --bindir "$BIN" \
