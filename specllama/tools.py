@@ -48,8 +48,8 @@ def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parall
     of the one named), each call's arguments following its tool's parameters schema: tool_choice
     "required" or a named function. whole (for tool_choice "auto", where the model lays out its
     calls itself): or a reply that is one call's JSON object alone, bare or in a ```json block
-    (what whole_call_trigger starts), the JSON in either form laid out over lines or not.
-    ValueError where a schema cannot be converted."""
+    (what whole_call_trigger starts), the JSON in either form laid out over lines or not, the
+    arguments under "arguments" or "parameters". ValueError where a schema cannot be converted."""
     chosen = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
     if not chosen:
         raise ValueError(f"no tool is named {name!r}")
@@ -59,6 +59,9 @@ def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parall
     rules = schemas.to_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls}, lines=whole)
     # the converter's start rule becomes the call's JSON; calls are wrapped in the format's tags
     rules = re.sub(r"^root ::=", "tool-call-json ::=", rules, flags=re.M)
+    if whole:  # the key as the model's template asks for it: "arguments" (Hermes, Qwen) or "parameters" (Llama 3)
+        rules = re.sub(r'^((?:alternative-\d+-)?arguments-kv ::= )"\\"arguments\\""',
+                       r'\1("\\"arguments\\"" | "\\"parameters\\"")', rules, flags=re.M)
     more = ' ("\\n" tool-call)*' if parallel else ""
     alone = ' | whole-call\nwhole-call ::= "```" "json"? "\\n"? tool-call-json "```" | tool-call-json' if whole else ""
     return (f"root ::= tool-call{more}{alone}\n"

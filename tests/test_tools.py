@@ -163,10 +163,12 @@ def test_a_reply_that_is_a_call_alone_is_held_to_the_tool_schema(default_pair):
     held = [("```json\n" + call % '"Paris"' + "\n```", True),
             ("\n " + call % '"Paris"', True),
             ('{"name": "get_time", "arguments": {"zone": "UTC", "hours": 3}}', True),
+            ('{"name": "get_time", "parameters": {"zone": "CET", "hours": 1}}', True),  # (Llama 3's key)
             ("```\n" + call % '"Oslo"' + "```", True),
             ("```json\n" + call % '["Paris", "Rome"]' + "\n```", False),
             ('{"name": "get_time", "arguments": {"zone": "PST", "hours": 3}}', False),
-            ('{"name": "get_time", "arguments": {"zone": "UTC"}}', False)]
+            ('{"name": "get_time", "arguments": {"zone": "UTC"}}', False),
+            ('{"name": "get_time", "params": {"zone": "UTC", "hours": 3}}', False)]
     free = ["```python\nprint('{\"name\": \"get_weather\",')\n```", '{"name": "John", "age": 3}',
             'The weather: {"name": "get_weather", "arguments": {}}', '{"city": "Paris"}']
     g = GrammarText(default_pair[0])
