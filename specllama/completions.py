@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import infill, schemas, tools
 from ._version import __version__
@@ -63,6 +63,7 @@ CHAT_FIELDS = (_COMMON | {"messages", "chat_template_kwargs", "top_logprobs", "t
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
 # /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
 FIM_N_BATCH = 2048
+MAX_CHOICES = 128  # n, as OpenAI's
 
 
 @dataclass
@@ -82,6 +83,7 @@ class Request:
     max_tokens: Optional[int] = None  # None: up to the end of the context
     template_kwargs: Dict[str, Any] = field(default_factory=dict)
     tools: bool = False  # chat: tools were rendered, and calls are parsed out of the reply (specllama.tools)
+    n: int = 1  # choices, generated one after another (choice c with seed + c where a seed is given)
 
 
 def _number(body: dict, name: str, lo: float, hi: float, integer: bool = False):
@@ -133,8 +135,9 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> R
     if return_tokens and stream:
         raise RequestError("'return_tokens' applies to a whole answer, not a stream", "return_tokens",
                            "invalid_value")
+    n = _number(body, "n", 1, MAX_CHOICES, integer=True)
     req = Request(kind=kind, options=options, stream=stream, include_usage=include_usage, model=model,
-                  max_tokens=max_tokens, return_tokens=return_tokens)
+                  max_tokens=max_tokens, return_tokens=return_tokens, n=n or 1)
     if kind == "chat":
         _chat_prompt(body, req)
     else:
@@ -160,9 +163,6 @@ def _check_fields(body: Any, kind: str) -> None:
         if name in body and body[name] is not None and body[name] not in neutral:
             raise RequestError(f"'{name}' is not supported by this server (only {json.dumps(neutral[0])})"
                                if neutral else f"'{name}' is not supported by this server", name, "unsupported_field")
-    n = _number(body, "n", 1, 1 << 30, integer=True)
-    if n is not None and n != 1:
-        raise RequestError("'n' must be 1: this server generates one choice per request", "n", "unsupported_value")
 
 
 def _max_tokens(body: dict) -> Optional[int]:
@@ -491,6 +491,16 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
         raise RequestError(str(exc), param, "invalid_value") from None
 
 
+def choice_options(opts: GenerateOptions, c: int) -> GenerateOptions:
+    """The options of choice c of a request with n > 1: its seed the request's plus c (none stays
+    none: each choice draws its own)."""
+    if c == 0 or opts.seed is None:
+        return opts
+    out = opts.copy()
+    out.seed = (opts.seed + c) % (1 << 64)
+    return out
+
+
 # --- responses ---------------------------------------------------------------------------------
 
 FINISH = {"stop": "stop", "length": "length", "cancelled": "stop"}
@@ -524,6 +534,23 @@ def timings(stats) -> Dict[str, Any]:
                if stats.n_forced_drafted else {})}
 
 
+def total_usage(all_stats) -> Dict[str, Any]:
+    """usage() of the choices of one request: the prompt counted once (the first choice's), the
+    completions' tokens added up."""
+    out = usage(all_stats[0])
+    out["completion_tokens"] = sum(st.n_generated for st in all_stats)
+    out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
+    return out
+
+
+def response_of_choices(answers: List[Dict[str, Any]], all_stats) -> Dict[str, Any]:
+    """The choices' whole answers (response()'s, in order) as one answer with n choices; usage
+    over them all, timings the first's."""
+    out = dict(answers[0], choices=[dict(a["choices"][0], index=c) for c, a in enumerate(answers)])
+    out["usage"] = total_usage(all_stats)
+    return out
+
+
 def response(req: Request, rid: str, model: str, created: int, text: str, finish_reason: str, stats,
              tokens: Optional[List[int]] = None, logprobs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The whole (non-streamed) answer; with req.return_tokens its choice holds tokens; logprobs:
@@ -549,13 +576,14 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
 
 
 class ChunkWriter:
-    """The chunks of a streamed answer: text deltas, the final chunk with finish_reason (and
-    timings), and, with include_usage, a last chunk with usage and no choices."""
+    """The chunks of a streamed answer's choice (index): text deltas, the final chunk with
+    finish_reason (and timings), and, with include_usage, a last chunk with usage and no choices.
+    The choices of one request share first's id and time."""
 
-    def __init__(self, req: Request, model: str) -> None:
-        self.req, self.model = req, model
-        self.id = new_id(req.kind)
-        self.created = int(time.time())
+    def __init__(self, req: Request, model: str, index: int = 0, first: Optional["ChunkWriter"] = None) -> None:
+        self.req, self.model, self.index = req, model, index
+        self.id = first.id if first is not None else new_id(req.kind)
+        self.created = first.created if first is not None else int(time.time())
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
         self.splitter = tools.StreamSplitter() if req.tools else None
@@ -569,6 +597,10 @@ class ChunkWriter:
         out.update(extra)
         return out
 
+    def _delta(self, delta: Dict[str, Any], logprobs: Optional[Dict[str, Any]] = None, finish=None, **extra):
+        return self._chunk({"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish},
+                           **extra)
+
     def text(self, text: str, logprobs: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
         """The chunks for new text (and its tokens' logprobs_json object, which may come with none)."""
         out = []
@@ -577,39 +609,41 @@ class ChunkWriter:
         self.n_text += len(text)
         if self.req.kind == "chat":
             if not self.started:
-                out.append(self._chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                                        "finish_reason": None}))
+                out.append(self._delta({"role": "assistant", "content": ""}))
             self.started = True
             if text or logprobs:
-                out.append(self._chunk({"index": 0, "delta": {"content": text}, "logprobs": logprobs,
-                                        "finish_reason": None}))
+                out.append(self._delta({"content": text}, logprobs))
         elif text or logprobs:
-            out.append(self._chunk({"index": 0, "text": text, "logprobs": logprobs, "finish_reason": None}))
+            out.append(self._chunk({"index": self.index, "text": text, "logprobs": logprobs, "finish_reason": None}))
         return out
 
-    def end(self, finish_reason: str, stats) -> List[Dict[str, Any]]:
+    def end(self, finish_reason: str, stats, with_usage: bool = True) -> List[Dict[str, Any]]:
+        """The choice's last chunks; with_usage (and include_usage): then the usage chunk of stats."""
         out = self.text("") if self.req.kind == "chat" and not self.started else []
         fr = FINISH.get(finish_reason, finish_reason)
         if self.splitter is not None:
             rest, calls = self.splitter.finish()
             if rest:
-                out.append(self._chunk({"index": 0, "delta": {"content": rest}, "logprobs": None,
-                                        "finish_reason": None}))
+                out.append(self._delta({"content": rest}))
             if calls:
-                deltas = [dict(c, index=i) for i, c in enumerate(calls)]
-                out.append(self._chunk({"index": 0, "delta": {"tool_calls": deltas}, "logprobs": None,
-                                        "finish_reason": None}))
+                out.append(self._delta({"tool_calls": [dict(c, index=i) for i, c in enumerate(calls)]}))
                 fr = "tool_calls"
         if self.req.kind == "chat":
-            choice = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": fr}
+            out.append(self._delta({}, finish=fr, timings=timings(stats)))
         else:
-            choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": fr}
-        out.append(self._chunk(choice, timings=timings(stats)))
-        if self.req.include_usage:
-            last = self._chunk(None)
-            last["usage"] = usage(stats)
-            out.append(last)
+            out.append(self._chunk({"index": self.index, "text": "", "logprobs": None, "finish_reason": fr},
+                                   timings=timings(stats)))
+        if with_usage:
+            out += self.usage_chunk(usage(stats))
         return out
+
+    def usage_chunk(self, usage_obj: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """With include_usage, the last chunk: usage_obj and no choices."""
+        if not self.req.include_usage:
+            return []
+        last = self._chunk(None)
+        last["usage"] = usage_obj
+        return [last]
 
 
 def run(dec, req: Request, model: str, template: Optional[str] = None):
@@ -617,18 +651,28 @@ def run(dec, req: Request, model: str, template: Optional[str] = None):
     tokens = prompt_tokens(dec, req, template)
     opts = options_for(dec, req, len(tokens))
     if not req.stream:
-        out = dec.generate(tokens, opts)
-        return response(req, new_id(req.kind), model, int(time.time()), out.text, out.finish_reason, out.stats,
-                        out.tokens, logprobs_json(req, dec.target_model, out.logprobs))
-    return _stream(dec.stream(tokens, opts), ChunkWriter(req, model), dec.target_model)
+        rid, created, answers, all_stats = new_id(req.kind), int(time.time()), [], []
+        for c in range(req.n):
+            out = dec.generate(tokens, choice_options(opts, c))
+            answers.append(response(req, rid, model, created, out.text, out.finish_reason, out.stats, out.tokens,
+                                    logprobs_json(req, dec.target_model, out.logprobs)))
+            all_stats.append(out.stats)
+        return response_of_choices(answers, all_stats)
+    return _stream(dec, tokens, opts, req, model)
 
 
-def _stream(chunks: Iterable, writer: ChunkWriter, model):
-    for chunk in chunks:
-        if chunk.finish_reason is not None:
-            yield from writer.end(chunk.finish_reason, chunk.stats)
-        else:
-            yield from writer.text(chunk.text, logprobs_json(writer.req, model, chunk.logprobs, writer.n_text))
+def _stream(dec, tokens: List[int], opts: GenerateOptions, req: Request, model: str):
+    first, all_stats = None, []
+    for c in range(req.n):
+        writer = ChunkWriter(req, model, c, first)
+        first = first or writer
+        for chunk in dec.stream(tokens, choice_options(opts, c)):
+            if chunk.finish_reason is not None:
+                all_stats.append(chunk.stats)
+                yield from writer.end(chunk.finish_reason, chunk.stats, with_usage=False)
+            else:
+                yield from writer.text(chunk.text, logprobs_json(req, dec.target_model, chunk.logprobs, writer.n_text))
+    yield from first.usage_chunk(total_usage(all_stats))
 
 
 # --- llama-cpp-python's method names on the decoder ----------------------------------------------
@@ -638,7 +682,7 @@ def create_chat_completion(self: SpeculativeDecoder, messages: Sequence[dict], *
     """An OpenAI chat completion for messages: a dict shaped like OpenAI's ("choices",
     "usage", and llama-server's "timings"), or with stream=True an iterator of chunk dicts.
     fields are the request fields of /v1/chat/completions (max_tokens, temperature, top_p,
-    top_k, min_p, stop, seed, stream_options, and specllama's speculative, n_draft, drafter,
+    top_k, min_p, stop, seed, n, stream_options, and specllama's speculative, n_draft, drafter,
     ignore_eos); one it cannot honour raises specllama.RequestError (a ValueError) naming it.
     The prompt is the chat template's (chat_template: a built-in name or Jinja file instead);
     max_tokens None runs up to the end of the context."""

@@ -29,7 +29,9 @@ CHAT = "/v1/chat/completions"
 class Server:
     def __init__(self, proc, url, lines):
         self.proc, self.url, self.lines = proc, url, lines
-        self.http = httpx.Client(base_url=url, timeout=120)
+        # (a guard against a hang: on two cores running other work, the Qwen pair takes minutes over a
+        # prompt of a few thousand tokens)
+        self.http = httpx.Client(base_url=url, timeout=600)
 
     def post(self, path, body=None, **kw):
         return self.http.post(path, json=body, **kw) if body is not None else self.http.post(path, **kw)
@@ -263,7 +265,8 @@ BAD = [
     ("an empty messages", dict(json={"messages": []}), 400, "invalid_value", "messages"),
     ("a sampling value out of range", dict(json={"messages": MESSAGES, "top_p": 0}), 400, "invalid_value", "top_p"),
     ("no messages", dict(json={"prompt": "x"}), 400, "unsupported_field", "prompt"),
-    ("n other than 1", dict(json={"messages": MESSAGES, "n": 2}), 400, "unsupported_value", "n"),
+    ("n of 0", dict(json={"messages": MESSAGES, "n": 0}), 400, "invalid_value", "n"),
+    ("n over 128", dict(json={"messages": MESSAGES, "n": 129}), 400, "invalid_value", "n"),
     ("a field it cannot honour", dict(json={"messages": MESSAGES, "echo": True}), 400, "unsupported_field", "echo"),
     ("a deprecated field", dict(json={"messages": MESSAGES, "functions": [{"name": "f"}]}), 400, "unsupported_field",
      "functions"),
@@ -312,9 +315,49 @@ def test_python_api_shares_the_layer(tiny):
         assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]) == \
             r["choices"][0]["message"]["content"]
         assert dec.create_completion("the cat", temperature=0, max_tokens=4)["object"] == "text_completion"
-        with pytest.raises(specllama.RequestError, match="'n' must be 1") as err:
-            dec.create_chat_completion(MESSAGES, n=3)
+        three = dec.create_chat_completion(MESSAGES, temperature=0, max_tokens=10, n=3)
+        assert [c["index"] for c in three["choices"]] == [0, 1, 2]
+        assert {c["message"]["content"] for c in three["choices"]} == {r["choices"][0]["message"]["content"]}
+        assert three["usage"]["completion_tokens"] == 3 * r["usage"]["completion_tokens"]
+        assert three["usage"]["prompt_tokens"] == r["usage"]["prompt_tokens"]
+        with pytest.raises(specllama.RequestError, match="'n' must be at most 128") as err:
+            dec.create_chat_completion(MESSAGES, n=129)
         assert err.value.param == "n" and err.value.status == 400
+
+
+@pytest.mark.parametrize("kind", ["chat", "text"])
+def test_n_choices_are_the_requests_with_the_seeds_after_the_first(server, kind):
+    """n choices with a seed: choice c is what the request alone gives with seed + c, streamed or
+    not (chunks by their index, one finish each, usage over all); greedy choices are alike."""
+    with _client(server) as client:
+        if kind == "chat":
+            ask = lambda **kw: client.chat.completions.create(model="tiny", messages=MESSAGES, **kw)  # noqa: E731
+            text = lambda choice: choice.message.content  # noqa: E731
+        else:
+            ask = lambda **kw: client.completions.create(model="tiny", prompt="the cat is on", **kw)  # noqa: E731
+            text = lambda choice: choice.text  # noqa: E731
+        kw = dict(max_tokens=12, temperature=1.0, seed=7)
+        alone = [ask(**dict(kw, seed=7 + c)) for c in range(3)]
+        r = ask(n=3, **kw)
+        assert [c.index for c in r.choices] == [0, 1, 2]
+        assert [text(c) for c in r.choices] == [text(a.choices[0]) for a in alone]
+        assert len({text(c) for c in r.choices}) > 1, "seeds 7, 8 and 9 drew the same text"
+        assert r.usage.completion_tokens == sum(a.usage.completion_tokens for a in alone)
+        assert r.usage.prompt_tokens == alone[0].usage.prompt_tokens
+        texts, finishes, usages = {}, {}, []
+        for chunk in ask(n=3, stream=True, stream_options={"include_usage": True}, **kw):
+            for ch in chunk.choices:
+                piece = ch.delta.content if kind == "chat" else ch.text
+                texts[ch.index] = texts.get(ch.index, "") + (piece or "")
+                if ch.finish_reason:
+                    finishes[ch.index] = finishes.get(ch.index, []) + [ch.finish_reason]
+            if chunk.usage is not None:
+                usages.append(chunk.usage)
+        assert [texts[c] for c in range(3)] == [text(c) for c in r.choices]
+        assert finishes == {c: [r.choices[c].finish_reason] for c in range(3)}
+        assert len(usages) == 1 and usages[0].completion_tokens == r.usage.completion_tokens
+        greedy = ask(n=2, max_tokens=12, temperature=0)
+        assert text(greedy.choices[0]) == text(greedy.choices[1])
 
 
 # -- several users --------------------------------------------------------------------------------

@@ -26,34 +26,43 @@ from .state import ServerState, server_state
 
 
 async def complete(request: Request, kind: str):
-    """Serve a /v1/chat/completions (kind "chat") or /v1/completions ("text") request."""
+    """Serve a /v1/chat/completions (kind "chat") or /v1/completions ("text") request; n choices
+    one after another, each on a slot it waits for as a request would."""
     st = server_state(request)
     try:
-        req, tokens, opts, i = await _admit(st, request, kind)
+        req, tokens, opts = await _admit(st, request, kind)
+        run = _Run(st, await _slot(st, tokens), tokens, opts)
     except RequestError as exc:
         return answer_error(exc)
-    run = _Run(st, i, tokens, opts)
     if not req.stream:
-        return await _whole(st, request, req, kind, run)
-    return _streamed(st, req, run)
+        return await _whole(st, request, req, kind, run, tokens, opts)
+    return _streamed(st, req, run, tokens, opts)
 
 
 async def _admit(st: ServerState, request: Request, kind: str
-                 ) -> Tuple[completions.Request, List[int], GenerateOptions, int]:
-    """The checked request, its prompt's tokens, its options, and the slot it got."""
+                 ) -> Tuple[completions.Request, List[int], GenerateOptions]:
+    """The checked request, its prompt's tokens and its options."""
     if st.decoder.lost is not None:
         raise model_lost(st.decoder.lost)
     req = completions.parse(await read_json(request), kind, st.config.defaults)
     check_model(st, req.model)
     tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template,
                                      st.config.n_batch)
-    opts = completions.options_for(st.slots[0], req, len(tokens))
+    return req, tokens, completions.options_for(st.slots[0], req, len(tokens))
+
+
+async def _slot(st: ServerState, tokens: List[int]) -> int:
+    """A slot for a generation after tokens (RequestError 503 where the queue is full)."""
     try:
-        i = await st.pool.acquire(tokens)
+        return await st.pool.acquire(tokens)
     except QueueFull:
         raise RequestError("the server is busy: all slots are generating and the queue is full; retry shortly",
                            None, "server_busy", 503, "server_error") from None
-    return req, tokens, opts, i
+
+
+async def _next_run(st: ServerState, tokens: List[int], opts: GenerateOptions, c: int) -> "_Run":
+    """Choice c's generation, on a slot it waited for."""
+    return _Run(st, await _slot(st, tokens), tokens, completions.choice_options(opts, c))
 
 
 class _Run:
@@ -101,44 +110,74 @@ async def finished(request: Request, run: _Run):
         watcher.cancel()
 
 
-async def _whole(st: ServerState, request: Request, req: completions.Request, kind: str, run: _Run):
-    try:
-        out = await finished(request, run)
-    except RPCConnectionLost as exc:
-        return answer_error(model_lost(str(exc)))
-    rid = completions.new_id(kind)
-    lps = completions.logprobs_json(req, st.decoder.target_model, out.logprobs)
-    return JSONResponse(completions.response(req, rid, st.config.model_name, int(time.time()), out.text,
-                                             out.finish_reason, out.stats, out.tokens, lps))
+async def _whole(st: ServerState, request: Request, req: completions.Request, kind: str, run: _Run,
+                 tokens: List[int], opts: GenerateOptions):
+    rid, created, answers, all_stats = completions.new_id(kind), int(time.time()), [], []
+    for c in range(req.n):
+        try:
+            run = run if c == 0 else await _next_run(st, tokens, opts, c)
+            out = await finished(request, run)
+        except RequestError as exc:
+            return answer_error(exc)
+        except RPCConnectionLost as exc:
+            return answer_error(model_lost(str(exc)))
+        lps = completions.logprobs_json(req, st.decoder.target_model, out.logprobs)
+        answers.append(completions.response(req, rid, st.config.model_name, created, out.text, out.finish_reason,
+                                            out.stats, out.tokens, lps))
+        all_stats.append(out.stats)
+        if run.cancel.is_set() or st.stopping.is_set():
+            break  # the client went away, or the server stops: no more choices
+    return JSONResponse(completions.response_of_choices(answers, all_stats))
 
 
-def _streamed(st: ServerState, req: completions.Request, run: _Run) -> EventSourceResponse:
-    writer = completions.ChunkWriter(req, st.config.model_name)
+def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List[int],
+              opts: GenerateOptions) -> EventSourceResponse:
     model = st.decoder.target_model
 
     async def events():
+        first, all_stats, current = None, [], run
         try:
-            for c in writer.text(""):
-                yield json.dumps(c)
-            while True:
-                item = await run.texts.get()
-                if item is None:
-                    break
-                text, lps = item
-                for c in writer.text(text, completions.logprobs_json(req, model, lps, writer.n_text)):
-                    yield json.dumps(c)
-            try:
-                out = await asyncio.shield(run.future)
-            except RPCConnectionLost as exc:
-                yield json.dumps(model_lost(str(exc)).body())
-                return
-            for c in writer.end(out.finish_reason, out.stats):
+            for c in range(req.n):
+                if c > 0:
+                    try:
+                        current = await _next_run(st, tokens, opts, c)
+                    except RequestError as exc:
+                        yield json.dumps(exc.body())
+                        return
+                writer = completions.ChunkWriter(req, st.config.model_name, c, first)
+                first = first or writer
+                async for chunk in _choice_chunks(req, writer, current, model, all_stats):
+                    yield chunk
+                if len(all_stats) <= c:
+                    return  # the model was lost: its error event was sent
+            for c in first.usage_chunk(completions.total_usage(all_stats)):
                 yield json.dumps(c)
             yield "[DONE]"
         finally:
-            run.cancel.set()  # a client gone: the generation stops within one step
+            current.cancel.set()  # a client gone: the generation stops within one step
 
     return EventSourceResponse(events(), sep="\n", ping=15, shutdown_grace_period=30)
+
+
+async def _choice_chunks(req: completions.Request, writer: completions.ChunkWriter, run: _Run, model, all_stats):
+    """One choice's events as it generates; its stats appended to all_stats where it ends."""
+    for c in writer.text(""):
+        yield json.dumps(c)
+    while True:
+        item = await run.texts.get()
+        if item is None:
+            break
+        text, lps = item
+        for c in writer.text(text, completions.logprobs_json(req, model, lps, writer.n_text)):
+            yield json.dumps(c)
+    try:
+        out = await asyncio.shield(run.future)
+    except RPCConnectionLost as exc:
+        yield json.dumps(model_lost(str(exc)).body())
+        return
+    all_stats.append(out.stats)
+    for c in writer.end(out.finish_reason, out.stats, with_usage=False):
+        yield json.dumps(c)
 
 
 async def _watch_disconnect(request, cancel: threading.Event) -> None:

@@ -14,13 +14,13 @@ from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
+from .. import completions
 from ..completions import RequestError
 from ..rpc_guard import RPCConnectionLost
 from . import native_completion as nc
 from .errors import answer_error, model_lost
-from .generation import _Run, finished
+from .generation import _Run, _slot, finished
 from .request_checks import read_json
-from .slots import QueueFull
 from .state import ServerState, server_state
 
 
@@ -60,18 +60,13 @@ async def _start(st: ServerState, req: nc.NativeRequest, tokens: List[int], max_
         opts.max_tokens, opts.speculative = 1, False
     else:
         opts.max_tokens = max_new
-    if opts.seed is not None and k:
-        opts.seed = (opts.seed + k) % (1 << 64)  # several completions differ
+    opts = completions.choice_options(opts, k)  # several completions differ
     try:
         opts = st.decoder.options(opts)
     except (TypeError, ValueError) as exc:
         param = next((p for p in ("drafter", "n_draft", "speculative", "seed") if p in str(exc)), None)
         raise RequestError(str(exc), param, "invalid_value") from None
-    try:
-        i = await st.pool.acquire(tokens)
-    except QueueFull:
-        raise RequestError("the server is busy: all slots are generating and the queue is full; retry shortly",
-                           None, "server_busy", 503, "server_error") from None
+    i = await _slot(st, tokens)
     limits = nc.Limits(st.slots[i].target_model, req.n_indent, req.t_max_predict_ms)
     sent = [0]
 
