@@ -30,6 +30,8 @@ IGNORED = ("multipleOf", "uniqueItems", "contains", "minContains", "maxContains"
 # whitespace between a JSON value's tokens with lines=True: llama.cpp's json_schema_to_grammar's
 LINES_SPACE_RULE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
 FORMATS = ("date", "time", "date-time", "uuid")
+INT_DIGITS = 16  # the most digits of an integer in the converter's grammars (its integral-part)
+INT_LIMIT = 10 ** INT_DIGITS - 1
 # where a schema holds schemas: a schema each, or a list or an object of them
 _ONE = ("items", "additionalProperties", "additionalItems", "unevaluatedProperties", "unevaluatedItems")
 _LIST = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -86,6 +88,9 @@ def integer_range(node: dict, path: str = "schema") -> Tuple[Optional[int], Opti
     lo, hi = max(lows, default=None), min(highs, default=None)
     if lo is not None and hi is not None and lo > hi:
         raise ValueError(f"no integer meets the bounds at {path}")
+    if (lo is not None and lo > INT_LIMIT) or (hi is not None and hi < -INT_LIMIT):
+        raise ValueError(f"the bounds at {path} admit no integer of at most {INT_DIGITS} digits, the most an "
+                         "integer has in these grammars")
     return lo, hi
 
 
@@ -146,8 +151,8 @@ def convert(schema: dict, lines: bool = False) -> str:
     return converter.format_grammar()
 
 
-# Integer ranges as GBNF: llama.cpp's build_min_max_int (common/json-schema-to-grammar.cpp, MIT),
-# in Python, rule text for rule text.
+# Integer ranges as GBNF: llama.cpp's build_min_max_int (common/json-schema-to-grammar.cpp, MIT)
+# for a range between two bounds, in Python, rule text for rule text.
 
 def _digit_range(a: str, b: str, out: List[str]) -> None:
     out.append(f"[{a}]" if a == b else f"[{a}-{b}]")
@@ -199,63 +204,6 @@ def _uniform_range(a: str, b: str, out: List[str]) -> None:
     out.append(")")
 
 
-def _int_from(lo: int, out: List[str], decimals_left: int, top_level: bool) -> None:
-    """The integers from lo up, of at most decimals_left + 1 digits."""
-    less = max(decimals_left - 1, 1)
-    if lo < 0:
-        out.append('"-" (')
-        _int_to(-lo, out, decimals_left, False)
-        out.append(") | [0] | [1-9] ")
-        _more_digits(0, decimals_left - 1, out)
-    elif lo == 0:
-        if top_level:
-            out.append("[0] | [1-9] ")
-            _more_digits(0, less, out)
-        else:
-            _more_digits(1, decimals_left, out)
-    elif lo <= 9:
-        c, start = str(lo), "1" if top_level else "0"
-        if c > start:
-            _digit_range(start, chr(ord(c) - 1), out)
-            out.append(" ")
-            _more_digits(1, less, out)
-            out.append(" | ")
-        _digit_range(c, "9", out)
-        out.append(" ")
-        _more_digits(0, less, out)
-    else:
-        s = str(lo)
-        c = s[0]
-        if c > "1":
-            _digit_range("1" if top_level else "0", chr(ord(c) - 1), out)
-            out.append(" ")
-            _more_digits(len(s), less, out)
-            out.append(" | ")
-        _digit_range(c, c, out)
-        out.append(" (")
-        _int_from(int(s[1:]), out, less, False)
-        out.append(")")
-        if c < "9":
-            out.append(" | ")
-            _digit_range(chr(ord(c) + 1), "9", out)
-            out.append(" ")
-            _more_digits(len(s) - 1, less, out)
-
-
-def _int_to(hi: int, out: List[str], decimals_left: int, top_level: bool) -> None:
-    """The integers up to hi: llama.cpp's build_min_max_int with no minimum."""
-    if hi >= 0:
-        if top_level:
-            out.append('"-" [1-9] ')
-            _more_digits(0, max(decimals_left - 1, 1), out)
-            out.append(" | ")
-        _int_between(0, hi, out, decimals_left)
-    else:
-        out.append('"-" (')
-        _int_from(-hi, out, decimals_left, False)
-        out.append(")")
-
-
 def _int_between(lo: int, hi: int, out: List[str], decimals_left: int = 16) -> None:
     if lo < 0 and hi < 0:
         out.append('"-" (')
@@ -276,14 +224,11 @@ def _int_between(lo: int, hi: int, out: List[str], decimals_left: int = 16) -> N
 
 
 def integer_rule(lo: Optional[int], hi: Optional[int]) -> str:
-    """GBNF for the decimal integers from lo to hi (None: no bound on that side), as llama.cpp writes it."""
+    """GBNF for the decimal integers from lo to hi (None: no bound on that side) of at most
+    INT_DIGITS digits, as every integer in these grammars: a range between two bounds by llama.cpp's
+    rules; one bound as the range to the digit limit on the other side (llama.cpp's rules for one
+    bound admit numbers below a minimum such as 100)."""
     out: List[str] = []
-    if lo is not None and hi is not None:
-        _int_between(lo, hi, out)
-    elif lo is not None:
-        _int_from(lo, out, 16, True)
-    elif hi is not None:
-        _int_to(hi, out, 16, True)
-    else:
-        raise ValueError("an integer range needs a minimum or a maximum")
+    _int_between(max(-INT_LIMIT, lo if lo is not None else -INT_LIMIT),
+                 min(INT_LIMIT, hi if hi is not None else INT_LIMIT), out)
     return "".join(out)

@@ -235,22 +235,25 @@ def test_keywords_the_converter_would_pass_over_are_refused():
     assert "minimum" in schemas.to_grammar(fine)  # (a property named like a keyword is a property)
 
 
-INT_RANGES = [(0, None), (1, None), (3, None), (10, None), (17, None), (-5, None), (-123, None), (None, 0), (None, 9),
-              (None, 123), (None, -1), (None, -40), (-12, 207), (12, 207), (5, 5), (0, 0), (-3, 3), (99, 1000),
-              (-1000, -10), (-7, -7), (100, 199), (1, 1000000)]
+INT_RANGES = [(0, None), (1, None), (3, None), (10, None), (17, None), (100, None), (2001, None), (10 ** 12, None),
+              (-5, None), (-123, None), (-100, None), (None, 0), (None, 9), (None, 123), (None, -1), (None, -40),
+              (None, -100), (None, -2001), (None, -10 ** 12), (-12, 207), (12, 207), (5, 5), (0, 0), (-3, 3),
+              (99, 1000), (-1000, -10), (-7, -7), (100, 199), (1, 1000000), (10 ** 16 - 5, None),
+              (None, 3 - 10 ** 16), (5, 2 ** 63 - 1), (-2 ** 63, 2 ** 63 - 1)]
 
 
 def _near(lo, hi, rng):
     """Integers about the bounds, at the lengths where the rules change, and at random."""
     edges = [b + d for b in (lo, hi) if b is not None for d in (-11, -10, -2, -1, 0, 1, 2, 9, 10)]
-    powers = [s * (10 ** k + d) for k in range(0, 16) for d in (-1, 0, 1) for s in (1, -1)]
+    powers = [s * (10 ** k + d) for k in range(0, 18) for d in (-1, 0, 1) for s in (1, -1)]
     return sorted(set(edges + powers + list(range(-130, 130)) + [int(x) for x in rng.integers(-10 ** 7, 10 ** 7, 300)]))
 
 
 def test_integer_bounds_hold_the_output_to_their_range(default_pair):
     """minimum / maximum (and the exclusive two) on an integer: llama.cpp's own grammar engine admits
-    exactly the integers in the range, by the rules llama.cpp's converter writes; the plain integer
-    rule, which admits them all, is the control that shows the check can fail."""
+    exactly the integers in the range of at most 16 digits (as the plain integer rule, the control
+    that shows the check can fail, admits any of them), and no leading zero; a range between two
+    bounds in llama.cpp's rule text; bounds that leave no such integer are refused."""
     from specllama import schemas
 
     g = GrammarText(default_pair[0])
@@ -264,16 +267,19 @@ def test_integer_bounds_hold_the_output_to_their_range(default_pair):
                       **({"maximum": hi} if hi is not None else {})}
             gbnf = schemas.to_grammar(schema)
             for x in _near(lo, hi, rng):
-                inside = (lo is None or x >= lo) and (hi is None or x <= hi)
+                inside = (lo is None or x >= lo) and (hi is None or x <= hi) and abs(x) < 10 ** 16
                 assert g.admits(gbnf, str(x)) == inside, (schema, x)
-            assert not g.admits(gbnf, "0" + str(abs(lo if lo is not None else hi) or 1))  # (no leading zero)
+                if x != 0:
+                    assert not g.admits(gbnf, str(x).replace("-", "-0") if x < 0 else "0" + str(x)), (schema, x)
         exclusive = schemas.to_grammar({"type": "integer", "exclusiveMinimum": -2.5, "exclusiveMaximum": 4})
         assert [x for x in range(-9, 9) if g.admits(exclusive, str(x))] == [-2, -1, 0, 1, 2, 3]
         plain = schemas.to_grammar({"type": "integer"})
-        assert g.admits(plain, "-13") and g.admits(plain, "208")  # the control: out of -12..207, admitted
+        assert g.admits(plain, "-13") and g.admits(plain, "208") and g.admits(plain, "100")  # the control
         assert schemas.integer_rule(-12, 207) == ('"-" ([0-9] | "1" [0-2]) | [0-9] | ([1-8] [0-9] | [9] [0-9]) | '
                                                   '([1] [0-9]{2} | [2] "0" [0-7])')  # llama.cpp's test, verbatim
-        assert schemas.integer_rule(0, None) == "[0] | [1-9] [0-9]{0,15}"
+        for beyond in ({"minimum": 10 ** 16}, {"maximum": -10 ** 16}):
+            with pytest.raises(ValueError, match="no integer of at most 16 digits"):
+                schemas.to_grammar({"type": "integer", **beyond})
     finally:
         g.close()
 
