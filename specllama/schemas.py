@@ -1,6 +1,7 @@
 """JSON Schema to GBNF (llama.cpp's grammar format) by llama-cpp-python's converter, a port of
-llama.cpp's json_schema_to_grammar, with llama.cpp's integer bounds (minimum, maximum,
-exclusiveMinimum, exclusiveMaximum on an integer), which the port lacks. Between a value's tokens
+llama.cpp's json_schema_to_grammar, with integer bounds (minimum, maximum, exclusiveMinimum,
+exclusiveMaximum on an integer), which the port lacks: two bounds by llama.cpp's rules, one as the
+range to the 16 digits an integer has in these grammars. Between a value's tokens
 the JSON has at most one space (the port's rule, which keeps a model from running on in
 whitespace), or with lines=True also a line break and an indentation (llama.cpp's rule), for JSON
 a model lays out itself. The converter passes over some keywords without a word, and a grammar
