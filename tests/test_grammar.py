@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import specllama
-from test_sampling_end_to_end import _pvalue, first_two_tokens, pvalue_or_zero
 from grammar_text import GrammarText
+from test_sampling_end_to_end import _pvalue, first_two_tokens, pvalue_or_zero
 from test_server import _client, running
 from tiny_models import vocab
 
