@@ -5,7 +5,7 @@ before it is accepted (llama.cpp throws on a token its grammar rejects)."""
 from __future__ import annotations
 
 import ctypes
-from typing import Dict
+from typing import Dict, Sequence
 
 import llama_cpp
 
@@ -40,10 +40,21 @@ class GrammarText:
         llama_cpp.llama_sampler_apply(smpl, ctypes.byref(arr))
         return d[0].logit != float("-inf")
 
+    def sampler(self, gbnf: str, triggers: Sequence[str] = ()):
+        """llama.cpp's grammar sampler of gbnf from rule root (lazy, waiting for one of the trigger
+        patterns, where there are any)."""
+        if triggers:
+            patterns = (ctypes.c_char_p * len(triggers))(*[t.encode() for t in triggers])
+            smpl = llama_cpp.llama_sampler_init_grammar_lazy_patterns(self.vocab, gbnf.encode(), b"root", patterns,
+                                                                      len(triggers), None, 0)
+        else:
+            smpl = llama_cpp.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
+        assert smpl, "the grammar does not parse"
+        return smpl
+
     def admits(self, gbnf: str, text: str, complete: bool = True) -> bool:
         """Whether text is a sentence of the grammar (complete) or the start of one."""
-        smpl = llama_cpp.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
-        assert smpl, "the grammar does not parse"
+        smpl = self.sampler(gbnf)
         try:
             for ch in text:
                 t = self.token(ch)

@@ -31,17 +31,8 @@ class _LlamaGrammar:
     """llama.cpp's own grammar sampler on the tiny vocabulary, through llama-cpp-python."""
 
     def __init__(self, path, gbnf, triggers=()):
-        llama_cpp.llama_backend_init()
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = True
-        self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-        if triggers:  # a lazy grammar
-            patterns = (ctypes.c_char_p * len(triggers))(*[t.encode() for t in triggers])
-            self.root = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
-                self.vocab, gbnf.encode(), b"root", patterns, len(triggers), None, 0)
-        else:
-            self.root = llama_cpp.llama_sampler_init_grammar(self.vocab, gbnf.encode(), b"root")
+        self.text = GrammarText(path)  # (its model holds the vocabulary)
+        self.root = self.text.sampler(gbnf, triggers)
 
     def masked(self, state, logits):
         n = len(logits)

@@ -31,7 +31,7 @@ async def complete(request: Request, kind: str):
     st = server_state(request)
     try:
         req, tokens, opts = await _admit(st, request, kind)
-        run = _Run(st, await _slot(st, tokens), tokens, opts)
+        run = await _next_run(st, tokens, opts, 0)
     except RequestError as exc:
         return answer_error(exc)
     if not req.stream:
@@ -61,7 +61,7 @@ async def _slot(st: ServerState, tokens: List[int]) -> int:
 
 
 async def _next_run(st: ServerState, tokens: List[int], opts: GenerateOptions, c: int) -> "_Run":
-    """Choice c's generation, on a slot it waited for."""
+    """Choice c's generation (of a request's n), on a slot it waited for."""
     return _Run(st, await _slot(st, tokens), tokens, completions.choice_options(opts, c))
 
 
