@@ -6,6 +6,7 @@ and reports; benchmarks/gpu/pack.sh's trimmed sdist fits what a GPU machine is s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -159,6 +160,38 @@ def test_llama_server_is_started_for_each_round_where_the_gpu_cannot_hold_every_
     assert bench.servers_stay_loaded(args, str(target), str(draft))
     args.servers = "per-round"
     assert not bench.servers_stay_loaded(args, str(target), str(draft))
+
+
+@pytest.mark.parametrize("bench_args, error", [
+    (["-n", "8"], "several acceptances need --type f16"),  # (a quantized pair takes one acceptance)
+    (["--acceptance", "0.8", "--rnuds", "2"], "unrecognized arguments: --rnuds"),
+    (["--acceptance", "80"], "each acceptance is in (0, 1)"),
+    (["--acceptance", "0.8", "--run", "adaptive"], "KEY=VALUE"),
+])
+def test_run_sh_refuses_bad_bench_arguments_before_it_writes_the_pair(tmp_path, bench_args, error):
+    """Writing the 7B-shaped pair takes minutes of a lent GPU's time: run.sh measure checks the
+    bench's arguments first, and a mistake there costs nothing but the check."""
+    env = dict(os.environ, OUT=str(tmp_path), SPECLLAMA_GPU_SHAPE="small", SPECLLAMA_GPU_TYPE="q8_0",
+               SPECLLAMA_GPU_CUDA="0", SPECLLAMA_PYTHON=sys.executable)
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "measure", *bench_args],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert error in r.stderr
+    assert not (tmp_path / "shaped_models.log").exists()  # (the pair's writer never ran)
+
+
+def test_the_bench_checks_its_arguments():
+    from conftest import load_benchmark
+
+    bench = load_benchmark("gpu/shaped_bench.py")
+    args = bench.parse_args(["--models", "m", "--acceptance", "0.8,0.6", "--n-max", "4,8", "-ngl", "all",
+                             "--run", "adaptive=0,n_draft=4", "--check"])
+    assert args.check and args.acceptances == [0.8, 0.6] and args.n_max == [4, 8] and args.ngl == -1
+    assert args.runs == {"adaptive=0,n_draft=4": {"adaptive": 0, "n_draft": 4}}
+    for bad in (["--type", "q4_k_m"], ["--shape", "qwen3b"], ["--acceptance", "0"], ["--n-max", "four"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--models", "m", *bad])
+    assert bench.parse_args(["--models", "m", "--type", "q4_k_m", "--acceptance", "0.8"]).acceptances == [0.8]
 
 
 def test_the_step_patterns_mark_each_kind_of_step():

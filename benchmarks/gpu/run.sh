@@ -75,11 +75,14 @@ build() {
 }
 
 measure() {
-  export PYTHONPATH="$SITE"
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
   cd /tmp  # the installed specllama (with its extension), not the source tree's
   local shape="${SPECLLAMA_GPU_SHAPE:-qwen7b}" type="${SPECLLAMA_GPU_TYPE:-f16}" models=/tmp/specllama-shaped
   local target draft ngl=all reps="${SPECLLAMA_VERIFY_REPS:-20}" failed=0
   [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || ngl=0
+  # the bench's arguments are checked before the pair is written (minutes at the 7B and 14B shapes)
+  "$PY" "$ROOT/benchmarks/gpu/shaped_bench.py" --shape "$shape" --type "$type" --models "$models" \
+    --check "$@" || return 2
   # the pair first (the bench retunes it for each acceptance), so that the short overlap probe comes
   # before the bench; each step runs whether or not the one before failed (-X faulthandler: a crash
   # prints where), and a cut by the call's time limit leaves what the steps before wrote

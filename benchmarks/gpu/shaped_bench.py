@@ -43,7 +43,7 @@ sys.path.insert(0, str(HERE.parent))  # compare.py, serve_bench.py
 import specllama  # noqa: E402
 import compare  # noqa: E402
 from compare import run_llama_server, run_speculative_simple, start_llama_server  # noqa: E402
-from shaped_models import pair_for  # noqa: E402
+from shaped_models import SHAPES, pair_for  # noqa: E402
 from specllama.provenance import provenance  # noqa: E402
 
 PROMPT = "the quick brown fox jumps over the lazy dog and then"
@@ -234,9 +234,11 @@ def summarize(runs: dict) -> dict:
     return out
 
 
-def main() -> None:
+def parse_args(argv=None) -> argparse.Namespace:
+    """The bench's arguments, every one checked (--check stops there: run.sh checks them before it
+    spends minutes writing the pair)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="qwen7b", help="shaped_models.py's shape (qwen7b, qwen14b, small)")
+    ap.add_argument("--shape", default="qwen7b", choices=sorted(SHAPES), help="shaped_models.py's shape")
     ap.add_argument("--type", default="f16", help="the pair's number format (f16 is retuned in place)")
     ap.add_argument("--models", required=True, help="directory for the pair")
     ap.add_argument("--acceptance", default="0.8,0.6,0.9",
@@ -261,22 +263,39 @@ def main() -> None:
                     help="llama-server loaded through the rounds, or started for each round and stopped after it "
                          "(auto: per-round where the GPU cannot hold every program's copy of the pair at once)")
     ap.add_argument("--out", help="write the report as JSON here")
-    args = ap.parse_args()
-    args.ngl = -1 if args.ngl == "all" else int(args.ngl)
-    args.n_max = [int(x) for x in args.n_max.split(",") if x]
-    args.gpu_mib = gpu_memory_mib()
+    ap.add_argument("--check", action="store_true", help="check the arguments and exit")
+    args = ap.parse_args(argv)
+    try:
+        args.ngl = -1 if args.ngl == "all" else int(args.ngl)
+        args.n_max = [int(x) for x in args.n_max.split(",") if x]
+    except ValueError:
+        ap.error("-ngl takes a number or all, --n-max whole numbers separated by commas")
+    try:
+        args.acceptances = [float(x) for x in args.acceptance.split(",")]
+    except ValueError:
+        ap.error(f"--acceptance takes numbers separated by commas, not {args.acceptance!r}")
+    if not all(0 < a < 1 for a in args.acceptances):
+        ap.error(f"each acceptance is in (0, 1): {args.acceptance}")
     try:
         args.variants = {v: _settings(v) for v in args.variant}
         args.runs = {v: _settings(v) for v in args.run}
     except ValueError:
         ap.error("--variant and --run take KEY=VALUE pairs separated by commas")
-    if args.type != "f16" and len(args.acceptance.split(",")) > 1:
-        ap.error("several acceptances need --type f16 (the pair is retuned in place)")
+    if args.type != "f16" and len(args.acceptances) > 1:
+        ap.error("several acceptances need --type f16 (the pair is retuned in place): give one --acceptance")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.check:
+        return
+    args.gpu_mib = gpu_memory_mib()
     prov = provenance({}, args.threads)
     prov["commit"] = os.environ.get("SPECLLAMA_COMMIT") or prov["commit"]  # (a copy of the tree has no git)
     report = {"provenance": prov, "gpu": gpu_info(), "shape": args.shape, "type": args.type,
               "n_predict": args.n_predict, "rounds": args.rounds, "chain": CHAIN, "ngl": args.ngl, "acceptances": {}}
-    for a in (float(x) for x in args.acceptance.split(",")):
+    for a in args.acceptances:
         report["acceptances"][str(a)] = one_acceptance(args, a, args.bindir)
         if args.out:  # (what is done so far survives a later failure or the call's time limit)
             Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
