@@ -8,7 +8,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -21,30 +21,33 @@ from ..options import GenerateOptions
 from ..rpc_guard import RPCConnectionLost
 from .errors import answer_error, model_lost
 from .request_checks import check_model, read_json
+from .responses import Response
 from .slots import QueueFull
 from .state import ServerState, server_state
 
 
-async def complete(request: Request, kind: str):
+async def complete(request: Request, kind: str, body: Any = None, answer: Optional[Response] = None):
     """Serve a /v1/chat/completions (kind "chat") or /v1/completions ("text") request; n choices
-    one after another, each on a slot it waits for as a request would."""
+    one after another, each on a slot it waits for as a request would. body: the request's body
+    where the caller has read it; answer: a /v1/responses request's Response, which turns the chat
+    answer into its response object or events."""
     st = server_state(request)
     try:
-        req, tokens, opts = await _admit(st, request, kind)
+        req, tokens, opts = await _admit(st, request, kind, body)
         run = await _next_run(st, tokens, opts, 0)
     except RequestError as exc:
         return answer_error(exc)
     if not req.stream:
-        return await _whole(st, request, req, kind, run, tokens, opts)
-    return _streamed(st, req, run, tokens, opts)
+        return await _whole(st, request, req, kind, run, tokens, opts, answer)
+    return _streamed(st, req, run, tokens, opts, answer)
 
 
-async def _admit(st: ServerState, request: Request, kind: str
+async def _admit(st: ServerState, request: Request, kind: str, body: Any = None
                  ) -> Tuple[completions.Request, List[int], GenerateOptions]:
     """The checked request, its prompt's tokens and its options."""
     if st.decoder.lost is not None:
         raise model_lost(st.decoder.lost)
-    req = completions.parse(await read_json(request), kind, st.config.defaults)
+    req = completions.parse(await read_json(request) if body is None else body, kind, st.config.defaults)
     check_model(st, req.model)
     tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template,
                                      st.config.n_batch)
@@ -111,7 +114,7 @@ async def finished(request: Request, run: _Run):
 
 
 async def _whole(st: ServerState, request: Request, req: completions.Request, kind: str, run: _Run,
-                 tokens: List[int], opts: GenerateOptions):
+                 tokens: List[int], opts: GenerateOptions, answer: Optional[Response] = None):
     rid, created, answers, all_stats = completions.new_id(kind), int(time.time()), [], []
     for c in range(req.n):
         try:
@@ -127,14 +130,16 @@ async def _whole(st: ServerState, request: Request, req: completions.Request, ki
         all_stats.append(out.stats)
         if run.cancel.is_set() or st.stopping.is_set():
             break  # the client went away, or the server stops: no more choices
-    return JSONResponse(completions.response_of_choices(answers, all_stats))
+    whole = completions.response_of_choices(answers, all_stats)
+    return JSONResponse(answer.whole(whole) if answer is not None else whole)
 
 
 def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List[int],
-              opts: GenerateOptions) -> EventSourceResponse:
+              opts: GenerateOptions, answer: Optional[Response] = None) -> EventSourceResponse:
     model = st.decoder.target_model
 
-    async def events():
+    async def chunks():
+        """The chat chunks (dicts; an error's body ends them), then "[DONE]"."""
         first, all_stats, current = None, [], run
         try:
             for c in range(req.n):
@@ -142,7 +147,7 @@ def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List
                     try:
                         current = await _next_run(st, tokens, opts, c)
                     except RequestError as exc:
-                        yield json.dumps(exc.body())
+                        yield exc.body()
                         return
                 writer = completions.ChunkWriter(req, st.config.model_name, c, first)
                 first = first or writer
@@ -151,10 +156,24 @@ def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List
                 if len(all_stats) <= c:
                     return  # the model was lost: its error event was sent
             for c in first.usage_chunk(completions.total_usage(all_stats)):
-                yield json.dumps(c)
+                yield c
             yield "[DONE]"
         finally:
             current.cancel.set()  # a client gone: the generation stops within one step
+
+    async def events():
+        inner = chunks()
+        try:
+            for e in answer.start() if answer is not None else []:
+                yield e
+            async for c in inner:
+                if answer is None:
+                    yield c if isinstance(c, str) else json.dumps(c)
+                elif not isinstance(c, str):
+                    for e in answer.events(c):
+                        yield e
+        finally:
+            await inner.aclose()
 
     return EventSourceResponse(events(), sep="\n", ping=15, shutdown_grace_period=30)
 
@@ -162,22 +181,22 @@ def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List
 async def _choice_chunks(req: completions.Request, writer: completions.ChunkWriter, run: _Run, model, all_stats):
     """One choice's events as it generates; its stats appended to all_stats where it ends."""
     for c in writer.text(""):
-        yield json.dumps(c)
+        yield c
     while True:
         item = await run.texts.get()
         if item is None:
             break
         text, lps = item
         for c in writer.text(text, completions.logprobs_json(req, model, lps, writer.n_text)):
-            yield json.dumps(c)
+            yield c
     try:
         out = await asyncio.shield(run.future)
     except RPCConnectionLost as exc:
-        yield json.dumps(model_lost(str(exc)).body())
+        yield model_lost(str(exc)).body()
         return
     all_stats.append(out.stats)
     for c in writer.end(out.finish_reason, out.stats, with_usage=False):
-        yield json.dumps(c)
+        yield c
 
 
 async def _watch_disconnect(request, cancel: threading.Event) -> None:

@@ -1,6 +1,6 @@
-"""OpenAI's endpoints: chat and text completions, and the model list (chat and the model list also
-at the path without /v1, as llama-server serves them; its /completions is its native endpoint,
-served in native_routes)."""
+"""OpenAI's endpoints: chat and text completions, responses, and the model list (chat, responses and
+the model list also at the path without /v1, as llama-server serves them; its /completions is its
+native endpoint, served in native_routes)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import os
 
 from fastapi import APIRouter, Request
 
+from .. import completions
+from .errors import answer_error
 from .generation import complete
+from .request_checks import read_json
+from .responses import Response, chat_body
 from .state import server_state
 
 router = APIRouter()
@@ -23,6 +27,18 @@ async def chat_completions(request: Request):
 @router.post("/v1/completions")
 async def text_completions(request: Request):
     return await complete(request, "text")
+
+
+@router.post("/v1/responses")
+@router.post("/responses")
+async def responses(request: Request):
+    """OpenAI's Responses API, served as the chat completion it asks for (server/responses.py)."""
+    try:
+        body = await read_json(request)
+        chat = chat_body(body)
+    except completions.RequestError as exc:
+        return answer_error(exc)
+    return await complete(request, "chat", chat, Response(body, server_state(request).config.model_name))
 
 
 @router.get("/v1/models")
