@@ -265,3 +265,23 @@ def test_a_call_the_model_writes_alone_follows_the_schema(qwen_server, stream):
     for arguments in calls:
         arguments = json.loads(arguments)
         assert set(arguments) == {"city"} and isinstance(arguments["city"], str), arguments
+
+
+@pytest.mark.real_pair
+@pytest.mark.slow
+def test_apply_template_renders_a_conversation_as_a_chat_request_does(qwen_server):
+    """/apply-template shows the prompt a chat request with those messages and tools is generated
+    from: an earlier call's arguments rendered as an object, not as a quoted JSON string."""
+    messages = [{"role": "user", "content": "What's the weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "22 C, sunny"}]
+    prompt = qwen_server.post("/apply-template", {"messages": messages, "tools": [WEATHER]}).json()["prompt"]
+    assert '"arguments": {"city": "Paris"}' in prompt and "get_weather" in prompt.split("<|im_start|>user")[0]
+    tokens = qwen_server.post("/tokenize", {"content": prompt, "add_special": True}).json()["tokens"]
+    chat = qwen_server.post("/v1/chat/completions", {"messages": messages, "tools": [WEATHER], "max_tokens": 1,
+                                                     "temperature": 0}).json()
+    assert chat["usage"]["prompt_tokens"] == len(tokens)
+    bad = qwen_server.post("/apply-template", {"messages": messages, "tools": [{"type": "function"}]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from .._version import __version__
+from .. import tools
 from ..completions import RequestError
 from ..templates import ChatTemplateError
 from . import native_generation
@@ -97,13 +98,14 @@ async def apply_template(request: Request):
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list) or not messages:
             raise RequestError("'messages' must be a non-empty list of messages", "messages", "invalid_value")
-        tools = body.get("tools")
-        if tools is not None and not isinstance(tools, list):
-            raise RequestError("'tools' must be a list", "tools", "invalid_type")
-        variables = {"tools": tools} if tools else {}
+        given = body.get("tools")
         try:
-            prompt = await run_in_threadpool(st.decoder.apply_chat_template, messages, True, st.config.chat_template,
-                                             **variables)
+            variables = {"tools": tools.check_tools(given)} if given else {}
+        except ValueError as exc:
+            raise RequestError(str(exc), "tools", "invalid_value") from None
+        try:  # (the messages as a chat request renders them: a call's arguments as an object)
+            prompt = await run_in_threadpool(st.decoder.apply_chat_template, tools.template_messages(messages), True,
+                                             st.config.chat_template, **variables)
         except ChatTemplateError as exc:
             raise RequestError(str(exc), "messages", "chat_template_error") from None
         except ValueError as exc:
