@@ -26,6 +26,12 @@ def _client(server):
     return OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=600)
 
 
+@pytest.fixture
+def client(server):
+    with _client(server) as c:
+        yield c
+
+
 # (Responses input, instructions) and the chat messages they stand for
 CONVERSATIONS = [
     (("the cat is on", None), [{"role": "user", "content": "the cat is on"}]),
@@ -43,8 +49,7 @@ CONVERSATIONS = [
 @pytest.mark.parametrize("conversation, messages", CONVERSATIONS, ids=["text", "items"])
 @pytest.mark.parametrize("sampling", [dict(temperature=0), dict(temperature=1.0, top_p=0.9, seed=7)],
                          ids=["greedy", "seeded"])
-def test_a_response_is_the_chat_completion_of_its_input(server, conversation, messages, sampling):
-    client = _client(server)
+def test_a_response_is_the_chat_completion_of_its_input(client, conversation, messages, sampling):
     (inp, instructions), extra = conversation, ({"seed": sampling["seed"]} if "seed" in sampling else {})
     kw = {k: v for k, v in sampling.items() if k != "seed"}
     r = client.responses.create(model="tiny", input=inp, instructions=instructions, max_output_tokens=12,
@@ -59,8 +64,7 @@ def test_a_response_is_the_chat_completion_of_its_input(server, conversation, me
     assert r.status == ("incomplete" if chat.choices[0].finish_reason == "length" else "completed")
 
 
-def test_a_streamed_response_is_the_whole_one(server):
-    client = _client(server)
+def test_a_streamed_response_is_the_whole_one(client):
     kw = dict(model="tiny", input="the cat is on", temperature=0, max_output_tokens=16)
     whole = client.responses.create(**kw)
     events = list(client.responses.create(stream=True, **kw))
@@ -87,8 +91,7 @@ def test_a_streamed_response_is_the_whole_one(server):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_response_cut_by_max_output_tokens_is_incomplete(server, stream):
-    client = _client(server)
+def test_a_response_cut_by_max_output_tokens_is_incomplete(client, stream):
     kw = dict(model="tiny", input="the cat is on", temperature=0, max_output_tokens=3,
               extra_body={"ignore_eos": True})
     if stream:
@@ -161,13 +164,19 @@ def qwen_server(qwen_pair):
         yield s
 
 
+@pytest.fixture
+def qwen_client(qwen_server):
+    with _client(qwen_server) as c:
+        yield c
+
+
 @pytest.mark.real_pair
 @pytest.mark.slow
-def test_function_calls_and_their_outputs_through_responses(qwen_server):
+def test_function_calls_and_their_outputs_through_responses(qwen_client):
     """A forced call comes back as a function_call item (whole, and through the client's stream
     helper); the call and its output sent back as input items make the prompt the chat
     conversation with that call and tool message makes."""
-    client = _client(qwen_server)
+    client = qwen_client
     ask = dict(model="qwen", input="What's the weather in Paris?", tools=[WEATHER], tool_choice="required",
                temperature=0)
     r = client.responses.create(**ask)
@@ -202,9 +211,9 @@ def test_function_calls_and_their_outputs_through_responses(qwen_server):
 
 @pytest.mark.real_pair
 @pytest.mark.slow
-def test_a_json_schema_text_format_holds_the_output(qwen_server):
+def test_a_json_schema_text_format_holds_the_output(qwen_client):
     """The client's responses.parse with a Pydantic model: its schema becomes the grammar."""
-    client = _client(qwen_server)
+    client = qwen_client
     r = client.responses.parse(model="qwen", input="Name a big city and its population.", text_format=City,
                                temperature=0, max_output_tokens=64)
     assert isinstance(r.output_parsed, City) and r.output_parsed.name and r.output_parsed.population >= 0

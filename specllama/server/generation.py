@@ -8,7 +8,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -21,25 +21,39 @@ from ..options import GenerateOptions
 from ..rpc_guard import RPCConnectionLost
 from .errors import answer_error, model_lost
 from .request_checks import check_model, read_json
+from .messages import Message
 from .responses import Response
+
+# a /v1/responses or /v1/messages request's answer: the chat answer and chunks turned into its API's
+Answer = Union[Response, Message]
 from .slots import QueueFull
 from .state import ServerState, server_state
 
 
-async def complete(request: Request, kind: str, body: Any = None, answer: Optional[Response] = None):
+async def complete(request: Request, kind: str, body: Any = None, answer: Optional[Answer] = None):
     """Serve a /v1/chat/completions (kind "chat") or /v1/completions ("text") request; n choices
     one after another, each on a slot it waits for as a request would. body: the request's body
-    where the caller has read it; answer: a /v1/responses request's Response, which turns the chat
-    answer into its response object or events."""
+    where the caller has read it; answer: a /v1/responses or /v1/messages request's Response or
+    Message, which turns the chat answer into its API's answer, events and errors."""
     st = server_state(request)
     try:
         req, tokens, opts = await _admit(st, request, kind, body)
         run = await _next_run(st, tokens, opts, 0)
     except RequestError as exc:
-        return answer_error(exc)
+        return _error(exc, answer)
     if not req.stream:
         return await _whole(st, request, req, kind, run, tokens, opts, answer)
     return _streamed(st, req, run, tokens, opts, answer)
+
+
+def _error(exc: RequestError, answer: Optional[Answer]):
+    return answer.error(exc) if answer is not None else answer_error(exc)
+
+
+async def prompt_size(request: Request, body: Any) -> int:
+    """The tokens of a chat request's prompt (RequestError where it cannot be served)."""
+    _, tokens, _ = await _admit(server_state(request), request, "chat", body)
+    return len(tokens)
 
 
 async def _admit(st: ServerState, request: Request, kind: str, body: Any = None
@@ -114,16 +128,17 @@ async def finished(request: Request, run: _Run):
 
 
 async def _whole(st: ServerState, request: Request, req: completions.Request, kind: str, run: _Run,
-                 tokens: List[int], opts: GenerateOptions, answer: Optional[Response] = None):
-    rid, created, answers, all_stats = completions.new_id(kind), int(time.time()), [], []
+                 tokens: List[int], opts: GenerateOptions, answer: Optional[Answer] = None):
+    rid, created, answers, all_stats, outs = completions.new_id(kind), int(time.time()), [], [], []
     for c in range(req.n):
         try:
             run = run if c == 0 else await _next_run(st, tokens, opts, c)
             out = await finished(request, run)
         except RequestError as exc:
-            return answer_error(exc)
+            return _error(exc, answer)
         except RPCConnectionLost as exc:
-            return answer_error(model_lost(str(exc)))
+            return _error(model_lost(str(exc)), answer)
+        outs.append(out)
         lps = completions.logprobs_json(req, st.decoder.target_model, out.logprobs)
         answers.append(completions.response(req, rid, st.config.model_name, created, out.text, out.finish_reason,
                                             out.stats, out.tokens, lps))
@@ -131,15 +146,16 @@ async def _whole(st: ServerState, request: Request, req: completions.Request, ki
         if run.cancel.is_set() or st.stopping.is_set():
             break  # the client went away, or the server stops: no more choices
     whole = completions.response_of_choices(answers, all_stats)
-    return JSONResponse(answer.whole(whole) if answer is not None else whole)
+    return JSONResponse(answer.whole(whole, outs) if answer is not None else whole)
 
 
 def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List[int],
-              opts: GenerateOptions, answer: Optional[Response] = None) -> EventSourceResponse:
+              opts: GenerateOptions, answer: Optional[Answer] = None) -> EventSourceResponse:
     model = st.decoder.target_model
 
     async def chunks():
-        """The chat chunks (dicts; an error's body ends them), then "[DONE]"."""
+        """The chat chunks (dicts; an error's body ends them; each choice's result as a Finished
+        before its last chunks), then "[DONE]"."""
         first, all_stats, current = None, [], run
         try:
             for c in range(req.n):
@@ -164,11 +180,15 @@ def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List
     async def events():
         inner = chunks()
         try:
-            for e in answer.start() if answer is not None else []:
+            for e in answer.start(len(tokens)) if answer is not None else []:
                 yield e
             async for c in inner:
                 if answer is None:
-                    yield c if isinstance(c, str) else json.dumps(c)
+                    if not isinstance(c, Finished):
+                        yield c if isinstance(c, str) else json.dumps(c)
+                elif isinstance(c, Finished):
+                    for e in answer.finished(c.out):
+                        yield e
                 elif not isinstance(c, str):
                     for e in answer.events(c):
                         yield e
@@ -195,8 +215,16 @@ async def _choice_chunks(req: completions.Request, writer: completions.ChunkWrit
         yield model_lost(str(exc)).body()
         return
     all_stats.append(out.stats)
+    yield Finished(out)
     for c in writer.end(out.finish_reason, out.stats, with_usage=False):
         yield c
+
+
+class Finished:
+    """A choice's generation result, among its chunks."""
+
+    def __init__(self, out) -> None:
+        self.out = out
 
 
 async def _watch_disconnect(request, cancel: threading.Event) -> None:

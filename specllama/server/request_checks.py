@@ -29,7 +29,7 @@ def install_guard(app: FastAPI) -> None:
         label = path if path in st.known_paths else "other"
         if not _authorized(st, request):
             st.metrics.requests.labels(label, "401").inc()
-            return error_response(401, "invalid or missing API key (Authorization: Bearer ...)",
+            return error_response(401, "invalid or missing API key (Authorization: Bearer ..., or X-Api-Key)",
                                   kind="authentication_error", code="invalid_api_key")
         response = await call_next(request)
         st.metrics.requests.labels(label, str(response.status_code)).inc()
@@ -40,8 +40,11 @@ def _authorized(st: ServerState, request: Request) -> bool:
     key = st.config.api_key
     if not key or request.url.path in OPEN_PATHS or request.method == "OPTIONS":
         return True
-    given = request.headers.get("authorization", "")
-    return hmac.compare_digest(given.encode("utf-8", "replace"), f"Bearer {key}".encode("utf-8"))
+    # OpenAI's clients send Authorization: Bearer KEY, Anthropic's X-Api-Key: KEY (as llama-server takes both)
+    given = request.headers.get("authorization")
+    if given is None and "x-api-key" in request.headers:
+        given = f"Bearer {request.headers['x-api-key']}"
+    return hmac.compare_digest((given or "").encode("utf-8", "replace"), f"Bearer {key}".encode("utf-8"))
 
 
 async def read_json(request: Request) -> Any:

@@ -12,7 +12,10 @@ import time
 import uuid
 from typing import Any, Dict, List, Optional
 
+from fastapi.responses import JSONResponse
+
 from ..completions import RequestError
+from .errors import answer_error
 
 # fields that go to the chat request as they are (the chat parser checks them)
 _CHAT = {"model", "temperature", "top_p", "parallel_tool_calls", "metadata", "user", "service_tier",
@@ -217,7 +220,15 @@ class Response:
                 "tools": b.get("tools") or [], "truncation": "disabled", "usage": usage,
                 "metadata": b.get("metadata") or {}, "user": b.get("user")}
 
-    def whole(self, answer: Dict[str, Any]) -> Dict[str, Any]:
+    @staticmethod
+    def error(exc: RequestError) -> JSONResponse:
+        return answer_error(exc)
+
+    @staticmethod
+    def finished(out) -> List[Dict[str, str]]:
+        return []
+
+    def whole(self, answer: Dict[str, Any], outs=None) -> Dict[str, Any]:
         """The response object of a whole chat answer."""
         choice = answer["choices"][0]
         msg = choice["message"]
@@ -249,7 +260,7 @@ class Response:
         self.seq += 1
         return {"event": kind, "data": json.dumps(data)}
 
-    def start(self) -> List[Dict[str, str]]:
+    def start(self, n_prompt: int = 0) -> List[Dict[str, str]]:
         return [self._event("response.created", response=self.object("in_progress")),
                 self._event("response.in_progress", response=self.object("in_progress"))]
 
