@@ -20,14 +20,14 @@ from ..completions import RequestError
 from ..options import GenerateOptions
 from ..rpc_guard import RPCConnectionLost
 from .errors import answer_error, model_lost
-from .request_checks import check_model, read_json
 from .messages import Message
+from .request_checks import check_model, read_json
 from .responses import Response
+from .slots import QueueFull
+from .state import ServerState, server_state
 
 # a /v1/responses or /v1/messages request's answer: the chat answer and chunks turned into its API's
 Answer = Union[Response, Message]
-from .slots import QueueFull
-from .state import ServerState, server_state
 
 
 async def complete(request: Request, kind: str, body: Any = None, answer: Optional[Answer] = None):

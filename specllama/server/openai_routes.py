@@ -1,6 +1,6 @@
 """OpenAI's endpoints: chat and text completions, responses, and the model list (chat, responses and
 the model list also at the path without /v1, as llama-server serves them; its /completions is its
-native endpoint, served in native_routes); and Anthropic's messages."""
+native endpoint, served in native_routes)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ from fastapi import APIRouter, Request
 
 from .. import completions
 from .errors import answer_error
-from .generation import complete, prompt_size
-from .messages import Message, error_response
-from .messages import chat_body as messages_chat_body
+from .generation import complete
 from .request_checks import read_json
 from .responses import Response, chat_body
 from .state import server_state
@@ -41,28 +39,6 @@ async def responses(request: Request):
     except completions.RequestError as exc:
         return answer_error(exc)
     return await complete(request, "chat", chat, Response(body, server_state(request).config.model_name))
-
-
-@router.post("/v1/messages")
-async def messages(request: Request):
-    """Anthropic's Messages API, served as the chat completion it asks for (server/messages.py)."""
-    st = server_state(request)
-    try:
-        body = await read_json(request)
-        chat = messages_chat_body(body)
-    except completions.RequestError as exc:
-        return error_response(exc)
-    return await complete(request, "chat", chat, Message(body, st.config.model_name, st.slots[0]))
-
-
-@router.post("/v1/messages/count_tokens")
-async def count_message_tokens(request: Request):
-    """The input tokens of a /v1/messages request, as Anthropic's endpoint counts them."""
-    try:
-        n = await prompt_size(request, messages_chat_body(await read_json(request), count_only=True))
-    except completions.RequestError as exc:
-        return error_response(exc)
-    return {"input_tokens": n}
 
 
 @router.get("/v1/models")
