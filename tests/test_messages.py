@@ -13,7 +13,7 @@ import pytest
 from openai import OpenAI
 from pydantic import BaseModel
 
-from test_server import _pair, running
+from test_server import _metrics, _pair, running
 
 KEY = "test-key"
 
@@ -148,6 +148,23 @@ def test_the_api_key_is_taken_from_x_api_key(server):
                          headers={"x-api-key": ""})
     assert r.status_code == 401
     assert _chat(server, MESSAGES, max_tokens=2).choices  # (OpenAI's clients: Authorization: Bearer)
+
+
+@pytest.mark.parametrize("path, body, first_text", [
+    ("/v1/messages", {"max_tokens": 4000, "messages": MESSAGES}, "event: content_block_delta"),
+    ("/v1/responses", {"max_output_tokens": 4000, "input": "the cat"}, "event: response.output_text.delta"),
+])
+def test_a_client_that_leaves_a_stream_stops_its_generation(slow, path, body, first_text):
+    """Messages and responses streams, as chat streams: a client gone mid-stream stops the
+    generation within a step, and the slot is free again."""
+    with running(["-m", slow.target, "--no-draft", "-c", "4096", "-np", "1"]) as server:
+        body = dict(body, stream=True, ignore_eos=True)
+        with server.http.stream("POST", path, json=body) as response:
+            assert response.status_code == 200
+            next(line for line in response.iter_lines() if line.startswith(first_text))
+            assert server.health()["slots_processing"] == 1
+        server.wait_for(lambda h: h["slots_processing"] == 0, "the slot free again")
+        assert _metrics(server)["specllama_generated_tokens_total"] < 4000
 
 
 def test_a_chat_stream_becomes_message_events_in_order():
