@@ -532,3 +532,38 @@ def test_slots_share_one_copy_of_the_weights(default_pair):
             assert s.target_model is dec.target_model
             s.generate("hello", max_tokens=2, temperature=0)
         assert rss() - before < dec.target_model.size
+
+
+def test_a_generation_that_fails_mid_stream_ends_the_stream_with_its_error():
+    """A generation that raises after its first text (a fault in the native loop, say) ends its
+    stream with an error event in OpenAI's shape, as a whole answer gets a 500, not with a stream
+    cut off; a /v1/responses stream turns it into error and response.failed."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from specllama import completions
+    from specllama.server.generation import _choice_chunks
+    from specllama.server.responses import Response
+
+    async def chunks():
+        loop = asyncio.get_running_loop()
+        run = SimpleNamespace(texts=asyncio.Queue(), future=loop.create_future())
+        run.texts.put_nowait(("the cat", None))
+        run.texts.put_nowait(None)
+        run.future.set_exception(RuntimeError("Unexpected empty grammar stack after accepting piece: ,{"))
+        req = completions.parse({"messages": MESSAGES, "stream": True}, "chat")
+        writer = completions.ChunkWriter(req, "tiny")
+        all_stats = []
+        out = [c async for c in _choice_chunks(req, writer, run, None, all_stats)]
+        return out, all_stats
+
+    out, all_stats = asyncio.run(chunks())
+    assert not all_stats  # (the caller ends the stream there, without [DONE])
+    assert [c["choices"][0]["delta"].get("content") for c in out[:-1]] == ["", "the cat"]
+    err = out[-1]["error"]
+    assert err["type"] == "server_error" and err["code"] == "internal_error"
+    assert "Unexpected empty grammar stack" in err["message"]
+    resp = Response({"input": "x"}, "tiny")
+    resp.start()
+    events = [json.loads(e["data"]) for c in out for e in resp.events(c)]
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]

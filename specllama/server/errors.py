@@ -46,4 +46,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, exc: Exception):
-        return error_response(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error")
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}", kind="server_error",
+                              code="internal_error")

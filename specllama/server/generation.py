@@ -170,7 +170,7 @@ def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List
                 async for chunk in _choice_chunks(req, writer, current, model, all_stats):
                     yield chunk
                 if len(all_stats) <= c:
-                    return  # the model was lost: its error event was sent
+                    return  # the generation failed (the model was lost): its error event was sent
             for c in first.usage_chunk(completions.total_usage(all_stats)):
                 yield c
             yield "[DONE]"
@@ -213,6 +213,10 @@ async def _choice_chunks(req: completions.Request, writer: completions.ChunkWrit
         out = await asyncio.shield(run.future)
     except RPCConnectionLost as exc:
         yield model_lost(str(exc)).body()
+        return
+    except Exception as exc:  # (a generation that failed: the stream ends with the error a whole answer gets)
+        yield RequestError(f"internal error: {type(exc).__name__}: {exc}", None, "internal_error", 500,
+                           "server_error").body()
         return
     all_stats.append(out.stats)
     yield Finished(out)
