@@ -64,6 +64,21 @@ def test_a_response_is_the_chat_completion_of_its_input(client, conversation, me
     assert r.status == ("incomplete" if chat.choices[0].finish_reason == "length" else "completed")
 
 
+@pytest.mark.parametrize("conversation, messages", CONVERSATIONS, ids=["text", "items"])
+def test_input_tokens_count_the_prompt_a_request_is_generated_after(client, server, conversation, messages):
+    """POST /v1/responses/input_tokens (the client's responses.input_tokens.count) and
+    /v1/chat/completions/input_tokens (llama-server's) count the prompt the request would make."""
+    inp, instructions = conversation
+    r = client.responses.create(model="tiny", input=inp, instructions=instructions, max_output_tokens=2)
+    count = client.responses.input_tokens.count(model="tiny", input=inp, instructions=instructions)
+    assert count.object == "response.input_tokens" and count.input_tokens == r.usage.input_tokens
+    chat = server.post("/v1/chat/completions/input_tokens", {"messages": messages, "max_tokens": 100000,
+                                                              "stream": True})
+    assert chat.status_code == 200 and chat.json()["input_tokens"] == r.usage.input_tokens
+    bad = server.post("/v1/responses/input_tokens", {"input": "x", "previous_response_id": "resp_1"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "previous_response_id"
+
+
 def test_a_streamed_response_is_the_whole_one(client):
     kw = dict(model="tiny", input="the cat is on", temperature=0, max_output_tokens=16)
     whole = client.responses.create(**kw)

@@ -10,12 +10,14 @@ from fastapi import APIRouter, Request
 
 from .. import completions
 from .errors import answer_error
-from .generation import complete
+from .generation import complete, prompt_size
 from .request_checks import read_json
 from .responses import Response, chat_body
 from .state import server_state
 
 router = APIRouter()
+# request fields about what is generated, left out where only the prompt's tokens are counted
+_GENERATION_ONLY = ("stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict", "n")
 
 
 @router.post("/v1/chat/completions")
@@ -39,6 +41,25 @@ async def responses(request: Request):
     except completions.RequestError as exc:
         return answer_error(exc)
     return await complete(request, "chat", chat, Response(body, server_state(request).config.model_name))
+
+
+@router.post("/v1/responses/input_tokens")
+@router.post("/responses/input_tokens")
+@router.post("/v1/chat/completions/input_tokens")
+@router.post("/chat/completions/input_tokens")
+async def input_tokens(request: Request):
+    """The prompt tokens a /v1/responses (or /v1/chat/completions) request would be generated
+    after, as OpenAI's responses.input_tokens.count answers (and llama-server for chat)."""
+    try:
+        body = await read_json(request)
+        if "responses" in request.url.path:
+            body = chat_body(body)
+        if isinstance(body, dict):  # (what is generated after the prompt does not count)
+            body = {k: v for k, v in body.items() if k not in _GENERATION_ONLY}
+        n = await prompt_size(request, body)
+    except completions.RequestError as exc:
+        return answer_error(exc)
+    return {"object": "response.input_tokens", "input_tokens": n}
 
 
 @router.get("/v1/models")
