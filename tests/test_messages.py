@@ -161,7 +161,8 @@ def test_a_client_that_leaves_a_stream_stops_its_generation(slow, path, body, fi
         body = dict(body, stream=True, ignore_eos=True)
         with server.http.stream("POST", path, json=body) as response:
             assert response.status_code == 200
-            next(line for line in response.iter_lines() if line.startswith(first_text))
+            lines = response.iter_lines()  # (held: a line iterator let go closes the connection)
+            next(line for line in lines if line.startswith(first_text))
             assert server.health()["slots_processing"] == 1
         server.wait_for(lambda h: h["slots_processing"] == 0, "the slot free again")
         assert _metrics(server)["specllama_generated_tokens_total"] < 4000
