@@ -102,6 +102,16 @@ def qwen_pair():
     return pair_paths("qwen2.5-coder")
 
 
+@pytest.fixture(scope="module")
+def qwen_server(qwen_pair):
+    """specllama serve on the Qwen2.5-Coder pair (alias "qwen"), one per test module."""
+    from test_server import running
+
+    target, draft = qwen_pair
+    with running(["-m", target, "-d", draft, "-c", "2048", "-t", "2", "--alias", "qwen"]) as s:
+        yield s
+
+
 def _pair_decoder(pair):
     dec = specllama.SpeculativeDecoder(*pair, n_ctx=2048)
     yield dec

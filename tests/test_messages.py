@@ -213,13 +213,6 @@ class City(BaseModel):
     population: int
 
 
-@pytest.fixture(scope="module")
-def qwen_server(qwen_pair):
-    target, draft = qwen_pair
-    with running(["-m", target, "-d", draft, "-c", "2048", "-t", "2", "--alias", "qwen"]) as s:
-        yield s
-
-
 @pytest.mark.real_pair
 @pytest.mark.slow
 def test_tool_use_and_results_through_messages(qwen_server):

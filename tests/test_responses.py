@@ -172,13 +172,6 @@ class City(BaseModel):
     population: int
 
 
-@pytest.fixture(scope="module")
-def qwen_server(qwen_pair):
-    target, draft = qwen_pair
-    with running(["-m", target, "-d", draft, "-c", "2048", "-t", "2", "--alias", "qwen"]) as s:
-        yield s
-
-
 @pytest.fixture
 def qwen_client(qwen_server):
     with _client(qwen_server) as c:

@@ -190,13 +190,6 @@ def test_a_reply_that_is_a_call_alone_is_held_to_the_tool_schema(default_pair):
         g.close()
 
 
-@pytest.fixture(scope="module")
-def qwen_server(qwen_pair):
-    target, draft = qwen_pair
-    with running(["-m", target, "-d", draft, "-c", "2048", "-t", "2", "--alias", "qwen"]) as s:
-        yield s
-
-
 @pytest.mark.real_pair
 @pytest.mark.slow
 @pytest.mark.parametrize("stream, choice", [(False, "auto"), (True, "auto"), (True, "required")])

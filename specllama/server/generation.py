@@ -50,8 +50,15 @@ def _error(exc: RequestError, answer: Optional[Answer]):
     return answer.error(exc) if answer is not None else answer_error(exc)
 
 
+# request fields about what is generated, left out where only the prompt's tokens are counted
+_GENERATION_ONLY = ("stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict", "n")
+
+
 async def prompt_size(request: Request, body: Any) -> int:
-    """The tokens of a chat request's prompt (RequestError where it cannot be served)."""
+    """The tokens of a chat request's prompt, whatever it asks to generate after it (RequestError
+    where the prompt cannot be served)."""
+    if isinstance(body, dict):
+        body = {k: v for k, v in body.items() if k not in _GENERATION_ONLY}
     _, tokens, _ = await _admit(server_state(request), request, "chat", body)
     return len(tokens)
 

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 
 from ..completions import RequestError
 from .native_completion import stopping_word
-from .responses import new_id
+from .responses import check_fields, new_id
 
 # fields that go to the chat request as they are (the chat parser checks them)
 _CHAT = {"model", "max_tokens", "temperature", "top_p", "top_k", "stream",
@@ -32,19 +32,11 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
 
 def chat_body(body: Any, count_only: bool = False) -> Dict[str, Any]:
     """The /v1/chat/completions body a /v1/messages body asks for (RequestError where it cannot);
-    count_only: for count_tokens, where max_tokens is not needed."""
-    if not isinstance(body, dict):
-        raise RequestError("the request body must be a JSON object", None, "invalid_type")
-    for name in body:
-        if name not in FIELDS:
-            raise RequestError(f"unknown field '{name}' (this server does not support it on /v1/messages)", name,
-                               "unsupported_field")
-    for name, neutral in _NEUTRAL.items():
-        if body.get(name) is not None and body[name] not in neutral:
-            raise RequestError(f"'{name}' is not supported by this server", name, "unsupported_field")
+    count_only: for count_tokens, where max_tokens is not required."""
+    check_fields(body, FIELDS, _NEUTRAL, "/v1/messages")
     if body.get("max_tokens") is None and not count_only:
         raise RequestError("'max_tokens' is required", "max_tokens", "invalid_value")
-    out = {k: v for k, v in body.items() if k in _CHAT and not (count_only and k in ("max_tokens", "stream"))}
+    out = {k: v for k, v in body.items() if k in _CHAT}
     out["messages"] = _system(body.get("system")) + _messages(body.get("messages"))
     if body.get("stream"):
         out["stream_options"] = {"include_usage": True}

@@ -16,8 +16,6 @@ from .responses import Response, chat_body
 from .state import server_state
 
 router = APIRouter()
-# request fields about what is generated, left out where only the prompt's tokens are counted
-_GENERATION_ONLY = ("stream", "stream_options", "max_tokens", "max_completion_tokens", "n_predict", "n")
 
 
 @router.post("/v1/chat/completions")
@@ -45,18 +43,22 @@ async def responses(request: Request):
 
 @router.post("/v1/responses/input_tokens")
 @router.post("/responses/input_tokens")
+async def response_input_tokens(request: Request):
+    """The prompt tokens a /v1/responses request would be generated after (OpenAI's
+    responses.input_tokens.count)."""
+    return await _input_tokens(request, chat_body)
+
+
 @router.post("/v1/chat/completions/input_tokens")
 @router.post("/chat/completions/input_tokens")
-async def input_tokens(request: Request):
-    """The prompt tokens a /v1/responses (or /v1/chat/completions) request would be generated
-    after, as OpenAI's responses.input_tokens.count answers (and llama-server for chat)."""
+async def chat_input_tokens(request: Request):
+    """The prompt tokens a /v1/chat/completions request would be generated after (llama-server's)."""
+    return await _input_tokens(request, lambda body: body)
+
+
+async def _input_tokens(request: Request, to_chat):
     try:
-        body = await read_json(request)
-        if "responses" in request.url.path:
-            body = chat_body(body)
-        if isinstance(body, dict):  # (what is generated after the prompt does not count)
-            body = {k: v for k, v in body.items() if k not in _GENERATION_ONLY}
-        n = await prompt_size(request, body)
+        n = await prompt_size(request, to_chat(await read_json(request)))
     except completions.RequestError as exc:
         return answer_error(exc)
     return {"object": "response.input_tokens", "input_tokens": n}

@@ -39,19 +39,27 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def chat_body(body: Any) -> Dict[str, Any]:
-    """The /v1/chat/completions body a /v1/responses body asks for (RequestError where it cannot)."""
+def check_fields(body: Any, fields, neutral: Dict[str, tuple], endpoint: str,
+                 why: Optional[Dict[str, str]] = None) -> None:
+    """A JSON object of the endpoint's fields, those in neutral only at a value that asks for
+    nothing (RequestError naming the first that is not; why: the reason given for a field)."""
     if not isinstance(body, dict):
         raise RequestError("the request body must be a JSON object", None, "invalid_type")
     for name in body:
-        if name not in FIELDS:
-            raise RequestError(f"unknown field '{name}' (this server does not support it on /v1/responses)", name,
+        if name not in fields:
+            raise RequestError(f"unknown field '{name}' (this server does not support it on {endpoint})", name,
                                "unsupported_field")
-    for name, neutral in _NEUTRAL.items():
-        if body.get(name) is not None and body[name] not in neutral:
-            why = ("responses are not stored: send the conversation as input items"
-                   if name in ("previous_response_id", "conversation") else "this server does not support it")
-            raise RequestError(f"'{name}' is not supported ({why})", name, "unsupported_field")
+    for name, values in neutral.items():
+        if body.get(name) is not None and body[name] not in values:
+            reason = (why or {}).get(name, "this server does not support it")
+            raise RequestError(f"'{name}' is not supported ({reason})", name, "unsupported_field")
+
+
+def chat_body(body: Any) -> Dict[str, Any]:
+    """The /v1/chat/completions body a /v1/responses body asks for (RequestError where it cannot)."""
+    check_fields(body, FIELDS, _NEUTRAL, "/v1/responses",
+                 {name: "responses are not stored: send the conversation as input items"
+                  for name in ("previous_response_id", "conversation")})
     include = body.get("include")
     if include is not None and (not isinstance(include, list) or not set(include) <= _INCLUDE):
         raise RequestError(f"'include' may hold only {sorted(_INCLUDE)} here", "include", "unsupported_field")
