@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'list_devices', 'log_set_level', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['BatchDrafting', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_set_level', 'model_footprint', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -1246,6 +1246,10 @@ def cpu_cores() -> tuple[int, int]:
     """
     (physical, logical) cores this process may run on; the default thread count is the physical.
     """
+def default_devices() -> list:
+    """
+    The devices a model goes to where none is named (llama.cpp's default: every local GPU), as (name, memory_free in bytes); empty where the installed libllama has none.
+    """
 def list_devices() -> list:
     """
     Every device the installed libllama can use (the CPU, GPUs, the rpc-servers added so far): name, description, type (cpu, gpu, igpu, accel), memory_free and memory_total in bytes.
@@ -1253,6 +1257,10 @@ def list_devices() -> list:
 def log_set_level(level: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
     Show llama.cpp messages at or above level (0 none, 1 debug, 2 info, 3 warn, 4 error).
+    """
+def model_footprint(path: str) -> dict:
+    """
+    What a GGUF model needs in a device's memory, from its metadata and tensor table: n_layer, n_vocab, n_embd, n_head, n_ctx_train, layer_bytes (the repeating layers' weights), output_bytes (the output layer), other_bytes (the input embeddings and the rest), kv_bytes_per_position (F16 keys and values of every layer). A file ggml cannot parse is a ValueError.
     """
 def quantize(src: str | os.PathLike, dst: str | os.PathLike, type: str, n_threads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
     ...

@@ -136,10 +136,12 @@ def model_options(fn):
         click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = the physical cores)."),
         click.option("--threads-draft", type=click.IntRange(0), default=0, help="CPU threads for the draft (0 = --threads)."),
         click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=None,
-                     help="Target layers to offload (-1 = all; default: all when -dev or --rpc names a device, "
-                          "else 0). Needs a GPU (or RPC) build of llama-cpp-python."),
+                     help="Target layers to offload (-1 = all, 0 = none; default: all when -dev or --rpc names a "
+                          "device, else as many as fit in the GPUs' free memory, after the draft's; none without a "
+                          "GPU). Needs a GPU (or RPC) build of llama-cpp-python."),
         click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=int, default=None,
-                     help="Draft layers to offload (default: all when -devd names a device, else 0)."),
+                     help="Draft layers to offload (default: all when -devd names a device, else as many as fit "
+                          "in the GPUs' free memory)."),
         click.option("-dev", "--device", envvar="SPECLLAMA_DEVICE",
                      help="Devices for the target, comma-separated (CUDA0,CUDA1; an rpc-server's HOST:PORT; none = "
                           "CPU only). Default: every GPU. See --list-devices."),

@@ -16,6 +16,7 @@ import warnings
 from typing import Any, Callable, Iterator, List, Optional, Sequence, TypeVar, Union
 
 from . import _core
+from . import placement
 from . import rpc_guard
 from .options import Completion, DSIStats, GenerateOptions, PromptTooLong, Stats, StepChunk, StepPrices
 from .options import as_dict, make_options, type_error
@@ -34,7 +35,8 @@ Devices = Union[str, Sequence[str], None]
 
 def _layers(n: Optional[int], device: Devices, name: str) -> int:
     """n_gpu_layers as given; when not given, every layer where a device other than the CPU is
-    named, none otherwise (llama.cpp's default device list, every GPU, then holds nothing)."""
+    named, none where "none" or "cpu" is (a model on llama.cpp's default devices with no layers
+    given is placed by specllama.placement instead)."""
     if n is not None:
         if type(n) is not int:
             raise type_error(name, n, 0)
@@ -50,6 +52,16 @@ def _layers(n: Optional[int], device: Devices, name: str) -> int:
     return 0 if [str(d).strip().lower() for d in names] in (["none"], ["cpu"]) else -1
 
 
+def _offload(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device, device_draft, n_ctx,
+             n_batch) -> placement.Offload:
+    """Each model's n_gpu_layers: given, all on a named device, or fitted to the GPUs' free memory."""
+    for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch)):
+        if type(value) is not int:
+            raise type_error(name, value, 0)
+    return placement.choose(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device, device_draft,
+                            n_ctx, n_batch, explicit=_layers)
+
+
 class SpeculativeDecoder:
     """Speculative decoding with a target and a draft GGUF model. A draft with another vocabulary
     drafts the tokens both vocabularies share (token-level intersection; `cross_vocab` says how
@@ -61,9 +73,12 @@ class SpeculativeDecoder:
     n_ctx: positions the KV caches hold; n_batch: tokens per llama_decode (>= n_draft + 1);
     n_threads / n_threads_draft: CPU threads (0 = the physical cores; more threads than the
     machine's cores warn, as they make decoding much slower); n_gpu_layers / n_gpu_layers_draft:
-    layers to offload when llama-cpp-python was built with a GPU backend (-1 = all; a warning
-    when the installed build has none; default: all where the model's device is named, else
-    none); n_draft: tokens drafted per step, at most (adaptive) or exactly, where a generation
+    layers to offload when llama-cpp-python was built with a GPU backend (-1 = all, 0 = none; a
+    warning when the installed build has none). Default: all where the model's device is named;
+    with no device named, as llama.cpp's programs, every layer on the local GPUs where the model,
+    its cache and its buffers fit in their free memory with 1 GiB left on each, as many as fit
+    otherwise (with a warning), the draft first; none without a GPU (specllama.placement;
+    decoder.n_gpu_layers says what was chosen); n_draft: tokens drafted per step, at most (adaptive) or exactly, where a generation
     does not say.
     device / device_draft: where each model's offloaded layers go, named as list_devices() names
     them ("CUDA0", "CUDA0,CUDA1" or a list; an rpc-server's "HOST:PORT"; "none" or "cpu": no
@@ -147,8 +162,9 @@ class SpeculativeDecoder:
         # layers asked for in so many words; those that follow from a named device need no warning: on
         # a build without offload the only devices are the CPU (no layers) and names the core refuses
         asked = bool(n_gpu_layers) or (draft_path is not None and bool(n_gpu_layers_draft))
-        n_gpu_layers = _layers(n_gpu_layers, device, "n_gpu_layers")
-        n_gpu_layers_draft = _layers(n_gpu_layers_draft, device_draft, "n_gpu_layers_draft")
+        self._offload = _offload(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device, device_draft,
+                                 n_ctx, n_batch)
+        n_gpu_layers, n_gpu_layers_draft = self._offload.target, self._offload.draft
         if asked and not _core.supports_gpu_offload():
             warnings.warn("n_gpu_layers has no effect: the installed llama-cpp-python was built without GPU "
                           "offload (docs/gpu.md says how to install a GPU build)", RuntimeWarning, stacklevel=2)
@@ -188,6 +204,17 @@ class SpeculativeDecoder:
         return fn() if self._guard is None else self._guard.call(fn, cancel)
 
     @property
+    def n_gpu_layers(self) -> int:
+        """The target's layers offloaded to GPUs as llama.cpp was asked to (-1: all, 0: none), given
+        or chosen to fit their free memory (specllama.placement)."""
+        return self._offload.target
+
+    @property
+    def n_gpu_layers_draft(self) -> int:
+        """The draft's layers offloaded, as n_gpu_layers (0 without a draft model)."""
+        return self._offload.draft
+
+    @property
     def lost(self) -> Optional[str]:
         """Why this decoder cannot run any more (a connection to an rpc-server it is placed on
         broke: RPCConnectionLost), or None."""
@@ -215,6 +242,7 @@ class SpeculativeDecoder:
             slot.model_path, slot.draft_path = self.model_path, self.draft_path
             slot._core = native
             slot._guard = self._guard
+            slot._offload = self._offload
             if self._guard is not None:
                 self._guard.cover(native)
             out.append(slot)
@@ -234,6 +262,7 @@ class SpeculativeDecoder:
         sib._lock = threading.RLock()
         sib.model_path, sib.draft_path = self.model_path, self.draft_path
         sib._guard = self._guard
+        sib._offload = self._offload
         sib._core = self._call(lambda: native_parent.sibling(**settings))
         if self._guard is not None:
             self._guard.cover(sib._core)

@@ -7,6 +7,7 @@
 
 #include "bindings.h"
 #include "engine/devices.h"
+#include "engine/footprint.h"
 #include "engine/rpc.h"
 
 namespace py = pybind11;
@@ -70,6 +71,42 @@ void register_devices(py::module_ & m) {
         },
         "Every device the installed libllama can use (the CPU, GPUs, the rpc-servers added so far): name, "
         "description, type (cpu, gpu, igpu, accel), memory_free and memory_total in bytes.");
+    m.def(
+        "default_devices",
+        [] {
+            py::list out;
+            for (const auto & d : default_devices()) {
+                out.append(py::make_tuple(d.name, d.memory_free));
+            }
+            return out;
+        },
+        "The devices a model goes to where none is named (llama.cpp's default: every local GPU), as "
+        "(name, memory_free in bytes); empty where the installed libllama has none.");
+    m.def(
+        "model_footprint",
+        [](const std::string & path) {
+            model_footprint fp;
+            {
+                py::gil_scoped_release nogil;
+                fp = read_footprint(path);
+            }
+            py::dict e;
+            e["n_layer"]               = fp.n_layer;
+            e["n_vocab"]               = fp.n_vocab;
+            e["n_embd"]                = fp.n_embd;
+            e["n_head"]                = fp.n_head;
+            e["n_ctx_train"]           = fp.n_ctx_train;
+            e["layer_bytes"]           = fp.layer_bytes;
+            e["output_bytes"]          = fp.output_bytes;
+            e["other_bytes"]           = fp.other_bytes;
+            e["kv_bytes_per_position"] = fp.kv_bytes_per_position;
+            return e;
+        },
+        py::arg("path"),
+        "What a GGUF model needs in a device's memory, from its metadata and tensor table: n_layer, n_vocab, "
+        "n_embd, n_head, n_ctx_train, layer_bytes (the repeating layers' weights), output_bytes (the output layer), "
+        "other_bytes (the input embeddings and the rest), kv_bytes_per_position (F16 keys and values of every "
+        "layer). A file ggml cannot parse is a ValueError.");
     m.def(
         "rpc_add_servers",
         [](const py::object & endpoints, int32_t timeout_ms) {

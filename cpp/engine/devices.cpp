@@ -163,20 +163,36 @@ bool offloads(const placement & place, int32_t n_gpu_layers) {
     return any_local_gpu();  // llama.cpp's default: the local GPUs
 }
 
+namespace {
+device_info info_of(ggml_backend_dev_t dev) {
+    ggml_backend_dev_props props{};
+    ggml_backend_dev_get_props(dev, &props);
+    device_info d;
+    d.name         = props.name ? props.name : "";
+    d.description  = props.description ? props.description : "";
+    d.type         = device_type_name(props.type);
+    d.memory_free  = props.memory_free;
+    d.memory_total = props.memory_total;
+    return d;
+}
+}  // namespace
+
 std::vector<device_info> list_devices() {
     backend_init();
     std::vector<device_info> out;
     for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-        ggml_backend_dev_t     dev = ggml_backend_dev_get(i);
-        ggml_backend_dev_props props{};
-        ggml_backend_dev_get_props(dev, &props);
-        device_info d;
-        d.name         = props.name ? props.name : "";
-        d.description  = props.description ? props.description : "";
-        d.type         = device_type_name(props.type);
-        d.memory_free  = props.memory_free;
-        d.memory_total = props.memory_total;
-        out.push_back(d);
+        out.push_back(info_of(ggml_backend_dev_get(i)));
+    }
+    return out;
+}
+
+std::vector<device_info> default_devices() {
+    backend_init();
+    std::vector<device_info> out;
+    for (ggml_backend_dev_t dev : local_devices()) {
+        if (dev != nullptr) {
+            out.push_back(info_of(dev));
+        }
     }
     return out;
 }

@@ -39,6 +39,10 @@ struct device_info {
 // every device llama.cpp knows of, the CPU and the rpc-servers registered so far included
 std::vector<device_info> list_devices();
 
+// the devices a model goes to where none is named (llama.cpp's default: every local GPU, one per
+// device id; else the integrated ones), with their free memory now
+std::vector<device_info> default_devices();
+
 // whether loading with this placement and n_gpu_layers puts any layer on a device other than the CPU
 bool offloads(const placement & place, int32_t n_gpu_layers);
 

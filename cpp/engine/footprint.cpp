@@ -1,0 +1,123 @@
+// engine/footprint.cpp: a model's sizes from its GGUF metadata and tensor table, with ggml's own
+// parser (no tensor data is read).
+#include "engine/footprint.h"
+
+#include "gguf.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <vector>
+
+namespace specllama {
+
+namespace {
+
+std::optional<int64_t> int_at(const gguf_context * ctx, int64_t k) {
+    switch (gguf_get_kv_type(ctx, k)) {
+        case GGUF_TYPE_UINT8: return gguf_get_val_u8(ctx, k);
+        case GGUF_TYPE_INT8: return gguf_get_val_i8(ctx, k);
+        case GGUF_TYPE_UINT16: return gguf_get_val_u16(ctx, k);
+        case GGUF_TYPE_INT16: return gguf_get_val_i16(ctx, k);
+        case GGUF_TYPE_UINT32: return gguf_get_val_u32(ctx, k);
+        case GGUF_TYPE_INT32: return gguf_get_val_i32(ctx, k);
+        case GGUF_TYPE_UINT64: return (int64_t) std::min<uint64_t>(gguf_get_val_u64(ctx, k), INT64_MAX);
+        case GGUF_TYPE_INT64: return gguf_get_val_i64(ctx, k);
+        default: return std::nullopt;
+    }
+}
+
+// a per-layer integer key: one value for every layer, or an array of 32-bit integers, one per layer
+std::vector<int64_t> per_layer(const gguf_context * ctx, const std::string & name, int64_t n_layer) {
+    const int64_t k = gguf_find_key(ctx, name.c_str());
+    if (k < 0) {
+        return {};
+    }
+    if (gguf_get_kv_type(ctx, k) != GGUF_TYPE_ARRAY) {
+        const auto v = int_at(ctx, k);
+        return v ? std::vector<int64_t>((size_t) std::max<int64_t>(n_layer, 0), *v) : std::vector<int64_t>{};
+    }
+    const auto type = gguf_get_arr_type(ctx, k);
+    if (type != GGUF_TYPE_INT32 && type != GGUF_TYPE_UINT32) {
+        return {};
+    }
+    std::vector<int64_t> out;
+    const auto *         data = static_cast<const uint8_t *>(gguf_get_arr_data(ctx, k));
+    for (size_t i = 0; i < gguf_get_arr_n(ctx, k); ++i) {
+        int32_t v;
+        std::memcpy(&v, data + 4 * i, 4);
+        out.push_back(type == GGUF_TYPE_INT32 ? (int64_t) v : (int64_t) (uint32_t) v);
+    }
+    return out;
+}
+
+bool starts_with(const char * s, const char * prefix) {
+    return std::strncmp(s, prefix, std::strlen(prefix)) == 0;
+}
+
+}  // namespace
+
+model_footprint read_footprint(const std::string & path) {
+    gguf_init_params gp{};
+    gp.no_alloc = true;
+    gp.ctx      = nullptr;
+    std::unique_ptr<gguf_context, decltype(&gguf_free)> ctx(gguf_init_from_file(path.c_str(), gp), gguf_free);
+    if (!ctx) {
+        throw std::invalid_argument("not a readable GGUF file: " + path);
+    }
+    model_footprint fp;
+    const int64_t   arch_key = gguf_find_key(ctx.get(), "general.architecture");
+    std::string     arch;
+    if (arch_key >= 0 && gguf_get_kv_type(ctx.get(), arch_key) == GGUF_TYPE_STRING) {
+        arch = gguf_get_val_str(ctx.get(), arch_key);
+    }
+    auto get = [&](const char * k) -> int64_t {
+        const int64_t id = gguf_find_key(ctx.get(), (arch + "." + k).c_str());
+        return id < 0 ? 0 : int_at(ctx.get(), id).value_or(0);
+    };
+    fp.n_layer = get("block_count");
+    fp.n_embd  = get("embedding_length");
+    fp.n_ctx_train = get("context_length");
+    const auto heads = per_layer(ctx.get(), arch + ".attention.head_count", fp.n_layer);
+    const auto kv    = per_layer(ctx.get(), arch + ".attention.head_count_kv", fp.n_layer);
+    fp.n_head        = heads.empty() ? 0 : *std::max_element(heads.begin(), heads.end());
+    const int64_t head_default = fp.n_head > 0 ? fp.n_embd / fp.n_head : 0;
+    const int64_t key_length   = gguf_find_key(ctx.get(), (arch + ".attention.key_length").c_str()) >= 0 ?
+                                     get("attention.key_length") : head_default;
+    const int64_t value_length = gguf_find_key(ctx.get(), (arch + ".attention.value_length").c_str()) >= 0 ?
+                                     get("attention.value_length") : head_default;
+    // llama.cpp: a layer without head_count_kv has as many key/value heads as query heads
+    const auto & kv_heads = kv.empty() ? heads : kv;
+    for (int64_t h : kv_heads) {
+        fp.kv_bytes_per_position += (size_t) std::max<int64_t>(h, 0) * (size_t) (key_length + value_length) * 2;
+    }
+    const int64_t tokens = gguf_find_key(ctx.get(), "tokenizer.ggml.tokens");
+    if (tokens >= 0 && gguf_get_kv_type(ctx.get(), tokens) == GGUF_TYPE_ARRAY) {
+        fp.n_vocab = (int64_t) gguf_get_arr_n(ctx.get(), tokens);
+    }
+    bool   tied        = true;
+    size_t token_bytes = 0;
+    for (int64_t i = 0; i < gguf_get_n_tensors(ctx.get()); ++i) {
+        const char * name  = gguf_get_tensor_name(ctx.get(), i);
+        const size_t bytes = gguf_get_tensor_size(ctx.get(), i);
+        if (starts_with(name, "blk.")) {
+            fp.layer_bytes += bytes;
+        } else if (std::strcmp(name, "output.weight") == 0 || starts_with(name, "output_norm.")) {
+            fp.output_bytes += bytes;
+            tied = tied && std::strcmp(name, "output.weight") != 0;
+        } else {
+            fp.other_bytes += bytes;
+            if (std::strcmp(name, "token_embd.weight") == 0) {
+                token_bytes = bytes;
+            }
+        }
+    }
+    if (tied) {
+        fp.output_bytes += token_bytes;  // llama.cpp copies the input embeddings to the output's device
+    }
+    return fp;
+}
+
+}  // namespace specllama
