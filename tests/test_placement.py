@@ -4,6 +4,8 @@ default where it fits in their free memory, as many as fit where not, none witho
 
 from __future__ import annotations
 
+import re
+
 import gguf
 import pytest
 
@@ -180,3 +182,15 @@ def test_the_decoder_takes_the_fitted_layers(tiny, monkeypatch):
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256, device="none",
                                       n_gpu_layers_draft=0) as dec:
         assert (dec.n_gpu_layers, dec.n_gpu_layers_draft) == (0, 0)
+
+
+def test_the_caches_size_is_the_one_llama_cpp_allocates(tiny, capfd):
+    """llama.cpp's own log of the KV cache it made for n_ctx positions."""
+    fp = _core.model_footprint(tiny.target)
+    _core.log_set_level(2)
+    try:
+        specllama.SpeculativeDecoder(tiny.target, n_ctx=4096, n_gpu_layers=0).close()
+    finally:
+        _core.log_set_level(0)
+    sizes = re.findall(r"llama_kv_cache: size = +([0-9.]+) MiB +\( *4096 cells", capfd.readouterr().err)
+    assert sizes and float(sizes[0]) == round(fp["kv_bytes_per_position"] * 4096 / (1 << 20), 2) > 0
