@@ -139,3 +139,11 @@ def choose(model_path, draft_path, n_gpu_layers: Optional[int], n_gpu_layers_dra
     return Offload(target=fitted.target if fp_target is not None else (0 if auto_target else target),
                    draft=fitted.draft if fp_draft is not None else (0 if auto_draft else draft),
                    notes=fitted.notes)
+
+
+def describe(target: int, draft: Optional[int]) -> str:
+    """Where the models' layers are, for a status line: '' where nothing is offloaded."""
+    def layers(n: int) -> str:
+        return "every layer" if n < 0 else f"{n} layer{'s' if n != 1 else ''}"
+    parts = [f"{name}: {layers(n)}" for name, n in (("target", target), ("draft", draft)) if n]
+    return f"on the GPU: {', '.join(parts)}" if parts else ""

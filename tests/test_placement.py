@@ -194,3 +194,9 @@ def test_the_caches_size_is_the_one_llama_cpp_allocates(tiny, capfd):
         _core.log_set_level(0)
     sizes = re.findall(r"llama_kv_cache: size = +([0-9.]+) MiB +\( *4096 cells", capfd.readouterr().err)
     assert sizes and float(sizes[0]) == round(fp["kv_bytes_per_position"] * 4096 / (1 << 20), 2) > 0
+
+
+def test_the_status_line_names_what_is_offloaded():
+    assert placement.describe(0, 0) == ""
+    assert placement.describe(20, -1) == "on the GPU: target: 20 layers, draft: every layer"
+    assert placement.describe(1, 0) == "on the GPU: target: 1 layer"

@@ -504,6 +504,27 @@ def test_the_announced_url_accepts_connections_at_once(tiny):
         dec.close()
 
 
+def test_the_announcement_says_what_is_on_the_gpu(tiny, monkeypatch):
+    """Nothing on a machine without a GPU; with one (its free memory set here) every layer of both."""
+    from specllama.server import ServerConfig, serve
+
+    class Announced(Exception):
+        pass
+
+    def announce(line):
+        raise Announced(line)
+
+    lines = []
+    for gpus in ([], [("GPU0", 8 << 30)]):
+        monkeypatch.setattr(specllama._core, "default_devices", lambda: gpus)
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+            with pytest.raises(Announced) as said:
+                serve(dec, ServerConfig(port=0), announce=announce)
+            lines.append(str(said.value))
+    assert "GPU" not in lines[0] and lines[0].endswith("slot(s) of 256 tokens)")
+    assert lines[1].endswith("slot(s) of 256 tokens; on the GPU: target: every layer, draft: every layer)")
+
+
 def test_cors_is_off_unless_an_origin_is_named(tiny, server):
     pre = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
     assert "access-control-allow-origin" not in server.http.options(CHAT, headers=pre).headers
