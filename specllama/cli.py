@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 
 import click
 
-from . import _core, encoding
+from . import _core, encoding, placement
 from ._core import DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
 from .decoder import SpeculativeDecoder, as_dict, make_options
@@ -360,7 +360,9 @@ def _model_paths(mo: dict) -> Tuple[str, Optional[str]]:
         raise click.BadParameter(str(exc), param_hint="'--target-type'") from None
 
 
-def _open_decoder(mo: dict, need_draft: bool = False):
+def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1):
+    """The decoder the options ask for, and its banner. n_caches: KV caches of -c positions each
+    model will hold at once (a server's slots), which the layers fitted to the GPUs leave room for."""
     no_draft, n_draft = mo["no_draft"], mo["n_draft"]
     if no_draft and need_draft:
         raise click.UsageError("this command compares against a draft; drop --no-draft")
@@ -369,11 +371,16 @@ def _open_decoder(mo: dict, need_draft: bool = False):
         draft = None
     if need_draft and not draft:
         raise click.UsageError("this command needs a draft model: give -d/--draft")
+    layers = mo["n_gpu_layers"], mo["n_gpu_layers_draft"]
     with warnings.catch_warnings(record=True) as caught:  # the library's warnings, as one line each
         warnings.simplefilter("always")
+        if n_caches > 1 and not mo["rpc"]:
+            fit = placement.choose(model, draft, *layers, mo["device"], mo["device_draft"] if draft else None,
+                                   mo["ctx_size"], DECODER_DEFAULTS["n_batch"], n_caches=n_caches)
+            layers = fit.target, fit.draft
         dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
-                                 n_threads_draft=mo["threads_draft"], n_gpu_layers=mo["n_gpu_layers"],
-                                 n_gpu_layers_draft=mo["n_gpu_layers_draft"], n_draft=n_draft,
+                                 n_threads_draft=mo["threads_draft"], n_gpu_layers=layers[0],
+                                 n_gpu_layers_draft=layers[1], n_draft=n_draft,
                                  share_prefill=mo["share_prefill"], swa_full=mo["swa_full"],
                                  checkpoint_memory=mo["checkpoint_memory"], device=mo["device"],
                                  device_draft=mo["device_draft"] if draft else None, split_mode=mo["split_mode"],
@@ -629,7 +636,8 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
         if given("cache_reuse") == click.core.ParameterSource.DEFAULT:
             cache_reuse = 256
     defaults = make_options(**_generate_kwargs(mo, {}, {}), cache_reuse=cache_reuse)
-    dec, what = _open_decoder(mo)
+    # the slots' caches, and the first decoder's until they are made
+    dec, what = _open_decoder(mo, n_caches=parallel + 1 if parallel > 1 else 1)
     with dec:
         if chat_template is not None:
             dec.apply_chat_template([{"role": "user", "content": "hi"}], template=chat_template)  # fails here, not later

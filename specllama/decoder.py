@@ -33,35 +33,6 @@ _DEFAULTS = _core.DECODER_DEFAULTS  # the native decoder's defaults
 Devices = Union[str, Sequence[str], None]
 
 
-def _layers(n: Optional[int], device: Devices, name: str) -> int:
-    """n_gpu_layers as given; when not given, every layer where a device other than the CPU is
-    named, none where "none" or "cpu" is (a model on llama.cpp's default devices with no layers
-    given is placed by specllama.placement instead)."""
-    if n is not None:
-        if type(n) is not int:
-            raise type_error(name, n, 0)
-        return n
-    if device is None:
-        return 0
-    if isinstance(device, str):
-        names = device.split(",")
-    elif isinstance(device, Sequence):
-        names = list(device)
-    else:
-        return -1  # the core refuses the device with a TypeError that names it
-    return 0 if [str(d).strip().lower() for d in names] in (["none"], ["cpu"]) else -1
-
-
-def _offload(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device, device_draft, n_ctx,
-             n_batch) -> placement.Offload:
-    """Each model's n_gpu_layers: given, all on a named device, or fitted to the GPUs' free memory."""
-    for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch)):
-        if type(value) is not int:
-            raise type_error(name, value, 0)
-    return placement.choose(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device, device_draft,
-                            n_ctx, n_batch, explicit=_layers)
-
-
 class SpeculativeDecoder:
     """Speculative decoding with a target and a draft GGUF model. A draft with another vocabulary
     drafts the tokens both vocabularies share (token-level intersection; `cross_vocab` says how
@@ -78,8 +49,8 @@ class SpeculativeDecoder:
     with no device named, as llama.cpp's programs, every layer on the local GPUs where the model,
     its cache and its buffers fit in their free memory with 1 GiB left on each, as many as fit
     otherwise (with a warning), the draft first; none without a GPU (specllama.placement;
-    decoder.n_gpu_layers says what was chosen); n_draft: tokens drafted per step, at most (adaptive) or exactly, where a generation
-    does not say.
+    decoder.n_gpu_layers says what was chosen); n_draft: tokens drafted per step, at most
+    (adaptive) or exactly, where a generation does not say.
     device / device_draft: where each model's offloaded layers go, named as list_devices() names
     them ("CUDA0", "CUDA0,CUDA1" or a list; an rpc-server's "HOST:PORT"; "none" or "cpu": no
     offload; None: every GPU, as llama.cpp). split_mode ("none", "layer", "row"), tensor_split
@@ -162,8 +133,8 @@ class SpeculativeDecoder:
         # layers asked for in so many words; those that follow from a named device need no warning: on
         # a build without offload the only devices are the CPU (no layers) and names the core refuses
         asked = bool(n_gpu_layers) or (draft_path is not None and bool(n_gpu_layers_draft))
-        self._offload = _offload(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device, device_draft,
-                                 n_ctx, n_batch)
+        self._offload = placement.choose(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device,
+                                         device_draft, n_ctx, n_batch)
         n_gpu_layers, n_gpu_layers_draft = self._offload.target, self._offload.draft
         if asked and not _core.supports_gpu_offload():
             warnings.warn("n_gpu_layers has no effect: the installed llama-cpp-python was built without GPU "

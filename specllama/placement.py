@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _core
+from .options import type_error
 
 MARGIN = 1 << 30  # left free on each device, as llama.cpp's own fitting leaves (its --fit-target)
 _GIB = float(1 << 30)
@@ -36,64 +37,92 @@ def working_bytes(fp: Footprint, n_ctx: int, n_batch: int) -> int:
     return n_batch * (fp["n_vocab"] + n_ctx * fp["n_head"]) * 4 + (64 << 20)
 
 
-def whole_bytes(fp: Footprint, n_ctx: int, n_batch: int) -> int:
-    """Device memory for every layer of the model, the output layer, its KV cache of n_ctx positions
-    and its working buffers."""
-    return (fp["layer_bytes"] + fp["output_bytes"] + fp["kv_bytes_per_position"] * n_ctx
+def whole_bytes(fp: Footprint, n_ctx: int, n_batch: int, n_caches: int = 1) -> int:
+    """Device memory for every layer of the model, the output layer, n_caches KV caches of n_ctx
+    positions and its working buffers."""
+    return (fp["layer_bytes"] + fp["output_bytes"] + fp["kv_bytes_per_position"] * n_ctx * n_caches
             + working_bytes(fp, n_ctx, n_batch))
 
 
-def layers_that_fit(fp: Footprint, budget: int, n_ctx: int, n_batch: int) -> int:
+def _per_layer(fp: Footprint, n_ctx: int, n_caches: int) -> float:
+    return (fp["layer_bytes"] + fp["kv_bytes_per_position"] * n_ctx * n_caches) / max(fp["n_layer"], 1)
+
+
+def layers_that_fit(fp: Footprint, budget: int, n_ctx: int, n_batch: int, n_caches: int = 1) -> int:
     """n_gpu_layers for a model in budget bytes: -1 where all of it fits, else how many of its
-    repeating layers (with their share of the cache) fit beside the working buffers (0 if none)."""
-    if whole_bytes(fp, n_ctx, n_batch) <= budget:
+    repeating layers (with their share of the caches) fit beside the working buffers (0 if none)."""
+    if whole_bytes(fp, n_ctx, n_batch, n_caches) <= budget:
         return -1
     n_layer = fp["n_layer"]
     if n_layer <= 0:
         return 0
-    per_layer = (fp["layer_bytes"] + fp["kv_bytes_per_position"] * n_ctx) / n_layer
+    per_layer = _per_layer(fp, n_ctx, n_caches)
     room = budget - working_bytes(fp, n_ctx, n_batch)
     if room <= 0 or per_layer <= 0:
         return 0
     return min(n_layer, int(room // per_layer))
 
 
-def placed_bytes(fp: Footprint, n_gpu_layers: int, n_ctx: int, n_batch: int) -> int:
+def _context(fp: Footprint, n_ctx: int) -> int:
+    return n_ctx if n_ctx > 0 else max(fp.get("n_ctx_train", 0), 1)
+
+
+def placed_bytes(fp: Footprint, n_gpu_layers: int, n_ctx: int, n_batch: int, n_caches: int = 1) -> int:
     """Device memory for a model with n_gpu_layers offloaded (llama.cpp's count: the last repeating
     layers, then the output layer; negative: all)."""
-    ctx = n_ctx if n_ctx > 0 else max(fp.get("n_ctx_train", 0), 1)
+    ctx = _context(fp, n_ctx)
     n_layer = fp["n_layer"]
     if n_gpu_layers < 0 or n_gpu_layers > n_layer:
-        return whole_bytes(fp, ctx, n_batch)
+        return whole_bytes(fp, ctx, n_batch, n_caches)
     if n_gpu_layers == 0 or n_layer <= 0:
         return 0
-    return (n_gpu_layers * (fp["layer_bytes"] + fp["kv_bytes_per_position"] * ctx) // n_layer
-            + working_bytes(fp, ctx, n_batch))
+    return int(n_gpu_layers * _per_layer(fp, ctx, n_caches)) + working_bytes(fp, ctx, n_batch)
 
 
 def plan(target: Optional[Footprint], draft: Optional[Footprint], free: Sequence[int], n_ctx: int,
-         n_batch: int, used: int = 0) -> Offload:
+         n_batch: int, used: int = 0, n_caches: int = 1) -> Offload:
     """The layers of target and draft (None: not chosen here) on devices with these free bytes.
-    used: bytes that models placed by the caller take on the same devices."""
+    used: bytes that models placed by the caller take on the same devices; n_caches: KV caches of
+    n_ctx positions each model holds (a server's slots)."""
     budget = sum(free) - MARGIN * len(free) - used
     notes: List[str] = []
     chosen = {}
     for name, fp in (("draft", draft), ("target", target)):
         if fp is None:
             continue
-        ctx = n_ctx if n_ctx > 0 else max(fp.get("n_ctx_train", 0), 1)
-        layers = layers_that_fit(fp, max(budget, 0), ctx, n_batch) if free else 0
+        ctx = _context(fp, n_ctx)
+        layers = layers_that_fit(fp, max(budget, 0), ctx, n_batch, n_caches) if free else 0
         chosen[name] = layers
-        if layers == -1:
-            budget -= whole_bytes(fp, ctx, n_batch)
-        elif free:
-            need = whole_bytes(fp, ctx, n_batch)
-            notes.append(f"the {name} needs about {need / _GIB:.1f} GiB of GPU memory with a cache of {ctx} positions, "
-                         f"and {max(budget, 0) / _GIB:.1f} GiB is free beyond a margin of {MARGIN / _GIB:.0f} GiB "
-                         f"per device: {layers} of its {fp['n_layer']} layers are offloaded "
+        if free and layers != -1:
+            need = whole_bytes(fp, ctx, n_batch, n_caches)
+            caches = f"{n_caches} caches" if n_caches > 1 else "a cache"
+            notes.append(f"the {name} needs about {need / _GIB:.1f} GiB of GPU memory with {caches} of {ctx} "
+                         f"positions, and {max(budget, 0) / _GIB:.1f} GiB is free beyond a margin of "
+                         f"{MARGIN / _GIB:.0f} GiB per device: {layers} of its {fp['n_layer']} layers are offloaded "
                          f"({'n_gpu_layers_draft / -ngld' if name == 'draft' else 'n_gpu_layers / -ngl'} sets it)")
-            budget -= layers * (fp["layer_bytes"] + fp["kv_bytes_per_position"] * ctx) // max(fp["n_layer"], 1)
+        budget -= placed_bytes(fp, layers, ctx, n_batch, n_caches)
     return Offload(target=chosen.get("target", 0), draft=chosen.get("draft", 0), notes=tuple(notes))
+
+
+Devices = Union[str, Sequence[str], None]
+
+
+def given_layers(n: Optional[int], device: Devices, name: str) -> int:
+    """n_gpu_layers as given; when not given, every layer where a device other than the CPU is
+    named, none where "none" or "cpu" is, or no device (choose() fits those on the GPUs)."""
+    if n is not None:
+        if type(n) is not int:
+            raise type_error(name, n, 0)
+        return n
+    if device is None:
+        return 0
+    if isinstance(device, str):
+        names = device.split(",")
+    elif isinstance(device, Sequence):
+        names = list(device)
+    else:
+        return -1  # the core refuses the device with a TypeError that names it
+    return 0 if [str(d).strip().lower() for d in names] in (["none"], ["cpu"]) else -1
 
 
 def _named(device) -> bool:
@@ -108,34 +137,34 @@ def _footprint(path) -> Optional[Footprint]:
 
 
 def choose(model_path, draft_path, n_gpu_layers: Optional[int], n_gpu_layers_draft: Optional[int],
-           device, device_draft, n_ctx: int, n_batch: int,
-           explicit: Callable[[Optional[int], object, str], int],
+           device: Devices, device_draft: Devices, n_ctx: int, n_batch: int, n_caches: int = 1,
            devices: Optional[Callable[[], Sequence[Tuple[str, int]]]] = None) -> Offload:
-    """n_gpu_layers for both models: as given, or as explicit(n, device, name) decides where a device
-    is named (it checks a given n), or fitted to the free memory of llama.cpp's default devices (devices(): name, free
-    bytes; _core.default_devices by default) where neither is given. Warns where a model gets
-    fewer than all of its layers for lack of memory."""
+    """n_gpu_layers for both models: as given, every layer where a device is named (given_layers),
+    or fitted to the free memory of llama.cpp's default devices (devices(): name, free bytes;
+    _core.default_devices by default) where neither is given. Warns where a model gets fewer than
+    all of its layers for lack of memory. n_caches: as plan's."""
+    for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch)):
+        if type(value) is not int:
+            raise type_error(name, value, 0)
     auto_target = n_gpu_layers is None and not _named(device)
     auto_draft = draft_path is not None and n_gpu_layers_draft is None and not _named(device_draft)
-    target = None if auto_target else explicit(n_gpu_layers, device, "n_gpu_layers")
-    draft = None if auto_draft else explicit(n_gpu_layers_draft, device_draft, "n_gpu_layers_draft")
+    target = None if auto_target else given_layers(n_gpu_layers, device, "n_gpu_layers")
+    draft = None if auto_draft else given_layers(n_gpu_layers_draft, device_draft, "n_gpu_layers_draft")
     if not (auto_target or auto_draft):
         return Offload(target=target, draft=draft)
     gpus = list((devices or _core.default_devices)())
-    if not gpus:
-        return Offload(target=0 if auto_target else target, draft=0 if auto_draft else draft)
-    fp_target = _footprint(model_path) if auto_target else None
-    fp_draft = _footprint(draft_path) if auto_draft else None
+    fp_target = _footprint(model_path) if auto_target and gpus else None
+    fp_draft = _footprint(draft_path) if auto_draft and gpus else None
     used = 0  # what a model whose layers the caller set takes on the same devices
     for path, auto, layers, named in ((model_path, auto_target, target, device),
                                       (draft_path, auto_draft, draft, device_draft)):
-        if path is not None and not auto and layers != 0 and not _named(named):
+        if gpus and path is not None and not auto and layers != 0 and not _named(named):
             placed = _footprint(path)
             if placed is not None:
-                used += placed_bytes(placed, layers, n_ctx, n_batch)
-    fitted = plan(fp_target, fp_draft, [free for _, free in gpus], n_ctx, n_batch, used=used)
+                used += placed_bytes(placed, layers, n_ctx, n_batch, n_caches)
+    fitted = plan(fp_target, fp_draft, [free for _, free in gpus], n_ctx, n_batch, used=used, n_caches=n_caches)
     for note in fitted.notes:
-        warnings.warn(note, RuntimeWarning, stacklevel=4)
+        warnings.warn(note, RuntimeWarning, stacklevel=3)
     return Offload(target=fitted.target if fp_target is not None else (0 if auto_target else target),
                    draft=fitted.draft if fp_draft is not None else (0 if auto_draft else draft),
                    notes=fitted.notes)

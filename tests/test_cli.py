@@ -447,3 +447,27 @@ def test_gpu_layers_without_gpu_offload_warn_in_one_line(runner, tiny):
     r = runner.invoke(main, ["generate", "the cat", *_pair(tiny), "-n", "2", "--temp", "0", "-ngl", "-1"])
     assert r.exit_code == 0, r.output
     assert "specllama: warning: n_gpu_layers has no effect" in r.stderr and "RuntimeWarning" not in r.stderr
+
+
+def test_serve_fits_the_layers_to_every_slots_cache(runner, tiny, monkeypatch):
+    """With room on the GPU (its free memory set here) for the models and one cache of -c positions
+    each, one slot gets every layer; four slots (four caches each, and the first decoder's) leave
+    the target only some, and the warning says so."""
+    import specllama.server
+    from specllama import _core, placement
+
+    n_ctx = 8192
+    t, d = (_core.model_footprint(p) for p in (tiny.target_q, tiny.draft_q))
+    free = placement.MARGIN + placement.whole_bytes(d, n_ctx, 512, 5) + placement.whole_bytes(t, n_ctx, 512)
+    monkeypatch.setattr(_core, "default_devices", lambda: [("GPU0", free)])
+    seen = []
+    monkeypatch.setattr(specllama.server, "serve",
+                        lambda dec, config, **kw: seen.append((dec.n_gpu_layers, dec.n_gpu_layers_draft)))
+    args = ["serve", "-m", tiny.target_q, "-d", tiny.draft_q, "-c", str(n_ctx), "--port", "0"]
+    one = runner.invoke(main, args)
+    assert one.exit_code == 0, one.output
+    assert "warning" not in one.stderr and seen == [(-1, -1)]
+    four = runner.invoke(main, [*args, "-np", "4"])
+    assert four.exit_code == 0, four.output
+    assert seen[1][1] == -1 and 0 <= seen[1][0] < t["n_layer"]
+    assert re.search(r"warning: the target needs about .* with 5 caches of 8192 positions", four.stderr)

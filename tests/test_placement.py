@@ -62,10 +62,6 @@ def test_nothing_offloaded_without_room_or_without_a_gpu():
     assert placement.plan(_fp(), SMALL_DRAFT, free=[], n_ctx=512, n_batch=64) == placement.Offload(0, 0)
 
 
-def _explicit(n, device, name):  # as the decoder's: layers given, or all on a named device
-    return n if n is not None else (0 if device in (None, "none", "cpu") else -1)
-
-
 @pytest.fixture
 def choose(monkeypatch):
     sizes = {"t.gguf": _fp(), "d.gguf": SMALL_DRAFT}
@@ -73,7 +69,7 @@ def choose(monkeypatch):
 
     def run(devices, n_gpu_layers=None, n_gpu_layers_draft=None, device=None, device_draft=None, draft="d.gguf"):
         got = placement.choose("t.gguf", draft, n_gpu_layers, n_gpu_layers_draft, device, device_draft, 512, 64,
-                               explicit=_explicit, devices=lambda: devices)
+                               devices=lambda: devices)
         return got.target, got.draft
     return run
 
