@@ -467,6 +467,7 @@ def test_serve_fits_the_layers_to_every_slots_cache(runner, tiny, monkeypatch):
     one = runner.invoke(main, args)
     assert one.exit_code == 0, one.output
     assert "warning" not in one.stderr and seen == [(-1, -1)]
+    assert "on the GPU: target: every layer, draft: every layer" in one.stderr
     four = runner.invoke(main, [*args, "-np", "4"])
     assert four.exit_code == 0, four.output
     assert seen[1][1] == -1 and 0 <= seen[1][0] < t["n_layer"]
