@@ -623,8 +623,9 @@ def chat(mo, so, do, system, chat_template, input_encoding):
 def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, fim_preset, cache_reuse,
           n_batch):
     """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses,
-    /v1/models), Anthropic's (/v1/messages) and llama-server's own endpoints (/completion, /infill
-    for editors' code completion, /tokenize, /detokenize), with speculative decoding; Ctrl-C stops."""
+    /v1/models), Anthropic's (/v1/messages), Ollama's (/api/chat, /api/generate) and llama-server's
+    own endpoints (/completion, /infill for editors' code completion, /tokenize, /detokenize), with
+    speculative decoding; Ctrl-C stops."""
     from .server import ServerConfig, serve as run_server
 
     if fim_preset:

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from .. import placement
 from .._version import __version__
 from ..decoder import SpeculativeDecoder
-from . import anthropic_routes, health_routes, native_routes, openai_routes
+from . import anthropic_routes, health_routes, native_routes, ollama_routes, openai_routes
 from .config import ServerConfig
 from .errors import install_error_handlers
 from .request_checks import install_guard
@@ -36,7 +36,7 @@ def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Opti
                   lifespan=lifespan)
     app.state.server = st
     app.state.n_ctx_slot = st.decoder.n_ctx
-    groups = (openai_routes, anthropic_routes, native_routes, health_routes)
+    groups = (openai_routes, anthropic_routes, ollama_routes, native_routes, health_routes)
     for routes in groups:
         app.include_router(routes.router)
     st.known_paths = frozenset(route.path for routes in groups for route in routes.router.routes)

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -21,13 +21,14 @@ from ..options import GenerateOptions
 from ..rpc_guard import RPCConnectionLost
 from .errors import answer_error, model_lost
 from .messages import Message
+from .ollama import Answer as OllamaAnswer
 from .request_checks import check_model, read_json
 from .responses import Response
 from .slots import QueueFull
 from .state import ServerState, server_state
 
-# a /v1/responses or /v1/messages request's answer: the chat answer and chunks turned into its API's
-Answer = Union[Response, Message]
+# a /v1/responses, /v1/messages or Ollama request's answer: the chat answer and chunks turned into its API's
+Answer = Union[Response, Message, OllamaAnswer]
 
 
 async def complete(request: Request, kind: str, body: Any = None, answer: Optional[Answer] = None):
@@ -202,6 +203,11 @@ def _streamed(st: ServerState, req: completions.Request, run: _Run, tokens: List
         finally:
             await inner.aclose()
 
+    if getattr(answer, "ndjson", False):  # Ollama's stream: a JSON object per line
+        async def lines():
+            async for e in events():
+                yield json.dumps(e) + "\n"
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
     return EventSourceResponse(events(), sep="\n", ping=15, shutdown_grace_period=30)
 
 
