@@ -2,8 +2,9 @@
 # The GPU measurement of docs/gpu.md in one command, on a machine with CUDA that reaches no package
 # registry: build llama-cpp-python with CUDA (and llama.cpp's llama-server and
 # llama-speculative-simple in the same build) from the trimmed sdist that pack.sh put in .gpu/,
-# build specllama against it, write the shaped pair (shaped_models.py), then run overlap.py on the
-# pair, shaped_bench.py on it and verify_shapes.py on its target (with CUDA graphs and without).
+# build specllama against it, write the shaped pair (shaped_models.py), load it as a decoder given no
+# layers does (placement.log), then run overlap.py on the pair, shaped_bench.py on it and
+# verify_shapes.py on its target (with CUDA graphs and without).
 #
 #   bash benchmarks/gpu/pack.sh                 # here, once: .gpu/ (about 7 MB)
 #   bash benchmarks/gpu/run.sh [build|measure|all] [shaped_bench.py options...]
@@ -91,6 +92,10 @@ measure() {
   read -r target draft < <("$PY" -c "import json; f = json.load(open('$models/shaped.json'))['files']; \
 print(f['target'], f['draft'])")
   [ -n "$draft" ] || { echo "run.sh: no shaped pair in $models" >&2; return 1; }
+  # where a decoder given no layers puts the pair (every layer on the GPU where it fits: placement.py)
+  "$PY" -c "import specllama, sys; d = specllama.SpeculativeDecoder(sys.argv[1], sys.argv[2], n_ctx=2048); \
+print('default placement: target', d.n_gpu_layers, 'draft', d.n_gpu_layers_draft, d.target_model.weight_buffers); \
+d.close()" "$target" "$draft" 2>&1 | tail -5 | tee "$REPORTS/placement.log" || failed=1
   # how much of the draft's decodes runs beside a verification (what DSI and draft_ahead can gain);
   # its report's name is the argument, the environment the caller's
   overlap() {
