@@ -403,7 +403,7 @@ def _describe(dec: SpeculativeDecoder, mo: dict, draft) -> str:
         what += f" + draft {Path(draft).name}"
     if "lookup" in drafter:
         what += " + prompt lookup"
-    where = placement.describe(dec.n_gpu_layers, dec.n_gpu_layers_draft if dec.draft_path else 0)
+    where = placement.describe(dec.n_gpu_layers, dec.n_gpu_layers_draft)
     return (what + (f", n_draft {how} {dec.n_draft}" if drafter != "none" else " (no draft)")
             + (f"; {where}" if where else ""))
 

@@ -125,10 +125,6 @@ def given_layers(n: Optional[int], device: Devices, name: str) -> int:
     return 0 if [str(d).strip().lower() for d in names] in (["none"], ["cpu"]) else -1
 
 
-def _named(device) -> bool:
-    return device is not None
-
-
 def _footprint(path) -> Optional[Footprint]:
     try:
         return _core.model_footprint(str(path))
@@ -146,10 +142,12 @@ def choose(model_path, draft_path, n_gpu_layers: Optional[int], n_gpu_layers_dra
     for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch)):
         if type(value) is not int:
             raise type_error(name, value, 0)
-    auto_target = n_gpu_layers is None and not _named(device)
-    auto_draft = draft_path is not None and n_gpu_layers_draft is None and not _named(device_draft)
+    auto_target = n_gpu_layers is None and device is None
+    auto_draft = draft_path is not None and n_gpu_layers_draft is None and device_draft is None
     target = None if auto_target else given_layers(n_gpu_layers, device, "n_gpu_layers")
     draft = None if auto_draft else given_layers(n_gpu_layers_draft, device_draft, "n_gpu_layers_draft")
+    if draft_path is None:
+        draft = 0  # (what was given is checked above; without a draft there is nothing to place)
     if not (auto_target or auto_draft):
         return Offload(target=target, draft=draft)
     gpus = list((devices or _core.default_devices)())
@@ -158,7 +156,7 @@ def choose(model_path, draft_path, n_gpu_layers: Optional[int], n_gpu_layers_dra
     used = 0  # what a model whose layers the caller set takes on the same devices
     for path, auto, layers, named in ((model_path, auto_target, target, device),
                                       (draft_path, auto_draft, draft, device_draft)):
-        if gpus and path is not None and not auto and layers != 0 and not _named(named):
+        if gpus and path is not None and not auto and layers != 0 and named is None:
             placed = _footprint(path)
             if placed is not None:
                 used += placed_bytes(placed, layers, n_ctx, n_batch, n_caches)
@@ -170,7 +168,7 @@ def choose(model_path, draft_path, n_gpu_layers: Optional[int], n_gpu_layers_dra
                    notes=fitted.notes)
 
 
-def describe(target: int, draft: Optional[int]) -> str:
+def describe(target: int, draft: int) -> str:
     """Where the models' layers are, for a status line: '' where nothing is offloaded."""
     def layers(n: int) -> str:
         return "every layer" if n < 0 else f"{n} layer{'s' if n != 1 else ''}"

@@ -130,6 +130,8 @@ def _listings(client, server, tiny):
     with pytest.raises(ollama.ResponseError) as err:
         client.show("nope")
     assert err.value.status_code == 404 and "does not exist" in err.value.error
+    r = server.http.post("/api/show", json={"model": "tiny", "modle": 1})
+    assert r.status_code == 400 and "unknown field 'modle'" in r.json()["error"]
 
 
 def specllama_version():

@@ -87,6 +87,8 @@ def test_layers_given_or_devices_named_are_kept(choose):
         assert choose(gpu, n_gpu_layers_draft=-1) == (6, -1)
     with pytest.warns(RuntimeWarning, match="7 of its 10 layers"):
         assert choose(gpu, draft=None) == (7, 0)
+    with pytest.warns(RuntimeWarning, match="7 of its 10 layers"):  # (a draft's layers with no draft: none)
+        assert choose(gpu, n_gpu_layers_draft=-1, draft=None) == (7, 0)
     # and so does a target given its layers, before the draft's are fitted
     assert choose([("CUDA0", 2 * GiB)], n_gpu_layers=0) == (0, -1)
     with pytest.warns(RuntimeWarning, match="the draft needs about 0.8 GiB .* 0 of its 4 layers"):

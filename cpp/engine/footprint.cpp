@@ -3,11 +3,11 @@
 #include "engine/footprint.h"
 
 #include "gguf.h"
+#include "engine/gguf_checks.h"
 
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -15,42 +15,13 @@ namespace specllama {
 
 namespace {
 
-std::optional<int64_t> int_at(const gguf_context * ctx, int64_t k) {
-    switch (gguf_get_kv_type(ctx, k)) {
-        case GGUF_TYPE_UINT8: return gguf_get_val_u8(ctx, k);
-        case GGUF_TYPE_INT8: return gguf_get_val_i8(ctx, k);
-        case GGUF_TYPE_UINT16: return gguf_get_val_u16(ctx, k);
-        case GGUF_TYPE_INT16: return gguf_get_val_i16(ctx, k);
-        case GGUF_TYPE_UINT32: return gguf_get_val_u32(ctx, k);
-        case GGUF_TYPE_INT32: return gguf_get_val_i32(ctx, k);
-        case GGUF_TYPE_UINT64: return (int64_t) std::min<uint64_t>(gguf_get_val_u64(ctx, k), INT64_MAX);
-        case GGUF_TYPE_INT64: return gguf_get_val_i64(ctx, k);
-        default: return std::nullopt;
-    }
-}
-
-// a per-layer integer key: one value for every layer, or an array of 32-bit integers, one per layer
+// a per-layer integer key, one value per layer (a single value holds for every layer)
 std::vector<int64_t> per_layer(const gguf_context * ctx, const std::string & name, int64_t n_layer) {
-    const int64_t k = gguf_find_key(ctx, name.c_str());
-    if (k < 0) {
-        return {};
+    std::vector<int64_t> v = gguf_ints(ctx, name);
+    if (v.size() == 1) {
+        v.assign((size_t) std::max<int64_t>(n_layer, 1), v[0]);
     }
-    if (gguf_get_kv_type(ctx, k) != GGUF_TYPE_ARRAY) {
-        const auto v = int_at(ctx, k);
-        return v ? std::vector<int64_t>((size_t) std::max<int64_t>(n_layer, 0), *v) : std::vector<int64_t>{};
-    }
-    const auto type = gguf_get_arr_type(ctx, k);
-    if (type != GGUF_TYPE_INT32 && type != GGUF_TYPE_UINT32) {
-        return {};
-    }
-    std::vector<int64_t> out;
-    const auto *         data = static_cast<const uint8_t *>(gguf_get_arr_data(ctx, k));
-    for (size_t i = 0; i < gguf_get_arr_n(ctx, k); ++i) {
-        int32_t v;
-        std::memcpy(&v, data + 4 * i, 4);
-        out.push_back(type == GGUF_TYPE_INT32 ? (int64_t) v : (int64_t) (uint32_t) v);
-    }
-    return out;
+    return v;
 }
 
 bool starts_with(const char * s, const char * prefix) {
@@ -73,10 +44,7 @@ model_footprint read_footprint(const std::string & path) {
     if (arch_key >= 0 && gguf_get_kv_type(ctx.get(), arch_key) == GGUF_TYPE_STRING) {
         arch = gguf_get_val_str(ctx.get(), arch_key);
     }
-    auto get = [&](const char * k) -> int64_t {
-        const int64_t id = gguf_find_key(ctx.get(), (arch + "." + k).c_str());
-        return id < 0 ? 0 : int_at(ctx.get(), id).value_or(0);
-    };
+    auto get = [&](const char * k) -> int64_t { return gguf_int(ctx.get(), arch + "." + k).value_or(0); };
     fp.n_layer = get("block_count");
     fp.n_embd  = get("embedding_length");
     fp.n_ctx_train = get("context_length");
@@ -84,10 +52,8 @@ model_footprint read_footprint(const std::string & path) {
     const auto kv    = per_layer(ctx.get(), arch + ".attention.head_count_kv", fp.n_layer);
     fp.n_head        = heads.empty() ? 0 : *std::max_element(heads.begin(), heads.end());
     const int64_t head_default = fp.n_head > 0 ? fp.n_embd / fp.n_head : 0;
-    const int64_t key_length   = gguf_find_key(ctx.get(), (arch + ".attention.key_length").c_str()) >= 0 ?
-                                     get("attention.key_length") : head_default;
-    const int64_t value_length = gguf_find_key(ctx.get(), (arch + ".attention.value_length").c_str()) >= 0 ?
-                                     get("attention.value_length") : head_default;
+    const int64_t key_length   = gguf_int(ctx.get(), arch + ".attention.key_length").value_or(head_default);
+    const int64_t value_length = gguf_int(ctx.get(), arch + ".attention.value_length").value_or(head_default);
     // llama.cpp: a layer without head_count_kv has as many key/value heads as query heads
     const auto & kv_heads = kv.empty() ? heads : kv;
     for (int64_t h : kv_heads) {

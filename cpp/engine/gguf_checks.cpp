@@ -22,9 +22,6 @@
 
 namespace specllama {
 
-namespace {
-
-// the integer value of key k (any integer type)
 std::optional<int64_t> gguf_int_at(const gguf_context * ctx, int64_t k) {
     switch (gguf_get_kv_type(ctx, k)) {
         case GGUF_TYPE_UINT8: return gguf_get_val_u8(ctx, k);
@@ -39,13 +36,11 @@ std::optional<int64_t> gguf_int_at(const gguf_context * ctx, int64_t k) {
     }
 }
 
-// an integer key of any integer type, if present
 std::optional<int64_t> gguf_int(const gguf_context * ctx, const std::string & name) {
     const int64_t k = gguf_find_key(ctx, name.c_str());
     return k < 0 ? std::nullopt : gguf_int_at(ctx, k);
 }
 
-// an integer key, or each element of an integer array key (llama.cpp allows per-layer values)
 std::vector<int64_t> gguf_ints(const gguf_context * ctx, const std::string & name) {
     const int64_t k = gguf_find_key(ctx, name.c_str());
     if (k < 0) {
@@ -69,6 +64,8 @@ std::vector<int64_t> gguf_ints(const gguf_context * ctx, const std::string & nam
     }
     return out;
 }
+
+namespace {
 
 // each check names the llama.cpp assertion it stands in for (scripts/fuzz_gguf.py finds such aborts)
 void check_gguf_metadata(const std::string & path) {

@@ -79,7 +79,7 @@ def serve(decoder: SpeculativeDecoder, config: ServerConfig, announce=print, own
     server = Server(uconfig)
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     try:
-        where = placement.describe(decoder.n_gpu_layers, decoder.n_gpu_layers_draft if decoder.draft_path else 0)
+        where = placement.describe(decoder.n_gpu_layers, decoder.n_gpu_layers_draft)
         announce(f"specllama serve: http://{shown}:{port}/v1 (OpenAI API; model '{config.model_name}', "
                  f"{config.parallel} slot(s) of {n_ctx} tokens{', API key required' if config.api_key else ''}"
                  f"{'; ' + where if where else ''})")

@@ -18,7 +18,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from fastapi.responses import JSONResponse
 
-from .. import _core
 from .._version import __version__
 from ..completions import RequestError
 from .responses import check_fields
@@ -304,18 +303,13 @@ def tags(name: str, decoder) -> Dict[str, Any]:
 
 
 def running(name: str, decoder) -> Dict[str, Any]:
-    """/api/ps: the served model, in memory until the server stops; size_vram the share of its file
-    on a GPU (by layers)."""
+    """/api/ps: the served model, in memory until the server stops; size_vram what llama.cpp put
+    of its weights outside the host's buffers."""
     f = _file(decoder)
-    layers = decoder.n_gpu_layers
-    if layers < 0 or layers == 0:
-        vram = f["size"] if layers < 0 else 0
-    else:
-        n_layer = _core.model_footprint(decoder.model_path)["n_layer"]
-        vram = int(f["size"] * min(1.0, layers / max(1, n_layer)))
+    vram = sum(mib for buf, mib in decoder.target_model.weight_buffers.items() if not buf.startswith("CPU"))
     return {"models": [{"name": name, "model": name, "size": f["size"], "digest": f["digest"],
-                        "details": details(decoder), "expires_at": "9999-12-31T23:59:59Z", "size_vram": vram,
-                        "context_length": decoder.n_ctx}]}
+                        "details": details(decoder), "expires_at": "9999-12-31T23:59:59Z",
+                        "size_vram": int(vram * (1 << 20)), "context_length": decoder.n_ctx}]}
 
 
 def show(name: str, decoder, n_ctx: int) -> Dict[str, Any]:

@@ -8,6 +8,7 @@ from .. import completions
 from . import ollama
 from .generation import complete
 from .request_checks import check_model, read_json
+from .responses import check_fields
 from .state import server_state
 
 router = APIRouter()
@@ -59,8 +60,7 @@ async def show(request: Request):
     st = server_state(request)
     try:
         body = await read_json(request)
-        if not isinstance(body, dict):
-            raise completions.RequestError("the request body must be a JSON object", None, "invalid_type")
+        check_fields(body, {"model", "name", "verbose"}, {}, "/api/show")
         check_model(st, ollama.model_name(body) or "?")
     except completions.RequestError as exc:
         return ollama.error_response(exc)
