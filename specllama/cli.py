@@ -19,7 +19,7 @@ from typing import Optional, Tuple
 import click
 
 from . import _core, encoding, placement
-from ._core import DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
+from ._core import CACHE_TYPES, DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
 from .decoder import SpeculativeDecoder, as_dict, make_options
 from .models import DEFAULT_PAIR, PAIRS
@@ -27,6 +27,7 @@ from .models import DEFAULT_PAIR, PAIRS
 _QUANT_TYPES = quantize_types()
 _TARGET_TYPES = sorted({t for p in PAIRS.values() for t in p.targets})
 _GEN = GenerateOptions()  # the generation defaults (the native core's)
+_CACHE_TYPES = ("cache_type_k", "cache_type_v", "cache_type_k_draft", "cache_type_v_draft")
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -114,6 +115,28 @@ def _drafting_options():
     ]
 
 
+def _cache_options():
+    """model_options' options of the KV caches' number formats and flash attention (llama.cpp's names)."""
+    return [
+        click.option("-ctk", "--cache-type-k", "cache_type_k", type=click.Choice(CACHE_TYPES),
+                     default=DECODER_DEFAULTS["cache_type_k"], show_default=True,
+                     help="Number format of the target's cached keys (q8_0 takes about half of f16's memory and "
+                          "changes the output a little, as in llama.cpp; speculation keeps it the target's)."),
+        click.option("-ctv", "--cache-type-v", "cache_type_v", type=click.Choice(CACHE_TYPES),
+                     default=DECODER_DEFAULTS["cache_type_v"], show_default=True,
+                     help="Number format of the target's cached values (a quantized one needs flash attention)."),
+        click.option("-ctkd", "--cache-type-k-draft", "cache_type_k_draft", type=click.Choice(CACHE_TYPES),
+                     default=DECODER_DEFAULTS["cache_type_k_draft"], show_default=True,
+                     help="Number format of the draft's cached keys."),
+        click.option("-ctvd", "--cache-type-v-draft", "cache_type_v_draft", type=click.Choice(CACHE_TYPES),
+                     default=DECODER_DEFAULTS["cache_type_v_draft"], show_default=True,
+                     help="Number format of the draft's cached values."),
+        click.option("-fa", "--flash-attn", "flash_attn", type=click.Choice(["auto", "on", "off"]),
+                     default=DECODER_DEFAULTS["flash_attn"], show_default=True,
+                     help="Flash attention for both models: auto (where the device has the kernels), on, off."),
+    ]
+
+
 def model_options(fn):
     """Options every model-running command shares (llama.cpp's names where it has one)."""
     opts = [
@@ -142,6 +165,7 @@ def model_options(fn):
         click.option("-ngld", "--n-gpu-layers-draft", "n_gpu_layers_draft", type=int, default=None,
                      help="Draft layers to offload (default: all when -devd names a device, else as many as fit "
                           "in the GPUs' free memory)."),
+        *_cache_options(),
         click.option("-dev", "--device", envvar="SPECLLAMA_DEVICE",
                      help="Devices for the target, comma-separated (CUDA0,CUDA1; an rpc-server's HOST:PORT; none = "
                           "CPU only). Default: every GPU. See --list-devices."),
@@ -178,7 +202,8 @@ def model_options(fn):
     names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "forced_drafts",
              "device_sampling",
              "ctx_size", "threads", "threads_draft",
-             "n_gpu_layers", "n_gpu_layers_draft", "share_prefill", "swa_full", "checkpoint_memory", "device",
+             "n_gpu_layers", "n_gpu_layers_draft", "cache_type_k", "cache_type_v", "cache_type_k_draft",
+             "cache_type_v_draft", "flash_attn", "share_prefill", "swa_full", "checkpoint_memory", "device",
              "device_draft", "split_mode",
              "tensor_split", "main_gpu", "rpc", "dsi_devices"]
 
@@ -376,7 +401,8 @@ def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1):
         warnings.simplefilter("always")
         if n_caches > 1 and not mo["rpc"]:
             fit = placement.choose(model, draft, *layers, mo["device"], mo["device_draft"] if draft else None,
-                                   mo["ctx_size"], DECODER_DEFAULTS["n_batch"], n_caches=n_caches)
+                                   mo["ctx_size"], DECODER_DEFAULTS["n_batch"], n_caches=n_caches,
+                                   cache_types=[mo[k] for k in _CACHE_TYPES])
             layers = fit.target, fit.draft
         dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
                                  n_threads_draft=mo["threads_draft"], n_gpu_layers=layers[0],
@@ -385,7 +411,8 @@ def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1):
                                  checkpoint_memory=mo["checkpoint_memory"], device=mo["device"],
                                  device_draft=mo["device_draft"] if draft else None, split_mode=mo["split_mode"],
                                  tensor_split=_tensor_split(mo["tensor_split"]), main_gpu=mo["main_gpu"],
-                                 rpc=mo["rpc"], dsi_devices=list(mo["dsi_devices"]) or None)
+                                 rpc=mo["rpc"], dsi_devices=list(mo["dsi_devices"]) or None,
+                                 flash_attn=mo["flash_attn"], **{k: mo[k] for k in _CACHE_TYPES})
     for w in caught:
         _err(f"specllama: warning: {w.message}")
     return dec, _describe(dec, mo, draft)

@@ -28,6 +28,7 @@ __all__ = ["Completion", "DSIStats", "GenerateOptions", "PromptTooLong", "Specul
 Prompt = Union[str, Sequence[int]]
 _T = TypeVar("_T")
 _DEFAULTS = _core.DECODER_DEFAULTS  # the native decoder's defaults
+_CACHE_TYPES = ("cache_type_k", "cache_type_v", "cache_type_k_draft", "cache_type_v_draft")
 
 
 Devices = Union[str, Sequence[str], None]
@@ -89,6 +90,13 @@ class SpeculativeDecoder:
     -1 (auto): 2 where either model is on a GPU of this machine (llama.cpp runs a decode of a new
     shape without its CUDA graph and records the graph at the next alike), 0 elsewhere. The
     output's distribution is the same either way.
+    cache_type_k / cache_type_v (cache_type_k_draft / cache_type_v_draft for the draft): the number
+    format of the cached keys and values, as llama.cpp's -ctk / -ctv: "f16" (default), "f32",
+    "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1". A quantized cache takes less memory
+    (q8_0 about half of f16's) and changes the model's output a little, as it does in llama.cpp;
+    speculation keeps the output the target's with that cache, the draft's formats affect only
+    how many drafts are kept. flash_attn: "auto" (where the device has the kernels), "on", "off"
+    (as llama.cpp's -fa); a quantized V cache needs it.
     """
 
     def __init__(
@@ -109,6 +117,11 @@ class SpeculativeDecoder:
         draft_catch_up: str = _DEFAULTS["draft_catch_up"],
         verify_shape: str = _DEFAULTS["verify_shape"],
         settle_steps: int = _DEFAULTS["settle_steps"],
+        cache_type_k: str = _DEFAULTS["cache_type_k"],
+        cache_type_v: str = _DEFAULTS["cache_type_v"],
+        cache_type_k_draft: str = _DEFAULTS["cache_type_k_draft"],
+        cache_type_v_draft: str = _DEFAULTS["cache_type_v_draft"],
+        flash_attn: str = _DEFAULTS["flash_attn"],
         device: Devices = None,
         device_draft: Devices = None,
         split_mode: str = "layer",
@@ -133,8 +146,9 @@ class SpeculativeDecoder:
         # layers asked for in so many words; those that follow from a named device need no warning: on
         # a build without offload the only devices are the CPU (no layers) and names the core refuses
         asked = bool(n_gpu_layers) or (draft_path is not None and bool(n_gpu_layers_draft))
+        cache_types = [cache_type_k, cache_type_v, cache_type_k_draft, cache_type_v_draft]
         self._offload = placement.choose(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device,
-                                         device_draft, n_ctx, n_batch)
+                                         device_draft, n_ctx, n_batch, cache_types=cache_types)
         n_gpu_layers, n_gpu_layers_draft = self._offload.target, self._offload.draft
         if asked and not _core.supports_gpu_offload():
             warnings.warn("n_gpu_layers has no effect: the installed llama-cpp-python was built without GPU "
@@ -147,26 +161,15 @@ class SpeculativeDecoder:
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
                         share_prefill=bool(share_prefill), swa_full=bool(swa_full),
                         checkpoint_memory=checkpoint_memory, draft_catch_up=draft_catch_up,
-                        verify_shape=verify_shape, settle_steps=settle_steps)
-        for name, value in settings.items():
+                        verify_shape=verify_shape, settle_steps=settle_steps, flash_attn=flash_attn)
+        for name, value in [*settings.items(), *zip(_CACHE_TYPES, cache_types)]:
             if type(value) is not type(_DEFAULTS[name]):
                 raise type_error(name, value, _DEFAULTS[name])
-        if type(split_mode) is not str or split_mode not in ("none", "layer", "row"):
-            raise ValueError(f"split_mode must be 'none', 'layer' or 'row', got {split_mode!r}")
-        if type(main_gpu) is not int or main_gpu < 0:
-            raise ValueError(f"main_gpu must be an int >= 0, got {main_gpu!r}")
-        if tensor_split is not None:
-            if isinstance(tensor_split, str):
-                tensor_split = [float(x) for x in tensor_split.replace("/", ",").split(",")]
-            tensor_split = [float(x) for x in tensor_split]
-        if dsi_devices is not None and (isinstance(dsi_devices, str) or not isinstance(dsi_devices, Sequence)):
-            raise TypeError("dsi_devices must be a list with one device (or device list) per DSI server beyond "
-                            f"the first, got {dsi_devices!r}")
-        if draft_path is None and device_draft is not None:
-            raise ValueError("device_draft needs a draft model")
+        tensor_split = _placement_args(split_mode, tensor_split, main_gpu, dsi_devices, draft_path, device_draft)
         self._core = self._call(lambda: _core.Decoder(
-            self.model_path, self.draft_path, **settings, device=device, device_draft=device_draft,
-            split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu, dsi_devices=list(dsi_devices or [])))
+            self.model_path, self.draft_path, **settings, cache_types=cache_types, device=device,
+            device_draft=device_draft, split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu,
+            dsi_devices=list(dsi_devices or [])))
         if self._guard is not None:
             self._guard.cover(self._core)
 
@@ -527,6 +530,24 @@ class SpeculativeDecoder:
                 thread.join()
             elif guard.lost is None:
                 guard.join(thread, seen)
+
+
+def _placement_args(split_mode, tensor_split, main_gpu, dsi_devices, draft_path, device_draft) -> Optional[List[float]]:
+    """The multi-device arguments checked; tensor_split as a list of floats (a string "3,1" or "3/1" too)."""
+    if type(split_mode) is not str or split_mode not in ("none", "layer", "row"):
+        raise ValueError(f"split_mode must be 'none', 'layer' or 'row', got {split_mode!r}")
+    if type(main_gpu) is not int or main_gpu < 0:
+        raise ValueError(f"main_gpu must be an int >= 0, got {main_gpu!r}")
+    if tensor_split is not None:
+        if isinstance(tensor_split, str):
+            tensor_split = tensor_split.replace("/", ",").split(",")
+        tensor_split = [float(x) for x in tensor_split]
+    if dsi_devices is not None and (isinstance(dsi_devices, str) or not isinstance(dsi_devices, Sequence)):
+        raise TypeError("dsi_devices must be a list with one device (or device list) per DSI server beyond "
+                        f"the first, got {dsi_devices!r}")
+    if draft_path is None and device_draft is not None:
+        raise ValueError("device_draft needs a draft model")
+    return tensor_split
 
 
 def _warn_threads(**counts) -> None:

@@ -125,20 +125,22 @@ def given_layers(n: Optional[int], device: Devices, name: str) -> int:
     return 0 if [str(d).strip().lower() for d in names] in (["none"], ["cpu"]) else -1
 
 
-def _footprint(path) -> Optional[Footprint]:
+def _footprint(path, cache_types: Sequence[str]) -> Optional[Footprint]:
     try:
-        return _core.model_footprint(str(path))
+        return _core.model_footprint(str(path), *cache_types)
     except (ValueError, OSError):
-        return None  # the loader reports what is wrong with the file
+        return None  # the loader reports what is wrong with the file (or with a cache format)
 
 
 def choose(model_path, draft_path, n_gpu_layers: Optional[int], n_gpu_layers_draft: Optional[int],
            device: Devices, device_draft: Devices, n_ctx: int, n_batch: int, n_caches: int = 1,
-           devices: Optional[Callable[[], Sequence[Tuple[str, int]]]] = None) -> Offload:
+           devices: Optional[Callable[[], Sequence[Tuple[str, int]]]] = None,
+           cache_types: Sequence[str] = ("f16",) * 4) -> Offload:
     """n_gpu_layers for both models: as given, every layer where a device is named (given_layers),
     or fitted to the free memory of llama.cpp's default devices (devices(): name, free bytes;
     _core.default_devices by default) where neither is given. Warns where a model gets fewer than
-    all of its layers for lack of memory. n_caches: as plan's."""
+    all of its layers for lack of memory. n_caches: as plan's; cache_types: the formats of the
+    target's keys and values, then the draft's."""
     for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch)):
         if type(value) is not int:
             raise type_error(name, value, 0)
@@ -151,13 +153,14 @@ def choose(model_path, draft_path, n_gpu_layers: Optional[int], n_gpu_layers_dra
     if not (auto_target or auto_draft):
         return Offload(target=target, draft=draft)
     gpus = list((devices or _core.default_devices)())
-    fp_target = _footprint(model_path) if auto_target and gpus else None
-    fp_draft = _footprint(draft_path) if auto_draft and gpus else None
+    kv_target, kv_draft = tuple(cache_types[:2]), tuple(cache_types[2:4])
+    fp_target = _footprint(model_path, kv_target) if auto_target and gpus else None
+    fp_draft = _footprint(draft_path, kv_draft) if auto_draft and gpus else None
     used = 0  # what a model whose layers the caller set takes on the same devices
-    for path, auto, layers, named in ((model_path, auto_target, target, device),
-                                      (draft_path, auto_draft, draft, device_draft)):
+    for path, auto, layers, named, kv in ((model_path, auto_target, target, device, kv_target),
+                                          (draft_path, auto_draft, draft, device_draft, kv_draft)):
         if gpus and path is not None and not auto and layers != 0 and named is None:
-            placed = _footprint(path)
+            placed = _footprint(path, kv)
             if placed is not None:
                 used += placed_bytes(placed, layers, n_ctx, n_batch, n_caches)
     fitted = plan(fp_target, fp_draft, [free for _, free in gpus], n_ctx, n_batch, used=used, n_caches=n_caches)

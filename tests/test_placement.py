@@ -65,7 +65,7 @@ def test_nothing_offloaded_without_room_or_without_a_gpu():
 @pytest.fixture
 def choose(monkeypatch):
     sizes = {"t.gguf": _fp(), "d.gguf": SMALL_DRAFT}
-    monkeypatch.setattr(_core, "model_footprint", lambda path: sizes[path])
+    monkeypatch.setattr(_core, "model_footprint", lambda path, *cache_types: sizes[path])
 
     def run(devices, n_gpu_layers=None, n_gpu_layers_draft=None, device=None, device_draft=None, draft="d.gguf"):
         got = placement.choose("t.gguf", draft, n_gpu_layers, n_gpu_layers_draft, device, device_draft, 512, 64,

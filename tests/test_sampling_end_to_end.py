@@ -22,9 +22,10 @@ SETTINGS = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
 N = 3000
 
 
-def _dist_after(model, tokens, settings=None, n_ctx=128):
-    """The distribution sampling with settings (default: SETTINGS) draws from after tokens."""
-    ctx = specllama.Context(model, n_ctx=n_ctx)
+def _dist_after(model, tokens, settings=None, n_ctx=128, **context_kw):
+    """The distribution sampling with settings (default: SETTINGS) draws from after tokens (on a
+    Context made with context_kw)."""
+    ctx = specllama.Context(model, n_ctx=n_ctx, **context_kw)
     logits = ctx.decode(tokens, all_logits=False)[-1]
     return specllama.sampling_distribution(logits, **(settings or SETTINGS)).astype(np.float64)
 
@@ -48,12 +49,12 @@ def pvalue_or_zero(samples, p):
         return 0.0
 
 
-def first_two_tokens(target_path, draft_path, prompt, settings=None, n=N, slot=False, **kw):
+def first_two_tokens(target_path, draft_path, prompt, settings=None, n=N, slot=False, decoder_kw=None, **kw):
     """n seeded generations of 3 tokens with n_draft 2, sampling with settings (default: SETTINGS)
-    and kw (on one of slots()'s decoders with slot): the first and second tokens (numpy arrays)
-    and how many drafts the rejection rule corrected."""
+    and kw (on one of slots()'s decoders with slot; the decoder made with decoder_kw): the first
+    and second tokens (numpy arrays) and how many drafts the rejection rule corrected."""
     firsts, seconds, n_rejected = [], [], 0
-    with specllama.SpeculativeDecoder(target_path, draft_path, n_ctx=128) as first:
+    with specllama.SpeculativeDecoder(target_path, draft_path, n_ctx=128, **(decoder_kw or {})) as first:
         dec = first.slots(2)[1] if slot else first
         for seed in range(n):
             r = dec.generate(prompt, max_tokens=3, n_draft=2, seed=seed, ignore_eos=True, **(settings or SETTINGS),
@@ -66,15 +67,15 @@ def first_two_tokens(target_path, draft_path, prompt, settings=None, n=N, slot=F
     return np.array(firsts), np.array(seconds), n_rejected
 
 
-def two_token_distributions(target_path, draft_path, text):
+def two_token_distributions(target_path, draft_path, text, **context_kw):
     """The prompt's tokens, the target's p1 after it, the target's marginal of the second token
-    sum_x p1(x) p2(. | prompt x), and the draft's q1."""
+    sum_x p1(x) p2(. | prompt x), and the draft's q1 (the target's on Contexts made with context_kw)."""
     target = specllama.Model(target_path)
     prompt = target.tokenize(text)
-    p1 = _dist_after(target, prompt)
+    p1 = _dist_after(target, prompt, **context_kw)
     p2 = np.zeros_like(p1)
     for x in np.flatnonzero(p1):
-        p2 += p1[x] * _dist_after(target, prompt + [int(x)])
+        p2 += p1[x] * _dist_after(target, prompt + [int(x)], **context_kw)
     return prompt, p1, p2, _dist_after(specllama.Model(draft_path), prompt)
 
 

@@ -12,9 +12,8 @@
 namespace specllama {
 
 std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher> batcher, std::shared_ptr<model> mdl,
-                                                    int32_t n_seq, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
-                                                    int32_t rank, bool swa_full,
-                                                    const std::string & checkpoint_memory) {
+                                                    int32_t n_seq, const context_params & params, int32_t rank) {
+    const int32_t n_ctx = params.n_ctx, n_batch = params.n_batch;
     if (n_seq < 1 || n_ctx < 1 || n_batch < 1) {
         throw std::invalid_argument("slots need n_seq, n_ctx and n_batch >= 1");
     }
@@ -22,6 +21,7 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     sc->batcher = std::move(batcher);
     sc->mdl     = std::move(mdl);
     llama_context_params cparams = llama_context_default_params();
+    set_cache_format(params, cparams);
     cparams.n_ctx           = (uint32_t) n_ctx * (uint32_t) n_seq;
     cparams.n_batch         = (uint32_t) n_batch;
     cparams.n_ubatch        = (uint32_t) n_batch;  // one graph per decode: a slot's verification is never split
@@ -34,21 +34,19 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     // of every length rollback keeps (llama.cpp then splits a decode into one ubatch per run of
     // sequences with equal token counts)
     cparams.kv_unified      = llama_model_n_swa(sc->mdl->get()) == 0;
-    cparams.swa_full        = swa_full;
-    const int32_t threads   = n_threads > 0 ? n_threads : default_threads();
+    cparams.swa_full        = params.swa_full;
+    const int32_t threads   = params.n_threads > 0 ? params.n_threads : default_threads();
     cparams.n_threads       = threads;
     cparams.n_threads_batch = threads;
     cparams.no_perf         = true;
-    llama_context * raw     = llama_init_from_model(sc->mdl->get(), cparams);
-    if (raw == nullptr) {
-        throw std::runtime_error("failed to create a llama.cpp context of " + std::to_string(n_seq) + " slots x " +
-                                 std::to_string(n_ctx) + " positions for " + sc->mdl->path + "; out of memory?");
-    }
+    llama_context * raw     = init_context(sc->mdl->get(), cparams,
+                                           "a llama.cpp context of " + std::to_string(n_seq) + " slots x " +
+                                               std::to_string(n_ctx) + " positions for " + sc->mdl->path);
     sc->ctx.reset(raw);
     sc->n_seq   = n_seq;
     sc->n_batch = (int32_t) llama_n_batch(raw);
-    sc->swa_full = swa_full;
-    sc->checkpoint_memory = checkpoint_memory;
+    sc->swa_full = params.swa_full;
+    sc->checkpoint_memory = params.checkpoint_memory;
     sc->rank    = rank;
     return sc;
 }

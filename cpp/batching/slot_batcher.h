@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "batching/batch_drafting.h"
+#include "engine/context_params.h"
 #include "engine/model.h"
 
 namespace specllama {
@@ -44,11 +45,10 @@ struct shared_context {
     int32_t                       rank = 0;
 };
 
-// a context of n_ctx positions for each of n_seq slots on mdl, run by batcher
+// a context of params.n_ctx positions for each of n_seq slots on mdl, run by batcher (params'
+// n_threads, n_batch, cache formats, swa_full, checkpoint_memory)
 std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher> batcher, std::shared_ptr<model> mdl,
-                                                    int32_t n_seq, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
-                                                    int32_t rank, bool swa_full = true,
-                                                    const std::string & checkpoint_memory = "auto");
+                                                    int32_t n_seq, const context_params & params, int32_t rank);
 
 // what a slot's device chain returned for one output row, copied out of the shared context (whose
 // rows the next decode overwrites)

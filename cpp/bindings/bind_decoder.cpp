@@ -1,6 +1,7 @@
 // bindings/bind_decoder.cpp: the native decoding loop as one Python call. Arguments become C++ values
 // before the GIL is released; the per-step callback takes the GIL back only to report a step
 // and to check for Ctrl-C.
+#include <array>
 #include <map>
 
 #include <pybind11/functional.h>
@@ -55,9 +56,11 @@ void apply_sibling_settings(decoder_params & p, const py::kwargs & settings) {
         {"n_ctx", &p.ctx.n_ctx},        {"n_batch", &p.ctx.n_batch}, {"n_threads", &p.ctx.n_threads},
         {"n_threads_draft", &p.n_threads_draft}, {"n_draft", &p.n_draft}, {"settle_steps", &p.settle_steps}};
     std::map<std::string, bool *> flags = {{"share_prefill", &p.share_prefill}, {"swa_full", &p.ctx.swa_full}};
-    std::map<std::string, std::string *> texts = {{"checkpoint_memory", &p.ctx.checkpoint_memory},
-                                                  {"draft_catch_up", &p.draft_catch_up},
-                                                  {"verify_shape", &p.verify_shape}};
+    std::map<std::string, std::string *> texts = {
+        {"checkpoint_memory", &p.ctx.checkpoint_memory}, {"draft_catch_up", &p.draft_catch_up},
+        {"verify_shape", &p.verify_shape},           {"cache_type_k", &p.ctx.type_k},
+        {"cache_type_v", &p.ctx.type_v},             {"cache_type_k_draft", &p.type_k_draft},
+        {"cache_type_v_draft", &p.type_v_draft},     {"flash_attn", &p.ctx.flash_attn}};
     for (const auto & [k, value] : settings) {
         const std::string key  = k.cast<std::string>();
         const bool        flag = py::isinstance<py::bool_>(value);
@@ -456,6 +459,11 @@ void register_decoder(py::module_ & m) {
         defaults["draft_catch_up"]     = d.draft_catch_up;
         defaults["verify_shape"]       = d.verify_shape;
         defaults["settle_steps"]       = d.settle_steps;
+        defaults["cache_type_k"]       = d.ctx.type_k;
+        defaults["cache_type_v"]       = d.ctx.type_v;
+        defaults["cache_type_k_draft"] = d.type_k_draft;
+        defaults["cache_type_v_draft"] = d.type_v_draft;
+        defaults["flash_attn"]         = d.ctx.flash_attn;
         m.attr("DECODER_DEFAULTS")     = defaults;
     }
 
@@ -466,7 +474,8 @@ void register_decoder(py::module_ & m) {
                          const py::object & device, const py::object & device_draft, const std::string & split_mode,
                          const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu,
                          const std::vector<py::object> & dsi_devices, const std::string & checkpoint_memory,
-                         const std::string & draft_catch_up, const std::string & verify_shape, int32_t settle_steps) {
+                         const std::string & draft_catch_up, const std::string & verify_shape, int32_t settle_steps,
+                         const std::array<std::string, 4> & cache_types, const std::string & flash_attn) {
                  decoder_params p;
                  p.target.path         = target.value;
                  p.target.n_gpu_layers = n_gpu_layers;
@@ -497,6 +506,11 @@ void register_decoder(py::module_ & m) {
                  p.draft_catch_up  = draft_catch_up;
                  p.verify_shape    = verify_shape;
                  p.settle_steps    = settle_steps;
+                 p.ctx.type_k      = cache_types[0];
+                 p.ctx.type_v      = cache_types[1];
+                 p.type_k_draft    = cache_types[2];
+                 p.type_v_draft    = cache_types[3];
+                 p.ctx.flash_attn  = flash_attn;
                  py::gil_scoped_release nogil;
                  return decoder_holder(new decoder(p));
              }),
@@ -512,7 +526,9 @@ void register_decoder(py::module_ & m) {
              py::arg("checkpoint_memory") = context_params{}.checkpoint_memory,
              py::arg("draft_catch_up") = decoder_params{}.draft_catch_up,
              py::arg("verify_shape") = decoder_params{}.verify_shape,
-             py::arg("settle_steps") = decoder_params{}.settle_steps)
+             py::arg("settle_steps") = decoder_params{}.settle_steps,
+             py::arg("cache_types") = std::array<std::string, 4>{"f16", "f16", "f16", "f16"},
+             py::arg("flash_attn") = context_params{}.flash_attn)
         .def_property_readonly("n_draft", &decoder::n_draft)
         .def_property_readonly("draft_catch_up", &decoder::draft_catch_up, "'batch', 'tokens' ('' without a draft)")
         .def_property_readonly("verify_shape", &decoder::verify_shape,

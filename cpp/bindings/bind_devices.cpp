@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "bindings.h"
+#include "engine/context_params.h"
 #include "engine/devices.h"
 #include "engine/footprint.h"
 #include "engine/rpc.h"
@@ -84,11 +85,11 @@ void register_devices(py::module_ & m) {
         "(name, memory_free in bytes); empty where the installed libllama has none.");
     m.def(
         "model_footprint",
-        [](const std::string & path) {
+        [](const std::string & path, const std::string & cache_type_k, const std::string & cache_type_v) {
             model_footprint fp;
             {
                 py::gil_scoped_release nogil;
-                fp = read_footprint(path);
+                fp = read_footprint(path, cache_type_k, cache_type_v);
             }
             py::dict e;
             e["n_layer"]               = fp.n_layer;
@@ -102,11 +103,13 @@ void register_devices(py::module_ & m) {
             e["kv_bytes_per_position"] = fp.kv_bytes_per_position;
             return e;
         },
-        py::arg("path"),
+        py::arg("path"), py::arg("cache_type_k") = "f16", py::arg("cache_type_v") = "f16",
         "What a GGUF model needs in a device's memory, from its metadata and tensor table: n_layer, n_vocab, "
         "n_embd, n_head, n_ctx_train, layer_bytes (the repeating layers' weights), output_bytes (the output layer), "
-        "other_bytes (the input embeddings and the rest), kv_bytes_per_position (F16 keys and values of every "
-        "layer). A file ggml cannot parse is a ValueError.");
+        "other_bytes (the input embeddings and the rest), kv_bytes_per_position (keys and values of every "
+        "layer, in the cache formats named). A file ggml cannot parse, or a format not known, is a ValueError.");
+    // the KV cache formats llama.cpp's programs accept (context_params::type_k)
+    m.attr("CACHE_TYPES") = py::tuple(py::cast(std::vector<std::string>(std::begin(k_cache_types), std::end(k_cache_types))));
     m.def(
         "rpc_add_servers",
         [](const py::object & endpoints, int32_t timeout_ms) {

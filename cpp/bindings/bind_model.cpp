@@ -195,8 +195,12 @@ void register_model(py::module_ & m) {
     py::class_<py_context>(m, "Context",
                            "A context on a Model: its KV cache, batch decoding with logits, and rollback.")
         .def(py::init([](std::shared_ptr<model> mdl, int32_t n_ctx, int32_t n_batch, int32_t n_threads,
-                         bool swa_full, const std::string & checkpoint_memory) {
+                         bool swa_full, const std::string & checkpoint_memory, const std::string & cache_type_k,
+                         const std::string & cache_type_v, const std::string & flash_attn) {
                  context_params p;
+                 p.type_k     = cache_type_k;
+                 p.type_v     = cache_type_v;
+                 p.flash_attn = flash_attn;
                  p.n_ctx     = n_ctx;
                  p.n_batch   = n_batch;
                  p.n_threads = n_threads;
@@ -206,7 +210,9 @@ void register_model(py::module_ & m) {
                  return std::make_unique<py_context>(mdl, p);
              }),
              py::arg("model"), py::arg("n_ctx") = 2048, py::arg("n_batch") = 512, py::arg("n_threads") = 0,
-             py::arg("swa_full") = true, py::arg("checkpoint_memory") = context_params{}.checkpoint_memory)
+             py::arg("swa_full") = true, py::arg("checkpoint_memory") = context_params{}.checkpoint_memory,
+             py::arg("cache_type_k") = context_params{}.type_k, py::arg("cache_type_v") = context_params{}.type_v,
+             py::arg("flash_attn") = context_params{}.flash_attn)
         .def_property_readonly("model", [](const py_context & c) { return c.mdl; })
         .def_property_readonly("n_ctx", [](const py_context & c) { return c.cache.n_ctx(); })
         .def_property_readonly("n_past", [](py_context & c) {

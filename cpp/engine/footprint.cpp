@@ -3,6 +3,7 @@
 #include "engine/footprint.h"
 
 #include "gguf.h"
+#include "engine/context_params.h"
 #include "engine/gguf_checks.h"
 
 #include <algorithm>
@@ -30,7 +31,9 @@ bool starts_with(const char * s, const char * prefix) {
 
 }  // namespace
 
-model_footprint read_footprint(const std::string & path) {
+model_footprint read_footprint(const std::string & path, const std::string & type_k, const std::string & type_v) {
+    cache_type_from_string(type_k, "cache_type_k");  // (a name checked before the file is read)
+    cache_type_from_string(type_v, "cache_type_v");
     gguf_init_params gp{};
     gp.no_alloc = true;
     gp.ctx      = nullptr;
@@ -56,8 +59,9 @@ model_footprint read_footprint(const std::string & path) {
     const int64_t value_length = gguf_int(ctx.get(), arch + ".attention.value_length").value_or(head_default);
     // llama.cpp: a layer without head_count_kv has as many key/value heads as query heads
     const auto & kv_heads = kv.empty() ? heads : kv;
-    for (int64_t h : kv_heads) {
-        fp.kv_bytes_per_position += (size_t) std::max<int64_t>(h, 0) * (size_t) (key_length + value_length) * 2;
+    for (int64_t h : kv_heads) {  // (a row of a layer's cache per position, as llama.cpp lays it out)
+        fp.kv_bytes_per_position += cache_bytes(type_k, std::max<int64_t>(h, 0) * key_length) +
+                                    cache_bytes(type_v, std::max<int64_t>(h, 0) * value_length);
     }
     const int64_t tokens = gguf_find_key(ctx.get(), "tokenizer.ggml.tokens");
     if (tokens >= 0 && gguf_get_kv_type(ctx.get(), tokens) == GGUF_TYPE_ARRAY) {

@@ -18,10 +18,12 @@ struct model_footprint {
     size_t  layer_bytes  = 0;           // the weights of the repeating layers (blk.*), all together
     size_t  output_bytes = 0;           // the output layer: output.weight (or the tied token_embd), output_norm
     size_t  other_bytes  = 0;           // the rest (the input embeddings: llama.cpp keeps them on the CPU)
-    size_t  kv_bytes_per_position = 0;  // F16 keys and values of every attention layer, per cached position
+    size_t  kv_bytes_per_position = 0;  // keys and values of every attention layer, per cached position
 };
 
-// throws std::invalid_argument for a file ggml's GGUF parser cannot read
-model_footprint read_footprint(const std::string & path);
+// throws std::invalid_argument for a file ggml's GGUF parser cannot read, or a cache format not
+// known (context_params::type_k); kv_bytes_per_position in the cache formats named
+model_footprint read_footprint(const std::string & path, const std::string & type_k = "f16",
+                               const std::string & type_v = "f16");
 
 }  // namespace specllama

@@ -46,6 +46,7 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     window_    = params.swa_full ? 0 : std::max<int32_t>(0, llama_model_n_swa(mdl_->get()));
     ckpt_on_device_ = checkpoint_on_device(params.checkpoint_memory, *mdl_);
     llama_context_params cparams = llama_context_default_params();
+    set_cache_format(params, cparams);
     cparams.swa_full        = params.swa_full;
     cparams.n_ctx           = (uint32_t) params.n_ctx;
     cparams.n_batch         = (uint32_t) params.n_batch;
@@ -62,11 +63,8 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     cparams.n_threads_batch = n_threads;
     cparams.no_perf         = true;
 
-    llama_context * raw = llama_init_from_model(mdl_->get(), cparams);
-    if (raw == nullptr) {
-        throw std::runtime_error("failed to create a llama.cpp context for " + mdl_->path + " (n_ctx " +
-                                 std::to_string(params.n_ctx) + "); out of memory?");
-    }
+    llama_context * raw = init_context(mdl_->get(), cparams, "a llama.cpp context for " + mdl_->path + " (n_ctx " +
+                                                                std::to_string(params.n_ctx) + ")");
     ctx_.reset(raw);
     spare_seq_ = spare && llama_memory_can_shift(llama_get_memory(raw)) ? 1 : -1;
     n_ctx_   = (int32_t) llama_n_ctx(raw);

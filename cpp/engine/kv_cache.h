@@ -12,27 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/context_params.h"
 #include "engine/model.h"
 #include "batching/slot_batcher.h"
 #include "sampling/device_sampling.h"
 
 namespace specllama {
-
-struct context_params {
-    int32_t n_ctx     = 4096;  // positions the KV cache holds (0 = the model's training context)
-    int32_t n_batch   = 512;   // tokens per llama_decode call; verification batches must fit in one
-    int32_t n_threads = 0;     // CPU threads, 0 = all hardware threads
-    // a sliding-window model (Gemma 2/3 style): true keeps every position in its window layers'
-    // cache, so rollback drops a tail as for any KV cache; false keeps only the window (less
-    // memory), and rollback goes back to a checkpoint of it as for a recurrent state
-    bool    swa_full  = true;
-    // where a recurrent or hybrid model's per-step checkpoints live: "device" keeps the copy in the
-    // memory that holds the state (llama.cpp's LLAMA_STATE_SEQ_FLAGS_ON_DEVICE: a copy within a GPU's
-    // memory, no transfer to the host and back), "host" copies it to host memory, "auto" is "device"
-    // where the model is offloaded and "host" otherwise. A model with sliding-window layers always
-    // checkpoints to host memory (llama.cpp keeps a device copy of one contiguous range of cells only).
-    std::string checkpoint_memory = "auto";
-};
 
 // context_params::checkpoint_memory resolved for a model: true where step checkpoints go to device
 // memory (std::invalid_argument for a value other than auto, host or device)

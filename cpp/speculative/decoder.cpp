@@ -21,6 +21,18 @@ double dsi_report::verify_hidden_share() const {
     return used > 0 ? t_verify_hidden_ms() / used : 0.0;
 }
 
+namespace {
+// the draft's context: the target's but for the draft's threads and cache formats, and n_ctx
+context_params draft_context(const decoder_params & p, int32_t n_ctx) {
+    context_params c = p.ctx;
+    c.n_ctx          = n_ctx;
+    c.n_threads      = p.n_threads_draft > 0 ? p.n_threads_draft : p.ctx.n_threads;
+    c.type_k         = p.type_k_draft;
+    c.type_v         = p.type_v_draft;
+    return c;
+}
+}  // namespace
+
 decoder::decoder(const decoder_params & params)
     : decoder(params, model_load(params.target), params.draft ? model_load(*params.draft) : nullptr) {}
 
@@ -54,6 +66,10 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         throw std::invalid_argument("verify_shape must be 'auto', 'exact' or 'padded', got '" + params.verify_shape +
                                     "'");
     }
+    if (params.draft) {  // (the target's formats are checked as its context is made)
+        cache_type_from_string(params.type_k_draft, "cache_type_k_draft");
+        cache_type_from_string(params.type_v_draft, "cache_type_v_draft");
+    }
     // copying a sequence's keys and values goes through host memory: it pays against decoding on
     // a CPU (kv_cache.h), and was not measured against a GPU's batched prompt processing
     copy_server_prefill_ = params.share_prefill && !offloads(params.target);
@@ -78,11 +94,7 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         } else if (!vocab_difference(*target_, *draft_).empty()) {
             vocab_map_ = std::make_shared<const vocab_map>(*target_, *draft_);  // throws if too little is shared
         }
-        context_params dctx = params.ctx;
-        dctx.n_ctx          = tgt_cache_->n_ctx();
-        if (params.n_threads_draft > 0) {
-            dctx.n_threads = params.n_threads_draft;
-        }
+        const context_params dctx = draft_context(params, tgt_cache_->n_ctx());
         if (slot && !slot->draft) {
             throw std::invalid_argument("a slot with a draft model needs a draft context");
         }
@@ -93,7 +105,8 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
             view_ = std::make_unique<draft_view>(*vocab_map_);
         }
         share_prefill_ = copy_server_prefill_ && !offloads(*params.draft) && !vocab_map_ &&
-                         kv_interchangeable(*target_, *draft_);
+                         kv_interchangeable(*target_, *draft_) && dctx.type_k == params.ctx.type_k &&
+                         dctx.type_v == params.ctx.type_v;
         const std::string & how = params.draft_catch_up;
         const bool by_token = how == "tokens" || (how == "auto" && draft_->local_gpu && !slot);
         drafter_->set_catch_up_by_token(by_token ? k_catch_up_by_token : 0);
@@ -127,12 +140,9 @@ std::vector<std::unique_ptr<decoder>> decoder::slots(int32_t n, int32_t n_ctx, i
     auto       batcher = std::make_shared<slot_batcher>(std::chrono::microseconds(max_wait_us));
     slot_place place;
     place.vocab  = vocab_map_;
-    place.target = make_shared_context(batcher, target_, n, p.ctx.n_ctx, p.ctx.n_batch, p.ctx.n_threads, 1,
-                                       p.ctx.swa_full, p.ctx.checkpoint_memory);
+    place.target = make_shared_context(batcher, target_, n, p.ctx, 1);
     if (draft_) {
-        const int32_t t_draft = n_threads_draft_ > 0 ? n_threads_draft_ : p.ctx.n_threads;
-        place.draft = make_shared_context(batcher, draft_, n, p.ctx.n_ctx, p.ctx.n_batch, t_draft, 0,
-                                          p.ctx.swa_full, p.ctx.checkpoint_memory);
+        place.draft = make_shared_context(batcher, draft_, n, draft_context(p, p.ctx.n_ctx), 0);
     }
     std::vector<std::unique_ptr<decoder>> out;
     for (int32_t s = 0; s < n; ++s) {

@@ -39,8 +39,10 @@ inline double ms_since(clock_type::time_point t) {
 struct decoder_params {
     model_params                target;
     std::optional<model_params> draft;           // none: plain decoding only
-    context_params              ctx;             // for both models
+    context_params              ctx;             // for both models, but for the draft's fields below
     int32_t                     n_threads_draft = 0;  // 0 = ctx.n_threads
+    std::string                 type_k_draft = "f16";  // the draft's cache formats (context_params::type_k)
+    std::string                 type_v_draft = "f16";
     int32_t                     n_draft = 10;    // tokens drafted per step when a generation does not say
     // when the draft is the target in another number format (kv_interchangeable), give it the
     // prompt's keys and values from the target's cache instead of processing the prompt again;
