@@ -147,6 +147,9 @@ class SpeculativeDecoder:
         # a build without offload the only devices are the CPU (no layers) and names the core refuses
         asked = bool(n_gpu_layers) or (draft_path is not None and bool(n_gpu_layers_draft))
         cache_types = [cache_type_k, cache_type_v, cache_type_k_draft, cache_type_v_draft]
+        for name, value in zip(_CACHE_TYPES, cache_types):  # (before the placement reads the sizes in them)
+            if type(value) is not str:
+                raise type_error(name, value, _DEFAULTS[name])
         self._offload = placement.choose(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device,
                                          device_draft, n_ctx, n_batch, cache_types=cache_types)
         n_gpu_layers, n_gpu_layers_draft = self._offload.target, self._offload.draft
@@ -162,7 +165,7 @@ class SpeculativeDecoder:
                         share_prefill=bool(share_prefill), swa_full=bool(swa_full),
                         checkpoint_memory=checkpoint_memory, draft_catch_up=draft_catch_up,
                         verify_shape=verify_shape, settle_steps=settle_steps, flash_attn=flash_attn)
-        for name, value in [*settings.items(), *zip(_CACHE_TYPES, cache_types)]:
+        for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise type_error(name, value, _DEFAULTS[name])
         tensor_split = _placement_args(split_mode, tensor_split, main_gpu, dsi_devices, draft_path, device_draft)

@@ -158,6 +158,11 @@ def test_bad_formats_are_clear_errors(pair32, tiny):
         specllama.Context(specllama.Model(pair32.target), cache_type_k="f16", flash_attn="yes")
     with pytest.raises(TypeError, match="cache_type_k must be a string"):
         specllama.SpeculativeDecoder(pair32.target, n_ctx=256, cache_type_k=8)
+    with pytest.raises(TypeError, match="cache_type_v_draft must be a string"):  # before the placement reads it
+        placement_on_a_gpu = [("GPU0", 80 << 30)]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_core, "default_devices", lambda: placement_on_a_gpu)
+            specllama.SpeculativeDecoder(pair32.target, pair32.draft, n_ctx=256, cache_type_v_draft=None)
     with pytest.raises(ValueError, match="cache_type_k"):
         _core.model_footprint(pair32.target, "q9")
     # a head of 16 values: llama.cpp's reason, not "out of memory"
@@ -195,3 +200,16 @@ def test_the_cli_takes_llama_cpps_flags(pair32):
     assert expected and expected in out.stdout
     bad = subprocess.run(cmd + ["-ctk", "q9"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "'q9' is not one of" in bad.stderr and "q8_0" in bad.stderr
+
+
+def test_a_sibling_takes_other_formats(pair32):
+    """sibling() with other cache formats: the output of a decoder made with them."""
+    with specllama.SpeculativeDecoder(pair32.target_q, pair32.draft_q, n_ctx=256) as dec:
+        sib = dec.sibling(cache_type_k="q4_0", cache_type_v="q4_0", cache_type_k_draft="q8_0")
+        with sib:
+            got = [sib.generate(p, max_tokens=24, temperature=0, ignore_eos=True).tokens for p in PROMPTS]
+        with pytest.raises(ValueError, match="cache_type_v_draft must be one of"):
+            dec.sibling(cache_type_v_draft="q3")
+    with specllama.SpeculativeDecoder(pair32.target_q, n_ctx=256, cache_type_k="q4_0", cache_type_v="q4_0") as q4:
+        assert got == [q4.generate(p, max_tokens=24, temperature=0, ignore_eos=True, speculative=False).tokens
+                       for p in PROMPTS]
