@@ -10,9 +10,11 @@ premise of the greedy test, itself tested).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,3 +215,19 @@ def test_a_sibling_takes_other_formats(pair32):
     with specllama.SpeculativeDecoder(pair32.target_q, n_ctx=256, cache_type_k="q4_0", cache_type_v="q4_0") as q4:
         assert got == [q4.generate(p, max_tokens=24, temperature=0, ignore_eos=True, speculative=False).tokens
                        for p in PROMPTS]
+
+
+def test_the_benchmark_runs_at_a_tiny_size(pair32, tmp_path):
+    """benchmarks/cache_types.py: each format's row, its cache's size, and greedy output equal to
+    plain decoding's (the Q4_1 pair is batch invariant with each format)."""
+    out = tmp_path / "report.json"
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "cache_types.py"
+    run = subprocess.run([sys.executable, str(script), "-m", pair32.target_q, "-d", pair32.draft_q, "--formats",
+                          "f16,q8_0", "--prompts", "chat,code", "--rounds", "2", "-n", "12", "-c", "256",
+                          "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(out.read_text())["formats"]
+    assert list(rows) == ["f16", "q8_0"]
+    assert all(r["greedy_same_as_plain"] and r["plain"] > 0 and r["specllama"] > 0 for r in rows.values())
+    kv = [rows[f]["kv_mib_per_1k_positions"]["target"] for f in ("f16", "q8_0")]
+    assert kv[1] == kv[0] * 34 / 64 > 0
