@@ -431,8 +431,12 @@ def _describe(dec: SpeculativeDecoder, mo: dict, draft) -> str:
     if "lookup" in drafter:
         what += " + prompt lookup"
     where = placement.describe(dec.n_gpu_layers, dec.n_gpu_layers_draft)
+    caches = (("target", "cache_type_k", "cache_type_v", True),
+              ("draft", "cache_type_k_draft", "cache_type_v_draft", "model" in drafter))
+    formats = [f"{name}'s KV cache {mo[k]}/{mo[v]}" for name, k, v, used in caches
+               if used and (mo[k], mo[v]) != ("f16", "f16")]
     return (what + (f", n_draft {how} {dec.n_draft}" if drafter != "none" else " (no draft)")
-            + (f"; {where}" if where else ""))
+            + "".join(f"; {f}" for f in formats) + (f"; {where}" if where else ""))
 
 
 def _dsi_line(d) -> str:

@@ -200,6 +200,7 @@ def test_the_cli_takes_llama_cpps_flags(pair32):
                                       flash_attn="on") as dec:
         expected = dec.generate(PROMPTS[1], max_tokens=12, temperature=0).text
     assert expected and expected in out.stdout
+    assert "target's KV cache q8_0/q4_0; draft's KV cache q4_0/q8_0" in out.stderr  # (the banner)
     bad = subprocess.run(cmd + ["-ctk", "q9"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "'q9' is not one of" in bad.stderr and "q8_0" in bad.stderr
 
