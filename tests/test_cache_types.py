@@ -187,13 +187,14 @@ def test_the_placement_counts_the_caches_format(pair32):
     assert f16.target >= 0 and q8.target == -1
 
 
-def test_the_cli_takes_llama_cpps_flags(pair32):
+def test_the_cli_takes_llama_cpps_flags(pair32, tmp_path):
     """-ctk/-ctv/-ctkd/-ctvd/-fa as llama.cpp's programs spell them: the reply is the Python API's
     with the same settings; a format not known is a usage error naming the choices."""
     cmd = [sys.executable, "-m", "specllama", "generate", PROMPTS[1], "-m", pair32.target_q, "-d", pair32.draft_q,
            "-c", "256", "-n", "12", "--temp", "0"]
     fmt = ["-ctk", "q8_0", "-ctv", "q4_0", "-ctkd", "q4_0", "-ctvd", "q8_0", "-fa", "on"]
-    out = subprocess.run(cmd + fmt, capture_output=True, text=True, timeout=300)
+    # (run from elsewhere than the repository's root, whose source tree has no extension)
+    out = subprocess.run(cmd + fmt, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     with specllama.SpeculativeDecoder(pair32.target_q, pair32.draft_q, n_ctx=256, cache_type_k="q8_0",
                                       cache_type_v="q4_0", cache_type_k_draft="q4_0", cache_type_v_draft="q8_0",
@@ -201,7 +202,7 @@ def test_the_cli_takes_llama_cpps_flags(pair32):
         expected = dec.generate(PROMPTS[1], max_tokens=12, temperature=0).text
     assert expected and expected in out.stdout
     assert "target's KV cache q8_0/q4_0; draft's KV cache q4_0/q8_0" in out.stderr  # (the banner)
-    bad = subprocess.run(cmd + ["-ctk", "q9"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(cmd + ["-ctk", "q9"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert bad.returncode == 2 and "'q9' is not one of" in bad.stderr and "q8_0" in bad.stderr
 
 
@@ -225,7 +226,7 @@ def test_the_benchmark_runs_at_a_tiny_size(pair32, tmp_path):
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "cache_types.py"
     run = subprocess.run([sys.executable, str(script), "-m", pair32.target_q, "-d", pair32.draft_q, "--formats",
                           "f16,q8_0", "--prompts", "chat,code", "--rounds", "2", "-n", "12", "-c", "256",
-                          "--out", str(out)], capture_output=True, text=True, timeout=600)
+                          "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     rows = json.loads(out.read_text())["formats"]
     assert list(rows) == ["f16", "q8_0"]
