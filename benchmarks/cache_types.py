@@ -20,14 +20,9 @@ from pathlib import Path
 
 import specllama
 from specllama import _core
-from specllama.bench import PROMPTS
+from specllama.bench import PROMPTS, throughput
 from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
-
-
-def tokens_per_second(stats) -> float:
-    ms = sum(s.t_total_ms - s.t_prefill_ms for s in stats)
-    return sum(s.n_generated for s in stats) * 1000.0 / ms
 
 
 def run(dec, prompts, mode: str, n: int):
@@ -66,7 +61,7 @@ def main() -> None:
             replies = {}
             for mode in (("plain", "specllama") if k % 2 == 0 else ("specllama", "plain")):
                 stats, replies[mode] = run(decoders[f], prompts, mode, args.n)
-                speed[f, mode].append(tokens_per_second(stats))
+                speed[f, mode].append(throughput(stats))
                 if mode == "specllama":
                     acceptance[f].append(sum(s.n_accepted for s in stats) / max(1, sum(s.n_drafted for s in stats)))
             same[f] = same[f] and replies["plain"] == replies["specllama"]

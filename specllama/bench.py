@@ -83,7 +83,8 @@ def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: 
     return Run(name, mode, n_draft if mode != "plain" else 0, out.stats, out.tokens, seed=seed)
 
 
-def _throughput(stats: Sequence[Stats]) -> float:
+def throughput(stats: Sequence[Stats]) -> float:
+    """Tokens per second after the prompt, over the runs' Stats together."""
     tokens = sum(s.n_generated for s in stats)
     ms = sum(s.t_total_ms - s.t_prefill_ms for s in stats)
     return tokens * 1000.0 / ms if ms > 0 else 0.0
@@ -129,7 +130,7 @@ def run_bench(dec: SpeculativeDecoder, n_drafts: Sequence[int], max_tokens: int 
                     progress(1)
     runs = _median_runs(all_runs, list(tokenized), configs)
     plain = [r.stats for r in runs if r.mode == "plain"]
-    plain_tps = _throughput(plain)
+    plain_tps = throughput(plain)
     t_target = sum(s.t_verify_ms for s in plain) / sum(s.n_steps for s in plain)
     sweep = [_sweep_entry(runs, mode, n, sp, list(tokenized), plain_tps, t_target) for mode, n, sp in configs]
     report = {
@@ -173,7 +174,7 @@ def _sweep_entry(runs: List[Run], mode: str, n: int, sp: int, prompts: List[str]
     alpha = sum(s.n_accepted for s in spec) / n_drafted if n_drafted else 0.0
     t_draft = sum(s.t_draft_ms for s in spec) / n_drafted if n_drafted else 0.0
     t_verify = sum(s.t_verify_ms for s in spec) / sum(s.n_steps for s in spec)
-    tps = _throughput(spec)
+    tps = throughput(spec)
     per_prompt = {}
     n_identical = 0
     for name in prompts:

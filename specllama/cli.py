@@ -21,13 +21,12 @@ import click
 from . import _core, encoding, placement
 from ._core import CACHE_TYPES, DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
-from .decoder import SpeculativeDecoder, as_dict, make_options
+from .decoder import CACHE_TYPE_SETTINGS, SpeculativeDecoder, as_dict, make_options
 from .models import DEFAULT_PAIR, PAIRS
 
 _QUANT_TYPES = quantize_types()
 _TARGET_TYPES = sorted({t for p in PAIRS.values() for t in p.targets})
 _GEN = GenerateOptions()  # the generation defaults (the native core's)
-_CACHE_TYPES = ("cache_type_k", "cache_type_v", "cache_type_k_draft", "cache_type_v_draft")
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -402,7 +401,7 @@ def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1):
         if n_caches > 1 and not mo["rpc"]:
             fit = placement.choose(model, draft, *layers, mo["device"], mo["device_draft"] if draft else None,
                                    mo["ctx_size"], DECODER_DEFAULTS["n_batch"], n_caches=n_caches,
-                                   cache_types=[mo[k] for k in _CACHE_TYPES])
+                                   cache_types=[mo[k] for k in CACHE_TYPE_SETTINGS])
             layers = fit.target, fit.draft
         dec = SpeculativeDecoder(model, draft, n_ctx=mo["ctx_size"], n_threads=mo["threads"],
                                  n_threads_draft=mo["threads_draft"], n_gpu_layers=layers[0],
@@ -412,7 +411,7 @@ def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1):
                                  device_draft=mo["device_draft"] if draft else None, split_mode=mo["split_mode"],
                                  tensor_split=_tensor_split(mo["tensor_split"]), main_gpu=mo["main_gpu"],
                                  rpc=mo["rpc"], dsi_devices=list(mo["dsi_devices"]) or None,
-                                 flash_attn=mo["flash_attn"], **{k: mo[k] for k in _CACHE_TYPES})
+                                 flash_attn=mo["flash_attn"], **{k: mo[k] for k in CACHE_TYPE_SETTINGS})
     for w in caught:
         _err(f"specllama: warning: {w.message}")
     return dec, _describe(dec, mo, draft)

@@ -28,7 +28,8 @@ __all__ = ["Completion", "DSIStats", "GenerateOptions", "PromptTooLong", "Specul
 Prompt = Union[str, Sequence[int]]
 _T = TypeVar("_T")
 _DEFAULTS = _core.DECODER_DEFAULTS  # the native decoder's defaults
-_CACHE_TYPES = ("cache_type_k", "cache_type_v", "cache_type_k_draft", "cache_type_v_draft")
+# the KV cache formats' settings: the target's keys and values, then the draft's
+CACHE_TYPE_SETTINGS = ("cache_type_k", "cache_type_v", "cache_type_k_draft", "cache_type_v_draft")
 
 
 Devices = Union[str, Sequence[str], None]
@@ -147,7 +148,7 @@ class SpeculativeDecoder:
         # a build without offload the only devices are the CPU (no layers) and names the core refuses
         asked = bool(n_gpu_layers) or (draft_path is not None and bool(n_gpu_layers_draft))
         cache_types = [cache_type_k, cache_type_v, cache_type_k_draft, cache_type_v_draft]
-        for name, value in zip(_CACHE_TYPES, cache_types):  # (before the placement reads the sizes in them)
+        for name, value in zip(CACHE_TYPE_SETTINGS, cache_types):  # (before the placement reads the sizes in them)
             if type(value) is not str:
                 raise type_error(name, value, _DEFAULTS[name])
         self._offload = placement.choose(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device,

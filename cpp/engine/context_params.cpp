@@ -11,22 +11,18 @@ const char * const k_cache_types[9] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4
 
 ggml_type cache_type_from_string(const std::string & name, const char * what) {
     std::string names;
+    bool        known = false;
     for (const char * t : k_cache_types) {
-        if (name == t) {
-            for (int i = 0; i < GGML_TYPE_COUNT; ++i) {  // (the table holds ggml's names only)
-                const char * n = ggml_type_name((ggml_type) i);
-                if (n != nullptr && name == n) {
-                    return (ggml_type) i;
-                }
-            }
-        }
+        known = known || name == t;
         names += std::string(names.empty() ? "" : ", ") + t;
     }
+    for (int i = 0; known && i < GGML_TYPE_COUNT; ++i) {  // (the table holds ggml's names only)
+        const char * n = ggml_type_name((ggml_type) i);
+        if (n != nullptr && name == n) {
+            return (ggml_type) i;
+        }
+    }
     throw std::invalid_argument(std::string(what) + " must be one of " + names + ", got '" + name + "'");
-}
-
-size_t cache_bytes(const std::string & type, int64_t n) {
-    return ggml_row_size(cache_type_from_string(type, "cache type"), n);
 }
 
 void set_cache_format(const context_params & p, llama_context_params & c) {

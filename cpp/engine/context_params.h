@@ -39,9 +39,6 @@ extern const char * const k_cache_types[9];
 // a cache format by name; std::invalid_argument naming `what` and the formats for another
 ggml_type cache_type_from_string(const std::string & name, const char * what);
 
-// bytes of n values in a cache format (a multiple of its block size)
-size_t cache_bytes(const std::string & type, int64_t n);
-
 // the formats and flash attention of p set in c (std::invalid_argument for a name not known, or a
 // quantized V cache with flash attention "off", which llama.cpp refuses)
 void set_cache_format(const context_params & p, llama_context_params & c);

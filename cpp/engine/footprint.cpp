@@ -32,8 +32,8 @@ bool starts_with(const char * s, const char * prefix) {
 }  // namespace
 
 model_footprint read_footprint(const std::string & path, const std::string & type_k, const std::string & type_v) {
-    cache_type_from_string(type_k, "cache_type_k");  // (a name checked before the file is read)
-    cache_type_from_string(type_v, "cache_type_v");
+    const ggml_type tk = cache_type_from_string(type_k, "cache_type_k");  // (checked before the file is read)
+    const ggml_type tv = cache_type_from_string(type_v, "cache_type_v");
     gguf_init_params gp{};
     gp.no_alloc = true;
     gp.ctx      = nullptr;
@@ -60,8 +60,8 @@ model_footprint read_footprint(const std::string & path, const std::string & typ
     // llama.cpp: a layer without head_count_kv has as many key/value heads as query heads
     const auto & kv_heads = kv.empty() ? heads : kv;
     for (int64_t h : kv_heads) {  // (a row of a layer's cache per position, as llama.cpp lays it out)
-        fp.kv_bytes_per_position += cache_bytes(type_k, std::max<int64_t>(h, 0) * key_length) +
-                                    cache_bytes(type_v, std::max<int64_t>(h, 0) * value_length);
+        fp.kv_bytes_per_position += ggml_row_size(tk, std::max<int64_t>(h, 0) * key_length) +
+                                    ggml_row_size(tv, std::max<int64_t>(h, 0) * value_length);
     }
     const int64_t tokens = gguf_find_key(ctx.get(), "tokenizer.ggml.tokens");
     if (tokens >= 0 && gguf_get_kv_type(ctx.get(), tokens) == GGUF_TYPE_ARRAY) {
