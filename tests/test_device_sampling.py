@@ -59,15 +59,23 @@ def test_sampled_output_is_the_host_paths_with_one_seed(dec, kw):
                        [(lp.token, lp.logprob, lp.top) for lp in got[1].logprobs]
 
 
-def test_by_default_only_offloaded_models_sample_on_the_device(dec):
-    s = dec.generate("the cat", max_tokens=8, temperature=0.8, seed=1, drafter="model").stats
+def test_by_default_models_on_the_cpu_sample_on_the_host(tiny):
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256, n_gpu_layers=0, n_gpu_layers_draft=0) as d:
+        s = d.generate("the cat", max_tokens=8, temperature=0.8, seed=1, drafter="model").stats
     assert s.sampling == "host" and s.host_sampling_reason == "auto: the model runs on the CPU"
+
+
+@pytest.mark.skipif(not specllama._core.default_devices(), reason="no GPU visible (SPECLLAMA_TEST_GPU=1 on a CUDA build)")
+def test_by_default_offloaded_models_sample_on_the_device(dec):
+    assert dec.n_gpu_layers != 0 and dec.n_gpu_layers_draft != 0  # (placed on the GPU by default)
+    s = dec.generate("the cat", max_tokens=8, temperature=0.8, seed=1, drafter="model").stats
+    assert s.sampling == "device" and s.host_sampling_reason == ""
 
 
 def test_greedy_output_across_chain_switches(tiny, dec):
     """Greedy, sampled and host generations in turn on one decoder (each change of chain rebuilds
     llama.cpp's graphs) give what a fresh plain decode gives."""
-    ctx = specllama.Context(specllama.Model(tiny.target), n_ctx=256)
+    ctx = specllama.Context(specllama.Model(tiny.target, n_gpu_layers=dec.n_gpu_layers), n_ctx=256)  # (where dec is)
     prompt = dec.target_model.tokenize("the cat")
     expected = []
     toks = list(prompt)

@@ -180,6 +180,32 @@ def test_run_sh_refuses_bad_bench_arguments_before_it_writes_the_pair(tmp_path, 
     assert not (tmp_path / "shaped_models.log").exists()  # (the pair's writer never ran)
 
 
+def _run_sh_check(tmp_path, cuda: str, *pytest_args):
+    env = dict(os.environ, OUT=str(tmp_path), SPECLLAMA_GPU_CUDA=cuda, SPECLLAMA_PYTHON=sys.executable)
+    env.pop("SPECLLAMA_TEST_GPU", None)
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "check", *pytest_args],
+                          capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_run_sh_check_runs_the_device_sampling_tests(tmp_path):
+    """run.sh check: the device sampling tests against the installed specllama (here on the CPU,
+    SPECLLAMA_GPU_CUDA=0), pytest's arguments passed on and its log kept among the reports."""
+    r = _run_sh_check(tmp_path, "0", "-k", "what_comes_back or fallback_is_the_host_path")
+    log = (tmp_path / "check.log").read_text()
+    assert r.returncode == 0, log[-3000:]
+    assert "7 passed" in log and "failed" not in log
+    r = _run_sh_check(tmp_path, "0", "-k", "not_a_test_of_that_name")  # (nothing collected: a failure)
+    assert r.returncode != 0
+
+
+def test_run_sh_check_on_a_gpu_build_needs_a_gpu(tmp_path):
+    """On a GPU build the check puts the suite's models on the GPU (SPECLLAMA_TEST_GPU=1); where
+    libllama sees none it stops at once instead of passing on the CPU."""
+    r = _run_sh_check(tmp_path, "1", "-k", "what_comes_back")
+    assert r.returncode != 0
+    assert "SPECLLAMA_TEST_GPU=1, but the installed libllama sees no GPU" in r.stdout + r.stderr
+
+
 def test_the_bench_checks_its_arguments():
     from conftest import load_benchmark
 

@@ -4,10 +4,12 @@
 # llama-speculative-simple in the same build) from the trimmed sdist that pack.sh put in .gpu/,
 # build specllama against it, write the shaped pair (shaped_models.py), load it as a decoder given no
 # layers does (placement.log), then run overlap.py on the pair, shaped_bench.py on it and
-# verify_shapes.py on its target (with CUDA graphs and without).
+# verify_shapes.py on its target (with CUDA graphs and without); check runs the tests of sampling on
+# the device with the suite's models on the GPU.
 #
 #   bash benchmarks/gpu/pack.sh                 # here, once: .gpu/ (about 7 MB)
 #   bash benchmarks/gpu/run.sh [build|measure|all] [shaped_bench.py options...]
+#   bash benchmarks/gpu/run.sh check [pytest options...]
 #
 # Reports go to $OUT (the device tool's folder that comes back) or .gpu/out. Environment:
 # SPECLLAMA_CUDA_ARCH (default 90: H100/H200), SPECLLAMA_COMMIT (the commit measured, recorded in
@@ -125,9 +127,22 @@ d.close()" "$target" "$draft" 2>&1 | tail -5 | tee "$REPORTS/placement.log" || f
   return "$failed"
 }
 
+# the tests meant to hold on a GPU too, run there with the suite's tiny models on the GPU
+# (SPECLLAMA_TEST_GPU=1; the suite hides GPUs otherwise): device sampling in the decoder and in
+# slots against the host path, exactly, and its sampled output against the target's distribution.
+# Arguments go to pytest (-k ...); with SPECLLAMA_GPU_CUDA=0 the same tests run on the CPU.
+check() {
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+  cd /tmp  # the installed specllama (with its extension), not the source tree's
+  [ "${SPECLLAMA_GPU_CUDA:-1}" != 1 ] || export SPECLLAMA_TEST_GPU=1
+  "$PY" -m pytest -p no:cacheprovider -rs "$ROOT/tests/test_device_sampling.py" "$@" 2>&1 \
+    | tee "$REPORTS/check.log"
+}
+
 case "$PHASE" in
   build) build ;;
   measure) measure "$@" ;;
+  check) check "$@" ;;
   all) build; measure "$@" ;;  # (not build && measure: errexit would not apply inside build)
-  *) echo "usage: run.sh [build|measure|all] [shaped_bench.py options]" >&2; exit 2 ;;
+  *) echo "usage: run.sh [build|measure|all|check] [shaped_bench.py options, or pytest's for check]" >&2; exit 2 ;;
 esac
