@@ -371,7 +371,7 @@ class GenerateOptions:
     @property
     def acceptance(self) -> str:
         """
-        'rejection' (Leviathan et al.'s rule) or 'match' (llama.cpp's sample-and-match, for comparison)
+        'rejection' (Leviathan et al.'s rule), 'match' (llama.cpp's sample-and-match, for comparison) or 'keyed' (match with draws keyed by position, the draft's too: the output is plain decoding's with the same seed, whatever is drafted; a seed then leaves the draft length adaptive)
         """
     @acceptance.setter
     def acceptance(self, arg1: str) -> None:
@@ -379,7 +379,7 @@ class GenerateOptions:
     @property
     def adaptive(self) -> bool | None:
         """
-        choose each step's draft length by expected speed; None: adaptive unless sampling with a seed (adaptive lengths follow measured times)
+        choose each step's draft length by expected speed; None: adaptive unless sampling with a seed by another rule than 'keyed' (adaptive lengths follow measured times)
         """
     @adaptive.setter
     def adaptive(self, arg0: bool | None) -> None:
@@ -1230,7 +1230,7 @@ class Decoder:
         """
 def accept_trials(p: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], q: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], n_trials: typing.SupportsInt | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, rule: str = 'rejection') -> numpy.typing.NDArray[numpy.int32]:
     """
-    Run one speculative step n_trials times on fixed per-position target (p) and draft (q) distributions: drafts are drawn from q, then the rule runs ('rejection', or llama.cpp's sample-and-'match'). Returns int32 [n_trials, n_draft + 1]: the emitted tokens of each trial, padded with -1.
+    Run one speculative step n_trials times on fixed per-position target (p) and draft (q) distributions: drafts are drawn from q, then the rule runs ('rejection', llama.cpp's sample-and-'match', or 'keyed': both sides' draws keyed by position, a new key per trial). Returns int32 [n_trials, n_draft + 1]: the emitted tokens of each trial, padded with -1.
     """
 def chat_apply_template(template: str, messages: collections.abc.Sequence[tuple[str, str]], add_assistant: bool = True) -> str:
     ...

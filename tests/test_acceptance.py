@@ -42,13 +42,15 @@ def _chi2_pvalue(samples, p):
     return stats.chisquare(obs, exp).pvalue
 
 
-def _check(out, p, q, rule="rejection"):
-    """Assert that accept_trials output follows p; return the p-values for inspection."""
+def _check(out, p, q, rule="rejection", overlap=None):
+    """Assert that accept_trials output follows p; return the p-values for inspection. overlap: the
+    chance of keeping each draft, where the rule's is not one of the two closed forms below."""
     n_draft = q.shape[0]
     lengths = (out >= 0).sum(axis=1)
     assert lengths.min() >= 1, "every step emits at least one token"
     # chance of keeping a draft: sum min(p, q) for the rejection rule, sum p q for sample-and-match
-    overlap = (np.minimum(p[:n_draft], q) if rule == "rejection" else p[:n_draft] * q).sum(axis=1)
+    if overlap is None:
+        overlap = (np.minimum(p[:n_draft], q) if rule == "rejection" else p[:n_draft] * q).sum(axis=1)
     pvalues = []
     for j in range(n_draft + 1):
         reached = out[:, j] >= 0
@@ -110,6 +112,43 @@ def test_sample_and_match_is_exact_but_keeps_fewer(name):
     rejection = specllama.accept_trials(p, q, N_TRIALS, seed=12)
     if name != "one_hot_draft":  # equal there: q one-hot makes sum p q = sum min(p, q) = p(x)
         assert (rejection[:, 1] >= 0).mean() > (out[:, 1] >= 0).mean() + 0.01
+
+
+def _gumbel_coupling(p, q, n, rng):
+    """The chance that Gumbel-max draws from p and from q with the same noise pick the same token,
+    per row, estimated with numpy's generator (n draws)."""
+    out = []
+    for pi, qi in zip(p, q):
+        g = rng.gumbel(size=(n, len(pi)))
+        with np.errstate(divide="ignore"):
+            same = np.argmax(np.log(pi) + g, axis=1) == np.argmax(np.log(qi) + g, axis=1)
+        out.append(same.mean())
+    return np.array(out)
+
+
+@pytest.mark.parametrize("name", ["random", "random_peaked", "disjoint_supports", "one_hot_draft"])
+def test_keyed_draws_are_exact_and_keep_what_gumbel_coupling_keeps(name):
+    """Draws keyed by position on both sides (a new key per trial): output follows p at every
+    position, and a draft is kept as often as Gumbel-max draws from p and q with shared noise agree
+    (estimated independently here), between (1 - tv) / (1 + tv) and the rejection rule's sum min(p, q)."""
+    p, q = CASES[name]
+    out = specllama.accept_trials(p, q, N_TRIALS, seed=13, rule="keyed")
+    coupling = _gumbel_coupling(p[:len(q)], q, N_TRIALS, np.random.default_rng(1))
+    _check(out, p, q, overlap=coupling)
+    tv = 0.5 * np.abs(p[:len(q)] - q).sum(axis=1)
+    kept_first = (out[:, 1] >= 0).mean()
+    assert (1 - tv[0]) / (1 + tv[0]) - 0.01 <= kept_first <= np.minimum(p[0], q[0]).sum() + 0.01
+
+
+def test_keyed_draws_keep_every_draft_of_the_targets_own_distribution():
+    """Where q = p the draft's keyed draw is the target's: every draft is kept (sample-and-match
+    with independent draws keeps sum p^2 of them)."""
+    p, q = CASES["q_equals_p"]
+    out = specllama.accept_trials(p, q, 20_000, seed=14, rule="keyed")
+    assert (out >= 0).all()
+    _check(out, p, q, overlap=np.ones(len(q)))
+    match = specllama.accept_trials(p, q, 20_000, seed=14, rule="match")
+    assert (match[:, 1] >= 0).mean() < 0.5
 
 
 @pytest.mark.parametrize("settings", [

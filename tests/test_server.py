@@ -325,6 +325,22 @@ def test_python_api_shares_the_layer(tiny):
         assert err.value.param == "n" and err.value.status == 400
 
 
+def test_a_seeded_reply_is_plain_decodings_with_that_seed(server):
+    """A request with a seed draws keyed by position (acceptance 'keyed'): its reply is the one
+    the same request with speculation off gives, and the drafts still run; without a seed the
+    replies differ from request to request."""
+    with _client(server) as client:
+        for seed in range(3):
+            kw = dict(model="tiny", messages=MESSAGES, max_tokens=16, temperature=1.0, seed=seed)
+            spec = client.chat.completions.create(**kw)
+            plain = client.chat.completions.create(**kw, extra_body={"speculative": False})
+            assert spec.choices[0].message.content == plain.choices[0].message.content, seed
+            assert spec.model_extra["timings"]["draft_n"] > 0 and plain.model_extra["timings"]["draft_n"] == 0
+        unseeded = {client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=16,
+                                                   temperature=1.0).choices[0].message.content for _ in range(4)}
+        assert len(unseeded) > 1
+
+
 @pytest.mark.parametrize("kind", ["chat", "text"])
 def test_n_choices_are_the_requests_with_the_seeds_after_the_first(server, kind):
     """n choices with a seed: choice c is what the request alone gives with seed + c, streamed or

@@ -215,7 +215,7 @@ void register_options(py::module_ & m) {
         .def_readwrite("speculative", &gp::speculative, "False: plain decoding on the target, through the same loop")
         .def_readwrite("adaptive", &gp::adaptive,
                        "choose each step's draft length by expected speed; None: adaptive unless sampling "
-                       "with a seed (adaptive lengths follow measured times)")
+                       "with a seed by another rule than 'keyed' (adaptive lengths follow measured times)")
         .def_property(
             "drafter", [](const gp & p) { return drafter_to_string(p.drafter); },
             [](gp & p, const std::string & v) { p.drafter = drafter_from_string(v); },
@@ -224,7 +224,9 @@ void register_options(py::module_ & m) {
         .def_property(
             "acceptance", [](const gp & p) { return accept_rule_to_string(p.rule); },
             [](gp & p, const std::string & v) { p.rule = accept_rule_from_string(v); },
-            "'rejection' (Leviathan et al.'s rule) or 'match' (llama.cpp's sample-and-match, for comparison)")
+            "'rejection' (Leviathan et al.'s rule), 'match' (llama.cpp's sample-and-match, for comparison) or "
+            "'keyed' (match with draws keyed by position, the draft's too: the output is plain decoding's "
+            "with the same seed, whatever is drafted; a seed then leaves the draft length adaptive)")
         .def_readwrite("prices", &gp::prices,
                        "StepPrices for the adaptive rule instead of measured times; None: measured")
         .def_property(

@@ -110,10 +110,11 @@ void register_sampling(py::module_ & m) {
     m.def(
         "accept_trials",
         [](const farray & p, const farray & q, int64_t n_trials, uint64_t seed, const std::string & rule) {
-            if (rule != "rejection" && rule != "match") {
-                throw std::invalid_argument("rule must be 'rejection' or 'match'");
+            if (rule != "rejection" && rule != "match" && rule != "keyed") {
+                throw std::invalid_argument("rule must be 'rejection', 'match' or 'keyed'");
             }
             const bool match = rule == "match";
+            const bool keyed = rule == "keyed";
             std::vector<token_dist> pd = rows_to_dists(p, "p");
             std::vector<token_dist> qd = rows_to_dists(q, "q");
             const int32_t           n  = (int32_t) qd.size();
@@ -132,11 +133,13 @@ void register_sampling(py::module_ & m) {
                 acceptance_scratch       scratch;
                 std::vector<llama_token> draft(n);
                 for (int64_t t = 0; t < n_trials; ++t) {
+                    const uint64_t key = keyed ? rng() : 0;  // (a key per trial, positions 0..n_draft)
                     for (int32_t i = 0; i < n; ++i) {
-                        draft[i] = sample(qd[i], rng);
+                        draft[i] = keyed ? sample_keyed(qd[i], key, i) : sample(qd[i], rng);
                     }
-                    acceptance_result r = match ? accept_match(draft.data(), n, pd, rng)
-                                                : accept_sampled(draft.data(), n, qd, pd, n_vocab, rng, scratch);
+                    acceptance_result r = keyed ? accept_keyed(draft.data(), n, pd, key, 0)
+                                          : match ? accept_match(draft.data(), n, pd, rng)
+                                                  : accept_sampled(draft.data(), n, qd, pd, n_vocab, rng, scratch);
                     int32_t * row = o + t * (n + 1);
                     for (int32_t i = 0; i <= n; ++i) {
                         row[i] = i < r.n_accepted ? draft[i] : (i == r.n_accepted ? r.next : -1);
@@ -147,8 +150,8 @@ void register_sampling(py::module_ & m) {
         },
         py::arg("p"), py::arg("q"), py::arg("n_trials"), py::arg("seed") = 0, py::arg("rule") = "rejection",
         "Run one speculative step n_trials times on fixed per-position target (p) and draft (q) "
-        "distributions: drafts are drawn from q, then the rule runs ('rejection', or llama.cpp's "
-        "sample-and-'match'). Returns int32 "
+        "distributions: drafts are drawn from q, then the rule runs ('rejection', llama.cpp's "
+        "sample-and-'match', or 'keyed': both sides' draws keyed by position, a new key per trial). Returns int32 "
         "[n_trials, n_draft + 1]: the emitted tokens of each trial, padded with -1.");
 }
 

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -37,6 +38,10 @@ struct sampling_params {
     // a grammar's states at the step's positions (grammar.h), which whoever holds the logits masks
     // them with before the chain, and the drafter advances over its drafts: null: none
     grammar_track * grammar = nullptr;
+    // draws keyed by position (sample_keyed with this key) instead of from a random stream: the
+    // drafter's and the acceptance rule's draws at a position then share their randomness; none:
+    // the stream
+    std::optional<uint64_t> keyed;
 
     bool greedy() const { return temperature == 0.0f; }
 };
@@ -79,5 +84,11 @@ llama_token sample(const token_dist & dist, rng_t & rng);
 
 // a uniform draw in [0, 1)
 double uniform01(rng_t & rng);
+
+// one draw from dist by the Gumbel-max trick with noise that is a function of (key, pos, token):
+// argmax over the support of log p(t) + G(key, pos, t), G standard Gumbel from a hash. A draw from
+// dist for each (key, pos), independent across positions; two distributions drawn at one key and
+// position pick the same token as often as Gumbel-max coupling allows (always where they are equal)
+llama_token sample_keyed(const token_dist & dist, uint64_t key, int64_t pos);
 
 }  // namespace specllama

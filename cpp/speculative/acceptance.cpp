@@ -91,6 +91,25 @@ acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const
     return accept_match(draft, n_draft, [&p](int32_t i) -> const token_dist & { return p[i]; }, rng);
 }
 
+acceptance_result accept_keyed(const llama_token * draft, int32_t n_draft, const target_dist & p, uint64_t key,
+                               int64_t pos0) {
+    acceptance_result r;
+    for (int32_t i = 0; i <= n_draft; ++i) {
+        const llama_token x = sample_keyed(p(i), key, pos0 + i);
+        if (i == n_draft || x != draft[i]) {
+            r.next = x;
+            return r;
+        }
+        ++r.n_accepted;
+    }
+    return r;
+}
+
+acceptance_result accept_keyed(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & p,
+                               uint64_t key, int64_t pos0) {
+    return accept_keyed(draft, n_draft, [&p](int32_t i) -> const token_dist & { return p[i]; }, key, pos0);
+}
+
 acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const target_dist & p, rng_t & rng) {
     acceptance_result r;
     for (int32_t i = 0; i <= n_draft; ++i) {

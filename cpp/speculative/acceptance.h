@@ -54,4 +54,15 @@ acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const
 acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & p,
                                rng_t & rng);
 
+// sample-and-match with draws keyed by position (sample_keyed; Daliri et al., drafter-invariant
+// speculative decoding): the target's token at position pos0 + i is sample_keyed(p_i, key, pos0 + i),
+// a draft is kept if it equals it. Drafts drawn from q at the same key and positions are kept as often
+// as Gumbel-max coupling makes them equal (at least (1 - tv) / (1 + tv) of the time, all of it where
+// q = p). What is emitted at a position depends on the key, the position and p there, not on the
+// drafts: the same tokens plain decoding draws with that key.
+acceptance_result accept_keyed(const llama_token * draft, int32_t n_draft, const target_dist & p, uint64_t key,
+                               int64_t pos0);
+acceptance_result accept_keyed(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & p,
+                               uint64_t key, int64_t pos0);
+
 }  // namespace specllama

@@ -383,7 +383,9 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     plan.use_model        = params.speculative && (kind == drafter_kind::model || kind == drafter_kind::model_lookup);
     plan.use_lookup       = params.speculative && !plain_auto &&
                       (kind == drafter_kind::lookup || kind == drafter_kind::model_lookup);
-    plan.adaptive = params.adaptive ? *params.adaptive : (params.sampling.greedy() || !params.seed);
+    // (keyed draws make the output independent of the draft lengths, so a seed does not fix them)
+    plan.adaptive = params.adaptive ? *params.adaptive
+                                    : (params.sampling.greedy() || !params.seed || params.rule == accept_rule::keyed);
     if (params.draft_ahead > 0) {
         draft_ahead_validate(params, plan);
     }
@@ -436,11 +438,16 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
                                       params.grammar_trigger_patterns, params.grammar_trigger_tokens),
                         params.forced_drafts && plan.use_model ? &*forcing_ : nullptr);
     }
-    if (params.infill || params.controls.active() || grammar) {
+    const bool keyed = params.rule == accept_rule::keyed && !params.sampling.greedy();
+    if (params.infill || params.controls.active() || grammar || keyed) {
         generate_params applied   = params;
         applied.sampling.infill   = params.infill ? target_->vocab : nullptr;
         applied.sampling.controls = params.controls.active() ? &applied.controls : nullptr;
         applied.sampling.grammar  = grammar ? &*grammar : nullptr;
+        if (keyed) {  // the seed is the key; without one, a random key
+            applied.sampling.keyed = params.seed ? *params.seed : ((uint64_t) std::random_device{}() << 32 |
+                                                                   std::random_device{}());
+        }
         return generate_si(prompt, applied, plan, on_step, check);
     }
     return generate_si(prompt, params, plan, on_step, check);

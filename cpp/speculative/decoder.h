@@ -87,6 +87,8 @@ enum class drafter_kind {
 enum class accept_rule {
     rejection,  // min(1, p/q) with a residual draw: keeps the most (Leviathan et al.)
     match,      // sample the target, keep equal drafts (llama.cpp's rule; for comparison)
+    keyed,      // match with draws keyed by position, the draft's too (accept_keyed): the output is
+                // plain decoding's with the same seed, whatever is drafted
 };
 
 enum class decode_mode {
@@ -95,7 +97,7 @@ enum class decode_mode {
 };
 
 // the names the bindings and the CLI use ("auto", "model", "lookup", "model+lookup"; "rejection",
-// "match"; "si", "dsi"); parsing throws std::invalid_argument listing the names
+// "match", "keyed"; "si", "dsi"); parsing throws std::invalid_argument listing the names
 drafter_kind drafter_from_string(const std::string & name);
 std::string  drafter_to_string(drafter_kind kind);
 accept_rule  accept_rule_from_string(const std::string & name);

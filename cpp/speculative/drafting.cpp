@@ -118,6 +118,16 @@ int32_t add_forced_drafts(grammar_track & grammar, int32_t n_max, draft_result &
     return k;
 }
 
+namespace {
+
+// a draft's draw for the token at index pos of the sequence: keyed where the chain is, so that it
+// shares its randomness with the target's draw there
+llama_token draw(const token_dist & dist, const sampling_params & params, rng_t & rng, int64_t pos) {
+    return params.keyed ? sample_keyed(dist, *params.keyed, pos) : sample(dist, rng);
+}
+
+}  // namespace
+
 llama_token model_drafter::choose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
                                   draft_result & out, float & conf) {
     const int32_t i        = (int32_t) out.tokens.size();
@@ -129,7 +139,7 @@ llama_token model_drafter::choose(const std::vector<llama_token> & seq, const sa
             tok = row_top_with_margin(row, conf);
         } else {
             row_distribution(row, params, out.dists[i]);
-            tok  = sample(out.dists[i], rng);
+            tok  = draw(out.dists[i], params, rng, (int64_t) seq.size() + i);
             conf = out.dists[i].prob_of(tok);
         }
         out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
@@ -158,7 +168,7 @@ llama_token model_drafter::choose(const std::vector<llama_token> & seq, const sa
         tok = top_with_margin(logits, n_vocab, conf);
     } else {
         sampling_distribution(logits, n_vocab, params, out.dists[i]);
-        tok  = sample(out.dists[i], rng);
+        tok  = draw(out.dists[i], params, rng, (int64_t) seq.size() + i);
         conf = out.dists[i].prob_of(tok);
     }
     out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_choose).count();

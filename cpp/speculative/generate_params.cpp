@@ -35,7 +35,8 @@ const std::pair<const char *, drafter_kind> k_drafters[] = {
     {"auto", drafter_kind::automatic}, {"model", drafter_kind::model},
     {"lookup", drafter_kind::lookup},  {"model+lookup", drafter_kind::model_lookup}};
 const std::pair<const char *, accept_rule> k_rules[] = {{"rejection", accept_rule::rejection},
-                                                         {"match", accept_rule::match}};
+                                                         {"match", accept_rule::match},
+                                                         {"keyed", accept_rule::keyed}};
 const std::pair<const char *, decode_mode> k_modes[] = {{"si", decode_mode::si}, {"dsi", decode_mode::dsi}};
 
 }  // namespace
