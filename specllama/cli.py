@@ -100,7 +100,7 @@ def _drafting_options():
                           "or the model with lookup filling in where it stops short. auto: model+lookup with a "
                           "draft model (the model alone with --mode dsi)."),
         click.option("--fixed-draft", is_flag=True,
-                     help="Always draft --n-draft tokens (default: adaptive, except with --seed at --temp > 0)."),
+                     help="Always draft --n-draft tokens (default: adaptive)."),
         click.option("--forced-drafts/--no-forced-drafts", default=True, show_default=True,
                      help="With a grammar and a draft model: where the grammar leaves no choice of the next "
                           "characters (a JSON schema's keys), draft their tokens ahead of the draft model, without "
@@ -358,6 +358,8 @@ def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
         kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
                       speculative=not mo["no_draft"], forced_drafts=mo["forced_drafts"],
                       device_sampling=mo["device_sampling"], draft_ahead=draft_ahead, **extra)
+        if so.get("seed") is not None:  # (a seeded run: plain decoding's sample with that seed)
+            kwargs["acceptance"] = "keyed"
     try:
         # the decoder's n_draft is checked by the same rule
         make_options(**kwargs, **({} if do else {"n_draft": mo["n_draft"]}))
@@ -560,10 +562,8 @@ def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
                                                                  "draft_ahead")}
     plain = dec.generate(prompt, **{**plain_kwargs, "max_tokens": n, "speculative": False})
     s, p = final.stats, plain.stats
-    if kwargs.get("temperature", 0) == 0:
+    if kwargs.get("temperature", 0) == 0 or kwargs.get("acceptance") == "keyed":  # (keyed: a seeded run)
         same = "identical" if plain.tokens == shown else "different (docs/how-it-works.md: numerics at near-ties)"
-    elif kwargs.get("seed") is not None:
-        same = "sampled with the same seed; equal in distribution, not token for token"
     else:
         same = "sampled; equal in distribution, not token for token"
     _err(f"specllama: plain decoding {p.tokens_per_second:.1f} tokens/s, speculative {s.tokens_per_second:.1f} "

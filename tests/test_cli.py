@@ -115,6 +115,20 @@ def test_generate_compare(runner, tiny):
     assert "plain decoding" in r.stderr and "output identical" in r.stderr
 
 
+def test_a_seeded_run_is_plain_decodings_sample(runner, tiny):
+    """-s at --temp > 0 draws keyed: --compare's plain decoding draws the same tokens, and the
+    output is the Python API's with acceptance='keyed' (not the rejection rule's)."""
+    for seed in ("1", "2"):
+        args = ["generate", "the cat is", *_pair(tiny), "-n", "30", "--temp", "0.9", "-s", seed]
+        r = runner.invoke(main, [*args, "--compare"])
+        assert r.exit_code == 0, r.output
+        assert "output identical" in r.stderr
+        r = runner.invoke(main, [*args, "--json"])
+        with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
+            kw = dict(max_tokens=30, temperature=0.9, seed=int(seed))
+            assert json.loads(r.stdout)["tokens"] == dec.generate("the cat is", acceptance="keyed", **kw).tokens
+
+
 def test_chat_transcript(runner, tiny):
     """Two turns, /stats, /exit: stdout is exactly the two replies; the cache is reused."""
     gen = dict(max_tokens=16, temperature=0.0, top_k=40, top_p=0.95, min_p=0.05, seed=None)
