@@ -369,17 +369,17 @@ class GenerateOptions:
         raise ValueError naming the first bad field
         """
     @property
-    def acceptance(self) -> str:
+    def acceptance(self) -> str | None:
         """
-        'rejection' (Leviathan et al.'s rule), 'match' (llama.cpp's sample-and-match, for comparison) or 'keyed' (match with draws keyed by position, the draft's too: the output is plain decoding's with the same seed, whatever is drafted; a seed then leaves the draft length adaptive)
+        'rejection' (Leviathan et al.'s rule), 'match' (llama.cpp's sample-and-match, for comparison) or 'keyed' (match with draws keyed by position, the draft's too: the output is plain decoding's with the same seed, whatever is drafted; a seed then leaves the draft length adaptive); None: keyed when sampling with a seed (mode si), else rejection
         """
     @acceptance.setter
-    def acceptance(self, arg1: str) -> None:
+    def acceptance(self, arg1: str | None) -> None:
         ...
     @property
     def adaptive(self) -> bool | None:
         """
-        choose each step's draft length by expected speed; None: adaptive unless sampling with a seed by another rule than 'keyed' (adaptive lengths follow measured times)
+        choose each step's draft length by expected speed; None: adaptive unless sampling with a seed by the rejection or match rule (adaptive lengths follow measured times)
         """
     @adaptive.setter
     def adaptive(self, arg0: bool | None) -> None:

@@ -78,8 +78,11 @@ def _reset_and_run(dec: SpeculativeDecoder, name: str, prompt: List[int], mode: 
                            mode="dsi", sp=sp, lookahead=n_draft, threads_draft=dsi_threads[0],
                            threads_server=dsi_threads[1])
         return Run(name, mode, n_draft, out.stats, out.tokens, sp, as_dict(out.dsi), seed)
+    # the rejection rule, as a generation without a seed verifies (the seed here only repeats the runs;
+    # with a seed of its own a generation would draw keyed)
     out = dec.generate(prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, n_draft=n_draft,
-                       speculative=mode != "plain", adaptive=mode == "adaptive", drafter=drafter, ignore_eos=True)
+                       speculative=mode != "plain", adaptive=mode == "adaptive", drafter=drafter, ignore_eos=True,
+                       acceptance="rejection")
     return Run(name, mode, n_draft if mode != "plain" else 0, out.stats, out.tokens, seed=seed)
 
 

@@ -358,8 +358,6 @@ def _generate_kwargs(mo: dict, so: dict, do: dict, **extra) -> dict:
         kwargs = dict(so, adaptive=False if mo["fixed_draft"] else None, drafter=mo["drafter"],
                       speculative=not mo["no_draft"], forced_drafts=mo["forced_drafts"],
                       device_sampling=mo["device_sampling"], draft_ahead=draft_ahead, **extra)
-        if so.get("seed") is not None:  # (a seeded run: plain decoding's sample with that seed)
-            kwargs["acceptance"] = "keyed"
     try:
         # the decoder's n_draft is checked by the same rule
         make_options(**kwargs, **({} if do else {"n_draft": mo["n_draft"]}))
@@ -562,7 +560,8 @@ def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
                                                                  "draft_ahead")}
     plain = dec.generate(prompt, **{**plain_kwargs, "max_tokens": n, "speculative": False})
     s, p = final.stats, plain.stats
-    if kwargs.get("temperature", 0) == 0 or kwargs.get("acceptance") == "keyed":  # (keyed: a seeded run)
+    keyed = kwargs.get("seed") is not None and kwargs.get("mode", "si") == "si"  # (seeded si: keyed draws)
+    if kwargs.get("temperature", 0) == 0 or keyed:
         same = "identical" if plain.tokens == shown else "different (docs/how-it-works.md: numerics at near-ties)"
     else:
         same = "sampled; equal in distribution, not token for token"

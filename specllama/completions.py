@@ -323,7 +323,6 @@ def _sampling_fields(body: dict) -> Dict[str, Any]:
     seed = _number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True)
     if seed is not None and seed != -1:  # -1: llama-server's "random"
         opts["seed"] = seed % (1 << 64)
-        opts["acceptance"] = "keyed"  # (a seed's reply: plain decoding's with it, the draft length adaptive)
     stop = body.get("stop")
     if stop is not None:
         stop = [stop] if isinstance(stop, str) else stop

@@ -298,7 +298,7 @@ def test_a_pause_of_greedy_generations_leaves_sampled_ones_drafting(slow, seed):
     kept. (Seeded and adaptive, so that the run is reproducible.)"""
     prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=2.0)
     kw = dict(max_tokens=120, ignore_eos=True, prices=prices, drafter="model", n_draft=4, adaptive=True,
-              seed=seed, top_k=0, top_p=1.0, min_p=0.0)
+              seed=seed, top_k=0, top_p=1.0, min_p=0.0, acceptance="rejection")
     with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
         dec.generate("the cat is", temperature=0, **kw)
         greedy = dec.generate("the cat is", temperature=0, **kw).stats

@@ -169,7 +169,8 @@ def test_padded_verification_with_the_chain_on_the_device(tiny, temperature):
     for shape in ("exact", "padded"):
         with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512, verify_shape=shape) as dec:
             r = dec.generate("what some of the", max_tokens=48, temperature=temperature, seed=5, ignore_eos=True,
-                             n_draft=5, drafter="model", adaptive=False, device_sampling=True)
+                             n_draft=5, drafter="model", adaptive=False, device_sampling=True,
+                             acceptance="rejection")  # (its steps' drafts stop short: padded rows)
             assert r.stats.sampling == "device" and r.stats.n_drafted > 0
             out[shape] = r
     assert out["padded"].tokens == out["exact"].tokens

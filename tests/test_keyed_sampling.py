@@ -1,5 +1,6 @@
-"""Keyed draws (acceptance="keyed"): every draw at a position is a Gumbel-max draw with noise that is
-a function of the seed, the position and the token, on the draft's side and the target's. The
+"""Keyed draws (acceptance="keyed", the default with a seed): every draw at a position is a
+Gumbel-max draw with noise that is a function of the seed, the position and the token, on the
+draft's side and the target's. The
 target's token at a position then depends on the seed, the position and its distribution there,
 not on what was drafted: a seeded generation's output is plain decoding's with that seed, for any
 drafter and draft length, fixed or adaptive (so a seed leaves the length adaptive), on the host's or
@@ -68,19 +69,22 @@ def test_the_rejection_rule_is_not_plain_decoding(dec):
     output differs from plain decoding's with the same seed."""
     differ = 0
     for seed in range(4):
-        kw = dict(max_tokens=40, ignore_eos=True, seed=seed, **CHAIN)
+        kw = dict(max_tokens=40, ignore_eos=True, seed=seed, acceptance="rejection", **CHAIN)
         plain = dec.generate("the cat is on the", speculative=False, **kw)
         differ += dec.generate("the cat is on the", n_draft=4, adaptive=False, **kw).tokens != plain.tokens
     assert differ >= 3
 
 
-def test_a_seed_leaves_the_draft_length_adaptive(dec):
-    """At prices where drafting never pays the adaptive rule leaves the draft out but for its
-    probes; a seeded generation with the rejection rule drafts its fixed lengths every step."""
+def test_a_seed_draws_keyed_and_leaves_the_draft_length_adaptive(dec):
+    """A seed alone draws keyed (the default) and keeps the adaptive rule: at prices where drafting
+    never pays it leaves the draft out but for its probes, and the output is plain decoding's; a
+    seeded generation with the rejection rule drafts its fixed lengths every step."""
     prices = specllama.StepPrices(draft_ms=50.0, verify_ms=5.0, verify_token_ms=5.0)
     kw = dict(max_tokens=60, ignore_eos=True, seed=1, n_draft=4, prices=prices, **CHAIN)
-    keyed = dec.generate("the cat", acceptance="keyed", **kw).stats
-    fixed = dec.generate("the cat", **kw).stats
+    default = dec.generate("the cat", **kw)
+    keyed = default.stats
+    assert default.tokens == dec.generate("the cat", speculative=False, **kw).tokens
+    fixed = dec.generate("the cat", acceptance="rejection", **kw).stats
     assert fixed.n_drafted >= 4 * (fixed.n_steps - 1) // 2
     assert keyed.n_drafted * 4 < fixed.n_drafted and keyed.n_paused_steps > 0
 

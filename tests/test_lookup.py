@@ -37,9 +37,11 @@ def test_lookup_accepts_a_quoted_continuation(tiny):
 
 def test_lookup_sampling_is_reproducible(tiny):
     with specllama.SpeculativeDecoder(tiny.target, n_ctx=512) as dec:
-        a = dec.generate(QUOTING, max_tokens=40, temperature=0.8, seed=5, drafter="lookup", ignore_eos=True)
-        b = dec.generate(QUOTING, max_tokens=40, temperature=0.8, seed=5, drafter="lookup", ignore_eos=True)
-    assert a.tokens == b.tokens and a.stats.n_lookup_drafted > 0  # seeded: fixed length, lookup always tried
+        kw = dict(max_tokens=40, temperature=0.8, seed=5, drafter="lookup", adaptive=False, ignore_eos=True,
+                  acceptance="rejection")  # (the seeded stream's draws; keyed ones are plain decoding's)
+        a = dec.generate(QUOTING, **kw)
+        b = dec.generate(QUOTING, **kw)
+    assert a.tokens == b.tokens and a.stats.n_lookup_drafted > 0  # (fixed length: lookup always tried)
 
 
 def test_default_drafter_is_model_then_lookup_with_a_draft_and_plain_without(tiny, slow):

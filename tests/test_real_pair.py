@@ -59,7 +59,7 @@ def test_sampled_output_follows_the_target_and_not_the_draft(qwen_decoder):
     firsts, seconds, n_drafted = [], [], 0
     for seed in range(N):
         r = dec.generate(prompt, max_tokens=3, n_draft=2, adaptive=False, drafter="model", seed=seed,
-                         ignore_eos=True, **SETTINGS)
+                         ignore_eos=True, acceptance="rejection", **SETTINGS)  # (a seed alone would draw keyed)
         firsts.append(r.tokens[0])
         seconds.append(r.tokens[1])
         n_drafted += r.stats.n_drafted

@@ -51,8 +51,10 @@ def pvalue_or_zero(samples, p):
 
 def first_two_tokens(target_path, draft_path, prompt, settings=None, n=N, slot=False, decoder_kw=None, **kw):
     """n seeded generations of 3 tokens with n_draft 2, sampling with settings (default: SETTINGS)
-    and kw (on one of slots()'s decoders with slot; the decoder made with decoder_kw): the first
-    and second tokens (numpy arrays) and how many drafts the rejection rule corrected."""
+    and kw (on one of slots()'s decoders with slot; the decoder made with decoder_kw), verified by
+    the rejection rule unless kw names another (a seed alone would draw keyed): the first and
+    second tokens (numpy arrays) and how many drafts the rule corrected."""
+    kw.setdefault("acceptance", "rejection")
     firsts, seconds, n_rejected = [], [], 0
     with specllama.SpeculativeDecoder(target_path, draft_path, n_ctx=128, **(decoder_kw or {})) as first:
         dec = first.slots(2)[1] if slot else first

@@ -72,8 +72,7 @@ def _settings(text: str) -> dict:
 def run_specllama(dec, n: int, temp: float, **kw) -> dict:
     """compare.py's run, after a short one with the same settings: a change of sampling chain makes
     llama.cpp rebuild its graphs once, a cost of switching settings rather than of generating.
-    Unseeded, as a request without a seed runs: a seeded sampled generation drafts fixed lengths
-    (GenerateOptions.adaptive), so that its output is reproducible."""
+    Unseeded, as a request without a seed runs (the rejection rule; a seeded one draws keyed)."""
     dec.generate(PROMPT, max_tokens=4, temperature=temp, ignore_eos=True, **CHAIN, **kw)
     fig = compare.run_specllama(dec, PROMPT, n, temp, **CHAIN, **kw)
     fig.pop("tokens")

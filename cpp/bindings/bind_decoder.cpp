@@ -215,18 +215,22 @@ void register_options(py::module_ & m) {
         .def_readwrite("speculative", &gp::speculative, "False: plain decoding on the target, through the same loop")
         .def_readwrite("adaptive", &gp::adaptive,
                        "choose each step's draft length by expected speed; None: adaptive unless sampling "
-                       "with a seed by another rule than 'keyed' (adaptive lengths follow measured times)")
+                       "with a seed by the rejection or match rule (adaptive lengths follow measured times)")
         .def_property(
             "drafter", [](const gp & p) { return drafter_to_string(p.drafter); },
             [](gp & p, const std::string & v) { p.drafter = drafter_from_string(v); },
             "'auto' (model+lookup with a draft model, the model alone in DSI, plain decoding without "
             "one), 'model', 'lookup' (no draft model needed) or 'model+lookup'")
         .def_property(
-            "acceptance", [](const gp & p) { return accept_rule_to_string(p.rule); },
-            [](gp & p, const std::string & v) { p.rule = accept_rule_from_string(v); },
+            "acceptance",
+            [](const gp & p) { return p.rule ? std::optional<std::string>(accept_rule_to_string(*p.rule)) : std::nullopt; },
+            [](gp & p, const std::optional<std::string> & v) {
+                p.rule = v ? std::optional<accept_rule>(accept_rule_from_string(*v)) : std::nullopt;
+            },
             "'rejection' (Leviathan et al.'s rule), 'match' (llama.cpp's sample-and-match, for comparison) or "
             "'keyed' (match with draws keyed by position, the draft's too: the output is plain decoding's "
-            "with the same seed, whatever is drafted; a seed then leaves the draft length adaptive)")
+            "with the same seed, whatever is drafted; a seed then leaves the draft length adaptive); None: "
+            "keyed when sampling with a seed (mode si), else rejection")
         .def_readwrite("prices", &gp::prices,
                        "StepPrices for the adaptive rule instead of measured times; None: measured")
         .def_property(

@@ -385,7 +385,7 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
                       (kind == drafter_kind::lookup || kind == drafter_kind::model_lookup);
     // (keyed draws make the output independent of the draft lengths, so a seed does not fix them)
     plan.adaptive = params.adaptive ? *params.adaptive
-                                    : (params.sampling.greedy() || !params.seed || params.rule == accept_rule::keyed);
+                                    : (params.sampling.greedy() || !params.seed || effective_rule(params) == accept_rule::keyed);
     if (params.draft_ahead > 0) {
         draft_ahead_validate(params, plan);
     }
@@ -438,7 +438,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
                                       params.grammar_trigger_patterns, params.grammar_trigger_tokens),
                         params.forced_drafts && plan.use_model ? &*forcing_ : nullptr);
     }
-    const bool keyed = params.rule == accept_rule::keyed && !params.sampling.greedy();
+    const bool keyed = effective_rule(params) == accept_rule::keyed && !params.sampling.greedy();
     if (params.infill || params.controls.active() || grammar || keyed) {
         generate_params applied   = params;
         applied.sampling.infill   = params.infill ? target_->vocab : nullptr;

@@ -101,6 +101,8 @@ enum class decode_mode {
 drafter_kind drafter_from_string(const std::string & name);
 std::string  drafter_to_string(drafter_kind kind);
 accept_rule  accept_rule_from_string(const std::string & name);
+struct generate_params;
+accept_rule  effective_rule(const generate_params & p);  // the rule a generation with p verifies by
 std::string  accept_rule_to_string(accept_rule rule);
 decode_mode  decode_mode_from_string(const std::string & name);
 std::string  decode_mode_to_string(decode_mode mode);
@@ -134,10 +136,13 @@ struct generate_params {
     bool                     ignore_eos = false;  // keep going past end-of-generation tokens
     bool                     speculative = true;  // false: plain decoding on the target, same loop
     // choose each step's draft length (<= n_draft) by expected speed; none: adaptive unless sampling
-    // with a seed (adaptive lengths follow measured times, which would make the seed irreproducible)
+    // with a seed by the rejection or match rule (adaptive lengths follow measured times, which would
+    // make their seeded output irreproducible)
     std::optional<bool>      adaptive;
     drafter_kind             drafter  = drafter_kind::automatic;
-    accept_rule              rule     = accept_rule::rejection;
+    // none: keyed where sampling with a seed in mode si (the output is then plain decoding's with
+    // that seed), else rejection (effective_rule)
+    std::optional<accept_rule> rule;
     lookup_params            lookup;
     std::optional<step_prices> prices;          // none: the adaptive rule prices steps by measured times
     decode_mode              mode = decode_mode::si;

@@ -67,7 +67,7 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
         };
         if (sp.keyed) {  // (the token after seq comes at index n_seq)
             acc = accept_keyed(drafted_.tokens.data(), n, dist, *sp.keyed, n_seq);
-        } else if (params.rule == accept_rule::match) {
+        } else if (effective_rule(params) == accept_rule::match) {
             acc = accept_match(drafted_.tokens.data(), n, dist, rng);
         } else {
             acc = accept_sampled(drafted_.tokens.data(), n, drafted_.dists, dist, target_->n_vocab, rng, scratch_);

@@ -45,6 +45,13 @@ drafter_kind drafter_from_string(const std::string & name) { return enum_from_st
 std::string  drafter_to_string(drafter_kind kind) { return enum_to_string(kind, k_drafters); }
 accept_rule  accept_rule_from_string(const std::string & name) { return enum_from_string(name, k_rules, "acceptance"); }
 std::string  accept_rule_to_string(accept_rule rule) { return enum_to_string(rule, k_rules); }
+
+accept_rule effective_rule(const generate_params & p) {
+    if (p.rule) {
+        return *p.rule;
+    }
+    return p.seed && !p.sampling.greedy() && p.mode == decode_mode::si ? accept_rule::keyed : accept_rule::rejection;
+}
 decode_mode  decode_mode_from_string(const std::string & name) { return enum_from_string(name, k_modes, "mode"); }
 std::string  decode_mode_to_string(decode_mode mode) { return enum_to_string(mode, k_modes); }
 
@@ -95,7 +102,7 @@ void generate_params_validate(const generate_params & p) {
             throw std::invalid_argument("mode 'dsi' drafts with the draft model only (drafter 'auto' or 'model'), "
                                         "got '" + drafter_to_string(p.drafter) + "'");
         }
-        if (p.rule != accept_rule::rejection) {
+        if (p.rule && *p.rule != accept_rule::rejection) {
             throw std::invalid_argument("mode 'dsi' verifies with the rejection rule only");
         }
 

@@ -133,7 +133,6 @@ def _options(body: dict, defaults: Optional[GenerateOptions]) -> GenerateOptions
     seed = _number(body, "seed", -(1 << 63), (1 << 64) - 1, integer=True)
     if seed is not None and seed >= 0:
         opts["seed"] = seed
-        opts["acceptance"] = "keyed"  # (a seed's reply: plain decoding's with it, the draft length adaptive)
     stop = body.get("stop")
     if stop is not None:
         if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
