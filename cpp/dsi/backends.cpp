@@ -35,13 +35,6 @@ void checkpoint_verified(kv_cache & cache, const std::vector<llama_token> & seq,
     cache.checkpoint();
 }
 
-uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 }  // namespace
 
 bool model_dsi_drafter::propose(const std::vector<llama_token> & seq, int32_t n_verified,

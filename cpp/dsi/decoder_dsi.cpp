@@ -114,8 +114,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     dp.overlap           = options.overlap;
     dp.wait_for_drafts   = options.wait_for_drafts;
     const int32_t  last  = std::min(n_prompt + params.max_tokens - 1, n_ctx);
-    const uint64_t seed  = params.seed ? *params.seed
-                                       : ((uint64_t) std::random_device{}() << 32 | std::random_device{}());
+    const uint64_t seed  = seed_or_random(params.seed);
     dsi_report rep;
     rep.stats            = run_dsi(drafter, server_ptrs, prompt, last, params.sampling, seed, dp, cb, target_->n_vocab);
     rep.sp               = options.sp;

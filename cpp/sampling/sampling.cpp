@@ -286,27 +286,26 @@ void apply_infill(const llama_vocab * vocab, token_dist & d) {
     keep(kept2);
 }
 
-namespace {
-
-// splitmix64's finalizer: a bijection of 64-bit words whose outputs pass as independent
-uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
 }
 
-}  // namespace
+uint64_t seed_or_random(const std::optional<uint64_t> & seed) {
+    return seed ? *seed : ((uint64_t) std::random_device{}() << 32 | std::random_device{}());
+}
 
 llama_token sample_keyed(const token_dist & dist, uint64_t key, int64_t pos) {
-    const uint64_t base  = mix64(mix64(key) ^ (uint64_t) pos);
+    const uint64_t base  = splitmix64(splitmix64(key) ^ (uint64_t) pos);
     llama_token    best  = dist.ids.empty() ? -1 : dist.ids[0];
     double         score = -INFINITY;
     for (size_t i = 0; i < dist.ids.size(); ++i) {
         if (!(dist.probs[i] > 0.0f)) {
             continue;
         }
-        const uint64_t h = mix64(base ^ (uint64_t) (uint32_t) dist.ids[i]);
+        const uint64_t h = splitmix64(base ^ (uint64_t) (uint32_t) dist.ids[i]);
         const double   u = ((double) (h >> 11) + 0.5) * (1.0 / 9007199254740992.0);  // in (0, 1)
         const double   s = std::log((double) dist.probs[i]) - std::log(-std::log(u));
         if (s > score) {

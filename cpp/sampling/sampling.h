@@ -85,6 +85,12 @@ llama_token sample(const token_dist & dist, rng_t & rng);
 // a uniform draw in [0, 1)
 double uniform01(rng_t & rng);
 
+// splitmix64's finalizer: a bijection of 64-bit words whose outputs pass as independent
+uint64_t splitmix64(uint64_t x);
+
+// the seed given, or a random one
+uint64_t seed_or_random(const std::optional<uint64_t> & seed);
+
 // one draw from dist by the Gumbel-max trick with noise that is a function of (key, pos, token):
 // argmax over the support of log p(t) + G(key, pos, t), G standard Gumbel from a hash. A draw from
 // dist for each (key, pos), independent across positions; two distributions drawn at one key and

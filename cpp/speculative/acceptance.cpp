@@ -93,16 +93,8 @@ acceptance_result accept_match(const llama_token * draft, int32_t n_draft, const
 
 acceptance_result accept_keyed(const llama_token * draft, int32_t n_draft, const target_dist & p, uint64_t key,
                                int64_t pos0) {
-    acceptance_result r;
-    for (int32_t i = 0; i <= n_draft; ++i) {
-        const llama_token x = sample_keyed(p(i), key, pos0 + i);
-        if (i == n_draft || x != draft[i]) {
-            r.next = x;
-            return r;
-        }
-        ++r.n_accepted;
-    }
-    return r;
+    // the greedy rule's: keep drafts while they equal the target's choice, here its keyed draw
+    return accept_greedy(draft, n_draft, [&](int32_t i) { return sample_keyed(p(i), key, pos0 + i); });
 }
 
 acceptance_result accept_keyed(const llama_token * draft, int32_t n_draft, const std::vector<token_dist> & p,

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 
 namespace specllama {
 
@@ -445,8 +444,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
         applied.sampling.controls = params.controls.active() ? &applied.controls : nullptr;
         applied.sampling.grammar  = grammar ? &*grammar : nullptr;
         if (keyed) {  // the seed is the key; without one, a random key
-            applied.sampling.keyed = params.seed ? *params.seed : ((uint64_t) std::random_device{}() << 32 |
-                                                                   std::random_device{}());
+            applied.sampling.keyed = seed_or_random(params.seed);
         }
         return generate_si(prompt, applied, plan, on_step, check);
     }
@@ -457,7 +455,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
 generate_result decoder::generate_si(const std::vector<llama_token> & prompt, const generate_params & params,
                                      const run_plan & plan, const step_callback & on_step,
                                      const interrupt_check & check) {
-    rng_t rng(params.seed ? *params.seed : ((uint64_t) std::random_device{}() << 32 | std::random_device{}()));
+    rng_t rng(seed_or_random(params.seed));
     generate_result  res;
     generate_stats & st = res.stats;
     st.n_prompt         = (int32_t) prompt.size();
