@@ -750,6 +750,11 @@ class Stats:
             as a list of dicts).
         """
     @property
+    def acceptance(self) -> str:
+        """
+        how the target's tokens were drawn and drafts judged: 'greedy' (temperature 0), 'rejection', 'keyed' (a seeded generation's default: the tokens are plain decoding's with that seed) or 'match' (GenerateOptions.acceptance); set where nothing was drafted too
+        """
+    @property
     def acceptance_rate(self) -> float:
         """
         n_accepted / n_drafted

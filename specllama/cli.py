@@ -560,8 +560,7 @@ def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
                                                                  "draft_ahead")}
     plain = dec.generate(prompt, **{**plain_kwargs, "max_tokens": n, "speculative": False})
     s, p = final.stats, plain.stats
-    keyed = kwargs.get("seed") is not None and kwargs.get("mode", "si") == "si"  # (seeded si: keyed draws)
-    if kwargs.get("temperature", 0) == 0 or keyed:
+    if s.acceptance in ("greedy", "keyed"):  # (keyed draws: plain decoding's sample with the seed)
         same = "identical" if plain.tokens == shown else "different (docs/how-it-works.md: numerics at near-ties)"
     else:
         same = "sampled; equal in distribution, not token for token"

@@ -89,6 +89,21 @@ def test_a_seed_draws_keyed_and_leaves_the_draft_length_adaptive(dec):
     assert keyed.n_drafted * 4 < fixed.n_drafted and keyed.n_paused_steps > 0
 
 
+@pytest.mark.parametrize("kw, rule", [
+    (dict(temperature=0.0, seed=1), "greedy"),
+    (dict(seed=1), "keyed"),
+    (dict(seed=1, speculative=False), "keyed"),  # (plain decoding's own draws are keyed then)
+    (dict(), "rejection"),
+    (dict(seed=1, acceptance="rejection"), "rejection"),
+    (dict(seed=1, acceptance="match"), "match"),
+    (dict(seed=1, mode="dsi"), "rejection"),
+    (dict(temperature=0.0, mode="dsi"), "greedy"),
+], ids=["greedy", "seeded", "seeded plain", "unseeded", "rejection", "match", "dsi sampled", "dsi greedy"])
+def test_stats_say_which_rule_ran(dec, kw, rule):
+    got = dec.generate("the cat", max_tokens=6, ignore_eos=True, **{**CHAIN, **kw})
+    assert got.stats.acceptance == rule
+
+
 def test_sampled_output_follows_the_target(tiny):
     """3000 seeded generations with an unrelated draft (n_draft 2, fixed): the first token follows
     p1, the second the marginal of the target's second token, and the pairs the target's joint

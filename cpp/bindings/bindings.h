@@ -17,6 +17,7 @@ void register_sampling(pybind11::module_ & m);
 void register_adaptive(pybind11::module_ & m);
 void register_decoder(pybind11::module_ & m);
 void register_dsi(pybind11::module_ & m);
+void register_stats(pybind11::module_ & m);  // Stats, StepTrace, DSIStats, GenerateResult
 
 // a device list from Python: None (llama.cpp's default), "CUDA0,CUDA1" or a sequence of names;
 // what names the argument in errors

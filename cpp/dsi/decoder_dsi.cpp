@@ -45,6 +45,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     generate_stats &    st = res.stats;
     st.n_prompt            = n_prompt;
     st.drafter             = plan.drafter();
+    st.acceptance          = acceptance_name(params);
     dsi_place_sampling(params, plan, caches, st);
     // every server's rollbacks and the drafter's (kv_cache::rollback): how, what they cost
     std::vector<kv_cache *> all = caches;

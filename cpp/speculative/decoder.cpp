@@ -460,7 +460,8 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     generate_stats & st = res.stats;
     st.n_prompt         = (int32_t) prompt.size();
     st.accepted_hist.assign(plan.n_draft + 1, 0);
-    st.drafter = plan.drafter();
+    st.drafter    = plan.drafter();
+    st.acceptance = acceptance_name(params);
     if (plan.use_model) {
         st.vocab        = vocab_map_ ? "intersection" : "same";
         st.vocab_shared = vocab_map_ ? vocab_map_->draft_share() : 1.0;

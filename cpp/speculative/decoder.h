@@ -103,6 +103,7 @@ std::string  drafter_to_string(drafter_kind kind);
 accept_rule  accept_rule_from_string(const std::string & name);
 struct generate_params;
 accept_rule  effective_rule(const generate_params & p);  // the rule a generation with p verifies by
+std::string  acceptance_name(const generate_params & p);  // generate_stats::acceptance for p
 std::string  accept_rule_to_string(accept_rule rule);
 decode_mode  decode_mode_from_string(const std::string & name);
 std::string  decode_mode_to_string(decode_mode mode);
@@ -252,6 +253,10 @@ struct generate_stats {
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
     std::vector<step_trace> steps;              // every step, with generate_params::record_steps
     std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
+    // how the target's tokens were drawn and drafts judged: "greedy" (temperature 0: argmax, drafts
+    // kept while equal to it), else effective_rule's name ("rejection", "match", "keyed"), also
+    // where nothing was drafted (keyed draws are the target's draws there too)
+    std::string          acceptance = "greedy";
     // how the draft model's tokens reach the target: "same" (one vocabulary) or "intersection"
     // (another vocabulary, by token-level intersection: vocab_map.h); "none" without a draft model
     std::string          vocab = "none";

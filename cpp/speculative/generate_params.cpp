@@ -52,6 +52,9 @@ accept_rule effective_rule(const generate_params & p) {
     }
     return p.seed && !p.sampling.greedy() && p.mode == decode_mode::si ? accept_rule::keyed : accept_rule::rejection;
 }
+std::string acceptance_name(const generate_params & p) {
+    return p.sampling.greedy() ? "greedy" : accept_rule_to_string(effective_rule(p));
+}
 decode_mode  decode_mode_from_string(const std::string & name) { return enum_from_string(name, k_modes, "mode"); }
 std::string  decode_mode_to_string(decode_mode mode) { return enum_to_string(mode, k_modes); }
 
