@@ -251,6 +251,24 @@ def test_on_step_can_stop(dec):
     assert r.tokens == [t for s in steps for t in s]
 
 
+def test_the_first_token_does_not_wait_for_the_drafts_prompt_pass(tiny):
+    """The first step is plain, and the draft model reads the prompt just before the first step it
+    drafts in: a generation stopped at its first reported token leaves the prompt unread by the
+    draft; one that goes on drafts (after reading it) and keeps plain decoding's greedy output."""
+    kw = dict(temperature=0, ignore_eos=True, n_draft=4, adaptive=False)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as d:
+        native = d._native()
+        prompt = d.tokenize("she was out with the one that was")
+        r = d.generate(prompt, max_tokens=40, on_step=lambda *_: True, **kw)
+        assert r.finish_reason == "cancelled" and len(r.tokens) == 1 and r.stats.n_drafted == 0
+        assert native.draft_cached_tokens() == []
+        assert native.cached_tokens()[:len(prompt)] == prompt
+        r = d.generate(prompt, max_tokens=40, **kw)
+        assert r.stats.n_drafted > 0
+        assert native.draft_cached_tokens()[:len(prompt)] == prompt
+        assert r.tokens == d.generate(prompt, max_tokens=40, speculative=False, **kw).tokens
+
+
 def test_callback_exception_propagates(dec):
     def on_step(*_):
         raise ZeroDivisionError("from the callback")

@@ -509,6 +509,9 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
             trace = {{}, step.n_max, plan.adaptive && lengths_.paused(), plan.adaptive && lengths_.probing(),
                      lengths_.rate(), lengths_.acceptance()};
         }
+        if (draft_prompt_later_ && step.model) {
+            draft_prompt(seq, plan, params, st, check);
+        }
         llama_token     probe   = -1;
         auto            t       = clock_type::now();
         const int32_t   n_model = draft_step(seq, step, plan, params, rng, probe, st, check);
@@ -569,9 +572,10 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.t_rollback_ms  = rollback_ms() - rollback_ms0;
     st.n_redecoded    = redecoded() - redecoded0;
     st.t_total_ms     = ms_since(t_start);
-    st.t_decode_ms    = decode_ms() - decode_ms0;
-    st.logits_bytes   = logits_bytes() - logits_bytes0;
-    st.n_draft_calls  = draft_calls() - draft_calls0;
+    // (after the prompt: without the draft's prompt pass, wherever it came)
+    st.t_decode_ms    = decode_ms() - decode_ms0 - draft_prompt_spent_.decode_ms;
+    st.logits_bytes   = logits_bytes() - logits_bytes0 - draft_prompt_spent_.logits_bytes;
+    st.n_draft_calls  = draft_calls() - draft_calls0 - draft_prompt_spent_.calls;
     return res;
 }
 
@@ -630,7 +634,9 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     }
     // a draft model the adaptive rule has paused takes the prompt in at its next probe instead (its
     // catch-up): while drafting does not pay, a prompt pass through it now would buy nothing
-    model_sits_out_ = false;
+    model_sits_out_     = false;
+    draft_prompt_later_ = false;
+    draft_prompt_spent_ = {};
     if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
         const std::vector<llama_token> & dseq = draft_seq(seq);
         const int32_t n_draft_new =
@@ -641,13 +647,37 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
             model_sits_out_ = true;
             return;
         }
-        const auto t_d     = clock_type::now();
-        st.n_prompt_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr, params.cache_reuse);
-        // (its price per token prices a probe's catch-up, where a pause comes before any probe)
-        if (plan.adaptive && !batcher_ && st.n_prompt_shared == 0) {
-            lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms_since(t_d));
-        }
+        // the first step is plain (plan_step): the draft reads the prompt before the first step it
+        // drafts in, so that the first token does not wait for it (draft_prompt)
+        draft_prompt_later_ = true;
     }
+}
+
+void decoder::draft_prompt(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
+                           generate_stats & st, const interrupt_check & check) {
+    draft_prompt_later_ = false;
+    // (the target's cache holds all of seq but its last token, as at prefill: the draft may copy it)
+    const std::vector<llama_token> & dseq = draft_seq(seq);
+    const int32_t n_draft_new =
+        (int32_t) dseq.size() - 1 - dft_cache_->n_reusable(dseq, (int32_t) dseq.size() - 1, params.cache_reuse);
+    const double  decode0 = dft_cache_->decode_ms();
+    const int64_t calls0  = dft_cache_->n_calls();
+    const int64_t bytes0  = dft_cache_->logits_bytes();
+    const auto    t_d     = clock_type::now();
+    const int32_t n_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr, params.cache_reuse);
+    const double  ms       = ms_since(t_d);
+    // (what it copied beyond the prompt came after it: the tokens of steps it did not draft in)
+    st.n_prompt_shared = std::min(n_shared, st.n_prompt);
+    st.n_resume_shared += n_shared - st.n_prompt_shared;
+    // (its price per token prices a probe's catch-up, where a pause comes before any probe)
+    if (plan.adaptive && !batcher_ && n_shared == 0) {
+        lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms);
+    }
+    // it is prompt processing, not the generation's: Stats count it there
+    st.t_prefill_ms += ms;
+    draft_prompt_spent_.decode_ms += dft_cache_->decode_ms() - decode0;
+    draft_prompt_spent_.calls += dft_cache_->n_calls() - calls0;
+    draft_prompt_spent_.logits_bytes += dft_cache_->logits_bytes() - bytes0;
 }
 
 }  // namespace specllama

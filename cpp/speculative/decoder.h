@@ -470,10 +470,15 @@ class decoder {
     // samples (sets st.sampling, st.host_sampling_reason)
     void place_sampling(const generate_params & params, const run_plan & plan, generate_stats & st);
     // the steps of generate_si, in order:
-    // prefill: both caches hold all of seq but its last token (the draft may copy the target's);
-    // the target's pass prices a batch's tokens for the adaptive length until a batch is verified
+    // prefill: the target's cache holds all of seq but its last token; the target's pass prices a
+    // batch's tokens for the adaptive length until a batch is verified. The draft's prompt pass
+    // waits for the first step that drafts with the model (draft_prompt_later_)
     void prefill(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
                  generate_stats & st, const interrupt_check & check);
+    // the draft's prompt pass: its cache then holds all of seq but its last token too (it may copy
+    // the target's); counted in Stats as prompt processing
+    void draft_prompt(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
+                      generate_stats & st, const interrupt_check & check);
     // plan: how many tokens this step may draft, and whether the draft model drafts them
     struct step_plan {
         int32_t n_max = 0;      // drafts at most (0: a plain step)
@@ -567,6 +572,11 @@ class decoder {
 
     draft_length_model        lengths_;  // costs and calibration, kept across generations
     bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
+    bool                      draft_prompt_later_ = false;  // this generation: the draft has not read the prompt yet
+    struct {
+        double  decode_ms = 0;
+        int64_t calls = 0, logits_bytes = 0;
+    } draft_prompt_spent_;  // this generation's draft prompt pass (draft_prompt), outside its generation's Stats
     int8_t                    pad_verify_ = 0;  // decoder_params::verify_shape: 0 exact, 1 padded, 2 auto
     int32_t                   pad_to_     = 0;  // this generation's verification length (0: exact)
     bool                      repad_      = false;  // it pads again once the rule's prices are measured
