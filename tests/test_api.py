@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import specllama
-from conftest import in_threads, interrupt_at_step
+from conftest import in_threads, interrupt_at_step, load_benchmark
 
 
 @pytest.fixture()
@@ -267,6 +267,17 @@ def test_the_first_token_does_not_wait_for_the_drafts_prompt_pass(tiny):
         assert r.stats.n_drafted > 0
         assert native.draft_cached_tokens()[:len(prompt)] == prompt
         assert r.tokens == d.generate(prompt, max_tokens=40, speculative=False, **kw).tokens
+
+
+def test_the_first_token_benchmark_times_what_it_says(tiny):
+    """benchmarks/first_token.py's run: the time to the first reported token, and the draft model's
+    drafts (with fixed lengths it drafts; with speculation off it does not)."""
+    bench = load_benchmark("first_token.py")
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as d:
+        prompt = d.tokenize("she was out with the one that was")
+        ms, tps, drafted = bench.one_run(d, prompt, 24, True, 4)
+        assert ms > 0 and tps > 0 and drafted > 0
+        assert bench.one_run(d, prompt, 24, False, 4)[2] == 0
 
 
 def test_callback_exception_propagates(dec):
