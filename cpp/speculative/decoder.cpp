@@ -493,9 +493,10 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     std::vector<llama_token> seq = prompt;
     prefill(seq, plan, params, st, check);
     st.t_prefill_ms = ms_since(t_start);
-    const double  decode_ms0    = decode_ms();
-    const int64_t logits_bytes0 = logits_bytes();
-    const int64_t draft_calls0  = draft_calls();
+    // (what Stats count after the prompt leaves out the draft's prompt pass, wherever it comes)
+    double  decode_ms0    = decode_ms();
+    int64_t logits_bytes0 = logits_bytes();
+    int64_t draft_calls0  = draft_calls();
 
     text_stream stream(params.stop);
     std::string finish;
@@ -510,7 +511,13 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
                      lengths_.rate(), lengths_.acceptance()};
         }
         if (draft_prompt_later_ && step.model) {
+            const double  d0 = decode_ms();
+            const int64_t b0 = logits_bytes();
+            const int64_t c0 = draft_calls();
             draft_prompt(seq, plan, params, st, check);
+            decode_ms0 += decode_ms() - d0;
+            logits_bytes0 += logits_bytes() - b0;
+            draft_calls0 += draft_calls() - c0;
         }
         llama_token     probe   = -1;
         auto            t       = clock_type::now();
@@ -572,10 +579,9 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.t_rollback_ms  = rollback_ms() - rollback_ms0;
     st.n_redecoded    = redecoded() - redecoded0;
     st.t_total_ms     = ms_since(t_start);
-    // (after the prompt: without the draft's prompt pass, wherever it came)
-    st.t_decode_ms    = decode_ms() - decode_ms0 - draft_prompt_spent_.decode_ms;
-    st.logits_bytes   = logits_bytes() - logits_bytes0 - draft_prompt_spent_.logits_bytes;
-    st.n_draft_calls  = draft_calls() - draft_calls0 - draft_prompt_spent_.calls;
+    st.t_decode_ms    = decode_ms() - decode_ms0;
+    st.logits_bytes   = logits_bytes() - logits_bytes0;
+    st.n_draft_calls  = draft_calls() - draft_calls0;
     return res;
 }
 
@@ -636,14 +642,11 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     // catch-up): while drafting does not pay, a prompt pass through it now would buy nothing
     model_sits_out_     = false;
     draft_prompt_later_ = false;
-    draft_prompt_spent_ = {};
     if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
-        const std::vector<llama_token> & dseq = draft_seq(seq);
-        const int32_t n_draft_new =
-            (int32_t) dseq.size() - 1 - dft_cache_->n_reusable(dseq, (int32_t) dseq.size() - 1, params.cache_reuse);
         // nor does one where this generation is too short to win back the draft's prompt pass: it
         // sits this generation out (and takes the prompt in at a later one's prefill)
-        if (plan.adaptive && !batcher_ && !share_prefill_ && !lengths_.draft_prompt_pays(n_draft_new, params.max_tokens)) {
+        if (plan.adaptive && !batcher_ && !share_prefill_ &&
+            !lengths_.draft_prompt_pays(draft_unread(draft_seq(seq), params.cache_reuse), params.max_tokens)) {
             model_sits_out_ = true;
             return;
         }
@@ -657,13 +660,9 @@ void decoder::draft_prompt(const std::vector<llama_token> & seq, const run_plan 
                            generate_stats & st, const interrupt_check & check) {
     draft_prompt_later_ = false;
     // (the target's cache holds all of seq but its last token, as at prefill: the draft may copy it)
-    const std::vector<llama_token> & dseq = draft_seq(seq);
-    const int32_t n_draft_new =
-        (int32_t) dseq.size() - 1 - dft_cache_->n_reusable(dseq, (int32_t) dseq.size() - 1, params.cache_reuse);
-    const double  decode0 = dft_cache_->decode_ms();
-    const int64_t calls0  = dft_cache_->n_calls();
-    const int64_t bytes0  = dft_cache_->logits_bytes();
-    const auto    t_d     = clock_type::now();
+    const std::vector<llama_token> & dseq        = draft_seq(seq);
+    const int32_t                    n_draft_new = draft_unread(dseq, params.cache_reuse);
+    const auto                       t_d         = clock_type::now();
     const int32_t n_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr, params.cache_reuse);
     const double  ms       = ms_since(t_d);
     // (what it copied beyond the prompt came after it: the tokens of steps it did not draft in)
@@ -673,11 +672,7 @@ void decoder::draft_prompt(const std::vector<llama_token> & seq, const run_plan 
     if (plan.adaptive && !batcher_ && n_shared == 0) {
         lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms);
     }
-    // it is prompt processing, not the generation's: Stats count it there
-    st.t_prefill_ms += ms;
-    draft_prompt_spent_.decode_ms += dft_cache_->decode_ms() - decode0;
-    draft_prompt_spent_.calls += dft_cache_->n_calls() - calls0;
-    draft_prompt_spent_.logits_bytes += dft_cache_->logits_bytes() - bytes0;
+    st.t_prefill_ms += ms;  // (prompt processing, not the generation's)
 }
 
 }  // namespace specllama

@@ -556,6 +556,10 @@ class decoder {
     const std::vector<llama_token> & draft_seq(const std::vector<llama_token> & seq) {
         return view_ ? view_->update(seq) : seq;
     }
+    // the tokens of dseq (all but its last) that a prompt pass of the draft would decode
+    int32_t draft_unread(const std::vector<llama_token> & dseq, int32_t reuse) const {
+        return (int32_t) dseq.size() - 1 - dft_cache_->n_reusable(dseq, (int32_t) dseq.size() - 1, reuse);
+    }
     mutable std::mutex        mutex_;  // one generation at a time per decoder
     // the thread whose generate() holds mutex_ (its callbacks run there); none while idle
     std::atomic<std::thread::id> generating_in_{};
@@ -573,10 +577,6 @@ class decoder {
     draft_length_model        lengths_;  // costs and calibration, kept across generations
     bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
     bool                      draft_prompt_later_ = false;  // this generation: the draft has not read the prompt yet
-    struct {
-        double  decode_ms = 0;
-        int64_t calls = 0, logits_bytes = 0;
-    } draft_prompt_spent_;  // this generation's draft prompt pass (draft_prompt), outside its generation's Stats
     int8_t                    pad_verify_ = 0;  // decoder_params::verify_shape: 0 exact, 1 padded, 2 auto
     int32_t                   pad_to_     = 0;  // this generation's verification length (0: exact)
     bool                      repad_      = false;  // it pads again once the rule's prices are measured
