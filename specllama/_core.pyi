@@ -209,9 +209,9 @@ class DraftLengthModel:
         """
         at the start of a step that may draft: whether the draft model drafts in it
         """
-    def observe(self, n_model: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, conf: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], probe: typing.SupportsInt | typing.SupportsIndex, catch_up_ms: typing.SupportsFloat | typing.SupportsIndex, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, prev_n: typing.SupportsInt | typing.SupportsIndex, n_decodes: typing.SupportsInt | typing.SupportsIndex = -1, n_catch_up: typing.SupportsInt | typing.SupportsIndex = 0, n_verified: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def observe(self, n_model: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, conf: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], probe: typing.SupportsInt | typing.SupportsIndex, catch_up_ms: typing.SupportsFloat | typing.SupportsIndex, draft_ms: typing.SupportsFloat | typing.SupportsIndex, verify_ms: typing.SupportsFloat | typing.SupportsIndex, prev_n: typing.SupportsInt | typing.SupportsIndex, n_decodes: typing.SupportsInt | typing.SupportsIndex = -1, n_catch_up: typing.SupportsInt | typing.SupportsIndex = 0, n_verified: typing.SupportsInt | typing.SupportsIndex = 0, n_prompt: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        a finished step, as the decoding loop reports it (n_decodes: the draft's decodes after its catch-up, -1: n_model - 1; n_catch_up: the catch-up's decodes where each took one token; n_verified: the tokens the verification decoded, 0: n + 1)
+        a finished step, as the decoding loop reports it (n_decodes: the draft's decodes after its catch-up, -1: n_model - 1; n_catch_up: the catch-up's decodes where each took one token; n_verified: the tokens the verification decoded, 0: n + 1; n_prompt: prompt tokens its decode took in first, whose pass verify_ms then is)
         """
     def observe_acceptance(self, conf: typing.SupportsFloat | typing.SupportsIndex, accepted: bool) -> None:
         ...
@@ -713,6 +713,11 @@ class StepTrace:
     def n_model(self) -> int:
         """
         tokens the draft model drafted
+        """
+    @property
+    def n_prompt(self) -> int:
+        """
+        prompt tokens the verification's decode took in before them (the first step's: the part of the prompt the cache lacked; verify_ms is then their pass too). 0 with StepPrices, which price the prompt apart
         """
     @property
     def n_verified(self) -> int:

@@ -269,6 +269,34 @@ def test_the_first_token_does_not_wait_for_the_drafts_prompt_pass(tiny):
         assert r.tokens == d.generate(prompt, max_tokens=40, speculative=False, **kw).tokens
 
 
+def test_the_first_token_comes_out_of_the_prompts_own_pass(tiny):
+    """The first step's verification decodes the part of the prompt the cache lacks together with
+    the prompt's last token, in one llama_decode: its trace says how many prompt tokens it took in
+    (none where the cache held the prompt, none as StepPrices price it), a slot's one-token reply
+    costs its group one llama_decode, and the output is plain decoding's (the batch-invariant Q4_1
+    target: the same tokens whether or not the prompt was cached)."""
+    kw = dict(temperature=0, ignore_eos=True, n_draft=4, adaptive=False, record_steps=True)
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as d:
+        prompt = d.tokenize("she was out with the one that was")
+        r = d.generate(prompt, max_tokens=12, **kw)
+        first = r.stats.steps[0]
+        assert (first.n_prompt, first.n_verified, first.n_drafted) == (len(prompt) - 1, 1, 0)
+        assert r.stats.n_drafted > 0 and all(s.n_prompt == 0 for s in r.stats.steps[1:])
+        again = d.generate(prompt, max_tokens=12, **kw)
+        assert again.stats.n_prompt_cached == len(prompt) - 1 and again.stats.steps[0].n_prompt == 0
+        assert again.tokens == r.tokens
+        d.reset()
+        prices = specllama.StepPrices(draft_ms=1.0, verify_ms=5.0, verify_token_ms=0.5)
+        priced = d.generate(prompt, max_tokens=12, prices=prices, **kw)
+        assert priced.stats.steps[0].n_prompt == 0 and priced.tokens == r.tokens
+        (slot,) = d.slots(1)
+        with slot:
+            before = slot.slot_batching["decodes"]
+            one = slot.generate(prompt, max_tokens=1, temperature=0, speculative=False)
+            assert slot.slot_batching["decodes"] - before == 1
+            assert one.tokens == r.tokens[:1]
+
+
 def test_the_first_token_benchmark_times_what_it_says(tiny):
     """benchmarks/first_token.py's run: the time to the first reported token, and the draft model's
     drafts (with fixed lengths it drafts; with speculation off it does not)."""

@@ -46,11 +46,18 @@ def test_greedy_output_is_the_host_paths(dec, kw):
 def test_sampled_output_is_the_host_paths_with_one_seed(dec, kw):
     """The device returns the top k candidates and their logits; the host applies the rest of the
     chain to them as it does after its own top-k: the same distributions, the same draws (and the
-    same log-probabilities, read from the chain's distribution)."""
+    same log-probabilities, read from the chain's distribution). Each generation starts from an empty
+    cache, so that both decode the same batches (the first token's logits come from the prompt's
+    pass, and a prompt found in the cache is not decoded again)."""
+
+    def generate(prompt, seed, on):
+        dec.reset()
+        return dec.generate(prompt, max_tokens=30, ignore_eos=True, seed=seed, adaptive=False, device_sampling=on,
+                            **CHAIN, **kw)
+
     for seed in range(4):
         for prompt in PROMPTS:
-            got = [dec.generate(prompt, max_tokens=30, ignore_eos=True, seed=seed, adaptive=False, device_sampling=on,
-                                **CHAIN, **kw) for on in (True, False)]
+            got = [generate(prompt, seed, on) for on in (True, False)]
             assert got[0].stats.sampling == "device" and got[1].stats.sampling == "host"
             assert got[0].tokens == got[1].tokens, (prompt, seed)
             if "logprobs" in kw:

@@ -103,6 +103,18 @@ def test_a_runs_first_steps_price_nothing_where_it_settles():
     assert m.verify_ms(1) < 5.9
 
 
+def test_a_first_step_that_carried_the_prompt_prices_nothing():
+    """A generation's first step whose decode took in the prompt first (n_prompt): its time is the
+    prompt's pass, so neither the long-run rate nor a one-token verification moves; the same step
+    without the prompt counts in the rate."""
+    carried, alone = _plain_priced(), _plain_priced()
+    rate, plain = carried.rate, carried.verify_ms(1)
+    carried.observe(0, 0, 0, [], -1, 0.0, 0.0, 400.0, -1, n_prompt=120)
+    assert carried.rate == rate and carried.verify_ms(1) == plain
+    alone.observe(0, 0, 0, [], -1, 0.0, 0.0, 400.0, -1)
+    assert alone.rate < rate
+
+
 def test_transitions_before_any_steady_price_count_once_one_is_known():
     """settle_steps 2, a new decoder's first run of drafting steps (three drafts, 1.4 ms draft
     decodes, verifications padded to 4 tokens): its first two steps are transitions (20 ms

@@ -33,6 +33,10 @@ void register_step_trace(py::module_ & m) {
         .def_property_readonly("n_verified", [](const step_trace & t) { return t.record.n_verified; },
                                "tokens the verification decoded: the target's last token and the drafts, "
                                "and copies of the last where the batch was padded (verify_shape)")
+        .def_property_readonly("n_prompt", [](const step_trace & t) { return t.record.n_prompt; },
+                               "prompt tokens the verification's decode took in before them (the first step's: "
+                               "the part of the prompt the cache lacked; verify_ms is then their pass too). "
+                               "0 with StepPrices, which price the prompt apart")
         .def_readonly("n_max", &step_trace::n_max, "tokens the step could draft at most")
         .def_readonly("paused", &step_trace::paused, "the draft model was paused (drafting did not pay)")
         .def_readonly("probe", &step_trace::probe, "the step was a probe of the paused draft model")

@@ -533,7 +533,14 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         if (n_model > 0 && n_ahead > 0) {
             meanwhile = [&] { draft_ahead(seq, n_ahead, params, rng, st, check); };
         }
-        const acceptance_result acc = verify_and_accept(seq, params, rng, verify_ms, st, meanwhile);
+        const double            d0  = decode_ms();
+        const acceptance_result acc = verify_and_accept(seq, params, rng, verify_ms, st, meanwhile, check);
+        if (prompt_carried_ > 0) {  // (the first step's decode carried the prompt: prompt processing)
+            decode_ms0 += decode_ms() - d0;
+            if (plan.adaptive && !batcher_ && !params.prices) {
+                lengths_.observe_prompt(prompt_carried_ + 1, verify_ms);
+            }
+        }
         ahead_hit_ = meanwhile && !ahead_.tokens.empty() && acc.n_accepted == n && acc.next == ahead_.tokens[0];
 
         // (a verification with drafting beside it prices neither)
@@ -627,9 +634,19 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     st.n_prompt_cached  = kept.n_kept - kept.n_decoded;
     st.n_prompt_reused  = kept.n_shifted;
     const int32_t n_new = n_prompt - 1 - st.n_prompt_cached;
-    tgt_cache_->decode(seq.data() + kept.n_kept, n_prompt - 1 - kept.n_kept, false, nullptr, check);
-    // (a slot's prompt pass is merged with other slots' decodes: its time is not its own)
-    if (plan.adaptive && !batcher_) {
+    // the rest of the prompt goes into the first step's verification, which decodes it and the
+    // prompt's last token in one llama_decode: the first token comes out of the prompt's own pass,
+    // not a decode after it (a slot's, out of the merged decode its prompt joins). Not on a memory
+    // that keeps a checkpoint where the prompt ends (recurrent, sliding window: keep_checkpoint)
+    prompt_rest_.clear();
+    if (!tgt_cache_->recurrent() && !tgt_cache_->window_only()) {
+        prompt_rest_.assign(seq.begin() + kept.n_kept, seq.end() - 1);
+    } else {
+        tgt_cache_->decode(seq.data() + kept.n_kept, n_prompt - 1 - kept.n_kept, false, nullptr, check);
+    }
+    // (a slot's prompt pass is merged with other slots' decodes: its time is not its own; a pass
+    // that the first verification makes is priced there, generate_si)
+    if (plan.adaptive && !batcher_ && (params.prices || prompt_rest_.empty())) {
         lengths_.observe_prompt(n_new, params.prices ? n_new * params.prices->verify_token_ms : ms_since(t));
     }
     // a state that cannot drop a tail comes back here for the next turn; saving it prices a step's

@@ -470,7 +470,8 @@ class decoder {
     // samples (sets st.sampling, st.host_sampling_reason)
     void place_sampling(const generate_params & params, const run_plan & plan, generate_stats & st);
     // the steps of generate_si, in order:
-    // prefill: the target's cache holds all of seq but its last token; the target's pass prices a
+    // prefill: the target's cache holds all of seq but its last token, or the first verification
+    // decodes the tokens it lacks with that token (prompt_rest_); the target's pass prices a
     // batch's tokens for the adaptive length until a batch is verified. The draft's prompt pass
     // waits for the first step that drafts with the model (draft_prompt_later_)
     void prefill(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
@@ -507,10 +508,12 @@ class decoder {
     double forced_accept_prob() const { return forced_seen_ > 0.5 ? forced_kept_ / forced_seen_ : 0.9; }
     // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
     // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length).
-    // meanwhile (where given) runs after the batch is launched and before its results are read
+    // meanwhile (where given) runs after the batch is launched and before its results are read.
+    // The first step's batch comes after prompt_rest_ in the same decode (prompt_carried_; check
+    // runs between its chunks)
     acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
                                         rng_t & rng, double & verify_ms, generate_stats & st,
-                                        const std::function<void()> & meanwhile = nullptr);
+                                        const std::function<void()> & meanwhile, const interrupt_check & check);
     // generate_params::draft_ahead (speculative/draft_ahead.cpp): while the target verifies seq's
     // drafted_, the draft model drafts n tokens after them into ahead_ ...
     void draft_ahead(const std::vector<llama_token> & seq, int32_t n, const generate_params & params, rng_t & rng,
@@ -577,6 +580,8 @@ class decoder {
     draft_length_model        lengths_;  // costs and calibration, kept across generations
     bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
     bool                      draft_prompt_later_ = false;  // this generation: the draft has not read the prompt yet
+    std::vector<llama_token>  prompt_rest_;  // the prompt tokens prefill left for the first verification
+    int32_t                   prompt_carried_ = 0;  // of which the last verification decoded (0: none)
     int8_t                    pad_verify_ = 0;  // decoder_params::verify_shape: 0 exact, 1 padded, 2 auto
     int32_t                   pad_to_     = 0;  // this generation's verification length (0: exact)
     bool                      repad_      = false;  // it pads again once the rule's prices are measured

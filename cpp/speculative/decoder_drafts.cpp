@@ -197,7 +197,9 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     r.draft_ms    = draft_ms;
     r.verify_ms   = verify_ms;
     r.prev_n      = prev_n;
-    if (prices) {
+    r.n_prompt    = prompt_carried_;
+    if (prices) {  // (which price the prompt apart: prefill)
+        r.n_prompt    = 0;
         const int32_t n_catch_up = std::max(1, r.n_catch_up);
         r.catch_up_ms = n_model > 0 ? n_catch_up * prices->draft_ms : 0.0;
         r.draft_ms    = n_model > 0 ? (n_catch_up + r.n_decodes) * prices->draft_ms : 0.0;

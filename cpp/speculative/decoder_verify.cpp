@@ -11,7 +11,7 @@ namespace specllama {
 
 acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
                                              rng_t & rng, double & verify_ms, generate_stats & st,
-                                             const std::function<void()> & meanwhile) {
+                                             const std::function<void()> & meanwhile, const interrupt_check & check) {
     const int32_t n     = (int32_t) drafted_.tokens.size();
     const int32_t n_seq = (int32_t) seq.size();
     auto          t     = clock_type::now();
@@ -23,13 +23,23 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     if (n > 0) {
         tgt_cache_->checkpoint();  // a recurrent target comes back here if not every draft is kept
     }
-    tgt_cache_->launch_outputs(batch_.data(), (int32_t) batch_.size(), (int32_t) batch_.size());
+    // the first step's batch follows the prompt's rest (prefill), in one decode whose time is the
+    // prompt's processing
+    prompt_carried_ = (int32_t) prompt_rest_.size();
+    if (prompt_carried_ > 0) {
+        prompt_rest_.insert(prompt_rest_.end(), batch_.begin(), batch_.end());
+        tgt_cache_->launch_outputs(prompt_rest_.data(), (int32_t) prompt_rest_.size(), (int32_t) batch_.size(),
+                                   nullptr, check);
+        prompt_rest_.clear();
+    } else {
+        tgt_cache_->launch_outputs(batch_.data(), (int32_t) batch_.size(), (int32_t) batch_.size());
+    }
     if (meanwhile) {
         meanwhile();
     }
     tgt_cache_->finish();
     verify_ms = ms_since(t);
-    st.t_verify_ms += verify_ms;
+    (prompt_carried_ > 0 ? st.t_prefill_ms : st.t_verify_ms) += verify_ms;
 
     t = clock_type::now();
     const sampling_params & sp = params.sampling;

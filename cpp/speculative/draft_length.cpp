@@ -396,6 +396,9 @@ void draft_length_model::observe(const step_record & s) {
     if (s.prev_n < 0) {
         o_.probe_left_ = 0;  // (a generation's first step: a probe the last one cut short does not go on)
     }
+    if (s.n_prompt > 0) {
+        return;  // (a plain step whose time is the prompt's: nothing to price, no draft to judge)
+    }
     const bool    steady    = run_ >= settle_;
     const int32_t n_decodes = s.n_model == 0 ? 0 : s.n_decodes >= 0 ? s.n_decodes : s.n_model - 1;
     const int32_t n_verify  = s.n_verified > 0 ? s.n_verified : s.n + 1;

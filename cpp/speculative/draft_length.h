@@ -60,6 +60,9 @@ struct step_record {
     int32_t            n_decodes  = -1;  // the draft's decodes after its catch-up (-1: n_model - 1)
     int32_t            n_catch_up = 0;   // the catch-up's decodes where each took one token (0: a batch)
     int32_t            n_verified = 0;   // tokens the verification decoded (0: n + 1; more where padded)
+    // prompt tokens its decode took in before them (a generation's first step: decoder::prefill);
+    // verify_ms is then the prompt's pass, which prices no step
+    int32_t            n_prompt   = 0;
 };
 
 class draft_length_model {
