@@ -4,8 +4,10 @@ the same target and draft, and llama-server without the draft (-np equal to the 
 
 Each server is started fresh for each concurrency, warmed with one request, and then each client
 sends its requests back to back. Reported per server and concurrency: aggregate completion tokens
-per second (all tokens / wall time), median time to first token, and median per-request tokens per
-second (tokens after the first / time after the first). Every request asks for the same number of
+per second (all tokens / wall time), median and mean time to first token (the clients' requests
+arrive in waves, so the median jumps between waves where the mean moves with every request; each
+request's is in the report), and median per-request tokens per second (tokens after the first /
+time after the first). Every request asks for the same number of
 tokens (ignore_eos), so the servers generate equal amounts.
 
 A shared machine's speed drifts by more than the differences measured here (on the 2-core test
@@ -168,7 +170,9 @@ def run_level(url: str, concurrency: int, per_client: int, n: int, temp: float) 
     wall = time.perf_counter() - t0
     tokens = sum(r["tokens"] for r in results)
     drafted = sum(r["draft_n"] or 0 for r in results)
-    return {"aggregate_tps": tokens / wall, "ttft_median_s": statistics.median(r["ttft_s"] for r in results),
+    ttft = sorted(r["ttft_s"] for r in results)
+    return {"aggregate_tps": tokens / wall, "ttft_median_s": statistics.median(ttft), "ttft_mean_s": statistics.mean(ttft),
+            "ttft_s": ttft,
             "per_request_tps_median": statistics.median(r["per_request_tps"] for r in results),
             "requests": len(results), "tokens": tokens, "wall_s": wall, "drafted": drafted,
             "acceptance": (sum(r["draft_n_accepted"] or 0 for r in results) / drafted) if drafted else None}
@@ -228,7 +232,7 @@ def main():
                                                       for a, b in zip(rounds["specllama"], rounds[other]))
         for kind in kinds:
             res = {key: statistics.median(x[key] for x in rounds[kind])
-                   for key in ("aggregate_tps", "ttft_median_s", "per_request_tps_median")}
+                   for key in ("aggregate_tps", "ttft_median_s", "ttft_mean_s", "per_request_tps_median")}
             if kind in ratios:
                 res["specllama_ratio"] = ratios[kind]
             acc = [x["acceptance"] for x in rounds[kind] if x["acceptance"] is not None]
@@ -236,7 +240,7 @@ def main():
             res["rounds"] = rounds[kind]
             table.setdefault(str(c), {})[kind] = res
             print(f"concurrency {c} {kind:20s} aggregate {res['aggregate_tps']:6.1f} tok/s  ttft "
-                  f"{res['ttft_median_s'] * 1000:6.0f} ms  per request {res['per_request_tps_median']:6.1f} tok/s"
+                  f"{res['ttft_median_s'] * 1000:6.0f} ms (mean {res['ttft_mean_s'] * 1000:6.0f})  per request {res['per_request_tps_median']:6.1f} tok/s"
                   + (f"  acceptance {res['acceptance']:.2f}" if res["acceptance"] is not None else "")
                   + (f"  specllama/this {res['specllama_ratio']:.3f}" if "specllama_ratio" in res else ""), flush=True)
     out = Path(args.out)
