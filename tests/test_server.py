@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ import pytest
 from openai import OpenAI
 
 import specllama
+from conftest import load_benchmark
 from tiny_models import parts_only_at_near_ties
 
 ROOT = Path(specllama.__file__).parent.parent
@@ -377,6 +379,17 @@ def test_n_choices_are_the_requests_with_the_seeds_after_the_first(server, kind)
 
 
 # -- several users --------------------------------------------------------------------------------
+
+def test_the_server_benchmark_reports_every_requests_first_token(server):
+    """benchmarks/serve_bench.py's round against a running server: the requests and tokens asked
+    for, each request's time to its first token, and their median and mean."""
+    bench = load_benchmark("serve_bench.py")
+    res = bench.run_level(server.url, 2, 2, 6, 0.0)
+    assert res["requests"] == 4 and res["tokens"] == 4 * 6 and res["drafted"] > 0
+    assert len(res["ttft_s"]) == 4 and res["ttft_s"] == sorted(res["ttft_s"]) and res["ttft_s"][0] > 0
+    assert res["ttft_median_s"] == statistics.median(res["ttft_s"])
+    assert res["ttft_mean_s"] == pytest.approx(statistics.mean(res["ttft_s"]))
+
 
 def test_eight_clients_two_hundred_requests(tiny):
     """8 concurrent clients, 200 requests: none lost or mixed up, each greedy reply equal to the
