@@ -676,7 +676,7 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
 void decoder::draft_prompt(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
                            generate_stats & st, const interrupt_check & check) {
     draft_prompt_later_ = false;
-    // (the target's cache holds all of seq but its last token, as at prefill: the draft may copy it)
+    // (the target's cache holds all of seq but its last token, as after every step: the draft may copy it)
     const std::vector<llama_token> & dseq        = draft_seq(seq);
     const int32_t                    n_draft_new = draft_unread(dseq, params.cache_reuse);
     const auto                       t_d         = clock_type::now();
