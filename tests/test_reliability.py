@@ -4,6 +4,7 @@ the loading path."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -80,6 +81,22 @@ def test_slots_in_several_threads_share_decodes(tiny, slow):
             for p, a, b in zip(prompts, alone[k], together[k]):
                 assert parts_only_at_near_ties(tiny.target_q, p, a, b), (k, a, b)
         assert [len(t) for t in together[2]] == [40] * 4  # sampled: complete
+
+
+def test_the_slots_benchmark_runs_its_rounds_on_the_same_slots(tiny, tmp_path):
+    """benchmarks/slots_bench.py --rounds 2: speculative and plain in turn twice on one set of slots,
+    each round's tokens generated as asked and drafts only where speculation is on."""
+    out = tmp_path / "slots.json"
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "slots_bench.py"
+    run = subprocess.run([sys.executable, str(script), "-m", tiny.target_q, "-d", tiny.draft_q, "--slots", "2",
+                          "-n", "6", "--requests-per-slot", "1", "--rounds", "2", "--out", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["round"], r["mode"]) for r in runs] == [(1, "speculative"), (1, "plain"), (2, "speculative"),
+                                                        (2, "plain")]
+    assert all(r["tokens_per_s"] > 0 and r["slots"] == 2 for r in runs)
+    assert runs[1]["drafted"] == runs[3]["drafted"] == 0
 
 
 def test_several_decoders_in_several_threads_match_running_alone(tiny, slow):
