@@ -533,18 +533,21 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         if (n_model > 0 && n_ahead > 0) {
             meanwhile = [&] { draft_ahead(seq, n_ahead, params, rng, st, check); };
         }
-        const double            d0  = decode_ms();
-        const acceptance_result acc = verify_and_accept(seq, params, rng, verify_ms, st, meanwhile, check);
-        if (prompt_carried_ > 0) {  // (the first step's decode carried the prompt: prompt processing)
+        // (the first step's decode may carry the prompt's rest: prompt processing, not the generation's)
+        const int32_t           n_prompt = (int32_t) prompt_rest_.size();
+        const double            d0       = n_prompt > 0 ? decode_ms() : 0.0;
+        const acceptance_result acc      = verify_and_accept(seq, params, rng, verify_ms, st, meanwhile, check);
+        if (n_prompt > 0) {
             decode_ms0 += decode_ms() - d0;
             if (plan.adaptive && !batcher_ && !params.prices) {
-                lengths_.observe_prompt(prompt_carried_ + 1, verify_ms);
+                lengths_.observe_prompt(n_prompt + 1, verify_ms);
             }
         }
         ahead_hit_ = meanwhile && !ahead_.tokens.empty() && acc.n_accepted == n && acc.next == ahead_.tokens[0];
 
         // (a verification with drafting beside it prices neither)
-        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, params.prices, params.draft_ahead == 0);
+        observe_step(n_model, n, acc, probe, draft_ms, verify_ms, prev_n, n_prompt, params.prices,
+                     params.draft_ahead == 0);
         if (params.record_steps) {
             trace.record = record_;
             st.steps.push_back(std::move(trace));

@@ -509,8 +509,8 @@ class decoder {
     // verify and accept: one target batch [last, drafts], the acceptance rule, the target's rollback
     // (verify_ms: the batch's time, and a recurrent target's rollback, for the adaptive length).
     // meanwhile (where given) runs after the batch is launched and before its results are read.
-    // The first step's batch comes after prompt_rest_ in the same decode (prompt_carried_; check
-    // runs between its chunks)
+    // The first step's batch comes after prompt_rest_ in the same decode (check runs between its
+    // chunks), whose time is then prompt processing (Stats.t_prefill_ms)
     acceptance_result verify_and_accept(const std::vector<llama_token> & seq, const generate_params & params,
                                         rng_t & rng, double & verify_ms, generate_stats & st,
                                         const std::function<void()> & meanwhile, const interrupt_check & check);
@@ -544,9 +544,11 @@ class decoder {
                               const lookup_params & params, llama_token & probe);
     // record one step's costs and outcomes (record_) and, where price, feed them to the adaptive
     // draft length (prev_n: tokens drafted in the step before, -1 for the first step after
-    // prefill); prices replace the measured times
+    // prefill; n_prompt: prompt tokens its verification's decode took in first); prices replace
+    // the measured times
     void observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe, double draft_ms,
-                      double verify_ms, int32_t prev_n, const std::optional<step_prices> & prices, bool price);
+                      double verify_ms, int32_t prev_n, int32_t n_prompt, const std::optional<step_prices> & prices,
+                      bool price);
 
     std::shared_ptr<model>    target_;
     std::shared_ptr<model>    draft_;
@@ -581,7 +583,6 @@ class decoder {
     bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
     bool                      draft_prompt_later_ = false;  // this generation: the draft has not read the prompt yet
     std::vector<llama_token>  prompt_rest_;  // the prompt tokens prefill left for the first verification
-    int32_t                   prompt_carried_ = 0;  // of which the last verification decoded (0: none)
     int8_t                    pad_verify_ = 0;  // decoder_params::verify_shape: 0 exact, 1 padded, 2 auto
     int32_t                   pad_to_     = 0;  // this generation's verification length (0: exact)
     bool                      repad_      = false;  // it pads again once the rule's prices are measured

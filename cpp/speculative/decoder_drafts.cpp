@@ -181,7 +181,7 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
 }
 
 void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe,
-                           double draft_ms, double verify_ms, int32_t prev_n,
+                           double draft_ms, double verify_ms, int32_t prev_n, int32_t n_prompt,
                            const std::optional<step_prices> & prices, bool price) {
     step_record & r = record_;
     r.n_model       = n_model;
@@ -197,9 +197,8 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     r.draft_ms    = draft_ms;
     r.verify_ms   = verify_ms;
     r.prev_n      = prev_n;
-    r.n_prompt    = prompt_carried_;
-    if (prices) {  // (which price the prompt apart: prefill)
-        r.n_prompt    = 0;
+    r.n_prompt    = prices ? 0 : n_prompt;  // (prices price the prompt apart: prefill)
+    if (prices) {
         const int32_t n_catch_up = std::max(1, r.n_catch_up);
         r.catch_up_ms = n_model > 0 ? n_catch_up * prices->draft_ms : 0.0;
         r.draft_ms    = n_model > 0 ? (n_catch_up + r.n_decodes) * prices->draft_ms : 0.0;

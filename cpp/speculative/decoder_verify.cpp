@@ -25,8 +25,8 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     }
     // the first step's batch follows the prompt's rest (prefill), in one decode whose time is the
     // prompt's processing
-    prompt_carried_ = (int32_t) prompt_rest_.size();
-    if (prompt_carried_ > 0) {
+    const bool carries = !prompt_rest_.empty();
+    if (carries) {
         prompt_rest_.insert(prompt_rest_.end(), batch_.begin(), batch_.end());
         tgt_cache_->launch_outputs(prompt_rest_.data(), (int32_t) prompt_rest_.size(), (int32_t) batch_.size(),
                                    nullptr, check);
@@ -39,7 +39,7 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
     }
     tgt_cache_->finish();
     verify_ms = ms_since(t);
-    (prompt_carried_ > 0 ? st.t_prefill_ms : st.t_verify_ms) += verify_ms;
+    (carries ? st.t_prefill_ms : st.t_verify_ms) += verify_ms;
 
     t = clock_type::now();
     const sampling_params & sp = params.sampling;
