@@ -157,9 +157,17 @@ class BatchDrafting:
     draft_margin: typing.ClassVar[float] = 1.1
     def __init__(self) -> None:
         ...
-    def cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
+    def acceptance(self, lookup: bool = False) -> float:
         """
-        the most tokens a slot drafts with the model while n_generating slots generate
+        the acceptance rate of the model's judged drafts (lookup: of prompt lookup's); negative while none was judged
+        """
+    def cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex, slot: typing.SupportsInt | typing.SupportsIndex = -1) -> int:
+        """
+        the most tokens a slot drafts with the model while n_generating slots generate; until the rounds are priced, one slot (slot: its sequence; -1: any) drafts one token and the others none
+        """
+    def leave(self, slot: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        a slot's generation ended: another slot drafts to price the rounds
         """
     def lookup_cap(self, n_generating: typing.SupportsInt | typing.SupportsIndex, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
@@ -173,9 +181,13 @@ class BatchDrafting:
         """
         a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while n_generating slots generated
         """
-    def observe_step(self, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, n_lookup_drafted: typing.SupportsInt | typing.SupportsIndex = 0, n_lookup_accepted: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
+    def observe_step(self, n_judged: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex, n_lookup_judged: typing.SupportsInt | typing.SupportsIndex = 0, n_lookup_accepted: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
         """
-        a slot's finished step: the model's drafts and prompt lookup's, verified and kept
+        a slot's finished step: the model's drafts the target judged (a draft is judged where every draft before it was kept) and those it kept, and prompt lookup's
+        """
+    def observe_verified(self, n_model: typing.SupportsInt | typing.SupportsIndex, n_before_lookup: typing.SupportsInt | typing.SupportsIndex, n_drafted: typing.SupportsInt | typing.SupportsIndex, n_accepted: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        the same from a verified step: n_drafted drafts, the model's first n_model, prompt lookup's from n_before_lookup, n_accepted of them kept
         """
     def rate(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex) -> float:
         """
@@ -1171,7 +1183,7 @@ class Decoder:
         """
     def slot_round_rates(self, n_generating: typing.SupportsInt | typing.SupportsIndex) -> dict:
         """
-        for a slot: its group's expected tokens per ms of a round of n_generating slots, by k = 0, 1, ...: 'model': every slot drafts k tokens with the model; 'lookup': one slot adds k prompt-lookup drafts to plain steps (negative while not priced; empty lists for a decoder that is not a slot)
+        for a slot: its group's expected tokens per ms of a round of n_generating slots, by k = 0, 1, ...: 'model': every slot drafts k tokens with the model; 'lookup': one slot adds k prompt-lookup drafts to plain steps (negative while not priced; empty lists for a decoder that is not a slot); 'acceptance': the rate at which the target kept the model drafts it judged (negative while none was)
         """
     def slots(self, n: typing.SupportsInt | typing.SupportsIndex, n_ctx: typing.SupportsInt | typing.SupportsIndex = 0, max_wait_us: typing.SupportsInt | typing.SupportsIndex = 100000) -> list:
         """

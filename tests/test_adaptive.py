@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
 
 import pytest
-from conftest import load_benchmark
+from conftest import in_threads, load_benchmark
 
 import specllama
 from specllama import _core
@@ -691,7 +692,7 @@ def test_slots_draft_until_the_shared_batch_prices_it_out():
     """Several slots merge their decodes: a draft whose decodes cost what the target's do gives
     plain steps (no model drafts); a cheap draft before a target whose batches cost little more
     than one token keeps drafting; one slot alone leaves the slot's own rule its n_max, and a rule
-    not priced yet lets each slot draft one token, which prices the merged rounds."""
+    not priced yet lets a slot draft one token, which prices the merged rounds."""
     as_costly = _priced(lambda n: 10.0 * n, lambda n: 10.0 * n, 0.95)
     assert as_costly.cap(4, 10) == 0
     assert as_costly.rate(4, 0) > as_costly.rate(4, 3) > 0
@@ -714,6 +715,69 @@ def test_slots_draft_until_the_shared_batch_prices_it_out():
     barely = _priced(lambda n: 20.0 + 0.2 * n, lambda n: 2.0 + 0.1 * n, 0.95)
     best = max(range(1, 11), key=lambda k: barely.rate(4, k))
     assert (barely.cap(4, 10) > 0) == (barely.rate(4, best) > margin * barely.rate(4, 0))
+
+
+def test_one_slot_at_a_time_drafts_to_price_the_rounds():
+    """Until the merged rounds are priced, one slot drafts one token a step and the others none, so
+    that one slot's draft reads its prompt, not every slot's; when its generation ends another slot
+    takes over. Drafting is priced once eight drafts are judged: a first rejected draft alone would
+    price it at nothing, and a group priced out of drafting judges no more drafts."""
+    r = _core.BatchDrafting()
+    assert r.cap(4, 7, slot=2) == 1
+    assert [r.cap(4, 7, slot=s) for s in (0, 1, 3)] == [0, 0, 0]
+    assert r.cap(4, 7, slot=2) == 1 and r.cap(4, 7) == 1  # (-1: any slot, as before slots had numbers)
+    assert r.cap(1, 7, slot=0) == 7  # one slot generating: its own rule decides
+    r.leave(0)  # not the exploring slot: nothing changes
+    assert r.cap(4, 7, slot=1) == 0
+    r.leave(2)
+    assert r.cap(4, 7, slot=1) == 1 and r.cap(4, 7, slot=2) == 0
+    for n in range(1, 45):  # memory-bound costs, every count measured
+        r.observe_decode(False, n, 20.0 + 0.2 * n)
+    for n in range(1, 5):
+        r.observe_decode(True, n, 2.0 + 0.1 * n)
+    for i in range(7):  # the first judged draft rejected, the next six kept
+        r.observe_step(1, 0 if i == 0 else 1)
+        assert r.rate(4, 1) < 0 and r.cap(4, 7, slot=3) == 0 and r.cap(4, 7, slot=1) == 1
+    r.observe_step(1, 1)
+    assert r.rate(4, 1) > 0
+    assert r.cap(4, 7, slot=3) == r.cap(4, 7, slot=1) == r.cap(4, 7) > 0  # priced: every slot drafts
+    # prompt lookup's drafts cost no draft prompt pass: every slot prices them
+    assert [r.lookup_cap(4, 6) for _ in range(3)] == [1, 1, 1]
+
+
+def test_a_new_group_of_slots_drafts_from_one_slot_until_its_rounds_are_priced(tiny):
+    """Four new slots generating at once, their merged rounds not priced yet: one slot at a time
+    drafts with the model and the others take plain steps, so the drafting steps of the four, in
+    the order they ran, come slot by slot (each slot's together, never two slots' in turn), and
+    only a slot that drafted ran its prompt through the draft model."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as first:
+        slots = first.slots(4)
+        prompts = [first.tokenize(p) for p in ("the cat is", "she was out with", "what some of the",
+                                                "they were all there and")]
+        order, lock = [], threading.Lock()
+        all_in = threading.Barrier(4)
+
+        def run(i):
+            first_step = [True]
+
+            def step(tokens, text, n_drafted, n_accepted):
+                if first_step:  # the four generate at once from here
+                    first_step.pop()
+                    all_in.wait(60)
+                with lock:
+                    order.append((i, n_drafted))
+
+            return slots[i].generate(prompts[i], max_tokens=12, ignore_eos=True, temperature=0, drafter="model",
+                                     n_draft=4, on_step=step)
+
+        in_threads(run, [(i,) for i in range(4)])
+        drafting = [i for i, n in order if n > 0]
+        assert drafting, order  # a slot drafted
+        runs = [i for k, i in enumerate(drafting) if k == 0 or drafting[k - 1] != i]
+        assert len(runs) == len(set(runs)), order
+        for i, (slot, prompt) in enumerate(zip(slots, prompts)):
+            read = slot._native().draft_cached_tokens()[:len(prompt) - 1] == prompt[:-1]
+            assert read == (i in drafting), (i, order)
 
 
 def _expected_tokens(a, k):
@@ -769,6 +833,121 @@ def test_slot_round_prices_hold_against_noisy_decode_costs():
     assert r.lookup_cap(8, 8) == 0
     for k in range(9):
         assert r.lookup_rate(8, k) == pytest.approx((7 + _expected_tokens(0.6, k)) / true_ms(8 + k), rel=0.1)
+
+
+def test_a_slot_group_reads_acceptance_from_the_drafts_the_target_judged():
+    """The group prices a round of k drafts at a per-draft acceptance rate a, as if each draft were
+    kept with chance a once every draft before it was. So it counts a draft only when the target
+    judged it: the drafts after the first rejected one were never weighed. Steps of one draft and of
+    six, each draft kept at 0.8, read 0.8 alike; counted with every draft drafted (the negative
+    control), the six-draft steps read 0.59 and would price every length longer than one below
+    what it makes."""
+    rng = random.Random(7)
+    a = 0.8
+
+    def kept(k):  # drafts kept of k, each kept at a while all before it were
+        n = 0
+        while n < k and rng.random() < a:
+            n += 1
+        return n
+
+    def mean_read(k, count):
+        reads = []
+        for _ in range(200):
+            rule = _core.BatchDrafting()
+            for _ in range(60):
+                n = kept(k)
+                if count == "judged":
+                    rule.observe_verified(k, k, k, n)
+                else:
+                    rule.observe_step(k, n)
+            reads.append(rule.acceptance())
+        return sum(reads) / len(reads)
+
+    assert mean_read(1, "judged") == pytest.approx(a, abs=0.02)
+    assert mean_read(6, "judged") == pytest.approx(a, abs=0.02)
+    every = a * (1 - a ** 6) / (1 - a) / 6  # 0.59: kept drafts over all drafted
+    assert mean_read(6, "every") == pytest.approx(every, abs=0.02)
+    assert every < a - 0.15
+    # which drafts a step's verification judged: the model's up to its first rejected one, and
+    # prompt lookup's (after the model's, or after grammar-forced drafts) only where every draft
+    # before them was kept
+    for (n_model, n_before_lookup, n, n_accepted), (model, lookup) in {
+            (4, 4, 4, 1): ((2, 1), None),        # the third and fourth were never weighed
+            (4, 4, 4, 4): ((4, 4), None),
+            (2, 2, 5, 1): ((2, 1), None),        # the model's second rejected: lookup's not judged
+            (2, 2, 5, 3): ((2, 2), (2, 1)),
+            (0, 0, 3, 3): (None, (3, 3)),
+            (0, 1, 4, 0): (None, None),          # a forced draft rejected before lookup's
+            (0, 1, 4, 2): (None, (2, 1)),
+    }.items():
+        rule = _core.BatchDrafting()
+        rule.observe_verified(n_model, n_before_lookup, n, n_accepted)
+        for got, want in ((rule.acceptance(), model), (rule.acceptance(lookup=True), lookup)):
+            assert got == (-1.0 if want is None else pytest.approx(want[1] / want[0])), (n_model, n, n_accepted)
+
+
+def test_a_slot_group_drafting_on_memory_bound_prices_finds_the_best_length():
+    """Four slots whose decodes cost little more per token (a GPU's shape: a target decode 20 ms +
+    0.2 ms a token, a draft decode 2 + 0.1), each draft kept at 0.8: the group, fed each round's
+    steps at the cap it chose, settles where rounds make within 2% of the best length's tokens per
+    ms (five drafts). Fed every drafted token as judged (the negative control), it reads acceptance
+    low whenever it drafts long, and its lengths make 4% fewer."""
+    def target(n):
+        return 20.0 + 0.2 * n
+
+    def draft(n):
+        return 2.0 + 0.1 * n
+
+    a, n_slots = 0.8, 4
+
+    def true_rate(k):
+        return n_slots * _expected_tokens(a, k) / (target(n_slots * (k + 1)) + k * draft(n_slots))
+
+    best = max(true_rate(k) for k in range(11))
+    assert max(range(11), key=true_rate) == 5
+
+    def settled(count):
+        rng = random.Random(3)
+        rule = _core.BatchDrafting()
+        for n in range(1, 45):
+            rule.observe_decode(False, n, target(n))
+        for n in range(1, 5):
+            rule.observe_decode(True, n, draft(n))
+        caps = []
+        for _ in range(400):
+            k = rule.cap(n_slots, 10)
+            caps.append(k)
+            for _ in range(n_slots):
+                kept = 0
+                while kept < k and rng.random() < a:
+                    kept += 1
+                if count == "judged":
+                    rule.observe_verified(k, k, k, kept)
+                else:
+                    rule.observe_step(k, kept)
+        return sum(true_rate(k) for k in caps[100:]) / 300 / best
+
+    assert settled("judged") > 0.98
+    assert settled("every") < 0.97
+
+
+def test_slots_feed_their_group_the_drafts_the_target_judged(tiny):
+    """A slot's verified steps reach its group as judged drafts (the model's up to the first
+    rejected one): the group's acceptance is the decayed count of those, kept over judged, from
+    the slot's own step records."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as first:
+        slot = first.slots(2)[0]
+        assert slot._native().slot_round_rates(2)["acceptance"] == -1.0  # nothing judged yet
+        res = slot.generate("the cat is", max_tokens=80, ignore_eos=True, temperature=0, drafter="model",
+                            n_draft=6, adaptive=False, record_steps=True)
+        steps = [s for s in res.stats.steps if s.n_model > 0]
+        assert any(s.n_accepted + 1 < s.n_model for s in steps)  # drafts the target never weighed
+        judged = kept = 0.0
+        for s in steps:
+            judged = 0.98 * judged + min(s.n_model, s.n_accepted + 1)
+            kept = 0.98 * kept + min(s.n_model, s.n_accepted)
+        assert slot._native().slot_round_rates(2)["acceptance"] == pytest.approx(kept / judged, rel=1e-9)
 
 
 def test_slots_that_have_only_drafted_price_plain_steps_below_their_decodes():

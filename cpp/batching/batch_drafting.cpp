@@ -104,18 +104,35 @@ void batch_drafting::observe_gap(bool draft, double ms) {
     has_gap_[draft] = true;
 }
 
-void batch_drafting::observe_step(int32_t n_drafted, int32_t n_accepted, int32_t n_lookup_drafted,
+void batch_drafting::observe_step(int32_t n_judged, int32_t n_accepted, int32_t n_lookup_judged,
                                   int32_t n_lookup_accepted) {
     std::lock_guard<std::mutex> lock(mutex_);
     constexpr double k_decay = 0.98;
-    if (n_drafted > 0) {
-        drafted_  = k_decay * drafted_ + n_drafted;
+    if (n_judged > 0) {
+        judged_   = k_decay * judged_ + n_judged;
+        n_judged_ += n_judged;
         accepted_ = k_decay * accepted_ + n_accepted;
     }
-    if (n_lookup_drafted > 0) {
-        lookup_drafted_  = k_decay * lookup_drafted_ + n_lookup_drafted;
+    if (n_lookup_judged > 0) {
+        lookup_judged_   = k_decay * lookup_judged_ + n_lookup_judged;
+        n_lookup_judged_ += n_lookup_judged;
         lookup_accepted_ = k_decay * lookup_accepted_ + n_lookup_accepted;
     }
+}
+
+void batch_drafting::observe_verified(int32_t n_model, int32_t n_before_lookup, int32_t n_drafted, int32_t n_accepted) {
+    const int32_t model_kept    = std::min(n_accepted, n_model);
+    const int32_t model_judged  = std::min(n_model, n_accepted + 1);
+    const int32_t n_lookup      = n_drafted - n_before_lookup;
+    const int32_t lookup_kept   = std::max(0, n_accepted - n_before_lookup);
+    const int32_t lookup_judged = n_accepted >= n_before_lookup ? std::min(n_lookup, lookup_kept + 1) : 0;
+    observe_step(model_judged, model_kept, lookup_judged, lookup_kept);
+}
+
+double batch_drafting::acceptance(bool lookup) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const double judged = lookup ? lookup_judged_ : judged_;
+    return judged > 0.0 ? (lookup ? lookup_accepted_ : accepted_) / judged : -1.0;
 }
 
 namespace {
@@ -136,10 +153,10 @@ double batch_drafting::rate_locked(int32_t n, int32_t k) const {
     }
     const int32_t m = std::max(1, (int32_t) std::lround(draft_share_ * n));  // slots per draft decode
     const double  d = draft_.at(m);
-    if (d <= 0.0 || drafted_ <= 0.0) {
+    if (d <= 0.0 || n_judged_ < k_min_judged) {
         return -1.0;
     }
-    return n * expected_tokens(accepted_ / drafted_, k) / (k * (double) n / m * (d + gap_ms_[1]) + t + gap_ms_[0]);
+    return n * expected_tokens(accepted_ / judged_, k) / (k * (double) n / m * (d + gap_ms_[1]) + t + gap_ms_[0]);
 }
 
 double batch_drafting::lookup_rate_locked(int32_t n, int32_t k, double extra_weight) const {
@@ -150,10 +167,10 @@ double batch_drafting::lookup_rate_locked(int32_t n, int32_t k, double extra_wei
     if (k == 0) {
         return n / (t + gap_ms_[0]);
     }
-    if (lookup_drafted_ <= 0.0) {
+    if (n_lookup_judged_ < k_min_judged) {
         return -1.0;
     }
-    const double extra = expected_tokens(lookup_accepted_ / lookup_drafted_, k) - 1.0;  // beyond the step's one
+    const double extra = expected_tokens(lookup_accepted_ / lookup_judged_, k) - 1.0;  // beyond the step's one
     return (n + extra_weight * extra) / (t + gap_ms_[0]);
 }
 
@@ -168,7 +185,7 @@ double batch_drafting::rate(int32_t n_generating, int32_t k) const {
 }
 
 template <class Priced>
-int32_t batch_drafting::best_k(int32_t n_generating, int32_t n_max, Priced priced) const {
+int32_t batch_drafting::best_k(int32_t n_generating, int32_t n_max, Priced priced, int32_t slot) {
     if (n_generating < 2) {
         return n_max;
     }
@@ -178,11 +195,12 @@ int32_t batch_drafting::best_k(int32_t n_generating, int32_t n_max, Priced price
     for (int32_t k = 0; k <= n_max; ++k) {
         const double r = priced(k);
         if (r < 0.0) {
-            // not priced yet: one draft per slot prices the merged rounds within a few of them.
-            // (8 new slots' first requests, benchmarks/slots_bench.py --slots 8 -n 128: 1-2%
-            // slower than plain steps with one draft each; 5% with each slot drafting its own
-            // first batch of up to 3)
-            return std::min(n_max, k_explore_drafts);
+            // not priced yet: one draft a step prices the merged rounds, from one slot at a time
+            // (a drafting slot's first step runs its prompt through the draft: cap())
+            if (slot >= 0 && explorer_ < 0) {
+                explorer_ = slot;
+            }
+            return slot < 0 || explorer_ == slot ? std::min(n_max, k_explore_drafts) : 0;
         }
         if (r > best) {
             best   = r;
@@ -192,17 +210,29 @@ int32_t batch_drafting::best_k(int32_t n_generating, int32_t n_max, Priced price
     return best_k;
 }
 
-int32_t batch_drafting::cap(int32_t n_generating, int32_t n_max) const {
-    return best_k(n_generating, n_max, [&](int32_t k) {
-        const double r = rate_locked(n_generating, k);
-        return k == 0 || r < 0.0 ? r : r / k_draft_margin;
-    });
+int32_t batch_drafting::cap(int32_t n_generating, int32_t n_max, int32_t slot) {
+    return best_k(
+        n_generating, n_max,
+        [&](int32_t k) {
+            const double r = rate_locked(n_generating, k);
+            return k == 0 || r < 0.0 ? r : r / k_draft_margin;
+        },
+        slot);
 }
 
-int32_t batch_drafting::lookup_cap(int32_t n_generating, int32_t n_max) const {
-    // the slot's extra tokens count at 1 / margin: the other slots' share of the round is no gain to discount
-    return best_k(n_generating, n_max,
-                  [&](int32_t k) { return lookup_rate_locked(n_generating, k, 1.0 / k_draft_margin); });
+void batch_drafting::leave(int32_t slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (explorer_ == slot) {
+        explorer_ = -1;
+    }
+}
+
+int32_t batch_drafting::lookup_cap(int32_t n_generating, int32_t n_max) {
+    // the slot's extra tokens count at 1 / margin: the other slots' share of the round is no gain to
+    // discount. Every slot prices lookup's drafts: they cost no draft prompt pass
+    return best_k(
+        n_generating, n_max, [&](int32_t k) { return lookup_rate_locked(n_generating, k, 1.0 / k_draft_margin); },
+        -1);
 }
 
 }  // namespace specllama

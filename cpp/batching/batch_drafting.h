@@ -57,17 +57,30 @@ class batch_drafting {
     // or the target's) while several slots generate: the slots' own work before it (drafting,
     // or acceptance; waking up), which a round pays once per decode
     void observe_gap(bool draft, double ms);
-    // a slot's finished step: the model's drafts verified and kept, and prompt lookup's
-    void observe_step(int32_t n_drafted, int32_t n_accepted, int32_t n_lookup_drafted = 0,
+    // a slot's finished step: the model's drafts the target judged and those it kept, and prompt
+    // lookup's. A draft is judged when every draft before it was kept: the ones after the first
+    // rejection were never weighed, and counting them would price a round of k drafts as if each
+    // were kept at the rate of the whole step's (four drafts kept at 0.8 each would read as 0.59)
+    void observe_step(int32_t n_judged, int32_t n_accepted, int32_t n_lookup_judged = 0,
                       int32_t n_lookup_accepted = 0);
+    // the same from a verified step: n_drafted drafts, the model's first n_model of them, prompt
+    // lookup's from n_before_lookup (grammar-forced drafts between), n_accepted of them kept
+    void observe_verified(int32_t n_model, int32_t n_before_lookup, int32_t n_drafted, int32_t n_accepted);
+    // the acceptance rate of the model's judged drafts, and of lookup's; negative while none was judged
+    double acceptance(bool lookup = false) const;
     // the most tokens a slot drafts with the model in a step while n_generating slots generate
-    // (n_max when fewer than two do; 1 while costs are not known yet)
-    int32_t cap(int32_t n_generating, int32_t n_max) const;
+    // (n_max when fewer than two do). Until the rounds are priced, one slot at a time (slot: its
+    // sequence; -1: any may) drafts one token a step and the others none: its drafts price them,
+    // and each slot that drafts first runs its prompt through the draft, which for a new group of
+    // four on 2 CPU cores cost every slot the 1.2 s of a merged pass over their prompts
+    int32_t cap(int32_t n_generating, int32_t n_max, int32_t slot = -1);
+    // a slot's generation ended: another slot drafts to price the rounds, where they are not yet
+    void leave(int32_t slot);
     // the expected tokens per ms of a round with k drafts per slot (k = 0: plain); negative while unknown
     double rate(int32_t n_generating, int32_t k) const;
     // the most prompt-lookup drafts a slot adds to a step without model drafts while n_generating
     // slots generate (n_max when fewer than two do; 1 while costs are not known yet)
-    int32_t lookup_cap(int32_t n_generating, int32_t n_max) const;
+    int32_t lookup_cap(int32_t n_generating, int32_t n_max);
     // the expected tokens per ms of a round of n_generating plain steps where one slot adds k lookup
     // drafts; negative while unknown
     double lookup_rate(int32_t n_generating, int32_t k) const;
@@ -84,17 +97,23 @@ class batch_drafting {
     // extra_weight: what a lookup draft's extra token counts for (1: the expected rate)
     double lookup_rate_locked(int32_t n, int32_t k, double extra_weight = 1.0) const;
     // the k in 0..n_max of the highest priced(k), which runs under the lock; n_max while fewer than
-    // two slots generate; while any priced(k) is negative (not priced yet), k_explore_drafts
+    // two slots generate; while any priced(k) is negative (not priced yet), k_explore_drafts for
+    // the exploring slot (any, where slot is -1) and 0 for the others
     static constexpr int32_t k_explore_drafts = 1;
-    template <class Priced> int32_t best_k(int32_t n_generating, int32_t n_max, Priced priced) const;
+    template <class Priced> int32_t best_k(int32_t n_generating, int32_t n_max, Priced priced, int32_t slot);
+    // drafts judged before a rate prices drafting: a first rejected draft, alone, would price
+    // drafting at nothing, and a group priced out of drafting judges no more drafts
+    static constexpr int64_t k_min_judged = 8;
 
     mutable std::mutex mutex_;
     decode_costs       target_, draft_;
-    double             drafted_ = 0, accepted_ = 0;  // decayed counts: the model's drafts
-    double             lookup_drafted_ = 0, lookup_accepted_ = 0;  // prompt lookup's
+    double             judged_ = 0, accepted_ = 0;  // decayed counts: the model's judged drafts, kept
+    double             lookup_judged_ = 0, lookup_accepted_ = 0;  // prompt lookup's
     double             draft_share_ = 1.0;    // slots per draft decode / slots generating, averaged
     double             gap_ms_[2] = {0, 0};  // [target, draft]
     bool               has_gap_[2] = {false, false};
+    int64_t            n_judged_ = 0, n_lookup_judged_ = 0;  // drafts judged in all
+    int32_t            explorer_ = -1;  // the slot that drafts while the rounds are not priced (-1: none yet)
 };
 
 }  // namespace specllama

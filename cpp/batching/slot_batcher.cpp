@@ -65,7 +65,7 @@ slot_batcher::~slot_batcher() {
     }
 }
 
-slot_batcher::generating::generating(slot_batcher & b) : b(b) {
+slot_batcher::generating::generating(slot_batcher & b, int32_t slot) : b(b), slot(slot) {
     std::lock_guard<std::mutex> lock(b.mutex_);
     b.n_generating_ += 1;
 }
@@ -75,6 +75,7 @@ slot_batcher::generating::~generating() {
         std::lock_guard<std::mutex> lock(b.mutex_);
         b.n_generating_ -= 1;
     }
+    b.drafting_.leave(slot);
     b.cv_.notify_all();  // a decode held for this slot can go
 }
 

@@ -22,11 +22,22 @@ void register_adaptive(py::module_ & m) {
              py::arg("n_slots") = 1, py::arg("n_generating") = 1,
              "a merged decode of n_tokens from n_slots slots on the draft (or the target) took ms while "
              "n_generating slots generated")
-        .def("observe_step", &batch_drafting::observe_step, py::arg("n_drafted"), py::arg("n_accepted"),
-             py::arg("n_lookup_drafted") = 0, py::arg("n_lookup_accepted") = 0,
-             "a slot's finished step: the model's drafts and prompt lookup's, verified and kept")
-        .def("cap", &batch_drafting::cap, py::arg("n_generating"), py::arg("n_max"),
-             "the most tokens a slot drafts with the model while n_generating slots generate")
+        .def("observe_step", &batch_drafting::observe_step, py::arg("n_judged"), py::arg("n_accepted"),
+             py::arg("n_lookup_judged") = 0, py::arg("n_lookup_accepted") = 0,
+             "a slot's finished step: the model's drafts the target judged (a draft is judged where every "
+             "draft before it was kept) and those it kept, and prompt lookup's")
+        .def("observe_verified", &batch_drafting::observe_verified, py::arg("n_model"), py::arg("n_before_lookup"),
+             py::arg("n_drafted"), py::arg("n_accepted"),
+             "the same from a verified step: n_drafted drafts, the model's first n_model, prompt lookup's from "
+             "n_before_lookup, n_accepted of them kept")
+        .def("acceptance", &batch_drafting::acceptance, py::arg("lookup") = false,
+             "the acceptance rate of the model's judged drafts (lookup: of prompt lookup's); negative while "
+             "none was judged")
+        .def("cap", &batch_drafting::cap, py::arg("n_generating"), py::arg("n_max"), py::arg("slot") = -1,
+             "the most tokens a slot drafts with the model while n_generating slots generate; until the "
+             "rounds are priced, one slot (slot: its sequence; -1: any) drafts one token and the others none")
+        .def("leave", &batch_drafting::leave, py::arg("slot"),
+             "a slot's generation ended: another slot drafts to price the rounds")
         .def("rate", &batch_drafting::rate, py::arg("n_generating"), py::arg("k"),
              "expected tokens per ms of a round with k drafts per slot (0: plain); negative while unknown")
         .def("lookup_cap", &batch_drafting::lookup_cap, py::arg("n_generating"), py::arg("n_max"),

@@ -487,12 +487,14 @@ void register_decoder(py::module_ & m) {
                 }
                 out["model"]  = model;
                 out["lookup"] = lookup;
+                out["acceptance"] = d.slot_drafting() ? d.slot_drafting()->acceptance() : -1.0;
                 return out;
             },
             py::arg("n_generating"),
             "for a slot: its group's expected tokens per ms of a round of n_generating slots, by k = 0, 1, ...: "
             "'model': every slot drafts k tokens with the model; 'lookup': one slot adds k prompt-lookup drafts "
-            "to plain steps (negative while not priced; empty lists for a decoder that is not a slot)")
+            "to plain steps (negative while not priced; empty lists for a decoder that is not a slot); 'acceptance': "
+            "the rate at which the target kept the model drafts it judged (negative while none was)")
         .def_property_readonly("slot_chunks", &decoder::slot_chunks,
                                "the slots' decodes merged into them (slot_chunks / slot_decodes: slots per decode)")
         .def(

@@ -51,6 +51,8 @@ class kv_cache {
     int32_t n_batch() const { return n_batch_; }
     int32_t n_vocab() const { return mdl_->n_vocab; }
     const model & mdl() const { return *mdl_; }
+    // a slot's sequence in its shared context (0 for a cache with a context of its own)
+    llama_seq_id seq() const { return seq_; }
 
     // append toks to the cache. all_logits: logits for every token (then n must fit in one batch,
     // unless out is given: out receives n * n_vocab floats); otherwise for the last one only.

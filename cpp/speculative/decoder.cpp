@@ -423,7 +423,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     validate_prompt(prompt);
     std::optional<slot_batcher::generating> batching;  // a slot's decodes wait for the other slots'
     if (batcher_) {
-        batching.emplace(*batcher_);
+        batching.emplace(*batcher_, tgt_cache_->seq());
     }
     if (params.mode == decode_mode::dsi) {
         return generate_dsi(prompt, params, plan, on_step, check);
@@ -577,8 +577,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
             params.sampling.grammar->commit(acc.n_accepted, acc.next);
         }
         if (batcher_) {
-            const int32_t model_kept = std::min(acc.n_accepted, n_model);
-            batcher_->drafting().observe_step(n_model, model_kept, n - n_model, acc.n_accepted - model_kept);
+            batcher_->drafting().observe_verified(n_model, n_before_lookup, n, acc.n_accepted);
         }
         if (on_step && on_step(ev) && finish.empty()) {
             finish = "cancelled";

@@ -41,7 +41,7 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     // applies there too, unless adaptive=False was asked for
     const bool group_caps = batcher_ && !params.prices && params.adaptive.value_or(true);
     if (step.model && group_caps) {
-        const int32_t cap = batcher_->drafting().cap(batcher_->n_generating(), step.n_max);
+        const int32_t cap = batcher_->drafting().cap(batcher_->n_generating(), step.n_max, tgt_cache_->seq());
         step.model        = cap > 0;
         step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
     }
