@@ -165,6 +165,10 @@ class BatchDrafting:
         """
         the most tokens a slot drafts with the model while n_generating slots generate; until the rounds are priced, one slot (slot: its sequence; -1: any) drafts one token and the others none
         """
+    def catch_up_pays(self, n_generating: typing.SupportsInt | typing.SupportsIndex, k: typing.SupportsInt | typing.SupportsIndex, n_unread: typing.SupportsInt | typing.SupportsIndex, n_remaining: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        """
+        whether a slot whose draft has n_unread tokens to read before drafting k a step wins that back in its n_remaining tokens (true while the rounds are not priced)
+        """
     def leave(self, slot: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         a slot's generation ended: another slot drafts to price the rounds

@@ -780,6 +780,34 @@ def test_a_new_group_of_slots_drafts_from_one_slot_until_its_rounds_are_priced(t
             assert read == (i in drafting), (i, order)
 
 
+def test_a_slot_whose_draft_fell_behind_drafts_only_where_the_rest_of_its_reply_pays_for_the_read():
+    """A slot's draft reads what it has not read (its prompt, or the steps the slots took without
+    drafts) before it drafts, and that read holds every slot. Where drafting beats plain steps by
+    a little (a CPU's compute-bound costs), a read of 150 tokens is not won back in the last 20
+    tokens of a reply, and is in a long one; where a read costs little against what drafting saves
+    (a GPU's shape), it pays within a few tokens. While the rounds are not priced it pays (the
+    exploring slot reads its prompt), as does a draft that is one token behind."""
+    def rule(target_ms, draft_ms, acceptance):
+        r = _priced(target_ms, draft_ms, acceptance)
+        for n in (40, 150, 300):
+            r.observe_decode(True, n, draft_ms(n))
+        return r
+
+    cpu = rule(lambda n: 140.0 + 10.0 * n, lambda n: 30.0 + 6.0 * n, 0.8)
+    k = cpu.cap(4, 10)
+    assert k > 0 and cpu.rate(4, k) < 1.5 * cpu.rate(4, 0)  # drafting pays, by a little
+    saved = 1 / cpu.rate(4, 0) - 1 / cpu.rate(4, k)  # ms of the group's time per token
+    read = 30.0 + 6.0 * 150
+    assert not cpu.catch_up_pays(4, k, 150, 20)
+    assert cpu.catch_up_pays(4, k, 150, int(read / saved) + 1)
+    assert not cpu.catch_up_pays(4, k, 150, int(read / saved) - 1)
+    assert cpu.catch_up_pays(4, k, 1, 20)  # one token behind: a step's own catch-up
+    assert cpu.catch_up_pays(1, k, 150, 20)  # one slot generating: its own rule decides
+    gpu = rule(lambda n: 20.0 + 0.2 * n, lambda n: 2.0 + 0.01 * n, 0.8)
+    assert gpu.catch_up_pays(4, gpu.cap(4, 10), 150, 10)
+    assert _core.BatchDrafting().catch_up_pays(4, 1, 150, 20)  # not priced: the exploring slot reads
+
+
 def _expected_tokens(a, k):
     return (1 - a ** (k + 1)) / (1 - a)
 

@@ -220,6 +220,18 @@ int32_t batch_drafting::cap(int32_t n_generating, int32_t n_max, int32_t slot) {
         slot);
 }
 
+bool batch_drafting::catch_up_pays(int32_t n_generating, int32_t k, int32_t n_unread, int32_t n_remaining) const {
+    if (n_generating < 2 || k < 1 || n_unread < 1) {
+        return true;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    const double r0 = rate_locked(n_generating, 0), rk = rate_locked(n_generating, k), d = draft_.at(n_unread);
+    if (r0 <= 0.0 || rk <= 0.0 || d <= 0.0) {
+        return true;
+    }
+    return rk > r0 && d < n_remaining * (1.0 / r0 - 1.0 / rk);
+}
+
 void batch_drafting::leave(int32_t slot) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (explorer_ == slot) {

@@ -76,6 +76,13 @@ class batch_drafting {
     int32_t cap(int32_t n_generating, int32_t n_max, int32_t slot = -1);
     // a slot's generation ended: another slot drafts to price the rounds, where they are not yet
     void leave(int32_t slot);
+    // whether a slot whose draft has n_unread tokens to read before it drafts (a prompt, or what it
+    // missed while the slots did not draft) wins that back in its n_remaining tokens at k drafts a
+    // step: the read holds every slot, and pays where the draft decode of n_unread tokens costs less
+    // than n_remaining tokens save, each (1 / rate(0) - 1 / rate(k)) ms of the group's time. On 2
+    // CPU cores, slots that began drafting late in a generation read 150 tokens for one draft each.
+    // True while the rounds are not priced (the exploring slot reads its prompt)
+    bool catch_up_pays(int32_t n_generating, int32_t k, int32_t n_unread, int32_t n_remaining) const;
     // the expected tokens per ms of a round with k drafts per slot (k = 0: plain); negative while unknown
     double rate(int32_t n_generating, int32_t k) const;
     // the most prompt-lookup drafts a slot adds to a step without model drafts while n_generating

@@ -36,6 +36,10 @@ void register_adaptive(py::module_ & m) {
         .def("cap", &batch_drafting::cap, py::arg("n_generating"), py::arg("n_max"), py::arg("slot") = -1,
              "the most tokens a slot drafts with the model while n_generating slots generate; until the "
              "rounds are priced, one slot (slot: its sequence; -1: any) drafts one token and the others none")
+        .def("catch_up_pays", &batch_drafting::catch_up_pays, py::arg("n_generating"), py::arg("k"),
+             py::arg("n_unread"), py::arg("n_remaining"),
+             "whether a slot whose draft has n_unread tokens to read before drafting k a step wins that back "
+             "in its n_remaining tokens (true while the rounds are not priced)")
         .def("leave", &batch_drafting::leave, py::arg("slot"),
              "a slot's generation ended: another slot drafts to price the rounds")
         .def("rate", &batch_drafting::rate, py::arg("n_generating"), py::arg("k"),

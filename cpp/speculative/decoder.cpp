@@ -503,7 +503,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     step_event  ev;
     int32_t     prev_n = -1;  // tokens drafted in the step before (-1: it was prefill)
     while (finish.empty()) {
-        const step_plan step    = plan_step(plan, params, (int32_t) seq.size(), st);
+        const step_plan step    = plan_step(plan, params, seq, st);
         step_trace      trace;
         if (params.record_steps) {
             // (a generation of fixed lengths is never paused, whatever the rule learned from others)

@@ -485,7 +485,8 @@ class decoder {
         int32_t n_max = 0;      // drafts at most (0: a plain step)
         bool    model = false;  // the draft model drafts (else prompt lookup alone, if any)
     };
-    step_plan plan_step(const run_plan & plan, const generate_params & params, int32_t n_seq, generate_stats & st);
+    step_plan plan_step(const run_plan & plan, const generate_params & params, const std::vector<llama_token> & seq,
+                        generate_stats & st);
     // draft: fill drafted_ (the model's tokens, then lookup's); returns how many the model drafted.
     // A probe of a paused draft model that lags more than k_probe_window tokens behind (and cannot
     // copy the target's keys and values) catches up on the last k_probe_window of them alone: a

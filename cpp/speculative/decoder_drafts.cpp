@@ -9,8 +9,9 @@
 
 namespace specllama {
 
-decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_params & params, int32_t n_seq,
-                                      generate_stats & st) {
+decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_params & params,
+                                      const std::vector<llama_token> & seq, generate_stats & st) {
+    const int32_t n_seq = (int32_t) seq.size();
     // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
     const int32_t room      = tgt_cache_->n_ctx() - n_seq;
     const int32_t remaining = params.max_tokens - st.n_generated;
@@ -41,7 +42,14 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     // applies there too, unless adaptive=False was asked for
     const bool group_caps = batcher_ && !params.prices && params.adaptive.value_or(true);
     if (step.model && group_caps) {
-        const int32_t cap = batcher_->drafting().cap(batcher_->n_generating(), step.n_max, tgt_cache_->seq());
+        const int32_t n_gen = batcher_->n_generating();
+        int32_t       cap   = batcher_->drafting().cap(n_gen, step.n_max, tgt_cache_->seq());
+        // a draft that fell behind (the prompt, or steps without drafts) reads that first: only where
+        // the rest of this generation wins it back (a draft that copies the target's cache reads nothing)
+        const int32_t unread = cap > 0 && !share_prefill_ ? draft_unread(draft_seq(seq), params.cache_reuse) : 0;
+        if (cap > 0 && !batcher_->drafting().catch_up_pays(n_gen, cap, unread, remaining)) {
+            cap = 0;
+        }
         step.model        = cap > 0;
         step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
     }
