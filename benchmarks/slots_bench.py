@@ -2,7 +2,7 @@
 in N threads, with speculation on (the default: the slots' shared rule prices the merged rounds)
 and off (plain steps, merged), in one run, and how many slots' decodes each llama_decode merged.
 With --rounds N the two run N times in turn on the same slots: the slots' group prices its merged
-rounds in its first requests (drafting one token a step until it has), so a first round includes
+rounds in its first requests (one slot drafting one token a step until it has), so a first round includes
 what that costs and the later ones show the group's choice once priced, as a server that has been
 running a while makes it.
 

@@ -672,6 +672,8 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
         // the first step is plain (plan_step): the draft reads the prompt before the first step it
         // drafts in, so that the first token does not wait for it (draft_prompt)
         draft_prompt_later_ = true;
+        const std::vector<llama_token> & dseq = draft_seq(seq);
+        draft_held_ = batcher_ ? (int32_t) dseq.size() - 1 - draft_unread(dseq, params.cache_reuse) : 0;
     }
 }
 

@@ -583,6 +583,7 @@ class decoder {
     draft_length_model        lengths_;  // costs and calibration, kept across generations
     bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
     bool                      draft_prompt_later_ = false;  // this generation: the draft has not read the prompt yet
+    int32_t                   draft_held_ = 0;  // a slot's: the prompt's tokens the draft held then (plan_step)
     std::vector<llama_token>  prompt_rest_;  // the prompt tokens prefill left for the first verification
     int8_t                    pad_verify_ = 0;  // decoder_params::verify_shape: 0 exact, 1 padded, 2 auto
     int32_t                   pad_to_     = 0;  // this generation's verification length (0: exact)

@@ -44,11 +44,17 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     if (step.model && group_caps) {
         const int32_t n_gen = batcher_->n_generating();
         int32_t       cap   = batcher_->drafting().cap(n_gen, step.n_max, tgt_cache_->seq());
-        // a draft that fell behind (the prompt, or steps without drafts) reads that first: only where
-        // the rest of this generation wins it back (a draft that copies the target's cache reads nothing)
-        const int32_t unread = cap > 0 && !share_prefill_ ? draft_unread(draft_seq(seq), params.cache_reuse) : 0;
-        if (cap > 0 && !batcher_->drafting().catch_up_pays(n_gen, cap, unread, remaining)) {
-            cap = 0;
+        // a draft that fell behind (the prompt, or steps it sat out) reads that first: only where the
+        // rest of this generation wins it back. Counted from the cache's length, or from what it held
+        // of the prompt (prefill): no scan of seq per step. Not a drafting step's own catch-up (the
+        // last step's tokens, priced in the round's draft decodes); a draft that copies the target's
+        // cache reads nothing
+        if (cap > 0 && !share_prefill_) {
+            const int32_t held   = draft_prompt_later_ ? draft_held_ : dft_cache_->n_past();
+            const int32_t behind = (int32_t) draft_seq(seq).size() - 1 - held;
+            if (!batcher_->drafting().catch_up_pays(n_gen, cap, behind - (plan.n_draft + 1), remaining)) {
+                cap = 0;
+            }
         }
         step.model        = cap > 0;
         step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
