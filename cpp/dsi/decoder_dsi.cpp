@@ -60,7 +60,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     st.checkpoint_memory = checkpoint_memory(std::vector<const kv_cache *>(all.begin(), all.end()));
     const auto t_start     = clock_type::now();
 
-    dsi_prefill(caches, prompt, st, check);
+    dsi_prefill(setup, prompt, st, check);
     st.t_prefill_ms = ms_since(t_start);
 
     // shaped as mode si's decodes are (decoder_params::draft_catch_up, verify_shape): the drafter's
@@ -230,12 +230,15 @@ decoder::dsi_setup decoder::dsi_prepare(const dsi_options & options) {
     return out;
 }
 
-void decoder::dsi_prefill(const std::vector<kv_cache *> & caches, const std::vector<llama_token> & prompt,
-                          generate_stats & st, const interrupt_check & check) {
+void decoder::dsi_prefill(const dsi_setup & setup, const std::vector<llama_token> & prompt, generate_stats & st,
+                          const interrupt_check & check) {
     const int32_t n_prompt = (int32_t) prompt.size();
+    // the prompt passes run one after another, each on the decoder's every thread: the split
+    // between the drafter and the servers is for the run, where they compute at once
+    const int32_t budget = ctx_params_.n_threads > 0 ? ctx_params_.n_threads : default_threads();
     // prefill every server and the drafter, so that tasks carry only new tokens
     // (the first server first: the others, the same model, may copy its keys and values instead)
-    for (kv_cache * c : caches) {
+    for (kv_cache * c : setup.caches) {
         const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
         if (c == tgt_cache_.get()) {
             st.n_prompt_cached = n_keep;
@@ -243,11 +246,15 @@ void decoder::dsi_prefill(const std::vector<kv_cache *> & caches, const std::vec
         const bool copied = c != tgt_cache_.get() && copy_server_prefill_ &&
                             copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) && c->copy_from(*tgt_cache_);
         if (!copied) {
+            c->set_n_threads(budget);
             c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
+            c->set_n_threads(setup.n_threads_server);
         }
         c->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next run
     }
+    dft_cache_->set_n_threads(budget);
     st.n_prompt_shared = drafter_->prefill(prompt, check, share_prefill_ ? tgt_cache_.get() : nullptr);
+    dft_cache_->set_n_threads(setup.n_threads_draft);
 }
 
 }  // namespace specllama

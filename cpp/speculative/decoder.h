@@ -460,8 +460,8 @@ class decoder {
         int32_t                                   n_threads_draft = 0, n_threads_server = 0;
     };
     dsi_setup dsi_prepare(const dsi_options & options);
-    void      dsi_prefill(const std::vector<kv_cache *> & caches, const std::vector<llama_token> & prompt,
-                          generate_stats & st, const interrupt_check & check);
+    void      dsi_prefill(const dsi_setup & setup, const std::vector<llama_token> & prompt, generate_stats & st,
+                          const interrupt_check & check);
     // the drafter's and the servers' device chains (place_sampling's, the target's on every server)
     void      dsi_place_sampling(const generate_params & params, const run_plan & plan,
                                  const std::vector<kv_cache *> & caches, generate_stats & st);
