@@ -1021,6 +1021,11 @@ class DSIStats:
         drafts the target judged
         """
     @property
+    def n_draft_prompt(self) -> int:
+        """
+        prompt tokens the draft model read in its thread while the target started (0 where its cache held them, or it copied the target's keys and values before the run, or the run ended first)
+        """
+    @property
     def n_drafted(self) -> int:
         """
         tokens the drafter proposed, cancelled ones included
@@ -1077,6 +1082,11 @@ class DSIStats:
     def t_draft_ms(self) -> float:
         """
         the drafter computing
+        """
+    @property
+    def t_draft_prompt_ms(self) -> float:
+        """
+        its time reading them
         """
     @property
     def t_total_ms(self) -> float:

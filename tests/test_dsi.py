@@ -102,6 +102,44 @@ def test_dsi_then_plain_generation_still_exact(slow):
                             ignore_eos=True).tokens == ref
 
 
+def test_dsi_draft_reads_the_prompt_in_its_own_thread(slow, tiny):
+    """A draft that decodes the prompt reads it in the drafter's thread as the run starts, so that
+    the target's first tokens do not wait for it; a draft whose keys and values the target's stand
+    in for copies them before the run. Either way the output is plain decoding's, and a run that
+    ends while the draft is still reading leaves its cache fit for the next runs."""
+    words = "the cat is on the hot word and they were all there"
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=512) as dec:
+        assert not dec.shares_prefill
+        prompt, other = dec.tokenize(f"{words} {words}"), dec.tokenize(f"{words} and then {words} again")
+        plain = {tuple(p): dec.generate(p, max_tokens=24, temperature=0, speculative=False, ignore_eos=True).tokens
+                 for p in (prompt, other)}
+        dec.reset()
+        # with wait_for_drafts every emitted token waits for a draft, so the draft reads all of it
+        kw = dict(max_tokens=24, temperature=0, ignore_eos=True, mode="dsi", sp=2, wait_for_drafts=True)
+        r = dec.generate(prompt, **kw)
+        assert r.tokens == plain[tuple(prompt)]
+        assert r.dsi.n_draft_prompt == len(prompt) - 1 and r.dsi.t_draft_prompt_ms > 0
+        assert r.stats.n_prompt_shared == 0
+        again = dec.generate(prompt, **kw)  # the draft's cache holds the prompt: nothing to read
+        assert again.tokens == plain[tuple(prompt)] and again.dsi.n_draft_prompt == 0
+        # one token: the run may end while the draft reads (it stops, holding what it held before)
+        for _ in range(3):
+            dec.reset()
+            one = dec.generate(other, max_tokens=1, temperature=0, mode="dsi", sp=2)
+            assert one.tokens == plain[tuple(other)][:1]
+            assert one.dsi.n_draft_prompt in (0, len(other) - 1)
+            assert dec.generate(other, **kw).tokens == plain[tuple(other)]
+            assert dec.generate(other, max_tokens=24, temperature=0, ignore_eos=True).tokens == plain[tuple(other)]
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=512) as dec:
+        assert dec.shares_prefill
+        ref = dec.generate(prompt, max_tokens=16, temperature=0, speculative=False, ignore_eos=True).tokens
+        dec.reset()
+        r = dec.generate(prompt, **{**kw, "max_tokens": 16})
+        assert r.tokens == ref
+        assert r.dsi.n_draft_prompt == 0 and r.dsi.t_draft_prompt_ms == 0
+        assert r.stats.n_prompt_shared == len(prompt) - 1
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("verify_shape,device_sampling", [("exact", False), ("padded", False), ("exact", True)])
 def test_dsi_sampling_follows_target(slow, verify_shape, device_sampling):

@@ -168,6 +168,12 @@ void register_stats(py::module_ & m) {
                                "the drafter computing")
         .def_property_readonly("t_draft_idle_ms", [](const dsi_report & r) { return r.stats.t_draft_idle_ms; },
                                "the drafter waiting for verification")
+        .def_property_readonly("n_draft_prompt", [](const dsi_report & r) { return r.stats.n_draft_prompt; },
+                               "prompt tokens the draft model read in its thread while the target started (0 "
+                               "where its cache held them, or it copied the target's keys and values before "
+                               "the run, or the run ended first)")
+        .def_property_readonly("t_draft_prompt_ms", [](const dsi_report & r) { return r.stats.t_draft_prompt_ms; },
+                               "its time reading them")
         .def_property_readonly("t_verify_ms", [](const dsi_report & r) { return r.stats.t_verify_ms; },
                                "servers computing")
         .def_property_readonly("t_verify_wasted_ms", [](const dsi_report & r) { return r.stats.t_verify_wasted_ms; },

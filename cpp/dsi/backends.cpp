@@ -58,6 +58,20 @@ bool model_dsi_drafter::propose(const std::vector<llama_token> & seq, int32_t n_
     return true;
 }
 
+int32_t model_dsi_drafter::read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
+    if (!reads_prompt_ || prompt.size() < 2) {
+        return 0;
+    }
+    abort_scope   scope(cache_, stop);
+    const int32_t n_new = (int32_t) prompt.size() - 1 - cache_.common_prefix(prompt, (int32_t) prompt.size() - 1);
+    try {
+        drafter_.prefill(prompt);
+    } catch (const decode_aborted &) {
+        return 0;  // the run ended first: the cache holds what it held before
+    }
+    return n_new;
+}
+
 bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
                               const sampling_params & params, const std::atomic<bool> & cancel,
                               std::vector<dsi_prediction> & preds) {

@@ -22,11 +22,16 @@ class model_dsi_drafter : public dsi_drafter {
     }
     bool propose(const std::vector<llama_token> & seq, int32_t n_verified, const sampling_params & params,
                  rng_t & rng, const std::atomic<bool> & cancel, llama_token & token, token_dist & q) override;
+    // read_prompt decodes what the cache lacks of the prompt but its last token (model_drafter::
+    // prefill), when asked to by set_reads_prompt; else the caller cached it before the run
+    int32_t read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) override;
+    void set_reads_prompt(bool on) { reads_prompt_ = on; }
 
   private:
     kv_cache &    cache_;
     model_drafter drafter_;
     draft_result  out_;
+    bool          reads_prompt_ = false;
 };
 
 // a target server: catches its cache up on what it has not seen and verifies, in one batch.

@@ -67,6 +67,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     // catch-ups token by token, and every server's batch padded to one length, the sp tasks of
     // lookahead drafts that a server catches up on in the steady state, on a GPU of this machine
     model_dsi_drafter                              drafter(*dft_cache_, drafter_->catch_up_by_token());
+    drafter.set_reads_prompt(!share_prefill_);  // (dsi_prefill: the draft's prompt pass)
     const int32_t pad_to = std::min(options.sp * options.lookahead, tgt_cache_->n_batch());
     std::vector<std::unique_ptr<model_dsi_server>> servers;
     std::vector<dsi_server *>                      server_ptrs;
@@ -252,9 +253,14 @@ void decoder::dsi_prefill(const dsi_setup & setup, const std::vector<llama_token
         }
         c->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next run
     }
-    dft_cache_->set_n_threads(budget);
-    st.n_prompt_shared = drafter_->prefill(prompt, check, share_prefill_ ? tgt_cache_.get() : nullptr);
-    dft_cache_->set_n_threads(setup.n_threads_draft);
+    // a draft that copies the target's keys and values takes them now, while the target holds the
+    // prompt alone; one that decodes the prompt does so in its thread as the run starts
+    // (model_dsi_drafter::read_prompt), so that the first tokens do not wait for it
+    if (share_prefill_) {
+        dft_cache_->set_n_threads(budget);
+        st.n_prompt_shared = drafter_->prefill(prompt, check, tgt_cache_.get());
+        dft_cache_->set_n_threads(setup.n_threads_draft);
+    }
 }
 
 }  // namespace specllama

@@ -115,7 +115,23 @@ class orchestrator {
         rng_t                    rng(seed_draft_);
         std::vector<llama_token> snapshot;
         token_dist               q;
+        {
+            std::lock_guard<std::mutex> lock(m_);
+            snapshot.assign(spec_.begin(), spec_.begin() + base_);  // the prompt
+        }
+        const auto t0     = clock_type::now();
+        int32_t    n_read = 0;
+        try {
+            n_read = drafter_.read_prompt(snapshot, stop_read_);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(m_);
+            error_ = std::current_exception();
+            cv_.notify_all();
+            return;
+        }
         std::unique_lock<std::mutex> lock(m_);
+        st_.n_draft_prompt    = n_read;
+        st_.t_draft_prompt_ms = n_read > 0 ? ms_between(t0, clock_type::now()) : 0.0;
         while (true) {
             if (!stop_threads_ && !can_draft()) {
                 const auto t = clock_type::now();
@@ -317,6 +333,7 @@ class orchestrator {
         {
             std::lock_guard<std::mutex> lock(m_);
             stop_threads_ = true;
+            stop_read_    = true;
             draft_cancel_ = true;
             for (auto & t : in_flight_) {
                 t->cancel = true;
@@ -352,6 +369,7 @@ class orchestrator {
     bool                               stopped_ = false, stop_threads_ = false;
     bool                               fresh_ = true;  // at the start and after a restart: next task is [L_, L_]
     std::atomic<bool>                  draft_cancel_{false};
+    std::atomic<bool>                  stop_read_{false};  // the drafter's read_prompt: the run is over
     std::vector<char>                  have_;   // have_[j - base_]: a prediction for index j is in
     std::vector<dsi_prediction>        preds_;
     std::vector<std::shared_ptr<task>> assigned_;  // per server: its task, or none

@@ -43,6 +43,15 @@ class dsi_drafter {
     // seq's first n_verified tokens are verified text: a restart never goes back before them.
     virtual bool propose(const std::vector<llama_token> & seq, int32_t n_verified, const sampling_params & params,
                          rng_t & rng, const std::atomic<bool> & cancel, llama_token & token, token_dist & q) = 0;
+    // called once, in the drafter's thread before its first propose, while the servers start on the
+    // prompt: where the drafter reads the prompt itself, it does so here (so that the target's first
+    // tokens do not wait for it), returning early once stop is set. Returns the tokens it read
+    // (0: none, or stopped before it was done)
+    virtual int32_t read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
+        (void) prompt;
+        (void) stop;
+        return 0;
+    }
 };
 
 class dsi_server {
@@ -75,6 +84,8 @@ struct dsi_stats {
     double  t_total_ms        = 0;  // the whole run
     double  t_draft_ms        = 0;  // the drafter computing
     double  t_draft_idle_ms   = 0;  // the drafter waiting (max_ahead reached, or SI waiting for its task)
+    int32_t n_draft_prompt    = 0;  // prompt tokens the drafter read in its thread (dsi_drafter::read_prompt)
+    double  t_draft_prompt_ms = 0;  // its time reading them (0 where it read none)
     double  t_verify_ms       = 0;  // servers computing, summed over servers
     double  t_verify_wasted_ms = 0;  // of which on tasks whose results were not used
 };
