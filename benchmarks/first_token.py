@@ -8,7 +8,11 @@ greedy) and off, the order alternating from round to round, each from an empty c
 (reset()). Reported per prompt: the medians over rounds of the time to the first reported token
 and of the decode tokens/s after it, and the median of the rounds' ratios, speculative over plain.
 
+With --mode dsi the speculative runs are DSI's (--sp target servers), whose target servers and
+draft split the decoder's threads while they run.
+
     python benchmarks/first_token.py --pair qwen2.5-coder --target-type f16 --fixed-draft 4 --rounds 3
+    python benchmarks/first_token.py --pair qwen2.5-coder --target-type f16 --mode dsi --sp 2 --rounds 2
     python benchmarks/first_token.py -m target.gguf -d draft.gguf -ngl all
 """
 
@@ -29,8 +33,9 @@ SHORT = "Write a Python function that reverses a string, with a docstring."
 LONG_SOURCE = HERE.parent / "specllama" / "cli.py"
 
 
-def one_run(dec, prompt, n, speculative, fixed):
-    """(ms to the first reported token, decode tokens/s after it, tokens the draft model drafted)"""
+def one_run(dec, prompt, n, speculative, fixed, dsi=None):
+    """(ms to the first reported token, decode tokens/s after it, tokens the draft model drafted);
+    dsi: the speculative run's DSI options, else SI"""
     dec.reset()
     first = []
     t0 = time.perf_counter()
@@ -41,11 +46,14 @@ def one_run(dec, prompt, n, speculative, fixed):
         return False
 
     kw = dict(n_draft=fixed, adaptive=False) if fixed else {}
+    if dsi and speculative:
+        kw = dict(mode="dsi", **dsi, **(dict(lookahead=fixed) if fixed else {}))
     r = dec.generate(prompt, max_tokens=n, temperature=0, ignore_eos=True, speculative=speculative, on_step=on_step,
                      **kw)
     end = time.perf_counter()
     s = r.stats
-    return (first[0] - t0) * 1000.0, (s.n_generated - 1) / max(1e-9, end - first[0]), s.n_drafted - s.n_lookup_drafted
+    drafted = r.dsi.n_drafted if r.dsi is not None else s.n_drafted - s.n_lookup_drafted
+    return (first[0] - t0) * 1000.0, (s.n_generated - 1) / max(1e-9, end - first[0]), drafted
 
 
 def main() -> None:
@@ -60,6 +68,8 @@ def main() -> None:
                     help="draft N tokens every step instead of the adaptive rule's lengths (which may leave the "
                          "draft model out where it does not pay)")
     ap.add_argument("--long-tokens", type=int, default=1024, help="the long prompt's length in tokens")
+    ap.add_argument("--mode", choices=("si", "dsi"), default="si", help="the speculative runs' mode")
+    ap.add_argument("--sp", type=int, default=2, help="DSI's target servers (--mode dsi)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", help="write the report as JSON here")
@@ -74,15 +84,22 @@ def main() -> None:
                                       **placement) as dec:
         code = dec.tokenize(LONG_SOURCE.read_text(encoding="utf-8"), add_special=False)[:args.long_tokens]
         prompts = {"short chat": dec.chat_tokens([{"role": "user", "content": SHORT}]), "long code": code}
-        one_run(dec, prompts["short chat"], 4, True, args.fixed_draft)  # (first uses: buffers grown, pages mapped)
+        dsi = dict(sp=args.sp) if args.mode == "dsi" else None
+        one_run(dec, prompts["short chat"], 4, True, args.fixed_draft, dsi)  # (first uses: buffers, pages mapped)
         for r in range(args.rounds):
             for name, prompt in prompts.items():
                 for spec in ((True, False) if r % 2 == 0 else (False, True)):
-                    runs.setdefault((name, spec), []).append(one_run(dec, prompt, args.n, spec, args.fixed_draft))
+                    runs.setdefault((name, spec), []).append(one_run(dec, prompt, args.n, spec, args.fixed_draft,
+                                                                     dsi))
     report = {"provenance": provenance({"target": target, "draft": draft}, args.threads or None),
-              "n": args.n, "fixed_draft": args.fixed_draft, "rounds": args.rounds, "results": {}}
+              "n": args.n, "fixed_draft": args.fixed_draft, "mode": args.mode, "rounds": args.rounds,
+              "results": {}}
+    if dsi:
+        report["sp"] = args.sp
+    lengths = (f"fixed {args.fixed_draft}-token drafts" if args.fixed_draft and not dsi
+               else f"lookahead {args.fixed_draft}" if args.fixed_draft else "the default draft lengths")
     print(f"{args.rounds} rounds, {args.n} tokens per run, greedy, "
-          f"{f'fixed {args.fixed_draft}-token drafts' if args.fixed_draft else 'adaptive draft lengths'}")
+          f"{f'DSI with {args.sp} target servers, ' if dsi else ''}{lengths}")
     print("prompt      tokens  first token ms: speculative  plain  ratio   tokens/s after it: speculative  plain  "
           "model drafts")
     for name, prompt in prompts.items():

@@ -299,13 +299,17 @@ def test_the_first_token_comes_out_of_the_prompts_own_pass(tiny):
 
 def test_the_first_token_benchmark_times_what_it_says(tiny):
     """benchmarks/first_token.py's run: the time to the first reported token, and the draft model's
-    drafts (with fixed lengths it drafts; with speculation off it does not)."""
+    drafts (with fixed lengths it drafts; with speculation off it does not), in modes si and dsi."""
     bench = load_benchmark("first_token.py")
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as d:
         prompt = d.tokenize("she was out with the one that was")
         ms, tps, drafted = bench.one_run(d, prompt, 24, True, 4)
         assert ms > 0 and tps > 0 and drafted > 0
         assert bench.one_run(d, prompt, 24, False, 4)[2] == 0
+        # (wait_for_drafts: every token waits for a draft, so the drafter drafts however busy the machine)
+        ms, tps, drafted = bench.one_run(d, prompt, 24, True, 4, dict(sp=2, wait_for_drafts=True))
+        assert ms > 0 and tps > 0 and drafted >= 23
+        assert bench.one_run(d, prompt, 24, False, 4, dict(sp=2))[2] == 0
 
 
 def test_callback_exception_propagates(dec):
