@@ -141,25 +141,36 @@ def test_dsi_draft_reads_the_prompt_in_its_own_thread(slow, tiny):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("verify_shape,device_sampling", [("exact", False), ("padded", False), ("exact", True)])
-def test_dsi_sampling_follows_target(slow, verify_shape, device_sampling):
+@pytest.mark.parametrize("verify_shape,device_sampling,wait_for_drafts",
+                         [("exact", False, True), ("padded", False, True), ("exact", True, True),
+                          ("exact", False, False)])
+def test_dsi_sampling_follows_target(slow, verify_shape, device_sampling, wait_for_drafts):
     """Also with the sampling chains on the device (the CPU backend runs them): the drafter's q and
-    the servers' p are the chain's distributions over the candidates that came back."""
+    the servers' p are the chain's distributions over the candidates that came back. With
+    wait_for_drafts both tokens are drafts the rejection rule judged (the third is the target's
+    alone); without, the first token comes from the prompt's own pass before the drafter has read
+    the prompt, a draw from the target's distribution."""
     prompt, p1, p2, q1 = two_token_distributions(slow.target, slow.far, "the cat is on the")
     n = 2000
-    firsts, seconds, n_checked, n_rejected, n_padded = [], [], 0, 0, 0
+    firsts, seconds, n_checked, n_rejected, n_padded, n_target_only = [], [], 0, 0, 0, 0
     with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=128, verify_shape=verify_shape) as dec:
         for seed in range(n):
-            r = dec.generate(prompt, max_tokens=2, seed=seed, ignore_eos=True, mode="dsi", sp=2, lookahead=1,
-                             device_sampling=device_sampling, **SETTINGS)
-            assert len(r.tokens) == 2
+            r = dec.generate(prompt, max_tokens=3 if wait_for_drafts else 2, seed=seed, ignore_eos=True,
+                             mode="dsi", sp=2, lookahead=1, device_sampling=device_sampling,
+                             wait_for_drafts=wait_for_drafts, **SETTINGS)
+            assert len(r.tokens) == (3 if wait_for_drafts else 2)
             assert r.stats.sampling == ("device" if device_sampling else "host")
             firsts.append(r.tokens[0])
             seconds.append(r.tokens[1])
             n_checked += r.dsi.n_checked
             n_rejected += r.dsi.n_checked - r.dsi.n_accepted
             n_padded += r.dsi.n_padded
-    assert n_rejected > n // 4, "the rejection rule must be exercised for this test to mean anything"
+            n_target_only += r.dsi.n_target_only
+    if wait_for_drafts:
+        assert n_checked == 2 * n and n_target_only == n
+        assert n_rejected > n // 2, "the rejection rule must be exercised for this test to mean anything"
+    else:
+        assert n_target_only > n // 2, "the target's own draws must be exercised for this case to mean anything"
     assert (n_padded > 0) == (verify_shape == "padded")
     firsts, seconds = np.array(firsts), np.array(seconds)
     assert _pvalue(firsts, p1) > 1e-4

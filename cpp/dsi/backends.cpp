@@ -100,27 +100,44 @@ bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t firs
         return false;
     }
     preds.resize(n_out);
-    const int32_t n_vocab   = cache_.n_vocab();
-    const bool    on_device = cache_.chain().what != device_chain::kind::none;  // (its candidates came back)
     for (int32_t i = 0; i < n_out; ++i) {
-        if (on_device) {
-            const sampled_row row = cache_.sampled(row0 + i);
-            if (params.greedy()) {
-                preds[i].argmax = row_argmax(row);
-            } else {
-                row_distribution(row, params, preds[i].p);
-            }
-            continue;
-        }
-        const float * logits = cache_.logits(row0 + i);
-        if (params.greedy()) {
-            preds[i].argmax = argmax(logits, n_vocab);
-        } else {
-            sampling_distribution(logits, n_vocab, params, preds[i].p);
-        }
+        read(row0 + i, params, preds[i]);
     }
     cache_.rollback(n);  // (the padding, where there was any)
     return true;
+}
+
+int32_t model_dsi_server::predict_first(const std::vector<llama_token> & prompt, const sampling_params & params,
+                                        const std::function<void()> & between_chunks, dsi_prediction & out) {
+    const int32_t n      = (int32_t) prompt.size();
+    const int32_t n_keep = cache_.keep_common_prefix(prompt, n - 1);
+    if (cache_.recurrent() || cache_.window_only()) {
+        cache_.decode(prompt.data() + n_keep, n - 1 - n_keep, false, nullptr, between_chunks);
+        cache_.keep_checkpoint();
+        cache_.decode(prompt.data() + n - 1, 1, false);
+    } else {
+        cache_.decode(prompt.data() + n_keep, n - n_keep, false, nullptr, between_chunks);
+    }
+    read(0, params, out);
+    return n_keep;
+}
+
+void model_dsi_server::read(int32_t i, const sampling_params & params, dsi_prediction & out) const {
+    if (cache_.chain().what != device_chain::kind::none) {  // (its candidates came back)
+        const sampled_row row = cache_.sampled(i);
+        if (params.greedy()) {
+            out.argmax = row_argmax(row);
+        } else {
+            row_distribution(row, params, out.p);
+        }
+        return;
+    }
+    const float * logits = cache_.logits(i);
+    if (params.greedy()) {
+        out.argmax = argmax(logits, cache_.n_vocab());
+    } else {
+        sampling_distribution(logits, cache_.n_vocab(), params, out.p);
+    }
 }
 
 bool wait_unless_cancelled(double ms, const std::atomic<bool> & cancel) {

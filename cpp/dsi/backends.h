@@ -48,11 +48,20 @@ class model_dsi_server : public dsi_server {
     bool verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
                 const sampling_params & params, const std::atomic<bool> & cancel,
                 std::vector<dsi_prediction> & preds) override;
+    // before the run: decode what the cache lacks of the prompt, and the target's prediction for the
+    // token after it into out, in one pass (a memory that cannot drop a tail: the prompt but its
+    // last token first, keeping a checkpoint there for the next run, then that token).
+    // between_chunks: kv_cache::decode's. Returns the prompt tokens the cache held.
+    int32_t predict_first(const std::vector<llama_token> & prompt, const sampling_params & params,
+                          const std::function<void()> & between_chunks, dsi_prediction & out);
 
     int32_t pad_to() const { return pad_to_; }
     int64_t n_padded() const { return n_padded_; }  // tokens decoded as padding so far
 
   private:
+    // the prediction from the last decode's output row i
+    void read(int32_t i, const sampling_params & params, dsi_prediction & out) const;
+
     kv_cache &               cache_;
     int32_t                  pad_to_   = 0;
     int64_t                  n_padded_ = 0;

@@ -60,9 +60,6 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     st.checkpoint_memory = checkpoint_memory(std::vector<const kv_cache *>(all.begin(), all.end()));
     const auto t_start     = clock_type::now();
 
-    dsi_prefill(setup, prompt, st, check);
-    st.t_prefill_ms = ms_since(t_start);
-
     // shaped as mode si's decodes are (decoder_params::draft_catch_up, verify_shape): the drafter's
     // catch-ups token by token, and every server's batch padded to one length, the sp tasks of
     // lookahead drafts that a server catches up on in the steady state, on a GPU of this machine
@@ -76,6 +73,10 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
         servers.push_back(std::make_unique<model_dsi_server>(*c, pads ? pad_to : 0));
         server_ptrs.push_back(servers.back().get());
     }
+
+    dsi_prediction first;  // the target's prediction after the prompt, from the prompt's own pass
+    dsi_prefill(setup, *servers[0], params.sampling, prompt, st, check, first);
+    st.t_prefill_ms = ms_since(t_start);
 
     text_stream stream(params.stop);
     std::string finish;
@@ -118,7 +119,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     const int32_t  last  = std::min(n_prompt + params.max_tokens - 1, n_ctx);
     const uint64_t seed  = seed_or_random(params.seed);
     dsi_report rep;
-    rep.stats            = run_dsi(drafter, server_ptrs, prompt, last, params.sampling, seed, dp, cb, target_->n_vocab);
+    rep.stats = run_dsi(drafter, server_ptrs, prompt, last, params.sampling, seed, dp, cb, target_->n_vocab, &first);
     rep.sp               = options.sp;
     rep.lookahead        = options.lookahead;
     rep.n_threads_draft  = setup.n_threads_draft;
@@ -231,36 +232,49 @@ decoder::dsi_setup decoder::dsi_prepare(const dsi_options & options) {
     return out;
 }
 
-void decoder::dsi_prefill(const dsi_setup & setup, const std::vector<llama_token> & prompt, generate_stats & st,
-                          const interrupt_check & check) {
+void decoder::dsi_prefill(const dsi_setup & setup, model_dsi_server & first_server, const sampling_params & sampling,
+                          const std::vector<llama_token> & prompt, generate_stats & st, const interrupt_check & check,
+                          dsi_prediction & first) {
     const int32_t n_prompt = (int32_t) prompt.size();
     // the prompt passes run one after another, each on the decoder's every thread: the split
     // between the drafter and the servers is for the run, where they compute at once
     const int32_t budget = ctx_params_.n_threads > 0 ? ctx_params_.n_threads : default_threads();
-    // prefill every server and the drafter, so that tasks carry only new tokens
-    // (the first server first: the others, the same model, may copy its keys and values instead)
-    for (kv_cache * c : setup.caches) {
+    // the first server reads the prompt and predicts the token after it, in one pass (as plain
+    // decoding's first step) unless the draft copies its keys and values, which it can only while
+    // the server holds all of the prompt but its last token; the other servers hold that much, or
+    // copy the first server's keys and values where that is cheaper, and their first tasks go on
+    const auto prefill = [&](kv_cache * c) {
         const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
-        if (c == tgt_cache_.get()) {
-            st.n_prompt_cached = n_keep;
-        }
-        const bool copied = c != tgt_cache_.get() && copy_server_prefill_ &&
+        const bool    copied = c != tgt_cache_.get() && copy_server_prefill_ &&
                             copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) && c->copy_from(*tgt_cache_);
         if (!copied) {
-            c->set_n_threads(budget);
             c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
-            c->set_n_threads(setup.n_threads_server);
         }
         c->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next run
-    }
-    // a draft that copies the target's keys and values takes them now, while the target holds the
-    // prompt alone; one that decodes the prompt does so in its thread as the run starts
-    // (model_dsi_drafter::read_prompt), so that the first tokens do not wait for it
+        return n_keep;
+    };
+    // (where the draft decodes the prompt, it does so in its thread as the run starts:
+    // model_dsi_drafter::read_prompt, so that the first tokens do not wait for it)
+    tgt_cache_->set_n_threads(budget);
     if (share_prefill_) {
+        st.n_prompt_cached = prefill(tgt_cache_.get());
         dft_cache_->set_n_threads(budget);
         st.n_prompt_shared = drafter_->prefill(prompt, check, tgt_cache_.get());
         dft_cache_->set_n_threads(setup.n_threads_draft);
+    } else {
+        st.n_prompt_cached = first_server.predict_first(prompt, sampling, check, first);
     }
+    for (kv_cache * c : setup.caches) {
+        if (c != tgt_cache_.get()) {
+            c->set_n_threads(budget);
+            prefill(c);
+            c->set_n_threads(setup.n_threads_server);
+        }
+    }
+    if (share_prefill_) {
+        first_server.predict_first(prompt, sampling, check, first);  // (the prompt's last token)
+    }
+    tgt_cache_->set_n_threads(setup.n_threads_server);
 }
 
 }  // namespace specllama

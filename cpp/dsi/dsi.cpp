@@ -37,7 +37,7 @@ class orchestrator {
   public:
     orchestrator(dsi_drafter & drafter, const std::vector<dsi_server *> & servers, std::vector<llama_token> seq,
                  int32_t last_index, const sampling_params & sampling, uint64_t seed, const dsi_params & params,
-                 const dsi_callbacks & cb, int32_t n_vocab)
+                 const dsi_callbacks & cb, int32_t n_vocab, const dsi_prediction * first)
         : drafter_(drafter), servers_(servers), spec_(std::move(seq)), last_index_(last_index), sampling_(sampling),
           params_(params), cb_(cb), n_vocab_(n_vocab), rng_(seed), seed_draft_(seed ^ 0x9e3779b97f4a7c15ULL) {
         L_          = (int32_t) spec_.size();
@@ -49,6 +49,11 @@ class orchestrator {
         preds_.resize(n_idx);
         qs_.resize(spec_.size());
         assigned_.resize(servers.size());
+        if (first != nullptr && !have_.empty()) {
+            have_[0]    = 1;
+            preds_[0]   = *first;
+            next_first_ = L_ + 1;
+        }
     }
 
     ~orchestrator() { shutdown(); }
@@ -400,7 +405,7 @@ void dsi_params_validate(const dsi_params & p, int32_t n_servers) {
 
 dsi_stats run_dsi(dsi_drafter & drafter, const std::vector<dsi_server *> & servers, std::vector<llama_token> seq,
                   int32_t last_index, const sampling_params & sampling, uint64_t seed, const dsi_params & params,
-                  const dsi_callbacks & cb, int32_t n_vocab) {
+                  const dsi_callbacks & cb, int32_t n_vocab, const dsi_prediction * first) {
     dsi_params_validate(params, (int32_t) servers.size());
     if (seq.empty()) {
         throw std::invalid_argument("DSI needs a non-empty prompt");
@@ -408,7 +413,7 @@ dsi_stats run_dsi(dsi_drafter & drafter, const std::vector<dsi_server *> & serve
     if (last_index < (int32_t) seq.size()) {
         return dsi_stats{};
     }
-    orchestrator o(drafter, servers, std::move(seq), last_index, sampling, seed, params, cb, n_vocab);
+    orchestrator o(drafter, servers, std::move(seq), last_index, sampling, seed, params, cb, n_vocab, first);
     return o.run();
 }
 

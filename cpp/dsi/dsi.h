@@ -103,9 +103,11 @@ struct dsi_callbacks {
 // Run DSI from the text seq (the prompt; the servers and the drafter catch up on it as part of their
 // first batches), verifying indices up to last_index at most. The calling thread orchestrates; the
 // drafter and each server run in threads of their own for the duration of the call.
+// first: the target's prediction for the index after seq, where a server made it with the prompt's
+// own pass (model_dsi_server::predict_first); the first task then starts at the index after it.
 dsi_stats run_dsi(dsi_drafter & drafter, const std::vector<dsi_server *> & servers, std::vector<llama_token> seq,
                   int32_t last_index, const sampling_params & sampling, uint64_t seed, const dsi_params & params,
-                  const dsi_callbacks & cb, int32_t n_vocab);
+                  const dsi_callbacks & cb, int32_t n_vocab, const dsi_prediction * first = nullptr);
 
 void dsi_params_validate(const dsi_params & params, int32_t n_servers);
 

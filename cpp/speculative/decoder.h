@@ -30,6 +30,8 @@
 
 namespace specllama {
 
+class model_dsi_server;  // dsi/backends.h
+
 // the loop's clock, and the milliseconds since t by it
 using clock_type = std::chrono::steady_clock;
 inline double ms_since(clock_type::time_point t) {
@@ -460,8 +462,11 @@ class decoder {
         int32_t                                   n_threads_draft = 0, n_threads_server = 0;
     };
     dsi_setup dsi_prepare(const dsi_options & options);
-    void      dsi_prefill(const dsi_setup & setup, const std::vector<llama_token> & prompt, generate_stats & st,
-                          const interrupt_check & check);
+    // the prompt's passes before the run: every server's (the first predicting the token after it,
+    // into first) and the draft's where it copies the target's keys and values
+    void      dsi_prefill(const dsi_setup & setup, model_dsi_server & first_server, const sampling_params & sampling,
+                          const std::vector<llama_token> & prompt, generate_stats & st, const interrupt_check & check,
+                          dsi_prediction & first);
     // the drafter's and the servers' device chains (place_sampling's, the target's on every server)
     void      dsi_place_sampling(const generate_params & params, const run_plan & plan,
                                  const std::vector<kv_cache *> & caches, generate_stats & st);
