@@ -442,7 +442,9 @@ def _dsi_line(d) -> str:
     return (f"DSI: {d.n_tasks} verification tasks ({d.n_tasks_cancelled} cancelled) on {d.sp} server(s) x "
             f"{d.n_threads_server} thread(s), drafter {d.n_threads_draft} thread(s); {d.n_drafted} drafted, "
             f"{d.n_accepted}/{d.n_checked} judged drafts kept, {d.n_target_only} tokens from the target alone; "
-            f"{d.verify_hidden_share:.0%} of verification time hidden behind drafting")
+            f"{d.verify_hidden_share:.0%} of verification time hidden behind drafting"
+            + (f"; the draft read {d.n_draft_prompt} prompt tokens in its thread ({d.t_draft_prompt_ms:.0f} ms)"
+               if d.n_draft_prompt else ""))
 
 
 def _stats_line(stats) -> str:

@@ -21,7 +21,7 @@ import specllama
 from conftest import wait_until_waiting_for_input
 from specllama.chat import ChatSession
 from specllama.chat import ChatInput
-from specllama.cli import main
+from specllama.cli import _dsi_line, main
 
 
 @pytest.fixture()
@@ -379,6 +379,19 @@ def test_generate_dsi_mode(runner, tiny):
     assert d["sp"] == 1 and d["lookahead"] == 4 and d["n_checked"] + d["n_target_only"] == 8
     bad = runner.invoke(main, ["generate", "hi", *_pair(tiny), "--mode", "dsi", "--drafter", "lookup"])
     assert bad.exit_code == 2 and "mode 'dsi' drafts with the draft model" in bad.stderr
+
+
+def test_dsi_line_says_what_the_draft_read_in_its_thread(slow):
+    """The draft decodes the prompt in its thread (this pair's draft cannot copy the target's keys and
+    values): the stats line says how many tokens it read, and nothing where it read none."""
+    kw = dict(max_tokens=8, temperature=0, ignore_eos=True, mode="dsi", wait_for_drafts=True)
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=256) as dec:
+        prompt = dec.tokenize("the cat is on the hot word and they were all there")
+        read = dec.generate(prompt, **kw).dsi
+        again = dec.generate(prompt, **kw).dsi  # (its cache holds the prompt)
+    assert read.n_draft_prompt == len(prompt) - 1 and again.n_draft_prompt == 0
+    assert f"the draft read {len(prompt) - 1} prompt tokens in its thread" in _dsi_line(read)
+    assert "prompt tokens" not in _dsi_line(again)
 
 
 def test_chat_dsi_mode(runner, tiny):
