@@ -138,6 +138,32 @@ def test_dsi_draft_reads_the_prompt_in_its_own_thread(slow, tiny):
         assert r.tokens == ref
         assert r.dsi.n_draft_prompt == 0 and r.dsi.t_draft_prompt_ms == 0
         assert r.stats.n_prompt_shared == len(prompt) - 1
+        assert r.dsi.n_server_prompt == 0  # (the second server copied the first's keys and values)
+
+
+@pytest.mark.parametrize("share_prefill", [True, False])
+def test_dsi_servers_copy_or_read_the_prompt_in_their_threads(slow, share_prefill):
+    """Servers beyond the first copy its keys and values before the run where that pays (on a CPU),
+    or read the prompt in their threads as the run starts (share_prefill=False, as on a GPU), and get
+    tasks once they have; the output is plain decoding's either way, and stays so in later runs."""
+    with specllama.SpeculativeDecoder(slow.target, slow.draft, n_ctx=512, share_prefill=share_prefill) as dec:
+        for prompt in PROMPTS:
+            n_prompt = len(dec.tokenize(prompt))
+            plain = dec.generate(prompt, max_tokens=40, temperature=0, speculative=False, ignore_eos=True).tokens
+            for _ in range(2):
+                dec.reset()
+                r = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, mode="dsi", sp=3,
+                                 lookahead=2)
+                assert r.tokens == plain
+                d = r.dsi
+                assert len(d.n_server_tasks) == 3 and sum(d.n_server_tasks) == d.n_tasks
+                if share_prefill:
+                    assert d.n_server_prompt == 0
+                else:  # each server read all of it, or was stopped with nothing read
+                    assert d.n_server_prompt in (0, n_prompt - 1, 2 * (n_prompt - 1))
+                again = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, mode="dsi", sp=3,
+                                     lookahead=2)
+                assert again.tokens == plain
 
 
 @pytest.mark.slow
@@ -273,6 +299,27 @@ def test_online_orchestrator_on_simulated_servers_emits_the_targets_text(f, acce
         r = simulate.online(m, t_target, f * t_target, right, n, lookahead=k, sp=sp)
         assert r["correct"] and r["n_tokens"] == n, (m, r)
         assert r["n_tasks_cancelled"] <= r["n_tasks"] and r["n_accepted"] <= r["n_checked"]
+
+
+def test_servers_reading_the_prompt_get_no_tasks_and_the_run_does_not_wait_for_them():
+    """The drafter and every server but the first read the prompt in their threads as the run
+    starts; a server gets tasks only once it has read it, and a run that ends first stops the reads.
+    Here the reads never end by themselves: the first server emits every token alone, and the run
+    returns with the reads stopped."""
+    from specllama import _core
+
+    n = 40
+    stats, n_tokens, correct = _core.simulate_dsi(1.0, 0.5, [True] * n, lookahead=2, sp=3, n_prompt=20,
+                                                  prompt_ms=1e9)
+    assert correct and n_tokens == n
+    assert stats.n_server_tasks == [n, 0, 0] and stats.n_tasks == n
+    assert stats.n_server_prompt == 0 and stats.n_draft_prompt == 0  # (stopped: nothing read)
+    assert stats.n_target_only == n and stats.n_drafted == 0
+    # reads that end: the drafter and both servers read the prompt's 19 tokens before the last
+    stats, n_tokens, correct = _core.simulate_dsi(1.0, 0.5, [True] * 400, lookahead=2, sp=3, n_prompt=20,
+                                                  prompt_ms=1.0)
+    assert correct and n_tokens == 400 and sum(stats.n_server_tasks) == stats.n_tasks
+    assert stats.n_draft_prompt == 19 and stats.n_server_prompt in (0, 19, 38)
 
 
 def test_online_modes_validate():

@@ -174,6 +174,12 @@ void register_stats(py::module_ & m) {
                                "the run, or the run ended first)")
         .def_property_readonly("t_draft_prompt_ms", [](const dsi_report & r) { return r.stats.t_draft_prompt_ms; },
                                "its time reading them")
+        .def_property_readonly("n_server_prompt", [](const dsi_report & r) { return r.stats.n_server_prompt; },
+                               "prompt tokens the servers beyond the first read in their threads while the first "
+                               "started (summed; 0 where they copied the first server's keys and values before "
+                               "the run)")
+        .def_property_readonly("n_server_tasks", [](const dsi_report & r) { return r.stats.n_server_tasks; },
+                               "verification tasks sent to each server (a server reading the prompt gets none)")
         .def_property_readonly("t_verify_ms", [](const dsi_report & r) { return r.stats.t_verify_ms; },
                                "servers computing")
         .def_property_readonly("t_verify_wasted_ms", [](const dsi_report & r) { return r.stats.t_verify_wasted_ms; },

@@ -72,6 +72,22 @@ int32_t model_dsi_drafter::read_prompt(const std::vector<llama_token> & prompt, 
     return n_new;
 }
 
+int32_t model_dsi_server::read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
+    const int32_t n = (int32_t) prompt.size();
+    if (!reads_prompt_ || n < 2) {
+        return 0;
+    }
+    abort_scope   scope(cache_, stop);
+    const int32_t n_keep = cache_.keep_common_prefix(prompt, n - 1);
+    try {
+        cache_.decode(prompt.data() + n_keep, n - 1 - n_keep, false);
+    } catch (const decode_aborted &) {
+        return 0;  // the run ended first: the cache holds what it held before
+    }
+    cache_.keep_checkpoint();  // a state that cannot drop a tail comes back here for the next run
+    return n - 1 - n_keep;
+}
+
 bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
                               const sampling_params & params, const std::atomic<bool> & cancel,
                               std::vector<dsi_prediction> & preds) {
@@ -180,6 +196,14 @@ bool simulated_drafter::propose(const std::vector<llama_token> & seq, int32_t, c
     const bool right  = off >= 0 && off < (int32_t) world_.drafter_right.size() && world_.drafter_right[off];
     token             = right ? world_.truth(j) : (world_.truth(j) + 1) % world_.n_vocab;
     return true;
+}
+
+int32_t simulated_drafter::read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
+    return prompt_ms_ > 0 && wait_unless_cancelled(prompt_ms_, stop) ? (int32_t) prompt.size() - 1 : 0;
+}
+
+int32_t simulated_server::read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
+    return prompt_ms_ > 0 && wait_unless_cancelled(prompt_ms_, stop) ? (int32_t) prompt.size() - 1 : 0;
 }
 
 bool simulated_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t, const sampling_params &,

@@ -54,6 +54,11 @@ class model_dsi_server : public dsi_server {
     // between_chunks: kv_cache::decode's. Returns the prompt tokens the cache held.
     int32_t predict_first(const std::vector<llama_token> & prompt, const sampling_params & params,
                           const std::function<void()> & between_chunks, dsi_prediction & out);
+    // with set_reads_prompt, read_prompt decodes what the cache lacks of the prompt but its last
+    // token, in the server's thread as the run starts; else the caller cached it before the run
+    bool    reads_prompt() const override { return reads_prompt_; }
+    int32_t read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) override;
+    void    set_reads_prompt(bool on) { reads_prompt_ = on; }
 
     int32_t pad_to() const { return pad_to_; }
     int64_t n_padded() const { return n_padded_; }  // tokens decoded as padding so far
@@ -65,6 +70,7 @@ class model_dsi_server : public dsi_server {
     kv_cache &               cache_;
     int32_t                  pad_to_   = 0;
     int64_t                  n_padded_ = 0;
+    bool                     reads_prompt_ = false;
     std::vector<llama_token> batch_;
 };
 
@@ -81,27 +87,36 @@ struct simulated_world {
     bool on_truth(const std::vector<llama_token> & seq, int32_t end) const;
 };
 
+// prompt_ms > 0: it reads the prompt in its thread as the run starts, a wait of prompt_ms
 class simulated_drafter : public dsi_drafter {
   public:
-    simulated_drafter(const simulated_world & world, double latency_ms) : world_(world), latency_ms_(latency_ms) {}
+    simulated_drafter(const simulated_world & world, double latency_ms, double prompt_ms = 0)
+        : world_(world), latency_ms_(latency_ms), prompt_ms_(prompt_ms) {}
     bool propose(const std::vector<llama_token> & seq, int32_t n_verified, const sampling_params & params,
                  rng_t & rng, const std::atomic<bool> & cancel, llama_token & token, token_dist & q) override;
+    int32_t read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) override;
 
   private:
     const simulated_world & world_;
     double                  latency_ms_;
+    double                  prompt_ms_;
 };
 
+// prompt_ms > 0: it reads the prompt in its thread as the run starts, a wait of prompt_ms
 class simulated_server : public dsi_server {
   public:
-    simulated_server(const simulated_world & world, double latency_ms) : world_(world), latency_ms_(latency_ms) {}
+    simulated_server(const simulated_world & world, double latency_ms, double prompt_ms = 0)
+        : world_(world), latency_ms_(latency_ms), prompt_ms_(prompt_ms) {}
     bool verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
                 const sampling_params & params, const std::atomic<bool> & cancel,
                 std::vector<dsi_prediction> & preds) override;
+    bool    reads_prompt() const override { return prompt_ms_ > 0; }
+    int32_t read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) override;
 
   private:
     const simulated_world & world_;
     double                  latency_ms_;
+    double                  prompt_ms_;
 };
 
 // wait ms milliseconds unless cancel is set first (then false)

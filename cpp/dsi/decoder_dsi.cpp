@@ -75,7 +75,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
     }
 
     dsi_prediction first;  // the target's prediction after the prompt, from the prompt's own pass
-    dsi_prefill(setup, *servers[0], params.sampling, prompt, st, check, first);
+    dsi_prefill(setup, servers, params.sampling, prompt, st, check, first);
     st.t_prefill_ms = ms_since(t_start);
 
     text_stream stream(params.stop);
@@ -232,47 +232,44 @@ decoder::dsi_setup decoder::dsi_prepare(const dsi_options & options) {
     return out;
 }
 
-void decoder::dsi_prefill(const dsi_setup & setup, model_dsi_server & first_server, const sampling_params & sampling,
-                          const std::vector<llama_token> & prompt, generate_stats & st, const interrupt_check & check,
-                          dsi_prediction & first) {
+void decoder::dsi_prefill(const dsi_setup & setup, const std::vector<std::unique_ptr<model_dsi_server>> & servers,
+                          const sampling_params & sampling, const std::vector<llama_token> & prompt,
+                          generate_stats & st, const interrupt_check & check, dsi_prediction & first) {
     const int32_t n_prompt = (int32_t) prompt.size();
-    // the prompt passes run one after another, each on the decoder's every thread: the split
-    // between the drafter and the servers is for the run, where they compute at once
+    // the prompt passes before the run take the decoder's every thread: the split between the
+    // drafter and the servers is for the run, where they compute at once
     const int32_t budget = ctx_params_.n_threads > 0 ? ctx_params_.n_threads : default_threads();
-    // the first server reads the prompt and predicts the token after it, in one pass (as plain
+    // The first server reads the prompt and predicts the token after it, in one pass (as plain
     // decoding's first step) unless the draft copies its keys and values, which it can only while
-    // the server holds all of the prompt but its last token; the other servers hold that much, or
-    // copy the first server's keys and values where that is cheaper, and their first tasks go on
-    const auto prefill = [&](kv_cache * c) {
-        const int32_t n_keep = c->keep_common_prefix(prompt, n_prompt - 1);
-        const bool    copied = c != tgt_cache_.get() && copy_server_prefill_ &&
-                            copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) && c->copy_from(*tgt_cache_);
-        if (!copied) {
-            c->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
+    // the server holds all of the prompt but its last token. The other servers copy the first
+    // server's keys and values where that is cheaper than decoding what they lack; else they, and
+    // a draft that decodes the prompt, read it in their threads as the run starts
+    // (dsi_server::read_prompt), so that the first tokens do not wait for them
+    const auto copy_first = [&](kv_cache & c) {
+        const int32_t n_keep = c.keep_common_prefix(prompt, n_prompt - 1);
+        if (copy_server_prefill_ && copy_pays(n_prompt - 1 - n_keep, n_prompt - 1) && c.copy_from(*tgt_cache_)) {
+            c.keep_checkpoint();  // a state that cannot drop a tail comes back here for the next run
+            return true;
         }
-        c->keep_checkpoint();  // a state that cannot drop a tail comes back here for the next run
-        return n_keep;
+        return false;
     };
-    // (where the draft decodes the prompt, it does so in its thread as the run starts:
-    // model_dsi_drafter::read_prompt, so that the first tokens do not wait for it)
     tgt_cache_->set_n_threads(budget);
     if (share_prefill_) {
-        st.n_prompt_cached = prefill(tgt_cache_.get());
+        const int32_t n_keep = tgt_cache_->keep_common_prefix(prompt, n_prompt - 1);
+        tgt_cache_->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
+        tgt_cache_->keep_checkpoint();
+        st.n_prompt_cached = n_keep;
         dft_cache_->set_n_threads(budget);
         st.n_prompt_shared = drafter_->prefill(prompt, check, tgt_cache_.get());
         dft_cache_->set_n_threads(setup.n_threads_draft);
     } else {
-        st.n_prompt_cached = first_server.predict_first(prompt, sampling, check, first);
+        st.n_prompt_cached = servers[0]->predict_first(prompt, sampling, check, first);
     }
-    for (kv_cache * c : setup.caches) {
-        if (c != tgt_cache_.get()) {
-            c->set_n_threads(budget);
-            prefill(c);
-            c->set_n_threads(setup.n_threads_server);
-        }
+    for (size_t s = 1; s < servers.size(); ++s) {
+        servers[s]->set_reads_prompt(!copy_first(*setup.caches[s]));
     }
     if (share_prefill_) {
-        first_server.predict_first(prompt, sampling, check, first);  // (the prompt's last token)
+        servers[0]->predict_first(prompt, sampling, check, first);  // (the prompt's last token)
     }
     tgt_cache_->set_n_threads(setup.n_threads_server);
 }

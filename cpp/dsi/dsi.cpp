@@ -49,6 +49,11 @@ class orchestrator {
         preds_.resize(n_idx);
         qs_.resize(spec_.size());
         assigned_.resize(servers.size());
+        ready_.resize(servers.size());
+        st_.n_server_tasks.assign(servers.size(), 0);
+        for (size_t i = 0; i < servers.size(); ++i) {
+            ready_[i] = !servers[i]->reads_prompt();
+        }
         if (first != nullptr && !have_.empty()) {
             have_[0]    = 1;
             preds_[0]   = *first;
@@ -86,9 +91,11 @@ class orchestrator {
                     break;
                 }
             }
-            seen_size_ = (int32_t) spec_.size();
-            cv_.wait_for(lock, std::chrono::milliseconds(5),
-                         [this] { return error_ || !finished_.empty() || (int32_t) spec_.size() != seen_size_; });
+            seen_size_  = (int32_t) spec_.size();
+            seen_ready_ = n_ready_;
+            cv_.wait_for(lock, std::chrono::milliseconds(5), [this] {
+                return error_ || !finished_.empty() || (int32_t) spec_.size() != seen_size_ || n_ready_ != seen_ready_;
+            });
             if (error_) {
                 std::rethrow_exception(error_);  // the destructor stops the threads
             }
@@ -177,6 +184,27 @@ class orchestrator {
 
     // --- server threads -------------------------------------------------------------------------
     void server_loop(size_t s) {
+        if (!ready_[s]) {  // (set before the threads started; only this thread changes it)
+            std::vector<llama_token> prompt;
+            {
+                std::lock_guard<std::mutex> lock(m_);
+                prompt.assign(spec_.begin(), spec_.begin() + base_);
+            }
+            int32_t n_read = 0;
+            try {
+                n_read = servers_[s]->read_prompt(prompt, stop_read_);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(m_);
+                error_ = std::current_exception();
+                cv_.notify_all();
+                return;
+            }
+            std::lock_guard<std::mutex> lock(m_);
+            st_.n_server_prompt += n_read;
+            ready_[s] = 1;
+            n_ready_ += 1;
+            cv_.notify_all();
+        }
         std::unique_lock<std::mutex> lock(m_);
         while (true) {
             cv_.wait(lock, [&] { return stop_threads_ || assigned_[s] != nullptr; });
@@ -207,7 +235,7 @@ class orchestrator {
     void launch() {
         while (next_first_ <= last_index_) {
             size_t s = 0;
-            while (s < assigned_.size() && assigned_[s] != nullptr) {
+            while (s < assigned_.size() && (assigned_[s] != nullptr || !ready_[s])) {
                 ++s;
             }
             if (s == assigned_.size()) {
@@ -242,6 +270,7 @@ class orchestrator {
             in_flight_.push_back(t);
             busy_ += 1;
             st_.n_tasks += 1;
+            st_.n_server_tasks[s] += 1;
             next_first_ = b + 1;
             fresh_      = false;
             cv_.notify_all();
@@ -378,6 +407,8 @@ class orchestrator {
     std::vector<char>                  have_;   // have_[j - base_]: a prediction for index j is in
     std::vector<dsi_prediction>        preds_;
     std::vector<std::shared_ptr<task>> assigned_;  // per server: its task, or none
+    std::vector<char>                  ready_;     // per server: it has read the prompt (or reads none)
+    int32_t                            n_ready_ = 0, seen_ready_ = 0;  // servers that became ready
     std::vector<std::shared_ptr<task>> in_flight_;
     std::vector<std::shared_ptr<task>> finished_;
     std::exception_ptr                 error_;

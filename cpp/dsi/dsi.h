@@ -63,6 +63,14 @@ class dsi_server {
     virtual bool verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
                         const sampling_params & params, const std::atomic<bool> & cancel,
                         std::vector<dsi_prediction> & preds) = 0;
+    // a server that reads the prompt in its thread as the run starts (read_prompt, as the drafter's)
+    // gets no task until it has; the others take tasks at once
+    virtual bool    reads_prompt() const { return false; }
+    virtual int32_t read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
+        (void) prompt;
+        (void) stop;
+        return 0;
+    }
 };
 
 struct dsi_params {
@@ -86,6 +94,8 @@ struct dsi_stats {
     double  t_draft_idle_ms   = 0;  // the drafter waiting (max_ahead reached, or SI waiting for its task)
     int32_t n_draft_prompt    = 0;  // prompt tokens the drafter read in its thread (dsi_drafter::read_prompt)
     double  t_draft_prompt_ms = 0;  // its time reading them (0 where it read none)
+    int32_t n_server_prompt   = 0;  // prompt tokens servers read in their threads (dsi_server::read_prompt), summed
+    std::vector<int32_t> n_server_tasks;  // tasks sent to each server
     double  t_verify_ms       = 0;  // servers computing, summed over servers
     double  t_verify_wasted_ms = 0;  // of which on tasks whose results were not used
 };

@@ -462,11 +462,11 @@ class decoder {
         int32_t                                   n_threads_draft = 0, n_threads_server = 0;
     };
     dsi_setup dsi_prepare(const dsi_options & options);
-    // the prompt's passes before the run: every server's (the first predicting the token after it,
-    // into first) and the draft's where it copies the target's keys and values
-    void      dsi_prefill(const dsi_setup & setup, model_dsi_server & first_server, const sampling_params & sampling,
-                          const std::vector<llama_token> & prompt, generate_stats & st, const interrupt_check & check,
-                          dsi_prediction & first);
+    // the prompt's passes before the run: the first server's, predicting the token after it into
+    // first; the copies of its keys and values to the others and to the draft, where they pay
+    void      dsi_prefill(const dsi_setup & setup, const std::vector<std::unique_ptr<model_dsi_server>> & servers,
+                          const sampling_params & sampling, const std::vector<llama_token> & prompt,
+                          generate_stats & st, const interrupt_check & check, dsi_prediction & first);
     // the drafter's and the servers' device chains (place_sampling's, the target's on every server)
     void      dsi_place_sampling(const generate_params & params, const run_plan & plan,
                                  const std::vector<kv_cache *> & caches, generate_stats & st);
