@@ -70,6 +70,9 @@ def main() -> None:
     ap.add_argument("--long-tokens", type=int, default=1024, help="the long prompt's length in tokens")
     ap.add_argument("--mode", choices=("si", "dsi"), default="si", help="the speculative runs' mode")
     ap.add_argument("--sp", type=int, default=2, help="DSI's target servers (--mode dsi)")
+    ap.add_argument("--no-share-prefill", action="store_true",
+                    help="no copies of keys and values between the decoder's contexts (as where a model is "
+                         "offloaded to a GPU): the draft, and DSI's servers, process the prompt themselves")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", help="write the report as JSON here")
@@ -80,6 +83,8 @@ def main() -> None:
         ngl = -1 if args.ngl == "all" else int(args.ngl)
         placement = dict(n_gpu_layers=ngl, n_gpu_layers_draft=ngl)
     runs = {}
+    if args.no_share_prefill:
+        placement["share_prefill"] = False
     with specllama.SpeculativeDecoder(target, draft, n_ctx=args.long_tokens + args.n + 256, n_threads=args.threads,
                                       **placement) as dec:
         code = dec.tokenize(LONG_SOURCE.read_text(encoding="utf-8"), add_special=False)[:args.long_tokens]
@@ -93,7 +98,7 @@ def main() -> None:
                                                                      dsi))
     report = {"provenance": provenance({"target": target, "draft": draft}, args.threads or None),
               "n": args.n, "fixed_draft": args.fixed_draft, "mode": args.mode, "rounds": args.rounds,
-              "results": {}}
+              "share_prefill": not args.no_share_prefill, "results": {}}
     if dsi:
         report["sp"] = args.sp
     lengths = (f"fixed {args.fixed_draft}-token drafts" if args.fixed_draft and not dsi
