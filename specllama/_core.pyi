@@ -1036,6 +1036,16 @@ class DSIStats:
         tokens the servers decoded as padding
         """
     @property
+    def n_server_prompt(self) -> int:
+        """
+        prompt tokens the servers beyond the first read in their threads while the first started (summed; 0 where they copied the first server's keys and values before the run)
+        """
+    @property
+    def n_server_tasks(self) -> list[int]:
+        """
+        verification tasks sent to each server (a server reading the prompt gets none)
+        """
+    @property
     def n_target_only(self) -> int:
         """
         tokens emitted from the target with no draft beside them
@@ -1330,9 +1340,9 @@ def sampling_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy
     """
     The distribution (dense, float32) a sampler with these settings draws from; temperature 0 is one-hot argmax. infill_model: then llama.cpp's infill sampler, with that model's vocabulary. logit_bias ({token: bias}) and the repetition penalties over the last repeat_last_n tokens of history come first, as in llama.cpp's chain.
     """
-def simulate_dsi(target_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_right: collections.abc.Sequence[bool], lookahead: typing.SupportsInt | typing.SupportsIndex = 4, sp: typing.SupportsInt | typing.SupportsIndex = 1, overlap: bool = True, n_prompt: typing.SupportsInt | typing.SupportsIndex = 1, seed: typing.SupportsInt | typing.SupportsIndex = 0) -> tuple[DSIStats, int, bool]:
+def simulate_dsi(target_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_ms: typing.SupportsFloat | typing.SupportsIndex, drafter_right: collections.abc.Sequence[bool], lookahead: typing.SupportsInt | typing.SupportsIndex = 4, sp: typing.SupportsInt | typing.SupportsIndex = 1, overlap: bool = True, n_prompt: typing.SupportsInt | typing.SupportsIndex = 1, seed: typing.SupportsInt | typing.SupportsIndex = 0, prompt_ms: typing.SupportsFloat | typing.SupportsIndex = 0.0, draft_prompt_ms: typing.SupportsFloat | typing.SupportsIndex = 0.0) -> tuple[DSIStats, int, bool]:
     """
-    Run the DSI orchestrator (overlap=False: SI; with lookahead=0 too: non-SI) against simulated servers whose forward pass waits target_ms and a drafter that waits drafter_ms per token and proposes the target's token where drafter_right[i] is true. Returns (DSIStats, tokens emitted, whether the output equals the simulated target's).
+    Run the DSI orchestrator (overlap=False: SI; with lookahead=0 too: non-SI) against simulated servers whose forward pass waits target_ms and a drafter that waits drafter_ms per token and proposes the target's token where drafter_right[i] is true. prompt_ms > 0: every server but the first reads the prompt in its thread as the run starts, a wait of prompt_ms (the first server holds it); draft_prompt_ms > 0: the drafter likewise. Returns (DSIStats, tokens emitted, whether the output equals the simulated target's).
     """
 def supports_gpu_offload() -> bool:
     ...

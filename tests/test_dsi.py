@@ -13,6 +13,7 @@ test_sampling_end_to_end.py).
 from __future__ import annotations
 
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -304,20 +305,31 @@ def test_online_orchestrator_on_simulated_servers_emits_the_targets_text(f, acce
 def test_servers_reading_the_prompt_get_no_tasks_and_the_run_does_not_wait_for_them():
     """The drafter and every server but the first read the prompt in their threads as the run
     starts; a server gets tasks only once it has read it, and a run that ends first stops the reads.
-    Here the reads never end by themselves: the first server emits every token alone, and the run
-    returns with the reads stopped."""
+    Here the servers' reads never end by themselves while the drafter drafts far ahead of the first
+    server (lookahead 2, so tasks queue up for a free server): the first server verifies every task,
+    and the run returns with the reads stopped. Likewise with a drafter whose read never ends: every
+    token is the target's alone."""
     from specllama import _core
 
     n = 40
-    stats, n_tokens, correct = _core.simulate_dsi(1.0, 0.5, [True] * n, lookahead=2, sp=3, n_prompt=20,
-                                                  prompt_ms=1e9)
+    done = []
+    # (in a thread: a run that gave a task to a server still reading would never end)
+    run = threading.Thread(target=lambda: done.append(_core.simulate_dsi(
+        5.0, 0.1, [True] * n, lookahead=2, sp=3, n_prompt=20, prompt_ms=1e9)), daemon=True)
+    run.start()
+    run.join(timeout=600)
+    assert done, "the run waited for a server that was still reading the prompt"
+    stats, n_tokens, correct = done[0]
     assert correct and n_tokens == n
-    assert stats.n_server_tasks == [n, 0, 0] and stats.n_tasks == n
-    assert stats.n_server_prompt == 0 and stats.n_draft_prompt == 0  # (stopped: nothing read)
-    assert stats.n_target_only == n and stats.n_drafted == 0
+    assert stats.n_server_tasks == [stats.n_tasks, 0, 0] and stats.n_server_prompt == 0  # (stopped: nothing read)
+    assert stats.n_checked > 0  # (drafts were judged: the drafter drafted while the servers read)
+    stats, n_tokens, correct = _core.simulate_dsi(1.0, 0.5, [True] * n, lookahead=2, sp=3, n_prompt=20,
+                                                  draft_prompt_ms=1e9)
+    assert correct and n_tokens == n
+    assert stats.n_draft_prompt == 0 and stats.n_drafted == 0 and stats.n_target_only == n
     # reads that end: the drafter and both servers read the prompt's 19 tokens before the last
     stats, n_tokens, correct = _core.simulate_dsi(1.0, 0.5, [True] * 400, lookahead=2, sp=3, n_prompt=20,
-                                                  prompt_ms=1.0)
+                                                  prompt_ms=1.0, draft_prompt_ms=1.0)
     assert correct and n_tokens == 400 and sum(stats.n_server_tasks) == stats.n_tasks
     assert stats.n_draft_prompt == 19 and stats.n_server_prompt in (0, 19, 38)
 

@@ -16,8 +16,8 @@ void register_dsi(py::module_ & m) {
     m.def(
         "simulate_dsi",
         [](double target_ms, double drafter_ms, const std::vector<bool> & drafter_right, int32_t lookahead,
-           int32_t sp, bool overlap, int32_t n_prompt, uint64_t seed, double prompt_ms) {
-            if (!(target_ms >= 0) || !(drafter_ms >= 0) || !(prompt_ms >= 0)) {
+           int32_t sp, bool overlap, int32_t n_prompt, uint64_t seed, double prompt_ms, double draft_prompt_ms) {
+            if (!(target_ms >= 0) || !(drafter_ms >= 0) || !(prompt_ms >= 0) || !(draft_prompt_ms >= 0)) {
                 throw std::invalid_argument("latencies must be >= 0");
             }
             if (n_prompt < 1) {
@@ -32,7 +32,7 @@ void register_dsi(py::module_ & m) {
             world.seed     = seed;
             world.drafter_right.assign(drafter_right.begin(), drafter_right.end());
             const int32_t n_tokens = (int32_t) drafter_right.size();
-            simulated_drafter             drafter(world, drafter_ms, prompt_ms);
+            simulated_drafter             drafter(world, drafter_ms, draft_prompt_ms);
             std::vector<simulated_server> servers;
             servers.reserve(sp > 0 ? sp : 0);
             std::vector<dsi_server *> ptrs;
@@ -68,13 +68,13 @@ void register_dsi(py::module_ & m) {
         },
         py::arg("target_ms"), py::arg("drafter_ms"), py::arg("drafter_right"), py::arg("lookahead") = 4,
         py::arg("sp") = 1, py::arg("overlap") = true, py::arg("n_prompt") = 1, py::arg("seed") = 0,
-        py::arg("prompt_ms") = 0.0,
+        py::arg("prompt_ms") = 0.0, py::arg("draft_prompt_ms") = 0.0,
         "Run the DSI orchestrator (overlap=False: SI; with lookahead=0 too: non-SI) against simulated "
         "servers whose forward pass waits target_ms and a drafter that waits drafter_ms per token and "
-        "proposes the target's token where drafter_right[i] is true. prompt_ms > 0: the drafter and "
-        "every server but the first read the prompt in their threads as the run starts, a wait of "
-        "prompt_ms (the first server holds it). Returns (DSIStats, tokens emitted, whether the output "
-        "equals the simulated target's).");
+        "proposes the target's token where drafter_right[i] is true. prompt_ms > 0: every server but the "
+        "first reads the prompt in its thread as the run starts, a wait of prompt_ms (the first server "
+        "holds it); draft_prompt_ms > 0: the drafter likewise. Returns (DSIStats, tokens emitted, whether "
+        "the output equals the simulated target's).");
 }
 
 }  // namespace specllama_py
