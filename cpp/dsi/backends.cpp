@@ -77,15 +77,21 @@ int32_t model_dsi_server::read_prompt(const std::vector<llama_token> & prompt, c
     if (!reads_prompt_ || n < 2) {
         return 0;
     }
-    abort_scope   scope(cache_, stop);
-    const int32_t n_keep = cache_.keep_common_prefix(prompt, n - 1);
+    abort_scope scope(cache_, stop);
     try {
-        cache_.decode(prompt.data() + n_keep, n - 1 - n_keep, false);
+        return n - 1 - prefill(prompt);
     } catch (const decode_aborted &) {
         return 0;  // the run ended first: the cache holds what it held before
     }
+}
+
+int32_t model_dsi_server::prefill(const std::vector<llama_token> & prompt,
+                                  const std::function<void()> & between_chunks) {
+    const int32_t n      = (int32_t) prompt.size();
+    const int32_t n_keep = cache_.keep_common_prefix(prompt, n - 1);
+    cache_.decode(prompt.data() + n_keep, n - 1 - n_keep, false, nullptr, between_chunks);
     cache_.keep_checkpoint();  // a state that cannot drop a tail comes back here for the next run
-    return n - 1 - n_keep;
+    return n_keep;
 }
 
 bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t n_verified,
@@ -125,13 +131,13 @@ bool model_dsi_server::verify(const std::vector<llama_token> & seq, int32_t firs
 
 int32_t model_dsi_server::predict_first(const std::vector<llama_token> & prompt, const sampling_params & params,
                                         const std::function<void()> & between_chunks, dsi_prediction & out) {
-    const int32_t n      = (int32_t) prompt.size();
-    const int32_t n_keep = cache_.keep_common_prefix(prompt, n - 1);
+    const int32_t n = (int32_t) prompt.size();
+    int32_t       n_keep;
     if (cache_.recurrent() || cache_.window_only()) {
-        cache_.decode(prompt.data() + n_keep, n - 1 - n_keep, false, nullptr, between_chunks);
-        cache_.keep_checkpoint();
+        n_keep = prefill(prompt, between_chunks);
         cache_.decode(prompt.data() + n - 1, 1, false);
     } else {
+        n_keep = cache_.keep_common_prefix(prompt, n - 1);
         cache_.decode(prompt.data() + n_keep, n - n_keep, false, nullptr, between_chunks);
     }
     read(0, params, out);
@@ -198,12 +204,19 @@ bool simulated_drafter::propose(const std::vector<llama_token> & seq, int32_t, c
     return true;
 }
 
+namespace {
+// a simulated read of the prompt: a wait of ms, the tokens before the last read unless stopped first
+int32_t simulated_read(double ms, const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
+    return ms > 0 && wait_unless_cancelled(ms, stop) ? (int32_t) prompt.size() - 1 : 0;
+}
+}  // namespace
+
 int32_t simulated_drafter::read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
-    return prompt_ms_ > 0 && wait_unless_cancelled(prompt_ms_, stop) ? (int32_t) prompt.size() - 1 : 0;
+    return simulated_read(prompt_ms_, prompt, stop);
 }
 
 int32_t simulated_server::read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) {
-    return prompt_ms_ > 0 && wait_unless_cancelled(prompt_ms_, stop) ? (int32_t) prompt.size() - 1 : 0;
+    return simulated_read(prompt_ms_, prompt, stop);
 }
 
 bool simulated_server::verify(const std::vector<llama_token> & seq, int32_t first, int32_t, const sampling_params &,

@@ -54,8 +54,11 @@ class model_dsi_server : public dsi_server {
     // between_chunks: kv_cache::decode's. Returns the prompt tokens the cache held.
     int32_t predict_first(const std::vector<llama_token> & prompt, const sampling_params & params,
                           const std::function<void()> & between_chunks, dsi_prediction & out);
-    // with set_reads_prompt, read_prompt decodes what the cache lacks of the prompt but its last
-    // token, in the server's thread as the run starts; else the caller cached it before the run
+    // decode what the cache lacks of the prompt but its last token, keeping a checkpoint there (a
+    // memory that cannot drop a tail comes back to it for the next run); returns the tokens it held
+    int32_t prefill(const std::vector<llama_token> & prompt, const std::function<void()> & between_chunks = nullptr);
+    // with set_reads_prompt, read_prompt runs prefill in the server's thread as the run starts; else
+    // the caller cached the prompt before the run
     bool    reads_prompt() const override { return reads_prompt_; }
     int32_t read_prompt(const std::vector<llama_token> & prompt, const std::atomic<bool> & stop) override;
     void    set_reads_prompt(bool on) { reads_prompt_ = on; }

@@ -255,10 +255,7 @@ void decoder::dsi_prefill(const dsi_setup & setup, const std::vector<std::unique
     };
     tgt_cache_->set_n_threads(budget);
     if (share_prefill_) {
-        const int32_t n_keep = tgt_cache_->keep_common_prefix(prompt, n_prompt - 1);
-        tgt_cache_->decode(prompt.data() + n_keep, n_prompt - 1 - n_keep, false, nullptr, check);
-        tgt_cache_->keep_checkpoint();
-        st.n_prompt_cached = n_keep;
+        st.n_prompt_cached = servers[0]->prefill(prompt, check);
         dft_cache_->set_n_threads(budget);
         st.n_prompt_shared = drafter_->prefill(prompt, check, tgt_cache_.get());
         dft_cache_->set_n_threads(setup.n_threads_draft);

@@ -38,8 +38,9 @@ class orchestrator {
     orchestrator(dsi_drafter & drafter, const std::vector<dsi_server *> & servers, std::vector<llama_token> seq,
                  int32_t last_index, const sampling_params & sampling, uint64_t seed, const dsi_params & params,
                  const dsi_callbacks & cb, int32_t n_vocab, const dsi_prediction * first)
-        : drafter_(drafter), servers_(servers), spec_(std::move(seq)), last_index_(last_index), sampling_(sampling),
-          params_(params), cb_(cb), n_vocab_(n_vocab), rng_(seed), seed_draft_(seed ^ 0x9e3779b97f4a7c15ULL) {
+        : drafter_(drafter), servers_(servers), prompt_(seq), spec_(std::move(seq)), last_index_(last_index),
+          sampling_(sampling), params_(params), cb_(cb), n_vocab_(n_vocab), rng_(seed),
+          seed_draft_(seed ^ 0x9e3779b97f4a7c15ULL) {
         L_          = (int32_t) spec_.size();
         base_       = L_;
         next_first_ = L_;
@@ -127,18 +128,9 @@ class orchestrator {
         rng_t                    rng(seed_draft_);
         std::vector<llama_token> snapshot;
         token_dist               q;
-        {
-            std::lock_guard<std::mutex> lock(m_);
-            snapshot.assign(spec_.begin(), spec_.begin() + base_);  // the prompt
-        }
-        const auto t0     = clock_type::now();
-        int32_t    n_read = 0;
-        try {
-            n_read = drafter_.read_prompt(snapshot, stop_read_);
-        } catch (...) {
-            std::lock_guard<std::mutex> lock(m_);
-            error_ = std::current_exception();
-            cv_.notify_all();
+        const auto               t0     = clock_type::now();
+        const int32_t            n_read = read_in_thread([&] { return drafter_.read_prompt(prompt_, stop_read_); });
+        if (n_read < 0) {
             return;
         }
         std::unique_lock<std::mutex> lock(m_);
@@ -182,21 +174,24 @@ class orchestrator {
         }
     }
 
+    // a drafter's or a server's read of the prompt in its thread (read_prompt): the tokens it read,
+    // or -1 where it threw (the calling thread then rethrows)
+    template <class Read> int32_t read_in_thread(Read && read) {
+        try {
+            return read();
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(m_);
+            error_ = std::current_exception();
+            cv_.notify_all();
+            return -1;
+        }
+    }
+
     // --- server threads -------------------------------------------------------------------------
     void server_loop(size_t s) {
         if (!ready_[s]) {  // (set before the threads started; only this thread changes it)
-            std::vector<llama_token> prompt;
-            {
-                std::lock_guard<std::mutex> lock(m_);
-                prompt.assign(spec_.begin(), spec_.begin() + base_);
-            }
-            int32_t n_read = 0;
-            try {
-                n_read = servers_[s]->read_prompt(prompt, stop_read_);
-            } catch (...) {
-                std::lock_guard<std::mutex> lock(m_);
-                error_ = std::current_exception();
-                cv_.notify_all();
+            const int32_t n_read = read_in_thread([&] { return servers_[s]->read_prompt(prompt_, stop_read_); });
+            if (n_read < 0) {
                 return;
             }
             std::lock_guard<std::mutex> lock(m_);
@@ -384,6 +379,7 @@ class orchestrator {
 
     dsi_drafter &                      drafter_;
     const std::vector<dsi_server *> &  servers_;
+    const std::vector<llama_token>     prompt_;  // (read by the threads without the lock)
     std::vector<llama_token>           spec_;  // the verified text (first L_ tokens), then drafts
     std::vector<token_dist>            qs_;    // qs_[j]: the q draft j was drawn from (sampling)
     int32_t                            last_index_;
