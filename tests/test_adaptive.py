@@ -468,6 +468,28 @@ def test_a_recurrent_target_starts_paused_where_its_prices_say_drafting_cannot_p
         fresh.observe_verify(1, 6.5)
         fresh.observe_step(1, 6.5, False)
     assert fresh.draft_pays()
+
+
+def test_a_prompt_dearer_per_token_than_plain_steps_prices_no_batch():
+    """A batch never costs more per token than the same model's one-token decodes. A prompt pass that
+    did ran under other conditions than the plain steps after it (weights read from disk at their
+    first use, a busy spell: the Qwen2.5-Coder-1.5B F16 target on 2 cores, a plain step 95 ms, took
+    its 40-token chat prompt in 5-10 s beside four busy loops, 1 s without), and prices nothing: the
+    rule drafts its first batch as where no prompt was priced. Taken as a batch's price, 230 ms a
+    token would predict a pause whose first probe waits 128 steps. Just under a plain step per token
+    the prompt still prices (and there a transformer's draft does not pay)."""
+    busy = _priced_plain(95.0, 230.0, False)
+    assert busy.pays_at_prices() and busy.draft_pays()
+    assert busy.verify_ms(2) == pytest.approx(95.0)  # no price per further token yet
+    assert busy.keep_going(1, 0.8) and busy.keep_going(2, 0.8) and not busy.keep_going(3, 1.0)
+    assert [busy.draft_this_step() for _ in range(3)] == [True] * 3
+    assert _priced_plain(95.0, 95.0, False).draft_pays()
+    near = _priced_plain(95.0, 94.0, False)
+    assert near.verify_ms(2) == pytest.approx(189.0)
+    assert not near.pays_at_prices() and not near.keep_going(1, 0.8)
+    # the same price against a plain step that a busy spell slowed as much prices a batch again
+    slow = _priced_plain(240.0, 230.0, False)
+    assert slow.verify_ms(2) == pytest.approx(470.0)
     # drafts judged so far move the prediction: a draft the target kept ten times in ten pays
     good = _priced_plain(6.5, 4.7, True)
     for _ in range(10):

@@ -368,8 +368,8 @@ def test_a_new_decoder_on_a_recurrent_target_starts_paused_where_prices_say_draf
     for target, recurrent in ((rec.target, True), (rec.llama_target, False)):
         with specllama.SpeculativeDecoder(target, rec.draft, n_ctx=256) as dec:
             r = dec.generate(PROMPTS[0], **kw)
+            model = dec._native().cost_model()  # (before the plain run below prices plain steps as measured)
             assert r.tokens == dec.generate(PROMPTS[0], max_tokens=6, speculative=False, **GREEDY).tokens
-            model = dec._native().cost_model()
         if recurrent:
             assert r.stats.n_drafted == 0 and r.stats.n_paused_steps == 2, r.stats
             assert model["paused"] and not model["pays_at_prices"]

@@ -71,7 +71,7 @@ double draft_length_model::verify_ms(int32_t n_tokens) const {
 
 double draft_length_model::line_ms(int32_t n_tokens) const {
     if (sw_ == 0.0) {
-        return n_v1_ > 0 ? v1_ms_ + prompt_token_ms_ * (n_tokens - 1) : 0.0;
+        return n_v1_ > 0 ? v1_ms_ + prompt_price() * (n_tokens - 1) : 0.0;
     }
     const double mean_k = sk_ / sw_;
     const double mean_y = sy_ / sw_;
@@ -86,7 +86,7 @@ double draft_length_model::line_ms(int32_t n_tokens) const {
         b = (sky_ / sw_ - mean_k * mean_y) / var_k;
     } else if (n_v1_ > 0 && mean_k > 1.5) {
         b = (mean_y - v1_ms_) / (mean_k - 1.0);
-        b = prompt_token_ms_ > 0.0 ? std::min(b, prompt_token_ms_) : b;
+        b = prompt_price() > 0.0 ? std::min(b, prompt_price()) : b;
     }
     b = std::max(b, 0.0);
     return std::max(mean_y + b * (n_tokens - mean_k), 0.0);
@@ -191,7 +191,7 @@ bool draft_length_model::keep_going_p(int32_t n, double p_reach, double p_next, 
         // (and where the target decodes kept tokens again after a rejection, the chance that this
         // token is the first rejected one times the restore and that decode: a verified batch
         // prices them from then on)
-        if (o_.step_ms_ > 0.0 && n_v1_ > 0 && (sw_ > 0.0 || prompt_token_ms_ > 0.0)) {
+        if (o_.step_ms_ > 0.0 && n_v1_ > 0 && (sw_ > 0.0 || prompt_price() > 0.0)) {
             const double again =
                 decodes_again_ && sw_ == 0.0 ? p_reach * (1.0 - p_next) * (checkpoint_ms_ + verify_ms(n + 1)) : 0.0;
             const double cost_more = (draft_cost && has_draft_ms_ ? draft_ms_ : 0.0) +
