@@ -9,14 +9,23 @@ round's ratio to plain decoding, and the new decoders' steps as compare.py's ste
 patterns (one character a step: the model's drafts, + for ten or more, and under it the drafts
 kept), so that where a new decoder's first steps go is seen.
 
+With --busy N a fifth way runs a new decoder whose prompt pass meets a busy spell: N processes
+spinning on the CPU from just before the generation until its first step ends (its prompt pass and
+first token), as where another program is busy for a moment, or where the weights are read from
+disk at their first use. Its prompt's time is reported beside the quiet new decoder's.
+
     python benchmarks/cold_start.py --pair qwen2.5-coder --target-type q8_0 --rounds 3 -n 96 --out cold.json
+    python benchmarks/cold_start.py --pair qwen2.5-coder --target-type f16 --rounds 3 -n 64 --busy 4
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import specllama
@@ -26,23 +35,58 @@ from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
 
 
+@contextlib.contextmanager
+def busy_spell(n):
+    """n processes spinning on the CPU; yields a function that stops them (they stop on leaving, too)"""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+    def stop():
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+        procs.clear()
+
+    try:
+        yield stop
+    finally:
+        stop()
+
+
+def new_decoder_run(target, draft, tokens, kw, args, busy=0):
+    """a new decoder's first generation's Stats; busy: processes spinning until its first step ends"""
+    with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads) as new:
+        with busy_spell(busy) as stop:
+            def on_step(*_):
+                stop()
+                return False
+            return new.generate(tokens, record_steps=True, on_step=on_step if busy else None, **kw).stats
+
+
 def run_round(warm, target, draft, prompts, args) -> dict:
-    """{prompt: {way: tokens/s}} and {prompt: the new decoder's step and kept patterns}"""
+    """{prompt: {way: tokens/s}}, {prompt: the new decoders' step and kept patterns} and {prompt: {way:
+    prompt ms}}"""
     kw = dict(max_tokens=args.n, temperature=0, ignore_eos=True)
     ways = {"plain": dict(speculative=False), f"fixed {args.fixed}": dict(n_draft=args.fixed, adaptive=False),
             "adaptive, warm": {}}
-    tps, steps = {}, {}
+    tps, steps, prompt_ms = {}, {}, {}
     for name, text in prompts.items():
         tokens = warm.chat_tokens([{"role": "user", "content": text}])
         row = {}
         for way, extra in ways.items():
             warm.reset()
             row[way] = warm.generate(tokens, **kw, **extra).stats.tokens_per_second
-        with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads) as new:
-            s = new.generate(tokens, record_steps=True, **kw).stats
-        row["adaptive, new decoder"] = s.tokens_per_second
-        tps[name], steps[name] = row, {"steps": step_pattern(s.steps), "kept": kept_pattern(s.steps)}
-    return tps, steps
+        news = {"adaptive, new decoder": 0}
+        if args.busy:
+            news[f"adaptive, new decoder, {args.busy} busy"] = args.busy
+        steps[name], prompt_ms[name] = {}, {}
+        for way, busy in news.items():
+            s = new_decoder_run(target, draft, tokens, kw, args, busy)
+            row[way] = s.tokens_per_second
+            steps[name][way] = {"steps": step_pattern(s.steps), "kept": kept_pattern(s.steps)}
+            prompt_ms[name][way] = s.t_prefill_ms
+        tps[name] = row
+    return tps, steps, prompt_ms
 
 
 def main() -> None:
@@ -52,6 +96,8 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=96, help="tokens per generation")
     ap.add_argument("--fixed", type=int, default=3, help="the fixed draft length run beside the rule")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--busy", type=int, default=0, metavar="N",
+                    help="also a new decoder whose prompt pass runs beside N processes spinning on the CPU")
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
@@ -63,14 +109,16 @@ def main() -> None:
             warm.generate(warm.chat_tokens([{"role": "user", "content": text}]), max_tokens=args.n, temperature=0,
                           ignore_eos=True)
         for r in range(args.rounds):
-            tps, steps = run_round(warm, target, draft, prompts, args)
-            rounds.append({"tokens_per_second": tps, "new_decoder_steps": steps})
+            tps, steps, prompt_ms = run_round(warm, target, draft, prompts, args)
+            rounds.append({"tokens_per_second": tps, "new_decoder_steps": steps, "new_decoder_prompt_ms": prompt_ms})
             for name in prompts:
                 print(f"round {r + 1} {name}: " + ", ".join(f"{w} {v:.2f}" for w, v in tps[name].items()), flush=True)
-                print(f"  new decoder's steps: {steps[name]['steps']}", flush=True)
-                print(f"  new decoder's kept:  {steps[name]['kept']}", flush=True)
+                for way, pattern in steps[name].items():
+                    print(f"  {way}: prompt {prompt_ms[name][way]:.0f} ms", flush=True)
+                    print(f"    steps: {pattern['steps']}", flush=True)
+                    print(f"    kept:  {pattern['kept']}", flush=True)
     report = {"provenance": provenance({"target": target, "draft": draft}, args.threads or None),
-              "n": args.n, "fixed": args.fixed, "rounds": rounds, "summary": {}}
+              "n": args.n, "fixed": args.fixed, "busy": args.busy, "rounds": rounds, "summary": {}}
     for name in prompts:
         ways = rounds[0]["tokens_per_second"][name]
         report["summary"][name] = {

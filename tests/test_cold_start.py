@@ -1,6 +1,6 @@
-"""benchmarks/cold_start.py at a tiny size: every way runs each round, the report carries each
-prompt's medians and ratios, and a new decoder's steps are recorded step by step with the
-drafts kept in each."""
+"""benchmarks/cold_start.py at a tiny size: every way runs each round (a new decoder whose prompt
+meets a busy spell too), the report carries each prompt's medians and ratios, and the new decoders'
+steps are recorded step by step with the drafts kept in each, beside their prompts' times."""
 
 from __future__ import annotations
 
@@ -16,16 +16,20 @@ def test_the_cold_start_bench_reports_every_way(tiny, tmp_path):
     out = tmp_path / "cold.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cold_start.py"), "-m", tiny.target_q,
                         "-d", tiny.draft_q, "--prompts", "chat,code", "-n", "12", "--rounds", "2", "-t", "2",
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+                        "--busy", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert len(report["rounds"]) == 2 and report["n"] == 12
-    ways = {"plain", "fixed 3", "adaptive, warm", "adaptive, new decoder"}
+    assert len(report["rounds"]) == 2 and report["n"] == 12 and report["busy"] == 1
+    new_ways = {"adaptive, new decoder", "adaptive, new decoder, 1 busy"}
     for name in ("chat", "code"):
-        assert set(report["summary"][name]) == ways
+        assert set(report["summary"][name]) == {"plain", "fixed 3", "adaptive, warm"} | new_ways
         assert report["summary"][name]["plain"]["vs_plain"] == 1.0
         assert all(v["tokens_per_second"] > 0 for v in report["summary"][name].values())
         for rd in report["rounds"]:
-            steps, kept = rd["new_decoder_steps"][name]["steps"], rd["new_decoder_steps"][name]["kept"]
-            assert steps[0] == "." and len(kept) == len(steps), (steps, kept)  # (the first step is plain)
-    assert "new decoder's steps: ." in r.stdout and "new decoder's kept:  ." in r.stdout
+            assert set(rd["new_decoder_steps"][name]) == set(rd["new_decoder_prompt_ms"][name]) == new_ways
+            for way in new_ways:
+                steps, kept = rd["new_decoder_steps"][name][way]["steps"], rd["new_decoder_steps"][name][way]["kept"]
+                assert steps[0] == "." and len(kept) == len(steps), (steps, kept)  # (the first step is plain)
+                assert rd["new_decoder_prompt_ms"][name][way] > 0
+    assert "  adaptive, new decoder, 1 busy: prompt " in r.stdout
+    assert "    steps: ." in r.stdout and "    kept:  ." in r.stdout
