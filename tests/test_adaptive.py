@@ -490,6 +490,23 @@ def test_a_prompt_dearer_per_token_than_plain_steps_prices_no_batch():
     # the same price against a plain step that a busy spell slowed as much prices a batch again
     slow = _priced_plain(240.0, 230.0, False)
     assert slow.verify_ms(2) == pytest.approx(470.0)
+
+
+def test_a_predicted_pause_ends_where_the_prices_measured_since_say_drafting_pays():
+    """Before any drafting step is measured, a pause is the prediction at the prices measured so far,
+    asked again at each step. Plain steps priced while a busy spell passes (150 ms where they cost
+    95) beside a prompt priced at 130 ms a token predict that no first batch pays; as plain steps
+    cost 95 ms again their estimate falls below the prompt's price, which then prices nothing, and
+    the third such step starts drafting, not a probe. A pause that drafting steps made ends only with
+    a probe (test_a_pause_ends_with_a_probe_not_with_a_plain_steps_price)."""
+    m = _priced_plain(150.0, 130.0, False)
+    assert not m.pays_at_prices() and not m.draft_this_step() and m.paused()
+    resumed = []
+    for _ in range(5):
+        m.observe_verify(1, 95.0)
+        m.observe_step(1, 95.0, False)
+        resumed.append(m.draft_this_step())
+    assert resumed == [False, False, True, True, True] and not m.probing and not m.paused()
     # drafts judged so far move the prediction: a draft the target kept ten times in ten pays
     good = _priced_plain(6.5, 4.7, True)
     for _ in range(10):

@@ -354,7 +354,9 @@ bool draft_length_model::draft_this_step() {
         return true;
     }
     o_.probing_ = false;
-    if (!o_.paused_ && draft_pays()) {
+    // (before any drafting step is measured, a pause is the prediction at the prices measured so far,
+    // and ends where they say drafting pays: plain steps priced in a busy spell that has passed, say)
+    if ((!o_.paused_ || o_.drafted_steps_ == 0) && draft_pays()) {
         o_.skipped_   = 0;
         o_.probe_gap_ = first_probe_gap();
         o_.n_probes_  = 0;

@@ -23,8 +23,10 @@
 // Before any drafting step is measured, that decision is a prediction from the prices measured so
 // far (pays_at_prices), so that a pair whose prices cannot pay (a recurrent target on a CPU) starts
 // paused instead of learning it from drafting steps that each cost several plain steps; such a
-// pause lasts until two probes have measured drafting. Any pause ends only with a drafting step
-// (a probe) after which drafting pays, not because a plain step's price moved.
+// pause ends where the prediction, asked again at each step, says drafting pays at the prices
+// measured since (plain steps priced in a busy spell that has passed), or else after two probes
+// have measured drafting. A pause after drafting steps ends only with a drafting step (a probe)
+// after which drafting pays, not because a plain step's price moved.
 // While paused, the model probes at gaps that double from k_first_probe_gap steps (times the steps
 // a probe takes: set_settle_steps), and that after the pause's second probe are never shorter than
 // what keeps the probes' cost within k_probe_budget of the plain steps between them (before it,
@@ -189,8 +191,9 @@ class draft_length_model {
     // host-memory save 0.93 ms, a restore 0.94; a plain step 0.85)
     void observe_checkpoint(double ms) { checkpoint_ms_ = ms; }
     // whether the model is left out of steps now, but for probes: drafting did not pay when a step
-    // last asked, and no drafting step since has shown that it does (or it does not pay now)
-    bool paused() const { return o_.paused_ || !draft_pays(); }
+    // last asked, and no drafting step since has shown that it does (or it does not pay now; before
+    // any drafting step is measured, whether the prediction says it does not)
+    bool paused() const { return (o_.paused_ && o_.drafted_steps_ > 0) || !draft_pays(); }
     // whether the step draft_this_step last began is a probe of a paused model
     bool probing() const { return o_.probing_; }
     // steps without the model since drafting last paid or was probed (0 while it pays)
