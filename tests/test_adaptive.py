@@ -507,6 +507,23 @@ def test_a_predicted_pause_ends_where_the_prices_measured_since_say_drafting_pay
         m.observe_step(1, 95.0, False)
         resumed.append(m.draft_this_step())
     assert resumed == [False, False, True, True, True] and not m.probing and not m.paused()
+
+
+def test_a_catch_up_on_what_the_draft_sat_out_prices_no_catch_up():
+    """A probe's draft first reads what it sat out (the last 32 tokens, or a prompt it never read): a
+    one-off that counts in its step's time, not a step's catch-up price, which would price every
+    step after it and the pause's next probe. After a predicted pause's first probe whose catch-up
+    read 32 tokens in 180 ms (a draft whose one-token decodes cost 37 ms), a first batch is priced
+    at the draft's decode and pays; taken as the catch-up's price, the 180 ms would predict a loss."""
+    def probed(resumed):
+        m = _priced_plain(95.0, 80.0, False)
+        assert not m.draft_this_step()
+        m.observe(1, 1, 1, [0.9], -1, 180.0, 180.0, 110.0, 0, n_decodes=0, resumed=resumed)
+        return m
+    took = probed(False)
+    assert took.catch_up_ms == pytest.approx(180.0) and took.priced_excess_ms() > 0.0
+    sat_out = probed(True)
+    assert sat_out.catch_up_ms == 0.0 and sat_out.priced_excess_ms() < 0.0
     # drafts judged so far move the prediction: a draft the target kept ten times in ten pays
     good = _priced_plain(6.5, 4.7, True)
     for _ in range(10):

@@ -377,6 +377,22 @@ def test_a_new_decoder_on_a_recurrent_target_starts_paused_where_prices_say_draf
             assert r.stats.n_drafted > 0, r.stats
 
 
+def test_a_probe_that_reads_what_its_draft_sat_out_prices_no_catch_up(rec):
+    """At the recurrent target's prices above, a new decoder starts paused and its draft never reads
+    the first prompt; in the next generation the first probe's draft reads both prompts and the
+    tokens since before drafting. That read counts in the probe's time, not as the price of a step's
+    catch-up (given prices make a catch-up cost one draft decode, 0.5 ms: the rule would hold that);
+    the generation ends with the probe."""
+    prices = specllama.StepPrices(draft_ms=0.5, verify_ms=6.5, verify_token_ms=4.7)
+    kw = dict(GREEDY, drafter="model", prices=prices)
+    with specllama.SpeculativeDecoder(rec.target, rec.draft, n_ctx=512) as dec:
+        assert dec.generate(PROMPTS[0], max_tokens=6, **kw).stats.n_drafted == 0
+        r = dec.generate(PROMPTS[1], max_tokens=13, record_steps=True, **kw)
+        drafting = [t for t in r.stats.steps if t.n_model > 0]
+        assert len(drafting) == 1 and drafting[0].probe and drafting[0].catch_up_ms == 0.5, r.stats.steps
+        assert dec._native().cost_model()["catch_up_ms"] == 0.0
+
+
 def test_device_sampling_on_recurrent_models(rec):
     """The chain in the decode graph on recurrent and hybrid models, whose rejected drafts go back to
     a checkpoint: the same tokens as sampling on the host, greedy and with one seed."""

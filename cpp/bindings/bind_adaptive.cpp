@@ -77,7 +77,7 @@ void register_adaptive(py::module_ & m) {
             "observe",
             [](draft_length_model & m, int32_t n_model, int32_t n, int32_t n_accepted, std::vector<float> conf,
                int32_t probe, double catch_up_ms, double draft_ms, double verify_ms, int32_t prev_n, int32_t n_decodes,
-               int32_t n_catch_up, int32_t n_verified, int32_t n_prompt) {
+               int32_t n_catch_up, int32_t n_verified, int32_t n_prompt, bool resumed) {
                 if ((int32_t) conf.size() != n_model || n_model > n || n_accepted > n || n_accepted < 0) {
                     throw std::invalid_argument("observe: conf must hold n_model values, n_model <= n, "
                                                 "0 <= n_accepted <= n");
@@ -87,15 +87,17 @@ void register_adaptive(py::module_ & m) {
                 r.n_catch_up = n_catch_up;
                 r.n_verified = n_verified;
                 r.n_prompt   = n_prompt;
+                r.resumed    = resumed;
                 m.observe(r);
             },
             py::arg("n_model"), py::arg("n"), py::arg("n_accepted"), py::arg("conf"), py::arg("probe"),
             py::arg("catch_up_ms"), py::arg("draft_ms"), py::arg("verify_ms"), py::arg("prev_n"),
             py::arg("n_decodes") = -1, py::arg("n_catch_up") = 0, py::arg("n_verified") = 0, py::arg("n_prompt") = 0,
+            py::arg("resumed") = false,
             "a finished step, as the decoding loop reports it (n_decodes: the draft's decodes after its catch-up, "
             "-1: n_model - 1; n_catch_up: the catch-up's decodes where each took one token; n_verified: the tokens "
             "the verification decoded, 0: n + 1; n_prompt: prompt tokens its decode took in first, whose pass "
-            "verify_ms then is)")
+            "verify_ms then is; resumed: the catch-up read what the draft sat out, and prices no catch-up)")
         .def("verify_ms", &draft_length_model::verify_ms, py::arg("n_tokens"),
              "the estimated ms of a target decode of n_tokens tokens")
         .def("keep_going", &draft_length_model::keep_going, py::arg("n"), py::arg("p_reach"), py::arg("n_max") = 0)

@@ -109,6 +109,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
             drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
                             share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
                             plan.adaptive && lengths_.probing() ? k_probe_window : 0);
+            drafted_.resumed = after_pause;
         } else if (n_taken < step.n_max && !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
             draft_after_taken(dseq, step.n_max, params, rng, keep, check);
         }
@@ -208,6 +209,7 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     r.n_verified = (int32_t) batch_.size();  // (the verification's batch: padded or not)
     r.probe       = probe < 0 ? -1 : acc.next == probe ? 1 : 0;
     r.catch_up_ms = drafted_.catch_up_ms;
+    r.resumed     = n_model > 0 && drafted_.resumed;
     r.draft_ms    = draft_ms;
     r.verify_ms   = verify_ms;
     r.prev_n      = prev_n;

@@ -415,9 +415,13 @@ void draft_length_model::observe(const step_record & s) {
     }
     // the catch-up decode (one token after a rejection, two after a fully accepted step) is paid
     // once per step whatever the draft length; the other n_model - 1 decodes are one token each,
-    // and so are the catch-up's where it decoded token by token
+    // and so are the catch-up's where it decoded token by token. A catch-up on what the draft sat
+    // out (up to k_probe_window tokens, or a prompt) is not a step's: taken as the catch-up's price
+    // it would price every step after it as that one, and a pause's next probe by it
     if (s.n_model > 0 && steady) {
-        observe_catch_up(s.catch_up_ms);
+        if (!s.resumed) {
+            observe_catch_up(s.catch_up_ms);
+        }
         if (n_decodes > 0) {
             observe_draft_decode((s.draft_ms - s.catch_up_ms) / n_decodes);
         }

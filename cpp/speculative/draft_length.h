@@ -65,6 +65,9 @@ struct step_record {
     // prompt tokens its decode took in before them (a generation's first step: decoder::prefill);
     // verify_ms is then the prompt's pass, which prices no step
     int32_t            n_prompt   = 0;
+    // the draft's catch-up read what it sat out (more tokens than one step brings: a probe's, or the
+    // first drafting step after a pause): its time counts in the step's, and prices no catch-up
+    bool               resumed    = false;
 };
 
 class draft_length_model {
@@ -111,12 +114,14 @@ class draft_length_model {
     // of a first batch (1 to k_first_batch_drafts drafts) make more tokens per ms than plain steps,
     // at the acceptance judged so far (shrunk towards k_prior_acceptance) and the prices measured
     // so far (a plain step; a batch's further tokens, priced by the prompt pass until a batch is
-    // verified, where that cost less per token than a plain step (prompt_price); the draft's decodes, at its prompt price per token until one is measured (free
-    // where neither is); for a target that decodes kept tokens
-    // again after a rejection, its checkpoint, restore and that decode)? On a transformer pair a
-    // batch's tokens cost little and it does; on a recurrent target on a CPU a batch costs nearly
-    // a decode per token, and a rejection a decode again (Mamba-130M's shape on the 2-core CPU: a
-    // plain step 6.5 ms, a prompt token 4.7 ms), and it does not: the loop starts paused
+    // verified, where that cost less per token than a plain step (prompt_price); the draft's
+    // decodes, at its prompt price per token until one is measured (free where neither is); for a
+    // target that decodes kept tokens again after a rejection, its checkpoint, restore and that
+    // decode)? Asked again at each step while no drafting step is measured (draft_this_step). On a
+    // transformer pair a batch's tokens cost little and it does; on a recurrent target on a CPU a
+    // batch costs nearly a decode per token, and a rejection a decode again (Mamba-130M's shape on
+    // the 2-core CPU: a plain step 6.5 ms, a prompt token 4.7 ms), and it does not: the loop starts
+    // paused
     bool pays_at_prices() const;
     // what a first batch is predicted to cost beyond the plain steps that would make its expected
     // tokens, at its best length (what pays_at_prices judges: negative where it pays)
@@ -317,11 +322,12 @@ class draft_length_model {
     double steady_step_ms(int32_t n_decodes, int32_t n_verify) const;
     // a prompt token's ms (observe_prompt; 0: none), standing in for the line's slope until a batch is seen
     double prompt_token_ms_ = 0;
-    // that price where it can stand in for a batch's further tokens (0: it cannot). A batch never costs more per
-    // token than the same model's one-token decodes; a prompt pass that cost a plain step or more per token ran
-    // under other conditions than the plain steps after it (weights read from disk at their first use, a busy
-    // spell: Qwen2.5-Coder-1.5B F16 on 2 cores took 40 prompt tokens in 9 s beside four busy loops, 1 s
-    // without), and priced by it a draft that pays would start paused until a probe, up to k_max_probe_gap steps
+    // that price where it can stand in for a batch's further tokens (0: it cannot). A prompt of k_min_prompt_price
+    // tokens or more costs less per token than the same model's one-token decodes (Qwen2.5-Coder-1.5B Q8_0 on 2
+    // EPYC cores: one token 46 ms, eight 162 ms, though two cost 116); one that cost a plain step or more per
+    // token ran under other conditions than the plain steps after it (weights read from disk at their first use,
+    // a busy spell: the same target in F16 took a 40-token prompt in 4-9 s beside four busy loops, 1 s without),
+    // and priced by it a draft that pays would start paused until a probe, up to k_max_probe_gap steps
     double prompt_price() const { return n_v1_ > 0 && prompt_token_ms_ >= v1_ms_ ? 0.0 : prompt_token_ms_; }
     // pausing: the first and the longest gap between probes, and the evidence a pause needs
     static constexpr int32_t k_first_probe_gap = 4;

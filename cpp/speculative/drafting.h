@@ -31,6 +31,7 @@ struct draft_result {
     int32_t                  n_decodes   = 0;    // draft decodes after the catch-up (a forced run's is one)
     int32_t                  n_catch_up  = 0;    // the catch-up's decodes where each took one token (0: a batch)
     bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
+    bool                     resumed     = false;  // the catch-up read more tokens than one step brings (decoder)
 
     // empty, for a new step (dists keep their memory)
     void clear() {
@@ -39,7 +40,7 @@ struct draft_result {
         forced.clear();
         n_decodes = n_copied = n_catch_up = 0;
         catch_up_ms = vocab_ms = sample_ms = 0.0;
-        windowed = false;
+        windowed = resumed = false;
     }
     int32_t n_forced() const { return (int32_t) std::count(forced.begin(), forced.end(), 1); }
     // move from's drafts [first, first + n) to the end of these, each with its q and confidence
