@@ -468,16 +468,36 @@ def test_a_recurrent_target_starts_paused_where_its_prices_say_drafting_cannot_p
         fresh.observe_verify(1, 6.5)
         fresh.observe_step(1, 6.5, False)
     assert fresh.draft_pays()
+    # drafts judged so far move the prediction: a draft the target kept ten times in ten pays
+    good = _priced_plain(6.5, 4.7, True)
+    for _ in range(10):
+        good.observe_acceptance(0.9, True)
+    assert good.draft_pays()
+    # at prices that do not change, a predicted pause lasts until two probes have measured drafting;
+    # then their rate decides (two that made 2 tokens in 12 ms beat plain steps' 13 ms: drafting
+    # resumes)
+    measured = _priced_plain(6.5, 4.7, True)
+    for i in range(2):
+        assert any(measured.draft_this_step() for _ in range(128)) and measured.probing
+        measured.observe_step(2, 12.0, True)
+        assert measured.draft_pays() == (i == 1)
+    # one drafting step that was not a probe (a first batch, its catch-up and verification not yet
+    # steady) stops nothing, however it went
+    first = _priced_plain(6.5, 0.6, True)
+    assert first.draft_this_step() and not first.probing
+    first.observe_step(1, 40.0, True)
+    assert first.draft_pays()
 
 
 def test_a_prompt_dearer_per_token_than_plain_steps_prices_no_batch():
-    """A batch never costs more per token than the same model's one-token decodes. A prompt pass that
-    did ran under other conditions than the plain steps after it (weights read from disk at their
-    first use, a busy spell: the Qwen2.5-Coder-1.5B F16 target on 2 cores, a plain step 95 ms, took
-    its 40-token chat prompt in 5-10 s beside four busy loops, 1 s without), and prices nothing: the
-    rule drafts its first batch as where no prompt was priced. Taken as a batch's price, 230 ms a
-    token would predict a pause whose first probe waits 128 steps. Just under a plain step per token
-    the prompt still prices (and there a transformer's draft does not pay)."""
+    """A prompt of 8 tokens or more costs less per token than the same model's one-token decodes. One
+    that cost a plain step or more per token ran under other conditions than the plain steps after
+    it (weights read from disk at their first use, a busy spell: the Qwen2.5-Coder-1.5B F16 target
+    on 2 cores, a plain step 95 ms, took its 40-token chat prompt in 4-10 s beside four busy loops,
+    1 s without), and prices nothing: the rule drafts its first batch as where no prompt was priced.
+    Taken as a batch's price, 230 ms a token would predict a pause whose first probe waits 128 steps.
+    Just under a plain step per token the prompt still prices (and there a transformer's draft does
+    not pay)."""
     busy = _priced_plain(95.0, 230.0, False)
     assert busy.pays_at_prices() and busy.draft_pays()
     assert busy.verify_ms(2) == pytest.approx(95.0)  # no price per further token yet
@@ -524,24 +544,7 @@ def test_a_catch_up_on_what_the_draft_sat_out_prices_no_catch_up():
     assert took.catch_up_ms == pytest.approx(180.0) and took.priced_excess_ms() > 0.0
     sat_out = probed(True)
     assert sat_out.catch_up_ms == 0.0 and sat_out.priced_excess_ms() < 0.0
-    # drafts judged so far move the prediction: a draft the target kept ten times in ten pays
-    good = _priced_plain(6.5, 4.7, True)
-    for _ in range(10):
-        good.observe_acceptance(0.9, True)
-    assert good.draft_pays()
-    # a predicted pause lasts until two probes have measured drafting; then their rate decides (two
-    # that made 2 tokens in 12 ms beat plain steps' 13 ms: drafting resumes)
-    measured = _priced_plain(6.5, 4.7, True)
-    for i in range(2):
-        assert any(measured.draft_this_step() for _ in range(128)) and measured.probing
-        measured.observe_step(2, 12.0, True)
-        assert measured.draft_pays() == (i == 1)
-    # one drafting step that was not a probe (a first batch, its catch-up and verification not yet
-    # steady) stops nothing, however it went
-    first = _priced_plain(6.5, 0.6, True)
-    assert first.draft_this_step() and not first.probing
-    first.observe_step(1, 40.0, True)
-    assert first.draft_pays()
+
 
 
 def test_a_recurrent_targets_checkpoint_is_priced_before_any_batch():
