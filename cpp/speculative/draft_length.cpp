@@ -86,7 +86,8 @@ double draft_length_model::line_ms(int32_t n_tokens) const {
         b = (sky_ / sw_ - mean_k * mean_y) / var_k;
     } else if (n_v1_ > 0 && mean_k > 1.5) {
         b = (mean_y - v1_ms_) / (mean_k - 1.0);
-        b = prompt_price() > 0.0 ? std::min(b, prompt_price()) : b;
+        const double prompt = prompt_price();
+        b                   = prompt > 0.0 ? std::min(b, prompt) : b;
     }
     b = std::max(b, 0.0);
     return std::max(mean_y + b * (n_tokens - mean_k), 0.0);
@@ -354,9 +355,9 @@ bool draft_length_model::draft_this_step() {
         return true;
     }
     o_.probing_ = false;
-    // (before any drafting step is measured, a pause is the prediction at the prices measured so far,
-    // and ends where they say drafting pays: plain steps priced in a busy spell that has passed, say)
-    if ((!o_.paused_ || o_.drafted_steps_ == 0) && draft_pays()) {
+    // (a pause the prediction made ends where the prices measured since say drafting pays: plain
+    // steps priced in a busy spell that has passed, say)
+    if (!pause_holds() && draft_pays()) {
         o_.skipped_   = 0;
         o_.probe_gap_ = first_probe_gap();
         o_.n_probes_  = 0;

@@ -198,7 +198,7 @@ class draft_length_model {
     // whether the model is left out of steps now, but for probes: drafting did not pay when a step
     // last asked, and no drafting step since has shown that it does (or it does not pay now; before
     // any drafting step is measured, whether the prediction says it does not)
-    bool paused() const { return (o_.paused_ && o_.drafted_steps_ > 0) || !draft_pays(); }
+    bool paused() const { return pause_holds() || !draft_pays(); }
     // whether the step draft_this_step last began is a probe of a paused model
     bool probing() const { return o_.probing_; }
     // steps without the model since drafting last paid or was probed (0 while it pays)
@@ -295,6 +295,9 @@ class draft_length_model {
     double draft_token_ms_ = 0.0;  // a draft prompt token (observe_draft_prompt; 0: none)
     // the drafting steps' evidence shows a clear loss (k_clear_loss, after k_min_clear_evidence steps)
     bool clear_loss() const;
+    // a pause holds until a drafting step ends it; before any drafting step is measured, the pause is
+    // only the prediction (draft_pays), asked again at each step
+    bool pause_holds() const { return o_.paused_ && o_.drafted_steps_ > 0; }
     double draft_ms_  = 0.0;
     bool   has_draft_ms_ = false;
     double catch_up_ms_  = 0.0;
