@@ -265,9 +265,9 @@ class DraftLengthModel:
         """
         whether some length of a first batch pays at the prices and acceptance so far (what decides before any drafting step is measured)
         """
-    def priced_excess_ms(self) -> float:
+    def priced_excess_ms(self, acceptance: typing.SupportsFloat | typing.SupportsIndex | None = None) -> float:
         """
-        what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays)
+        what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays), its drafts kept at the acceptance so far (or at this per-draft acceptance)
         """
     def pricing(self, adaptive: bool) -> bool:
         """

@@ -546,6 +546,97 @@ def test_a_catch_up_on_what_the_draft_sat_out_prices_no_catch_up():
     assert sat_out.catch_up_ms == 0.0 and sat_out.priced_excess_ms() < 0.0
 
 
+def _drafting_step(m, kept, catch_up_ms=20.0, prev_n=3, resumed=False):
+    """A step of three drafts (the draft's decodes 17 ms, a verification of four tokens 110 ms) of
+    which the target kept kept."""
+    m.observe(3, 3, kept, [0.5] * 3, -1, catch_up_ms, catch_up_ms + 34.0, 110.0, prev_n, resumed=resumed)
+
+
+def _paused_on_a_text(draft_ms=17.0, plain_ms=58.0, n_steps=300):
+    """A rule paused on a text where drafting makes 0.71 of the plain rate (each step keeps one draft
+    of three: two tokens in 164 ms against plain steps of 58 ms, the Qwen2.5-Coder pair's prices on a
+    2-core EPYC), its probes alike until their gaps are the long ones that keep their cost near 1%."""
+    m = _core.DraftLengthModel()
+    for _ in range(3):
+        m.observe(0, 0, 0, [], -1, 0.0, 0.0, plain_ms, 0)
+    prev_n = 0
+    for _ in range(n_steps):
+        if m.draft_this_step():
+            m.observe(3, 3, 1, [0.5] * 3, -1, draft_ms, 3 * draft_ms, 110.0, prev_n)
+            prev_n = 3
+        else:
+            m.observe(0, 0, 0, [], -1, 0.0, 0.0, plain_ms, prev_n)
+            prev_n = 0
+    assert m.paused()
+    return m
+
+
+def _steps_to_probe(m, plain_ms=58.0, most=200):
+    for i in range(1, most):
+        if m.draft_this_step():
+            assert m.probing
+            return i
+        m.observe(0, 0, 0, [], -1, 0.0, 0.0, plain_ms, 0)
+    return None
+
+
+def test_a_new_generation_probes_a_pause_its_text_may_not_hold():
+    """What the target keeps differs with the text (the Qwen2.5-Coder pair on a 2-core EPYC: drafting
+    made 0.97x plain steps on a chat prompt, 1.4-2x on code), so a pause learned on one generation's
+    text is probed as a new pause is in the next generation (after four steps, then eight), where
+    drafts kept at 0.9 would pay at the prices measured. The first of those probes is judged on its
+    own steps (those before it were other texts'), and where it pays, the new text's drafting steps
+    are judged as a new decoder's first ones: only a clear loss pauses them before four are measured.
+    Within a generation the probe waits for the long gap and is weighed against the steps before it:
+    a probe that keeps two drafts of three (three tokens in 164 ms: 1.06x plain, where the steps that
+    paused made 0.71x) ends the pause in a new generation only."""
+    same = _paused_on_a_text()
+    left = same.probe_gap() - same.skipped_steps
+    assert same.probe_gap() > 50 and left > 4 and _steps_to_probe(same) == left
+    _drafting_step(same, 2, prev_n=0)
+    assert same.paused()
+    new = _paused_on_a_text()
+    new.observe(0, 0, 0, [], -1, 0.0, 0.0, 400.0, -1, n_prompt=40)  # the next generation's prompt pass
+    assert _steps_to_probe(new) == 4
+    _drafting_step(new, 2, prev_n=0)
+    assert not new.paused() and new.draft_this_step() and not new.probing
+    # steps as the ones that paused (0.71x) pause it again once four of the new text's are measured
+    for _ in range(3):
+        assert not new.paused()
+        _drafting_step(new, 1)
+    assert new.paused()
+    # a first probe that does not pay (here no draft kept) leaves the pause; the second probe comes
+    # after eight steps, and where it does not pay either the pause keeps its long gaps
+    failed = _paused_on_a_text()
+    failed.observe(0, 0, 0, [], -1, 0.0, 0.0, 400.0, -1, n_prompt=40)
+    assert _steps_to_probe(failed) == 4
+    _drafting_step(failed, 0, prev_n=0)
+    assert failed.paused() and _steps_to_probe(failed) == 8
+    _drafting_step(failed, 0, prev_n=0)
+    left = failed.probe_gap() - failed.skipped_steps
+    assert failed.paused() and left > 50 and _steps_to_probe(failed) == left
+    # where the prices leave no text room to pay (the draft's decodes cost what a plain step does: a
+    # small pair bound by kernel launches on a GPU), a new generation waits for the long gap too
+    slow = _paused_on_a_text(draft_ms=58.0)
+    assert slow.priced_excess_ms(0.9) > 0.0
+    left = slow.probe_gap() - slow.skipped_steps
+    slow.observe(0, 0, 0, [], -1, 0.0, 0.0, 400.0, -1, n_prompt=40)
+    assert left > 4 and _steps_to_probe(slow, most=400) == left
+
+
+def test_a_probe_is_judged_without_its_read_of_what_the_draft_sat_out():
+    """A probe's draft first reads what it sat out (up to 32 tokens: 150 ms on the Qwen2.5-Coder pair on a
+    2-core EPYC, 2.5 plain steps). That is the price of coming back, paid once, not of drafting on: the
+    probe counts in the drafting rate with a step's catch-up in its place. A probe that keeps all three
+    drafts (four tokens in 164 ms with a step's catch-up, 294 ms with the read) ends the pause; the same
+    time with a catch-up that is a step's own (not a resumption) leaves it paused."""
+    for resumed in (True, False):
+        m = _paused_on_a_text()
+        _steps_to_probe(m, most=400)
+        _drafting_step(m, 3, catch_up_ms=150.0, prev_n=0, resumed=resumed)
+        assert m.paused() != resumed, resumed
+
+
 
 def test_a_recurrent_targets_checkpoint_is_priced_before_any_batch():
     """Where a batch's tokens cost little (a GPU: a plain step 0.85 ms, a prompt token 0.1 ms),

@@ -3,6 +3,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "batching/batch_drafting.h"
 #include "bindings.h"
 #include "speculative/draft_length.h"
@@ -110,8 +112,14 @@ void register_adaptive(py::module_ & m) {
         .def("pays_at_prices", &draft_length_model::pays_at_prices,
              "whether some length of a first batch pays at the prices and acceptance so far (what decides "
              "before any drafting step is measured)")
-        .def("priced_excess_ms", &draft_length_model::priced_excess_ms,
-             "what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays)")
+        .def(
+            "priced_excess_ms",
+            [](const draft_length_model & m, std::optional<double> acceptance) {
+                return acceptance ? m.priced_excess_ms(*acceptance) : m.priced_excess_ms();
+            },
+            py::arg("acceptance") = py::none(),
+            "what a first batch at its best length is predicted to cost beyond plain steps (negative: it pays), "
+            "its drafts kept at the acceptance so far (or at this per-draft acceptance)")
         .def("set_padded", &draft_length_model::set_padded, py::arg("n_tokens"),
              "verification batches padded to n_tokens (0: none): a batch of 2 to n_tokens costs one of n_tokens")
         .def_property_readonly("padded", &draft_length_model::padded)

@@ -125,7 +125,9 @@ class draft_length_model {
     bool pays_at_prices() const;
     // what a first batch is predicted to cost beyond the plain steps that would make its expected
     // tokens, at its best length (what pays_at_prices judges: negative where it pays)
-    double priced_excess_ms() const;
+    double priced_excess_ms() const { return priced_excess_ms(acceptance()); }
+    // the same at a per-draft acceptance of p
+    double priced_excess_ms(double p) const;
     // a target whose rollback restores a checkpoint and decodes the kept tokens again (recurrent
     // or hybrid memory): a rejected draft then costs that decode as well, priced before any batch
     void set_decodes_again(bool yes) { decodes_again_ = yes; }
@@ -295,6 +297,19 @@ class draft_length_model {
     double draft_token_ms_ = 0.0;  // a draft prompt token (observe_draft_prompt; 0: none)
     // the drafting steps' evidence shows a clear loss (k_clear_loss, after k_min_clear_evidence steps)
     bool clear_loss() const;
+    // whether a pause may be the last texts' and not the prices': it follows drafting steps, and drafts kept at
+    // k_good_acceptance would pay at the prices measured (priced_excess_ms). What the target keeps
+    // differs with the text: on the Qwen2.5-Coder pair (1.5B F16, 0.5B Q4_K_M) on 2 EPYC cores, drafting
+    // made 0.97x plain steps on a chat prompt and 1.4-2x on code, and a pause learned on the chat, its probe
+    // gaps grown to about 100 steps, left the draft out of a code reply but for one probe. Such a pause is
+    // probed as a new pause is in each new generation, k_text_probes times (after the first gap, then twice
+    // that), the gaps after them as they were; the first of them is judged on its own steps, and where it pays
+    // the text's drafting steps are as few as a new decoder's: only a clear loss pauses them before
+    // k_min_evidence (observe, draft_this_step, observe_step, draft_pays). One probe is not enough: at the code
+    // reply's acceptance (0.9) one probe of three drafts in five keeps fewer than two, which does not pay there
+    bool text_may_pay() const;
+    static constexpr double  k_good_acceptance = 0.9;
+    static constexpr int32_t k_text_probes     = 2;
     // a pause holds until a drafting step ends it; before any drafting step is measured, the pause is
     // only the prediction (draft_pays), asked again at each step
     bool pause_holds() const { return o_.paused_ && o_.drafted_steps_ > 0; }
@@ -368,6 +383,10 @@ class draft_length_model {
         int32_t probe_gap_     = k_first_probe_gap;
         int32_t probe_left_    = 0;      // steps a probe drafts on for (set_settle_steps)
         bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
+        int32_t text_probes_   = 0;      // a new text's probes left at a new pause's gaps (text_may_pay)
+        int32_t text_gap_      = 0;      // the gap before the next of them
+        bool    probe_new_text_ = false; // the current probe is a new text's first
+        int64_t text_steps_    = k_min_evidence;  // drafting steps measured since such a probe
         double  probe_acc_ms_  = 0;      // a probe's cost beyond plain steps so far, over its steps
         // drafting transitions seen before any steady step priced them (tokens, draft decodes after
         // the catch-up, tokens verified): they count in the drafting rate once one has, so that a
