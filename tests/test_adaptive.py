@@ -582,7 +582,7 @@ def _steps_to_probe(m, plain_ms=58.0, most=200):
 
 def test_a_new_generation_probes_a_pause_its_text_may_not_hold():
     """What the target keeps differs with the text (the Qwen2.5-Coder pair on a 2-core EPYC: drafting
-    made 0.97x plain steps on a chat prompt, 1.4-2x on code), so a pause learned on one generation's
+    made 0.8-1.0x plain steps on a chat prompt, 1.3-1.9x on code), so a pause learned on one generation's
     text is probed as a new pause is in the next generation (after four steps, then eight), where
     drafts kept at 0.9 would pay at the prices measured. The first of those probes is judged on its
     own steps (those before it were other texts'), and where it pays, the new text's drafting steps
@@ -625,11 +625,11 @@ def test_a_new_generation_probes_a_pause_its_text_may_not_hold():
 
 
 def test_a_probe_is_judged_without_its_read_of_what_the_draft_sat_out():
-    """A probe's draft first reads what it sat out (up to 32 tokens: 150 ms on the Qwen2.5-Coder pair on a
-    2-core EPYC, 2.5 plain steps). That is the price of coming back, paid once, not of drafting on: the
-    probe counts in the drafting rate with a step's catch-up in its place. A probe that keeps all three
-    drafts (four tokens in 164 ms with a step's catch-up, 294 ms with the read) ends the pause; the same
-    time with a catch-up that is a step's own (not a resumption) leaves it paused."""
+    """A probe's draft first reads what it sat out (up to 32 tokens: 120-200 ms on the Qwen2.5-Coder pair on
+    a 2-core EPYC, two to three plain steps; 150 ms here). That is the price of coming back, paid once, not
+    of drafting on: the probe counts in the drafting rate with a step's catch-up in its place. A probe
+    that keeps all three drafts (four tokens in 164 ms with a step's catch-up, 294 ms with the read) ends
+    the pause; the same time with a catch-up that is a step's own (not a resumption) leaves it paused."""
     for resumed in (True, False):
         m = _paused_on_a_text()
         _steps_to_probe(m, most=400)

@@ -367,9 +367,10 @@ bool draft_length_model::draft_this_step() {
     // (a pause the prediction made ends where the prices measured since say drafting pays: plain
     // steps priced in a busy spell that has passed, say)
     if (!pause_holds() && draft_pays()) {
-        o_.skipped_   = 0;
-        o_.probe_gap_ = first_probe_gap();
-        o_.n_probes_  = 0;
+        o_.skipped_     = 0;
+        o_.probe_gap_   = first_probe_gap();
+        o_.n_probes_    = 0;
+        o_.text_probes_ = 0;  // (a later pause in this text is a new pause, not a new text's)
         return true;
     }
     o_.paused_ = true;
