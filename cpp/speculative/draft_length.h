@@ -301,7 +301,7 @@ class draft_length_model {
     // k_good_acceptance would pay at the prices measured (priced_excess_ms). What the target keeps
     // differs with the text: on the Qwen2.5-Coder pair (1.5B F16, 0.5B Q4_K_M) on 2 EPYC cores, drafting
     // made 0.8-1.0x plain steps on a chat prompt and 1.3-1.9x on code, and a pause learned on the chat, its probe
-    // gaps grown to about 100 steps, left the draft out of a code reply but for one probe. Such a pause is
+    // gaps grown to about 100 steps, would leave the draft out of a code reply after it. Such a pause is
     // probed as a new pause is in each new generation, k_text_probes times (after the first gap, then twice
     // that), the gaps after them as they were; the first of them is judged on its own steps, and where it pays
     // the text's drafting steps are as few as a new decoder's: only a clear loss pauses them before
