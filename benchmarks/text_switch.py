@@ -4,12 +4,12 @@ text where drafting pays little, against the next texts, where it may pay a lot.
 One decoder generates every --prompts prompt (chat templated, greedy) in turn, round after round,
 each plainly and then with the adaptive rule, after a warm-up on the first prompt (as
 benchmarks/compare.py's sequence). Reported per prompt: the median over the rounds of each
-speculative generation's decode tokens/s over the plain one's just before it, and each generation's
+speculative generation's tokens/s after its prompt over the plain one's just before it, and each generation's
 steps as compare.py's step pattern (one character a step: the model's drafts, + for ten or more,
 P a probe of the paused model, L prompt lookup's drafts alone, p a step the model sat out paused).
 
 Whether the rule pauses on a text depends on this machine's prices at the time (on the 2-core EPYC
-the Qwen2.5-Coder pair's drafting made 0.93-1.1x plain steps on the chat prompt): compare two
+the Qwen2.5-Coder pair's drafting made 0.8-1.2x plain steps on the chat prompt): compare two
 builds by running this alternately with each on PYTHONPATH, several times.
 
     python benchmarks/text_switch.py --pair qwen2.5-coder --target-type f16 --rounds 2 -n 96 --out switch.json
