@@ -73,6 +73,15 @@ def _repack_flags():
     return ["--no-repack"] if has_amx() else []
 
 
+def named_prompts(ap, names: str, prompts: dict) -> dict:
+    """The prompts named in names (comma-separated), in that order; an unknown name is a usage error."""
+    wanted = names.split(",")
+    unknown = [k for k in wanted if k not in prompts]
+    if unknown:
+        ap.error(f"unknown prompts {unknown}; there are: {', '.join(prompts)}")
+    return {k: prompts[k] for k in wanted}
+
+
 def chat_text(dec, text):
     return dec.apply_chat_template([{"role": "user", "content": text}])
 
@@ -274,10 +283,7 @@ def main():
     if args.quick:
         prompts = {k: prompts[k] for k in ("chat", "code-edit")}
     if args.prompts:
-        unknown = [k for k in args.prompts.split(",") if k not in prompts]
-        if unknown:
-            ap.error(f"unknown prompts {unknown}; there are: {', '.join(prompts)}")
-        prompts = {k: prompts[k] for k in args.prompts.split(",")}
+        prompts = named_prompts(ap, args.prompts, prompts)
     fixed = [int(x) for x in args.fixed.split(",") if x]
     peer_n = [int(x) for x in args.peer_n_max.split(",") if x]
     server_n = [int(x) for x in args.server_n_max.split(",") if x]

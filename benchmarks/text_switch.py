@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 
 import specllama
-from compare import QUOTING, step_pattern
+from compare import QUOTING, named_prompts, step_pattern
 from specllama.bench import PROMPTS
 from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
@@ -39,15 +39,13 @@ def main() -> None:
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
+    texts = named_prompts(ap, args.prompts, prompts_all)
+    names = list(texts)
     target, draft = pair_from_options(args)
-    names = args.prompts.split(",")
-    unknown = [k for k in names if k not in prompts_all]
-    if unknown:
-        ap.error(f"unknown prompts {unknown}; there are: {', '.join(prompts_all)}")
     kw = dict(temperature=0, ignore_eos=True, record_steps=True)
     rounds = []
     with specllama.SpeculativeDecoder(target, draft, n_ctx=2048, n_threads=args.threads) as dec:
-        tokens = {k: dec.chat_tokens([{"role": "user", "content": prompts_all[k]}]) for k in names}
+        tokens = {k: dec.chat_tokens([{"role": "user", "content": text}]) for k, text in texts.items()}
         dec.generate(tokens[names[0]], max_tokens=32, **kw)
         dec.generate(tokens[names[0]], max_tokens=32, speculative=False, **kw)
         for r in range(args.rounds):

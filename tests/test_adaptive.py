@@ -546,10 +546,15 @@ def test_a_catch_up_on_what_the_draft_sat_out_prices_no_catch_up():
     assert sat_out.catch_up_ms == 0.0 and sat_out.priced_excess_ms() < 0.0
 
 
-def _drafting_step(m, kept, catch_up_ms=20.0, prev_n=3, resumed=False):
-    """A step of three drafts (the draft's decodes 17 ms, a verification of four tokens 110 ms) of
-    which the target kept kept."""
-    m.observe(3, 3, kept, [0.5] * 3, -1, catch_up_ms, catch_up_ms + 34.0, 110.0, prev_n, resumed=resumed)
+def _drafting_step(m, kept, catch_up_ms=20.0, prev_n=3, resumed=False, decode_ms=17.0):
+    """A step of three drafts (after the catch-up, two draft decodes; a verification of four tokens
+    110 ms) of which the target kept kept."""
+    m.observe(3, 3, kept, [0.5] * 3, -1, catch_up_ms, catch_up_ms + 2 * decode_ms, 110.0, prev_n, resumed=resumed)
+
+
+def _plain_step(m, ms=58.0, prev_n=0, n_prompt=0):
+    """A plain step (prev_n -1 and n_prompt: a generation's first, its prompt pass)."""
+    m.observe(0, 0, 0, [], -1, 0.0, 0.0, ms, prev_n, n_prompt=n_prompt)
 
 
 def _paused_on_a_text(draft_ms=17.0, plain_ms=58.0, n_steps=300):
@@ -558,14 +563,14 @@ def _paused_on_a_text(draft_ms=17.0, plain_ms=58.0, n_steps=300):
     2-core EPYC), its probes alike until their gaps are the long ones that keep their cost near 1%."""
     m = _core.DraftLengthModel()
     for _ in range(3):
-        m.observe(0, 0, 0, [], -1, 0.0, 0.0, plain_ms, 0)
+        _plain_step(m, plain_ms)
     prev_n = 0
     for _ in range(n_steps):
         if m.draft_this_step():
-            m.observe(3, 3, 1, [0.5] * 3, -1, draft_ms, 3 * draft_ms, 110.0, prev_n)
+            _drafting_step(m, 1, catch_up_ms=draft_ms, prev_n=prev_n, decode_ms=draft_ms)
             prev_n = 3
         else:
-            m.observe(0, 0, 0, [], -1, 0.0, 0.0, plain_ms, prev_n)
+            _plain_step(m, plain_ms, prev_n)
             prev_n = 0
     assert m.paused()
     return m
@@ -576,7 +581,7 @@ def _steps_to_probe(m, plain_ms=58.0, most=200):
         if m.draft_this_step():
             assert m.probing
             return i
-        m.observe(0, 0, 0, [], -1, 0.0, 0.0, plain_ms, 0)
+        _plain_step(m, plain_ms)
     return None
 
 
@@ -596,7 +601,7 @@ def test_a_new_generation_probes_a_pause_its_text_may_not_hold():
     _drafting_step(same, 2, prev_n=0)
     assert same.paused()
     new = _paused_on_a_text()
-    new.observe(0, 0, 0, [], -1, 0.0, 0.0, 400.0, -1, n_prompt=40)  # the next generation's prompt pass
+    _plain_step(new, 400.0, prev_n=-1, n_prompt=40)  # the next generation's prompt pass
     assert _steps_to_probe(new) == 4
     _drafting_step(new, 2, prev_n=0)
     assert not new.paused() and new.draft_this_step() and not new.probing
@@ -608,7 +613,7 @@ def test_a_new_generation_probes_a_pause_its_text_may_not_hold():
     # a first probe that does not pay (here no draft kept) leaves the pause; the second probe comes
     # after eight steps, and where it does not pay either the pause keeps its long gaps
     failed = _paused_on_a_text()
-    failed.observe(0, 0, 0, [], -1, 0.0, 0.0, 400.0, -1, n_prompt=40)
+    _plain_step(failed, 400.0, prev_n=-1, n_prompt=40)
     assert _steps_to_probe(failed) == 4
     _drafting_step(failed, 0, prev_n=0)
     assert failed.paused() and _steps_to_probe(failed) == 8
@@ -620,7 +625,7 @@ def test_a_new_generation_probes_a_pause_its_text_may_not_hold():
     slow = _paused_on_a_text(draft_ms=58.0)
     assert slow.priced_excess_ms(0.9) > 0.0
     left = slow.probe_gap() - slow.skipped_steps
-    slow.observe(0, 0, 0, [], -1, 0.0, 0.0, 400.0, -1, n_prompt=40)
+    _plain_step(slow, 400.0, prev_n=-1, n_prompt=40)
     assert left > 4 and _steps_to_probe(slow, most=400) == left
 
 

@@ -129,7 +129,7 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
         const bool fresh = o_.probing_ && o_.probe_fresh_ && o_.drafted_w_ > 0.0;
         double     d     = fresh ? (o_.probe_new_text_ ? 0.0 : 1.0 / o_.drafted_w_) : k_decay;
         o_.probe_fresh_  = false;
-        if (d == 0.0) {
+        if (fresh && o_.probe_new_text_) {
             o_.text_steps_ = 0;
         }
         const auto add   = [&](int32_t n_tokens, double step_ms) {
@@ -375,12 +375,9 @@ bool draft_length_model::draft_this_step() {
     }
     o_.paused_ = true;
     // (a new text's first probes come at the gaps of a new pause, unless the usual gap is shorter)
-    if (++o_.skipped_ >= (o_.text_probes_ > 0 ? std::min(probe_gap(), o_.text_gap_) : probe_gap())) {
+    if (++o_.skipped_ >= (o_.text_probes_ > 0 ? std::min(probe_gap(), text_gap()) : probe_gap())) {
         o_.probe_new_text_ = o_.text_probes_ == k_text_probes;
-        if (o_.text_probes_ > 0) {
-            --o_.text_probes_;
-            o_.text_gap_ *= 2;
-        }
+        o_.text_probes_    = std::max(0, o_.text_probes_ - 1);
         o_.probe_gap_    = std::min(2 * o_.probe_gap_, k_max_probe_gap);
         o_.skipped_      = 0;
         o_.probing_      = true;
@@ -416,7 +413,6 @@ void draft_length_model::observe(const step_record & s) {
         o_.probe_left_ = 0;  // (a generation's first step: a probe the last one cut short does not go on)
         // a new text: the pause's next k_text_probes probes come at a new pause's gaps
         o_.text_probes_ = text_may_pay() ? k_text_probes : 0;
-        o_.text_gap_    = first_probe_gap();
         if (o_.text_probes_ > 0) {
             o_.skipped_ = 0;
         }

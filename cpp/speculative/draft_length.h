@@ -310,6 +310,8 @@ class draft_length_model {
     bool text_may_pay() const;
     static constexpr double  k_good_acceptance = 0.9;
     static constexpr int32_t k_text_probes     = 2;
+    // the gap before a new text's next probe: the first gap, doubled for each of them already made
+    int32_t text_gap() const { return first_probe_gap() << (k_text_probes - o_.text_probes_); }
     // a pause holds until a drafting step ends it; before any drafting step is measured, the pause is
     // only the prediction (draft_pays), asked again at each step
     bool pause_holds() const { return o_.paused_ && o_.drafted_steps_ > 0; }
@@ -384,7 +386,6 @@ class draft_length_model {
         int32_t probe_left_    = 0;      // steps a probe drafts on for (set_settle_steps)
         bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
         int32_t text_probes_   = 0;      // a new text's probes left at a new pause's gaps (text_may_pay)
-        int32_t text_gap_      = 0;      // the gap before the next of them
         bool    probe_new_text_ = false; // the current probe is a new text's first
         int64_t text_steps_    = k_min_evidence;  // drafting steps measured since such a probe
         double  probe_acc_ms_  = 0;      // a probe's cost beyond plain steps so far, over its steps
