@@ -125,11 +125,15 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     const bool   probe_done = o_.probing_ && o_.probe_left_ == 0;
     if (counted) {
         // a probe is the only fresh news while paused: its steps count as much as all the steps before, and a new
-        // text's first probe (text_may_pay) is judged on its own: the steps before were other texts'
-        const bool fresh = o_.probing_ && o_.probe_fresh_ && o_.drafted_w_ > 0.0;
-        double     d     = fresh ? (o_.probe_new_text_ ? 0.0 : 1.0 / o_.drafted_w_) : k_decay;
-        o_.probe_fresh_  = false;
-        if (fresh && o_.probe_new_text_) {
+        // text's first probe (text_may_pay) is judged on its own: the steps before were other texts'. A new text's
+        // first drafting step outside a pause counts as much as all the steps before it
+        const bool fresh      = o_.probing_ && o_.probe_fresh_ && o_.drafted_w_ > 0.0;
+        const bool text_first = !o_.probing_ && o_.text_fresh_ && o_.drafted_w_ > 0.0;
+        double     d          = fresh ? (o_.probe_new_text_ ? 0.0 : 1.0 / o_.drafted_w_)
+                                : text_first ? 1.0 / o_.drafted_w_ : k_decay;
+        o_.probe_fresh_ = false;
+        o_.text_fresh_  = false;
+        if ((fresh && o_.probe_new_text_) || text_first) {
             o_.text_steps_ = 0;
         }
         const auto add   = [&](int32_t n_tokens, double step_ms) {
@@ -416,6 +420,8 @@ void draft_length_model::observe(const step_record & s) {
         if (o_.text_probes_ > 0) {
             o_.skipped_ = 0;
         }
+        // (and one drafting from its first step is judged on its own steps from the first of them)
+        o_.text_fresh_ = o_.drafted_steps_ > 0 && !o_.paused_;
     }
     if (s.n_prompt > 0) {
         return;  // (a plain step whose time is the prompt's: nothing to price, no draft to judge)

@@ -306,7 +306,11 @@ class draft_length_model {
     // that), the gaps after them as they were; the first of them is judged on its own steps, and where it pays
     // the text's drafting steps are as few as a new decoder's: only a clear loss pauses them before
     // k_min_evidence (observe, draft_this_step, observe_step, draft_pays). One probe is not enough: at the code
-    // reply's acceptance (0.9) one probe of three drafts in five keeps fewer than two, which does not pay there
+    // reply's acceptance (0.9) one probe of three drafts in five keeps fewer than two, which does not pay there.
+    // A new text the model drafts in from its first step is judged the same way: its first drafting step weighs
+    // as much as all before it (a probe's weight), and only a clear loss pauses before k_min_evidence of them.
+    // At the decay's 33 steps' weight, a chat reply at T=0.8 after a code reply drafted at 0.8x plain steps for
+    // 40 steps before the code reply's evidence let it pause
     bool text_may_pay() const;
     static constexpr double  k_good_acceptance = 0.9;
     static constexpr int32_t k_text_probes     = 2;
@@ -387,7 +391,8 @@ class draft_length_model {
         bool    probe_fresh_   = false;  // no step of the current probe has counted in the drafting rate yet
         int32_t text_probes_   = 0;      // a new text's probes left at a new pause's gaps (text_may_pay)
         bool    probe_new_text_ = false; // the current probe is a new text's first
-        int64_t text_steps_    = k_min_evidence;  // drafting steps measured since such a probe
+        int64_t text_steps_    = k_min_evidence;  // drafting steps measured since such a probe or text_fresh_
+        bool    text_fresh_    = false;  // a new text's first drafting step, not paused, is still to count
         double  probe_acc_ms_  = 0;      // a probe's cost beyond plain steps so far, over its steps
         // drafting transitions seen before any steady step priced them (tokens, draft decodes after
         // the catch-up, tokens verified): they count in the drafting rate once one has, so that a
