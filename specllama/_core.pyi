@@ -756,6 +756,11 @@ class StepTrace:
         the rule's long-run tokens per ms when the step began
         """
     @property
+    def resumed(self) -> bool:
+        """
+        the draft's catch-up took in more tokens than one step brings (what it sat out while paused, or a new prompt): catch_up_ms is then that read
+        """
+    @property
     def verify_ms(self) -> float:
         """
         the verification (as priced)

@@ -37,6 +37,9 @@ void register_step_trace(py::module_ & m) {
                                "prompt tokens the verification's decode took in before them (the first step's: "
                                "the part of the prompt the cache lacked; verify_ms is then their pass too). "
                                "0 with StepPrices, which price the prompt apart")
+        .def_property_readonly("resumed", [](const step_trace & t) { return t.record.resumed; },
+                               "the draft's catch-up took in more tokens than one step brings (what it sat "
+                               "out while paused, or a new prompt): catch_up_ms is then that read")
         .def_readonly("n_max", &step_trace::n_max, "tokens the step could draft at most")
         .def_readonly("paused", &step_trace::paused, "the draft model was paused (drafting did not pay)")
         .def_readonly("probe", &step_trace::probe, "the step was a probe of the paused draft model")

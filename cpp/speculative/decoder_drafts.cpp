@@ -109,7 +109,9 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
             drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
                             share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
                             plan.adaptive && lengths_.probing() ? k_probe_window : 0);
-            drafted_.resumed = after_pause;
+            // (counted from what the catch-up read, not from the cache's length: after a pause that began in
+            // an earlier generation the cache holds that text, and a new prompt may be shorter than it)
+            drafted_.resumed = drafted_.n_read > plan.n_draft + 1;
         } else if (n_taken < step.n_max && !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
             draft_after_taken(dseq, step.n_max, params, rng, keep, check);
         }
