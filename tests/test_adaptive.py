@@ -629,6 +629,41 @@ def test_a_new_generation_probes_a_pause_its_text_may_not_hold():
     assert left > 4 and _steps_to_probe(slow, most=400) == left
 
 
+def _drafting_steps_until_paused(m, kept, prev_n, most=100):
+    """Drafting steps, each keeping kept drafts of three, until the rule pauses (None: it never did)."""
+    for i in range(1, most):
+        assert m.draft_this_step() and not m.probing
+        _drafting_step(m, kept, prev_n=prev_n)
+        prev_n = 3
+        if m.paused():
+            return i
+    return None
+
+
+def test_a_new_text_drafted_in_from_its_first_step_is_judged_on_its_own_steps():
+    """A decoder whose steps kept every draft (four tokens in 164 ms: 1.41x plain steps of 58 ms) meets a
+    text where each step keeps one draft of three (0.71x). Within the generation the earlier text's
+    evidence (33 steps' weight) keeps it drafting for more than 20 such steps; in a new generation the
+    new text's first drafting step weighs as much as all before it, and the rule pauses once four of
+    them are measured (not before: only a clear loss pauses a new text's first steps)."""
+    def drafting_well():
+        m = _core.DraftLengthModel()
+        for _ in range(3):
+            _plain_step(m)
+        assert _drafting_steps_until_paused(m, 3, prev_n=0, most=60) is None
+        return m
+
+    same = drafting_well()
+    assert _drafting_steps_until_paused(same, 1, prev_n=3) > 20
+    new = drafting_well()
+    _plain_step(new, 400.0, prev_n=-1, n_prompt=40)  # the next generation's prompt pass
+    assert _drafting_steps_until_paused(new, 1, prev_n=0) == 4
+    # a new text that pays as the last did drafts on
+    good = drafting_well()
+    _plain_step(good, 400.0, prev_n=-1, n_prompt=40)
+    assert _drafting_steps_until_paused(good, 3, prev_n=0) is None
+
+
 def test_a_probe_is_judged_without_its_read_of_what_the_draft_sat_out():
     """A probe's draft first reads what it sat out (up to 32 tokens: 120-200 ms on the Qwen2.5-Coder pair on
     a 2-core EPYC, two to three plain steps; 150 ms here). That is the price of coming back, paid once, not
@@ -641,6 +676,25 @@ def test_a_probe_is_judged_without_its_read_of_what_the_draft_sat_out():
         _drafting_step(m, 3, catch_up_ms=150.0, prev_n=0, resumed=resumed)
         assert m.paused() != resumed, resumed
 
+
+
+def test_a_probe_in_a_new_generation_reads_its_prompt_as_what_the_draft_sat_out(tiny):
+    """A draft paused in one generation still holds that generation's text (here 133 prompt tokens and
+    what followed); the next generation's first probe reads the new prompt (14 tokens) and the steps
+    since, fewer tokens than the cache holds but more than one step brings: a resumption
+    (StepTrace.resumed), judged as coming back and not as the step's own catch-up. A probe within the
+    generation that reads the few tokens sat out since the last one is not."""
+    prices = specllama.StepPrices(draft_ms=1.0, verify_ms=10.0, verify_token_ms=1.0)
+    kw = dict(max_tokens=40, temperature=0, ignore_eos=True, prices=prices, record_steps=True)
+    with specllama.SpeculativeDecoder(tiny.target, tiny.far_draft, n_ctx=1024) as dec:
+        long = " ".join(["the cat is on the mat"] * 6)
+        for _ in range(2):  # (the unrelated draft loses: the rule pauses it)
+            first = dec.generate(long, **{**kw, "max_tokens": 80}).stats
+        assert first.steps[-1].paused
+        new = dec.generate("a dog and a cat", **kw).stats
+    assert new.n_prompt < first.n_prompt
+    probes = [(i, t.resumed) for i, t in enumerate(new.steps) if t.probe]
+    assert probes[:2] == [(4, True), (12, False)], probes
 
 
 def test_a_recurrent_targets_checkpoint_is_priced_before_any_batch():
