@@ -88,6 +88,24 @@ def test_cli_says_when_the_prompt_was_copied(tiny):
     assert shared.stdout == unshared.stdout
 
 
+def test_a_probe_in_a_new_generation_copies_its_prompt_from_the_target(tiny):
+    """A draft paused in one generation still holds that generation's text (305 prompt tokens and
+    more); in the next, whose prompt is far shorter, its probe lacks that prompt and the steps since:
+    it copies them from the target's cache (it does not read the last 32 tokens alone), and the
+    output is unchanged."""
+    prices = specllama.StepPrices(draft_ms=2.0, verify_ms=1.0, verify_token_ms=0.02)
+    kw = dict(temperature=0, ignore_eos=True, prices=prices, record_steps=True, drafter="model")
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.target_q, n_ctx=1024) as dec:
+        first = dec.generate(" ".join(["she was out with the one that was hot"] * 8), max_tokens=60, **kw)
+        new = dec.generate("the cat is", max_tokens=150, **kw)
+        plain = _gen(dec, dec.tokenize("the cat is"), n=150, speculative=False)
+    assert new.tokens == plain.tokens
+    probes = [i for i, t in enumerate(new.stats.steps) if t.probe]
+    assert new.stats.n_prompt + probes[0] < first.stats.n_prompt  # (the probe's seq is the shorter)
+    assert new.stats.steps[probes[0]].resumed
+    assert new.stats.n_resume_shared > new.stats.n_prompt and new.stats.n_window_catch_ups == 0
+
+
 def test_the_draft_resumes_from_the_targets_cache_after_a_pause(tiny):
     """When the adaptive rule has left the model out of steps, the draft lacks every token since:
     it copies the target's keys and values instead of decoding them, at the right positions (the

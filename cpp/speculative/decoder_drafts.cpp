@@ -105,13 +105,14 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         st.t_vocab_ms += view_ ? ms_since(t_view) : 0.0;
         const int32_t n_taken = take_ahead(step.n_max, st);  // (drafts made during the last verification)
         if (n_taken == 0) {
-            const bool after_pause = (int32_t) dseq.size() - dft_cache_->n_past() > plan.n_draft + 1;
+            // (what it lacks counted from the prefix it shares with seq: after a pause that began in an earlier
+            // generation it holds that text, and a new prompt may be shorter than it)
+            const int32_t n_end       = (int32_t) dseq.size() - 1;
+            const bool    after_pause = share_prefill_ && n_end - dft_cache_->common_prefix(dseq, n_end) > plan.n_draft;
             drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
-                            share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
+                            after_pause ? tgt_cache_.get() : nullptr,
                             plan.adaptive && lengths_.probing() ? k_probe_window : 0);
-            // (counted from what the catch-up read, not from the cache's length: after a pause that began in
-            // an earlier generation the cache holds that text, and a new prompt may be shorter than it)
-            drafted_.resumed = drafted_.n_read > plan.n_draft + 1;
+            drafted_.resumed = drafted_.n_read > plan.n_draft + 1;  // (counted alike, from what the catch-up read)
         } else if (n_taken < step.n_max && !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
             draft_after_taken(dseq, step.n_max, params, rng, keep, check);
         }
