@@ -3,11 +3,12 @@ text where drafting pays little, against the next texts, where it may pay a lot.
 
 One decoder generates every --prompts prompt (chat templated; greedy, or sampled at --temp, round r
 at --seed + r) in turn, round after round, each plainly and then with the adaptive rule, after a
-warm-up on the first prompt (as benchmarks/compare.py's sequence). Reported per prompt: the median over the rounds of each
-speculative generation's tokens/s after its prompt over the plain one's just before it, and each generation's
-steps as compare.py's step pattern (one character a step: the model's drafts, + for ten or more,
-P a probe of the paused model, L prompt lookup's drafts alone, p a step the model sat out paused),
-and below it the drafts the target kept in each (compare.py's kept pattern).
+warm-up on the first prompt (as benchmarks/compare.py's sequence). Reported per prompt: the median
+over the rounds of each speculative generation's tokens/s after its prompt over the plain one's just
+before it, and each generation's steps as compare.py's step pattern (one character a step: the
+model's drafts, + for ten or more, P a probe of the paused model, L prompt lookup's drafts alone, p
+a step the model sat out paused), and below it the drafts the target kept in each (compare.py's
+kept pattern).
 
 Whether the rule pauses on a text depends on this machine's prices at the time (on the 2-core EPYC
 the Qwen2.5-Coder pair's drafting made 0.8-1.2x plain steps on the chat prompt): compare two
@@ -70,7 +71,8 @@ def main() -> None:
     print("speculative over plain, median of rounds: " + ", ".join(f"{k} {v:.2f}x" for k, v in summary.items()))
     if args.out:
         report = {"provenance": provenance({"target": target, "draft": draft}, args.threads or None),
-                  "n": args.n, "temperature": args.temp, "seed": args.seed, "prompts": names, "rounds": rounds, "summary": summary}
+                  "n": args.n, "temperature": args.temp, "seed": args.seed, "prompts": names, "rounds": rounds,
+                  "summary": summary}
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
 
 
