@@ -277,6 +277,10 @@ class DraftLengthModel:
         """
         the steps a paused model sits out before its next probe
         """
+    def probe_window(self, n_behind: typing.SupportsInt | typing.SupportsIndex, n_left: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        the tokens this probe's catch-up reads of the n_behind its draft sat out, n_left tokens before the generation ends: the last 32 alone, or 0: all (a new text's first probe, where drafting would win that read back)
+        """
     def set_decodes_again(self, yes: bool) -> None:
         """
         a target whose rollback decodes the kept tokens again (recurrent or hybrid memory)

@@ -678,6 +678,24 @@ def test_a_probe_is_judged_without_its_read_of_what_the_draft_sat_out():
 
 
 
+def test_a_new_texts_first_probe_reads_all_its_draft_sat_out_where_drafting_wins_it_back():
+    """A probe's draft reads the last 32 tokens it sat out alone, but a new text's first probe reads all
+    of them (the reply may depend on the whole prompt: a code edit's) where drafts kept at 0.9 would
+    win that read back before the generation ends. Here a draft prompt token costs 4.5 ms and a step
+    of three drafts kept at 0.9 saves about 39 ms: over the 92 tokens left (23 steps of four tokens at
+    most) a 150-token read pays, a 2000-token one does not; a probe within the generation reads 32."""
+    new = _paused_on_a_text()
+    new.observe_draft_prompt(40, 180.0)
+    _plain_step(new, 400.0, prev_n=-1, n_prompt=40)
+    assert _steps_to_probe(new) == 4
+    assert new.probe_window(150, 92) == 0
+    assert new.probe_window(2000, 92) == 32 and new.probe_window(150, 8) == 32 and new.probe_window(20, 92) == 32
+    same = _paused_on_a_text()
+    same.observe_draft_prompt(40, 180.0)
+    _steps_to_probe(same, most=400)
+    assert same.probe_window(150, 92) == 32
+
+
 def test_a_probe_in_a_new_generation_reads_its_prompt_as_what_the_draft_sat_out(tiny):
     """A draft paused in one generation still holds that generation's text (here 133 prompt tokens and
     what followed); the next generation's first probe reads the new prompt (14 tokens) and the steps

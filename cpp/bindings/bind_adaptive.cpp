@@ -146,6 +146,10 @@ void register_adaptive(py::module_ & m) {
              "whether the model is left out of steps now, but for probes (a pause ends with a probe that pays)")
         .def_property_readonly("probing", &draft_length_model::probing,
                                "whether the step draft_this_step last began is a probe of a paused model")
+        .def("probe_window", &draft_length_model::probe_window, py::arg("n_behind"), py::arg("n_left"),
+             "the tokens this probe's catch-up reads of the n_behind its draft sat out, n_left tokens before the "
+             "generation ends: the last 32 alone, or 0: all (a new text's first probe, where drafting would win "
+             "that read back)")
         .def("probe_gap", &draft_length_model::probe_gap,
              "the steps a paused model sits out before its next probe")
         .def("observe_prompt", &draft_length_model::observe_prompt, py::arg("n_tokens"), py::arg("ms"),

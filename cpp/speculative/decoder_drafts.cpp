@@ -107,11 +107,13 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         if (n_taken == 0) {
             // (what it lacks counted from the prefix it shares with seq: after a pause that began in an earlier
             // generation it holds that text, and a new prompt may be shorter than it)
+            const bool    probing     = plan.adaptive && lengths_.probing();
             const int32_t n_end       = (int32_t) dseq.size() - 1;
-            const bool    after_pause = share_prefill_ && n_end - dft_cache_->common_prefix(dseq, n_end) > plan.n_draft;
+            const int32_t behind      = share_prefill_ || probing ? n_end - dft_cache_->common_prefix(dseq, n_end) : 0;
+            const bool    after_pause = share_prefill_ && behind > plan.n_draft;
             drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
                             after_pause ? tgt_cache_.get() : nullptr,
-                            plan.adaptive && lengths_.probing() ? k_probe_window : 0);
+                            probing ? lengths_.probe_window(behind, params.max_tokens - st.n_generated) : 0);
             drafted_.resumed = drafted_.n_read > plan.n_draft + 1;  // (counted alike, from what the catch-up read)
         } else if (n_taken < step.n_max && !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
             draft_after_taken(dseq, step.n_max, params, rng, keep, check);

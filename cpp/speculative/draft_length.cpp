@@ -260,6 +260,17 @@ bool draft_length_model::text_may_pay() const {
     return o_.drafted_steps_ >= k_min_clear_evidence && paused() && priced_excess_ms(k_good_acceptance) < 0.0;
 }
 
+int32_t draft_length_model::probe_window(int32_t n_behind, int32_t n_left) const {
+    if (!o_.probing_ || !o_.probe_new_text_ || n_behind <= k_probe_window || draft_token_ms_ <= 0.0) {
+        return k_probe_window;
+    }
+    // (what drafting at that acceptance saves per step, over the steps left at most 1 + k_first_batch_drafts
+    // tokens each, against the read beyond the window)
+    const double saved_per_step = -priced_excess_ms(k_good_acceptance);
+    const double steps_left     = n_left / (1.0 + k_first_batch_drafts);
+    return saved_per_step * steps_left > draft_token_ms_ * (n_behind - k_probe_window) ? 0 : k_probe_window;
+}
+
 double draft_length_model::steady_step_ms(int32_t n_decodes, int32_t n_verify) const {
     if (!has_catch_up_ || (!has_draft_ms_ && n_decodes > 0) || sw_ <= 0.0) {
         return -1.0;

@@ -203,6 +203,12 @@ class draft_length_model {
     bool paused() const { return pause_holds() || !draft_pays(); }
     // whether the step draft_this_step last began is a probe of a paused model
     bool probing() const { return o_.probing_; }
+    // the tokens a probe's catch-up reads of the n_behind its draft sat out, n_left tokens before the generation
+    // ends: the last k_probe_window alone (0: all of them). A new text's first probe reads all where drafts kept
+    // at k_good_acceptance would win the rest of that read back within n_left tokens: the window leaves out the
+    // prompt a reply may depend on (on the Qwen2.5-Coder pair a code edit's reply after a paused chat kept 0 and 1
+    // drafts in its two probes and stayed paused, where drafting with the whole prompt made 1.4-1.8x plain steps)
+    int32_t probe_window(int32_t n_behind, int32_t n_left) const;
     // steps without the model since drafting last paid or was probed (0 while it pays)
     int32_t skipped_steps() const { return o_.skipped_; }
 
