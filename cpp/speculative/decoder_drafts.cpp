@@ -105,16 +105,18 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
         st.t_vocab_ms += view_ ? ms_since(t_view) : 0.0;
         const int32_t n_taken = take_ahead(step.n_max, st);  // (drafts made during the last verification)
         if (n_taken == 0) {
-            // (what it lacks counted from the prefix it shares with seq: after a pause that began in an earlier
-            // generation it holds that text, and a new prompt may be shorter than it)
-            const bool    probing     = plan.adaptive && lengths_.probing();
+            // what the draft lacks, counted from the prefix it shares with seq (after a pause that began in an
+            // earlier generation it holds that text, and a new prompt may be shorter than it): more than one
+            // step brings is a resumption
             const int32_t n_end       = (int32_t) dseq.size() - 1;
-            const int32_t behind      = share_prefill_ || probing ? n_end - dft_cache_->common_prefix(dseq, n_end) : 0;
-            const bool    after_pause = share_prefill_ && behind > plan.n_draft;
+            const int32_t behind      = n_end - dft_cache_->common_prefix(dseq, n_end);
+            const bool    after_pause = behind > plan.n_draft;
             drafter_->draft(dseq, step.n_max, params.sampling, rng, drafted_, keep, check,
-                            after_pause ? tgt_cache_.get() : nullptr,
-                            probing ? lengths_.probe_window(behind, params.max_tokens - st.n_generated) : 0);
-            drafted_.resumed = drafted_.n_read > plan.n_draft + 1;  // (counted alike, from what the catch-up read)
+                            share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
+                            plan.adaptive && lengths_.probing()
+                                ? lengths_.probe_window(behind, params.max_tokens - st.n_generated)
+                                : 0);
+            drafted_.resumed = after_pause;
         } else if (n_taken < step.n_max && !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
             draft_after_taken(dseq, step.n_max, params, rng, keep, check);
         }

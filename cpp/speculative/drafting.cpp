@@ -12,7 +12,7 @@ namespace specllama {
 
 bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
                          const std::function<void()> & between_chunks, int32_t window, int32_t reuse,
-                         int32_t by_token, int32_t * n_single, int32_t * n_new_out) {
+                         int32_t by_token, int32_t * n_single) {
     // keep what the cache shares with seq (never its last token, whose logits are q_1), decode up to n_end
     const int32_t n_last   = (int32_t) seq.size() - 1;
     const int32_t n_from   = n_last - window;
@@ -26,9 +26,6 @@ bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
     const bool    one_by_one = n_new > 1 && n_new <= by_token;
     if (n_single != nullptr) {
         *n_single = n_new == 1 || one_by_one ? n_new : 0;
-    }
-    if (n_new_out != nullptr) {
-        *n_new_out = n_new;
     }
     if (one_by_one) {
         for (int32_t i = n_common; i < n_end; ++i) {  // (each with its output: the draft decodes' shape)
@@ -56,10 +53,7 @@ model_drafter::catch_up_result model_drafter::catch_up(const std::vector<llama_t
                                                        const kv_cache * target, int32_t window) {
     catch_up_result r;
     r.n_copied = copy_target(seq, target);
-    int32_t n_new = 0;
-    r.windowed = sync(seq, (int32_t) seq.size(), between_chunks, r.n_copied > 0 ? 0 : window, 0, by_token_, &r.n_single,
-                      &n_new);
-    r.n_read   = r.n_copied + n_new;
+    r.windowed = sync(seq, (int32_t) seq.size(), between_chunks, r.n_copied > 0 ? 0 : window, 0, by_token_, &r.n_single);
     return r;
 }
 
@@ -198,7 +192,6 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     out.n_copied             = c.n_copied;
     out.windowed             = c.windowed;
     out.n_catch_up           = c.n_single;
-    out.n_read               = c.n_read;
     out.catch_up_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     if (n_draft > 1) {

@@ -31,7 +31,6 @@ struct draft_result {
     int32_t                  n_decodes   = 0;    // draft decodes after the catch-up (a forced run's is one)
     int32_t                  n_catch_up  = 0;    // the catch-up's decodes where each took one token (0: a batch)
     bool                     windowed    = false;  // the catch-up decoded the last `window` tokens alone
-    int32_t                  n_read      = 0;    // tokens the catch-up took in (decoded or copied)
     bool                     resumed     = false;  // the catch-up read more tokens than one step brings (decoder)
 
     // empty, for a new step (dists keep their memory)
@@ -39,7 +38,7 @@ struct draft_result {
         tokens.clear();
         conf.clear();
         forced.clear();
-        n_decodes = n_copied = n_catch_up = n_read = 0;
+        n_decodes = n_copied = n_catch_up = 0;
         catch_up_ms = vocab_ms = sample_ms = 0.0;
         windowed = resumed = false;
     }
@@ -112,7 +111,6 @@ class model_drafter {
         int32_t n_copied = 0;      // tokens it lacked that came from a copy (0: it decoded them)
         bool    windowed = false;  // it decoded the last window tokens alone
         int32_t n_single = 0;      // its decodes where each took one token (0: it decoded a batch, or nothing)
-        int32_t n_read   = 0;      // tokens it took in: decoded, or copied (what it held of seq stays)
     };
     catch_up_result catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
                              const kv_cache * target = nullptr, int32_t window = 0);
@@ -133,11 +131,9 @@ class model_drafter {
     // tokens the cache lacked and took from the copy (0: no copy)
     int32_t copy_target(const std::vector<llama_token> & seq, const kv_cache * target);
     // keep the cache's common prefix with seq and decode seq[..n_end); window as catch_up's.
-    // Returns whether it restarted at the window; n_single (where given): its decodes where each took one token;
-    // n_new (where given): the tokens it decoded
+    // Returns whether it restarted at the window; n_single (where given): its decodes where each took one token
     bool sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks,
-              int32_t window = 0, int32_t reuse = 0, int32_t by_token = 0, int32_t * n_single = nullptr,
-              int32_t * n_new = nullptr);
+              int32_t window = 0, int32_t reuse = 0, int32_t by_token = 0, int32_t * n_single = nullptr);
     // the next draft, after out's, from the draft's last output: the device chain's row, or the
     // host's chain over its logits (masked to the shared vocabulary, controls, the grammar); its
     // distribution into out.dists where sampling, and its confidence (drafting.h's draft_continue)
