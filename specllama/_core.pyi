@@ -209,7 +209,7 @@ class DraftLengthModel:
         ...
     def draft_prompt_pays(self, n_prompt: typing.SupportsInt | typing.SupportsIndex, n_gen: typing.SupportsInt | typing.SupportsIndex) -> bool:
         """
-        whether a generation of at most n_gen tokens wins back the draft's pass over n_prompt new prompt tokens (else the draft sits that generation out)
+        whether a generation of at most n_gen tokens wins back the draft's pass over n_prompt new prompt tokens (else the draft sits that generation out), or the generations it sat out since it last drafted made enough tokens that drafts kept at 0.9 would have saved that read in them
         """
     def draft_this_step(self) -> bool:
         ...
@@ -248,6 +248,10 @@ class DraftLengthModel:
     def observe_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         the target's prompt pass: it prices a batch's further tokens until a batch is verified
+        """
+    def observe_sat_out(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        a generation of n_tokens that the draft sat out (a step the model drafts in starts the count again)
         """
     def observe_step(self, tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, model_drafted: bool = True, steady: bool = True, steady_ms: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
         ...

@@ -1297,3 +1297,57 @@ def test_a_draft_sits_out_a_short_answer_to_a_long_new_prompt(tiny):
         assert long.stats.n_drafted > 0
         plain = dec.generate(long_prompt, max_tokens=200, temperature=0, ignore_eos=True, speculative=False)
     assert short.tokens == plain.tokens[:4] and long.tokens == plain.tokens
+
+
+def test_a_draft_that_sat_out_reads_again_once_the_generations_it_sat_out_would_have_paid_for_it():
+    """A draft that saves 1.7 ms a token (steps of 4 tokens in 16 ms against 5.7 ms plain ones) sits out
+    16 tokens after 2000 new prompt tokens (a read of 500 ms). That judgement rests on the texts it last
+    drafted in, and sitting out measures nothing new; so once the generations it sat out since it last
+    drafted have made as many tokens as drafts kept at 0.9 would have saved the read in, it reads. A step
+    the model drafts in starts that count again."""
+    m = _model_with_rates(5.7, 4, 16.0, n_steps=20)
+    m.observe_draft_prompt(12, 3.0)  # 0.25 ms a draft prompt token
+    good = -m.priced_excess_ms(0.9) / 4  # ms saved a token, in steps of at most 4 tokens
+    need = 2000 * 0.25 / good
+    assert 120 < need < 200
+    m.observe_sat_out(100)
+    assert not m.draft_prompt_pays(2000, 16)
+    m.observe_sat_out(int(need) - 100)
+    assert not m.draft_prompt_pays(2000, 16)
+    m.observe_sat_out(1)
+    assert m.draft_prompt_pays(2000, 16)
+    assert not m.draft_prompt_pays(4000, 16)  # a read twice as long: twice the tokens
+    m.observe_step(4, 16.0, True)
+    assert not m.draft_prompt_pays(2000, 16)
+    # where drafting saves nothing even at 0.9 (a draft decode as dear as a plain step), it never does
+    dear = _model_with_rates(5.7, 4, 20.0, n_steps=20)
+    dear.observe_draft_prompt(12, 3.0)
+    dear.observe_draft_decode(6.0)
+    dear.observe_catch_up(6.0)
+    dear.observe_verify(4, 8.0)
+    assert dear.priced_excess_ms(0.9) > 0
+    dear.observe_sat_out(100000)
+    assert not dear.draft_prompt_pays(2000, 16)
+
+
+def test_generations_sat_out_lead_to_a_read_and_the_count_starts_again(tiny):
+    """The same in the loop, at given prices (a draft token 2 ms, a plain step 10 ms, each verified token
+    beyond the first 1 ms): 8-token answers to two long prompts the draft never read, in turn. The first
+    ones sit out; within the tokens that drafts kept at 0.9 (3.9 ms a token saved) would have saved the
+    read of one (about 200 ms) in, one reads it and drafts, and the next, of the other, sits out again.
+    Every output is plain decoding's."""
+    prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=1.0)
+    kw = dict(temperature=0, ignore_eos=True, prices=prices, drafter="model", n_draft=4)
+    prompts = [" ".join(["the cat is on the mat and"] * 4), " ".join(["a dog ran to the big red house"] * 4)]
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=1024, share_prefill=False) as dec:
+        plain = [dec.generate(p, max_tokens=8, speculative=False, **kw).tokens for p in prompts]
+        dec.generate("she was in the house with a word", max_tokens=120, **kw)  # prices every step
+        drafted = []
+        for k in range(16):
+            res = dec.generate(prompts[k % 2], max_tokens=8, **kw)
+            assert res.tokens == plain[k % 2]
+            drafted.append(res.stats.n_drafted > 0)
+    first = drafted.index(True)
+    assert 3 <= first <= 12  # 24-96 tokens sat out before a read of about 100 tokens
+    assert not drafted[first + 1]  # (the other prompt, unread: the count starts again)
+    assert drafted[first + 2]  # (the prompt read: nothing to read again)

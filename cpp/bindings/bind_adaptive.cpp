@@ -108,7 +108,10 @@ void register_adaptive(py::module_ & m) {
         .def("draft_pays", &draft_length_model::draft_pays)
         .def("draft_prompt_pays", &draft_length_model::draft_prompt_pays, py::arg("n_prompt"), py::arg("n_gen"),
              "whether a generation of at most n_gen tokens wins back the draft's pass over n_prompt new prompt "
-             "tokens (else the draft sits that generation out)")
+             "tokens (else the draft sits that generation out), or the generations it sat out since it last "
+             "drafted made enough tokens that drafts kept at 0.9 would have saved that read in them")
+        .def("observe_sat_out", &draft_length_model::observe_sat_out, py::arg("n_tokens"),
+             "a generation of n_tokens that the draft sat out (a step the model drafts in starts the count again)")
         .def("pays_at_prices", &draft_length_model::pays_at_prices,
              "whether some length of a first batch pays at the prices and acceptance so far (what decides "
              "before any drafting step is measured)")

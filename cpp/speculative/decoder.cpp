@@ -583,6 +583,9 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
             finish = "cancelled";
         }
     }
+    if (model_sits_out_) {
+        lengths_.observe_sat_out(st.n_generated);  // (what a later generation's read is weighed against)
+    }
     res.finish_reason = finish;
     res.text          = stream.text();
     st.t_rollback_ms  = rollback_ms() - rollback_ms0;

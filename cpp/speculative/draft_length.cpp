@@ -115,6 +115,9 @@ double draft_length_model::accept_prob(double conf) const {
 }
 
 void draft_length_model::observe_step(int32_t tokens, double ms, bool model_drafted, bool steady, double steady_ms) {
+    if (model_drafted) {
+        o_.sat_out_tokens_ = 0;
+    }
     o_.step_tokens_ = k_decay * o_.step_tokens_ + tokens;
     o_.step_ms_     = k_decay * o_.step_ms_ + ms;
     if (model_drafted && o_.probing_ && n_v1_ > 0) {
@@ -176,7 +179,9 @@ bool draft_length_model::draft_prompt_pays(int32_t n_prompt, int32_t n_gen) cons
         return true;
     }
     const double saved_per_token = v1_ms_ - o_.drafted_ms_ / o_.drafted_tokens_;
-    return saved_per_token <= 0.0 || saved_per_token * n_gen > draft_token_ms_ * n_prompt;
+    const double read_ms         = draft_token_ms_ * n_prompt;
+    return saved_per_token <= 0.0 || saved_per_token * n_gen > read_ms ||
+           good_saving_per_token() * (double) o_.sat_out_tokens_ >= read_ms;
 }
 
 bool draft_length_model::keep_going(int32_t n, double p_reach, int32_t n_max) const {
@@ -264,11 +269,8 @@ int32_t draft_length_model::probe_window(int32_t n_behind, int32_t n_left) const
     if (!o_.probing_ || !o_.probe_new_text_ || n_behind <= k_probe_window || draft_token_ms_ <= 0.0) {
         return k_probe_window;
     }
-    // (what drafting at that acceptance saves per step, over the steps left at most 1 + k_first_batch_drafts
-    // tokens each, against the read beyond the window)
-    const double saved_per_step = -priced_excess_ms(k_good_acceptance);
-    const double steps_left     = n_left / (1.0 + k_first_batch_drafts);
-    return saved_per_step * steps_left > draft_token_ms_ * (n_behind - k_probe_window) ? 0 : k_probe_window;
+    // (what drafting at that acceptance saves over the tokens left, against the read beyond the window)
+    return good_saving_per_token() * n_left > draft_token_ms_ * (n_behind - k_probe_window) ? 0 : k_probe_window;
 }
 
 double draft_length_model::steady_step_ms(int32_t n_decodes, int32_t n_verify) const {

@@ -109,7 +109,17 @@ class draft_length_model {
     // nothing, and a decoder's first drafting steps on a GPU may cost far more than later ones:
     // Qwen2.5-0.5B's shape on an H200 took 5.7 ms per draft decode in them, where later steps of ten
     // draft decodes and their verification took 25 ms)
+    // That judgement rests on the texts the draft last drafted in, and a generation that sits out
+    // measures nothing to revise it: a conversation that turned from a chat, where drafting saved a
+    // little, to code pasted in would sit out every later turn, its unread part growing. So it is
+    // revisited as one rents before buying: once the generations sat out since the model last
+    // drafted have made as many tokens as drafts kept at k_good_acceptance would have saved the read
+    // in (good_saving_per_token), the draft reads. Where the read was needless, it cost what the
+    // sitting out would have lost had the text been a good one, and no more than that
     bool draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const;
+    // a generation of n_tokens that the draft sat out (draft_prompt_pays said no); a step the model
+    // drafts in starts the count again
+    void observe_sat_out(int32_t n_tokens) { o_.sat_out_tokens_ += n_tokens; }
     // before any drafting step is measured, whether drafting pays is predicted: does some length
     // of a first batch (1 to k_first_batch_drafts drafts) make more tokens per ms than plain steps,
     // at the acceptance judged so far (shrunk towards k_prior_acceptance) and the prices measured
@@ -319,6 +329,9 @@ class draft_length_model {
     // 40 steps before the code reply's evidence let it pause
     bool text_may_pay() const;
     static constexpr double  k_good_acceptance = 0.9;
+    // what drafting at k_good_acceptance saves per token, its steps of at most 1 + k_first_batch_drafts
+    // tokens (what a new text's first probe and a sit-out's revision weigh a read against)
+    double good_saving_per_token() const { return -priced_excess_ms(k_good_acceptance) / (1.0 + k_first_batch_drafts); }
     static constexpr int32_t k_text_probes     = 2;
     // the gap before a new text's next probe: the first gap, doubled for each of them already made
     int32_t text_gap() const { return first_probe_gap() << (k_text_probes - o_.text_probes_); }
@@ -400,6 +413,7 @@ class draft_length_model {
         int64_t text_steps_    = k_min_evidence;  // drafting steps measured since such a probe or text_fresh_
         bool    text_fresh_    = false;  // a new text's first drafting step, not paused, is still to count
         double  probe_acc_ms_  = 0;      // a probe's cost beyond plain steps so far, over its steps
+        int64_t sat_out_tokens_ = 0;     // tokens of generations sat out since the model last drafted
         // drafting transitions seen before any steady step priced them (tokens, draft decodes after
         // the catch-up, tokens verified): they count in the drafting rate once one has, so that a
         // new decoder on a GPU, whose first two drafting steps are transitions, is not judged by
