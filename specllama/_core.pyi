@@ -207,9 +207,13 @@ class DraftLengthModel:
         ...
     def draft_pays(self) -> bool:
         ...
+    def draft_prompt_after(self, n_prompt: typing.SupportsInt | typing.SupportsIndex, n_gen: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        the tokens a generation of at most n_gen makes before its draft reads n_prompt new prompt tokens: 0, before the first step it drafts in; more than n_gen, never
+        """
     def draft_prompt_pays(self, n_prompt: typing.SupportsInt | typing.SupportsIndex, n_gen: typing.SupportsInt | typing.SupportsIndex) -> bool:
         """
-        whether a generation of at most n_gen tokens wins back the draft's pass over n_prompt new prompt tokens (else the draft sits that generation out), or the generations it sat out since it last drafted made enough tokens that drafts kept at 0.9 would have saved that read in them
+        whether the draft reads n_prompt new prompt tokens before the first step it drafts in, in a generation of at most n_gen tokens (draft_prompt_after is 0)
         """
     def draft_this_step(self) -> bool:
         ...
@@ -242,6 +246,10 @@ class DraftLengthModel:
     def observe_draft_prompt(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         """
         the draft's prompt pass: it prices a probe's catch-up until a probe is measured
+        """
+    def observe_generation(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        a finished generation of n_tokens that the draft model could draft in
         """
     def observe_leave(self, excess_ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
@@ -349,6 +357,11 @@ class DraftLengthModel:
     @property
     def skipped_steps(self) -> int:
         ...
+    @property
+    def typical_length(self) -> int:
+        """
+        the median of the last 8 such generations' lengths (-1: fewer than 3)
+        """
 class StepPrices:
     """
     Prices (ms) the adaptive draft length uses instead of measured times: the same prices give the same draft lengths on any machine and under any load.

@@ -4,6 +4,7 @@ and short when it is usually wrong, and learns the pair's costs and calibration.
 from __future__ import annotations
 
 import json
+import math
 import random
 import threading
 from pathlib import Path
@@ -683,13 +684,21 @@ def test_a_new_texts_first_probe_reads_all_its_draft_sat_out_where_drafting_wins
     of them (the reply may depend on the whole prompt: a code edit's) where drafts kept at 0.9 would
     win that read back before the generation ends. Here a draft prompt token costs 4.5 ms and a step
     of three drafts kept at 0.9 saves about 39 ms: over the 92 tokens left (23 steps of four tokens at
-    most) a 150-token read pays, a 2000-token one does not; a probe within the generation reads 32."""
+    most) a 150-token read pays, a 2000-token one does not; a probe within the generation reads 32. The
+    tokens left count at most as many as the last generations' median length."""
     new = _paused_on_a_text()
     new.observe_draft_prompt(40, 180.0)
     _plain_step(new, 400.0, prev_n=-1, n_prompt=40)
     assert _steps_to_probe(new) == 4
     assert new.probe_window(150, 92) == 0
     assert new.probe_window(2000, 92) == 32 and new.probe_window(150, 8) == 32 and new.probe_window(20, 92) == 32
+    # where the generations before stopped early (three of 8 tokens), it looks no further than they ran
+    for _ in range(3):
+        new.observe_generation(8)
+    assert new.probe_window(150, 92) == 32
+    for _ in range(5):
+        new.observe_generation(96)
+    assert new.probe_window(150, 92) == 0
     same = _paused_on_a_text()
     same.observe_draft_prompt(40, 180.0)
     _steps_to_probe(same, most=400)
@@ -1351,3 +1360,67 @@ def test_generations_sat_out_lead_to_a_read_and_the_count_starts_again(tiny):
     assert 3 <= first <= 12  # 24-96 tokens sat out before a read of about 100 tokens
     assert not drafted[first + 1]  # (the other prompt, unread: the count starts again)
     assert drafted[first + 2]  # (the prompt read: nothing to read again)
+
+
+def test_a_long_prompt_is_read_late_where_the_replies_before_stopped_short_of_winning_it_back():
+    """With no limit of its own a reply may run to the room left in the context, and a question about a
+    long document is often answered in a sentence. Where the last generations' median length would not
+    win the read back (1.7 ms saved a token against 2000 prompt tokens at 0.25 ms: 295 tokens), the
+    draft sits out until the generation has made that many tokens, and reads then; after long replies,
+    or for a short read, it reads before its first drafting step as before."""
+    m = _model_with_rates(5.7, 4, 16.0, n_steps=20)
+    m.observe_draft_prompt(12, 3.0)
+    saved = 5.7 - 16.0 / 4
+    assert m.typical_length == -1 and m.draft_prompt_after(2000, 4000) == 0  # (no lengths yet)
+    for n in (20, 30):
+        m.observe_generation(n)
+    assert m.typical_length == -1 and m.draft_prompt_after(2000, 4000) == 0
+    m.observe_generation(25)
+    assert m.typical_length == 25
+    assert m.draft_prompt_after(2000, 4000) == math.ceil(2000 * 0.25 / saved)
+    assert not m.draft_prompt_pays(2000, 4000)
+    assert m.draft_prompt_after(2000, 16) > 16  # (too short to win it back even at its limit: never)
+    assert m.draft_prompt_after(100, 4000) == 0  # 25 tokens win a read of 100 back
+    for n in (400, 500, 600, 700, 800):  # 20 30 25 400 500 600 700 800: the upper median, 500
+        m.observe_generation(n)
+    assert m.typical_length == 500 and m.draft_prompt_after(2000, 4000) == 0
+    m.observe_generation(10)  # the first (20) leaves the last 8: 30 25 400 ... 800 10
+    assert m.typical_length == 500
+    for n in (10, 10, 10, 10):
+        m.observe_generation(n)
+    assert m.typical_length == 10
+
+
+def test_a_generation_after_short_ones_reads_a_long_new_prompt_once_it_has_run_long_enough(tiny):
+    """At given prices (a draft token 2 ms, a plain step 10 ms, each verified token beyond the first
+    1 ms), the draft's read of about 100 new prompt tokens costs about 200 ms. After three 8-token
+    replies, a reply allowed 300 tokens sits out until it has made as many tokens as that read costs at
+    what drafting saved a token, and then drafts; after long replies the same request drafts from its
+    second step. Both outputs are plain decoding's."""
+    prices = specllama.StepPrices(draft_ms=2.0, verify_ms=10.0, verify_token_ms=1.0)
+    kw = dict(temperature=0, ignore_eos=True, prices=prices, drafter="model", n_draft=4, record_steps=True)
+    long_prompt = " ".join(["the cat is on the mat and"] * 4)
+    first = "she was in the house with a word"
+
+    def first_drafted_at(res):  # tokens generated before the first step the model drafted in
+        made = 0
+        for t in res.stats.steps:
+            if t.n_model > 0:
+                return made
+            made += t.n_accepted + 1
+        return None
+
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=1024, share_prefill=False) as dec:
+        plain = dec.generate(long_prompt, max_tokens=300, speculative=False, **kw).tokens
+        dec.reset()
+        dec.generate(first, max_tokens=120, **kw)  # prices every step
+        for _ in range(3):
+            dec.generate(first, max_tokens=8, **kw)
+        late = dec.generate(long_prompt, max_tokens=300, **kw)
+        dec.reset()
+        for _ in range(3):
+            dec.generate(first, max_tokens=120, **kw)
+        early = dec.generate(long_prompt, max_tokens=300, **kw)
+    assert late.tokens == plain and early.tokens == plain
+    assert 30 <= first_drafted_at(late) <= 160  # (63 here: the read's ~200 ms at ~3 ms a token saved)
+    assert first_drafted_at(early) <= 8

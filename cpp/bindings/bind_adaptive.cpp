@@ -107,9 +107,15 @@ void register_adaptive(py::module_ & m) {
              py::arg("draft_cost"), py::arg("n_max") = 0)
         .def("draft_pays", &draft_length_model::draft_pays)
         .def("draft_prompt_pays", &draft_length_model::draft_prompt_pays, py::arg("n_prompt"), py::arg("n_gen"),
-             "whether a generation of at most n_gen tokens wins back the draft's pass over n_prompt new prompt "
-             "tokens (else the draft sits that generation out), or the generations it sat out since it last "
-             "drafted made enough tokens that drafts kept at 0.9 would have saved that read in them")
+             "whether the draft reads n_prompt new prompt tokens before the first step it drafts in, in a "
+             "generation of at most n_gen tokens (draft_prompt_after is 0)")
+        .def("draft_prompt_after", &draft_length_model::draft_prompt_after, py::arg("n_prompt"), py::arg("n_gen"),
+             "the tokens a generation of at most n_gen makes before its draft reads n_prompt new prompt tokens: 0, "
+             "before the first step it drafts in; more than n_gen, never")
+        .def("observe_generation", &draft_length_model::observe_generation, py::arg("n_tokens"),
+             "a finished generation of n_tokens that the draft model could draft in")
+        .def_property_readonly("typical_length", &draft_length_model::typical_length,
+                               "the median of the last 8 such generations' lengths (-1: fewer than 3)")
         .def("observe_sat_out", &draft_length_model::observe_sat_out, py::arg("n_tokens"),
              "a generation of n_tokens that the draft sat out (a step the model drafts in starts the count again)")
         .def("pays_at_prices", &draft_length_model::pays_at_prices,

@@ -586,6 +586,9 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     if (model_sits_out_) {
         lengths_.observe_sat_out(st.n_generated);  // (what a later generation's read is weighed against)
     }
+    if (plan.adaptive && plan.use_model && !batcher_) {
+        lengths_.observe_generation(st.n_generated);
+    }
     res.finish_reason = finish;
     res.text          = stream.text();
     st.t_rollback_ms  = rollback_ms() - rollback_ms0;
@@ -666,9 +669,15 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     draft_prompt_later_ = false;
     if (plan.use_model && !(plan.adaptive && lengths_.paused())) {
         // nor does one where this generation is too short to win back the draft's prompt pass: it
-        // sits this generation out (and takes the prompt in at a later one's prefill)
-        if (plan.adaptive && !batcher_ && !share_prefill_ &&
-            !lengths_.draft_prompt_pays(draft_unread(draft_seq(seq), params.cache_reuse), params.max_tokens)) {
+        // sits this generation out (and takes the prompt in at a later one's prefill); or, where the
+        // generation may well stop before it would, sits out until the generation has run long enough
+        // to win it back (plan_step)
+        read_after_ = 0;
+        if (plan.adaptive && !batcher_ && !share_prefill_) {
+            const int32_t n_unread = draft_unread(draft_seq(seq), params.cache_reuse);
+            read_after_            = lengths_.draft_prompt_after(n_unread, params.max_tokens);
+        }
+        if (read_after_ > 0) {
             model_sits_out_ = true;
             return;
         }

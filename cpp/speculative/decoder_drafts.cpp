@@ -34,6 +34,10 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     // leaves the draft model out of steps while drafting does not pay (draft_length.h)
     const bool model_wanted = step.n_max > 0 && plan.use_model;
     const bool pricing      = lengths_.pricing(plan.adaptive);
+    if (model_sits_out_ && st.n_generated >= read_after_) {
+        model_sits_out_     = false;  // (a generation that sat out for now has run long enough: the draft reads)
+        draft_prompt_later_ = true;
+    }
     step.model              = model_wanted && !pricing && !model_sits_out_ && lengths_.model_drafts(plan.adaptive);
     // slots that share their decodes: while several generate, the group prices their merged
     // rounds and caps the draft length (batch_drafting.h); given prices keep the loop deterministic.

@@ -171,17 +171,41 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     o_.probing_ = false;
 }
 
-bool draft_length_model::draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const {
+int32_t draft_length_model::draft_prompt_after(int32_t n_prompt, int32_t n_gen) const {
     // judged on as much evidence as a pause is; where drafting saves nothing per token, whether it
     // runs at all is the pause's to say (its probes see changed prices): a generation that sat out
     // on that ground would measure nothing new, and neither would any after it
     if (n_prompt <= 0 || draft_token_ms_ == 0.0 || n_v1_ == 0 || o_.drafted_steps_ < k_min_evidence) {
-        return true;
+        return 0;
     }
     const double saved_per_token = v1_ms_ - o_.drafted_ms_ / o_.drafted_tokens_;
     const double read_ms         = draft_token_ms_ * n_prompt;
-    return saved_per_token <= 0.0 || saved_per_token * n_gen > read_ms ||
-           good_saving_per_token() * (double) o_.sat_out_tokens_ >= read_ms;
+    if (saved_per_token <= 0.0 || good_saving_per_token() * (double) o_.sat_out_tokens_ >= read_ms) {
+        return 0;
+    }
+    if (saved_per_token * n_gen <= read_ms) {
+        return n_gen + 1;
+    }
+    const int32_t typical = typical_length();
+    if (typical >= 0 && saved_per_token * typical < read_ms) {
+        return std::min(n_gen, (int32_t) std::ceil(read_ms / saved_per_token));
+    }
+    return 0;
+}
+
+void draft_length_model::observe_generation(int32_t n_tokens) {
+    gen_lengths_[n_gen_lengths_ % k_lengths] = n_tokens;
+    n_gen_lengths_ += 1;
+}
+
+int32_t draft_length_model::typical_length() const {
+    const int32_t n = std::min(n_gen_lengths_, k_lengths);
+    if (n < k_min_lengths) {
+        return -1;
+    }
+    std::array<int32_t, k_lengths> sorted = gen_lengths_;
+    std::sort(sorted.begin(), sorted.begin() + n);
+    return sorted[n / 2];
 }
 
 bool draft_length_model::keep_going(int32_t n, double p_reach, int32_t n_max) const {
@@ -270,7 +294,9 @@ int32_t draft_length_model::probe_window(int32_t n_behind, int32_t n_left) const
         return k_probe_window;
     }
     // (what drafting at that acceptance saves over the tokens left, against the read beyond the window)
-    return good_saving_per_token() * n_left > draft_token_ms_ * (n_behind - k_probe_window) ? 0 : k_probe_window;
+    const int32_t typical = typical_length();
+    const int32_t horizon = typical >= 0 ? std::min(n_left, typical) : n_left;
+    return good_saving_per_token() * horizon > draft_token_ms_ * (n_behind - k_probe_window) ? 0 : k_probe_window;
 }
 
 double draft_length_model::steady_step_ms(int32_t n_decodes, int32_t n_verify) const {

@@ -116,10 +116,24 @@ class draft_length_model {
     // drafted have made as many tokens as drafts kept at k_good_acceptance would have saved the read
     // in (good_saving_per_token), the draft reads. Where the read was needless, it cost what the
     // sitting out would have lost had the text been a good one, and no more than that
-    bool draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const;
+    // Where the generation may stop long before n_gen (a request that sets no limit gets the room
+    // left in the context: a question about a long document, answered in a sentence) and the
+    // generations before it stopped short of winning the read back (the median of the last
+    // k_lengths, k_min_lengths or more), the draft sits out for now, as one rents: it reads once the
+    // generation has made as many tokens as the read costs at what drafting saved per token. A reply
+    // that stops before then saved the whole read; one that goes on lost at most the read's worth of
+    // drafting (draft_prompt_after)
+    bool draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const { return draft_prompt_after(n_prompt, n_gen) == 0; }
+    // the tokens a generation of at most n_gen makes before its draft reads n_prompt new prompt
+    // tokens: 0, before the first step it drafts in; more than n_gen, never (it sits the generation out)
+    int32_t draft_prompt_after(int32_t n_prompt, int32_t n_gen) const;
     // a generation of n_tokens that the draft sat out (draft_prompt_pays said no); a step the model
     // drafts in starts the count again
     void observe_sat_out(int32_t n_tokens) { o_.sat_out_tokens_ += n_tokens; }
+    // a finished generation of n_tokens that the draft model could draft in (its length prices the next ones' reads)
+    void observe_generation(int32_t n_tokens);
+    // the median of the last k_lengths such generations' lengths (-1: fewer than k_min_lengths)
+    int32_t typical_length() const;
     // before any drafting step is measured, whether drafting pays is predicted: does some length
     // of a first batch (1 to k_first_batch_drafts drafts) make more tokens per ms than plain steps,
     // at the acceptance judged so far (shrunk towards k_prior_acceptance) and the prices measured
@@ -217,7 +231,8 @@ class draft_length_model {
     // ends: the last k_probe_window alone (0: all of them). A new text's first probe reads all where drafts kept
     // at k_good_acceptance would win the rest of that read back within n_left tokens: the window leaves out the
     // prompt a reply may depend on (on the Qwen2.5-Coder pair a code edit's reply after a paused chat kept 0 and 1
-    // drafts in its two probes and stayed paused, where drafting with the whole prompt made 1.4-1.8x plain steps)
+    // drafts in its two probes and stayed paused, where drafting with the whole prompt made 1.4-1.8x plain steps).
+    // n_left is at most the generations' typical length (typical_length), as for the draft's first read
     int32_t probe_window(int32_t n_behind, int32_t n_left) const;
     // steps without the model since drafting last paid or was probed (0 while it pays)
     int32_t skipped_steps() const { return o_.skipped_; }
@@ -329,6 +344,10 @@ class draft_length_model {
     // 40 steps before the code reply's evidence let it pause
     bool text_may_pay() const;
     static constexpr double  k_good_acceptance = 0.9;
+    static constexpr int32_t k_lengths         = 8;
+    static constexpr int32_t k_min_lengths     = 3;
+    std::array<int32_t, k_lengths> gen_lengths_{};
+    int32_t                        n_gen_lengths_ = 0;  // generations recorded (the last k_lengths kept)
     // what drafting at k_good_acceptance saves per token, its steps of at most 1 + k_first_batch_drafts
     // tokens (what a new text's first probe and a sit-out's revision weigh a read against)
     double good_saving_per_token() const { return -priced_excess_ms(k_good_acceptance) / (1.0 + k_first_batch_drafts); }
