@@ -689,23 +689,4 @@ void decoder::prefill(const std::vector<llama_token> & seq, const run_plan & pla
     }
 }
 
-void decoder::draft_prompt(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
-                           generate_stats & st, const interrupt_check & check) {
-    draft_prompt_later_ = false;
-    // (the target's cache holds all of seq but its last token, as after every step: the draft may copy it)
-    const std::vector<llama_token> & dseq        = draft_seq(seq);
-    const int32_t                    n_draft_new = draft_unread(dseq, params.cache_reuse);
-    const auto                       t_d         = clock_type::now();
-    const int32_t n_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr, params.cache_reuse);
-    const double  ms       = ms_since(t_d);
-    // (what it copied beyond the prompt came after it: the tokens of steps it did not draft in)
-    st.n_prompt_shared = std::min(n_shared, st.n_prompt);
-    st.n_resume_shared += n_shared - st.n_prompt_shared;
-    // (its price per token prices a probe's catch-up, where a pause comes before any probe)
-    if (plan.adaptive && !batcher_ && n_shared == 0) {
-        lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms);
-    }
-    st.t_prefill_ms += ms;  // (prompt processing, not the generation's)
-}
-
 }  // namespace specllama

@@ -1,6 +1,6 @@
 // speculative/decoder_drafts.cpp: a step's drafts: how many the step may draft (the adaptive rule,
 // the slots' shared cap), the draft model's and the grammar's forced drafts, prompt lookup's, and
-// what the step tells the adaptive rule afterwards.
+// what the step tells the adaptive rule afterwards; and the draft's read of the prompt.
 #include "speculative/decoder.h"
 
 #include "sampling/grammar.h"
@@ -234,6 +234,26 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     if (price) {
         lengths_.observe(r);
     }
+}
+
+// the draft's read of the sequence it lacks, before the first step it drafts in (decoder::prefill decides when)
+void decoder::draft_prompt(const std::vector<llama_token> & seq, const run_plan & plan, const generate_params & params,
+                           generate_stats & st, const interrupt_check & check) {
+    draft_prompt_later_ = false;
+    // (the target's cache holds all of seq but its last token, as after every step: the draft may copy it)
+    const std::vector<llama_token> & dseq        = draft_seq(seq);
+    const int32_t                    n_draft_new = draft_unread(dseq, params.cache_reuse);
+    const auto                       t_d         = clock_type::now();
+    const int32_t n_shared = drafter_->prefill(dseq, check, share_prefill_ ? tgt_cache_.get() : nullptr, params.cache_reuse);
+    const double  ms       = ms_since(t_d);
+    // (what it copied beyond the prompt came after it: the tokens of steps it did not draft in)
+    st.n_prompt_shared = std::min(n_shared, st.n_prompt);
+    st.n_resume_shared += n_shared - st.n_prompt_shared;
+    // (its price per token prices a probe's catch-up, where a pause comes before any probe)
+    if (plan.adaptive && !batcher_ && n_shared == 0) {
+        lengths_.observe_draft_prompt(n_draft_new, params.prices ? n_draft_new * params.prices->draft_ms : ms);
+    }
+    st.t_prefill_ms += ms;  // (prompt processing, not the generation's)
 }
 
 }  // namespace specllama
