@@ -587,7 +587,7 @@ class decoder {
 
     draft_length_model        lengths_;  // costs and calibration, kept across generations
     bool                      model_sits_out_ = false;  // this generation: its prompt pass would not pay
-    int32_t                   read_after_     = 0;      // (yet: the tokens generated before the draft reads it)
+    int32_t                   read_after_     = 0;      // where it sits out for now: the tokens made before it reads
     bool                      draft_prompt_later_ = false;  // this generation: the draft has not read the prompt yet
     int32_t                   draft_held_ = 0;  // a slot's: the prompt's tokens the draft held then (plan_step)
     std::vector<llama_token>  prompt_rest_;  // the prompt tokens prefill left for the first verification

@@ -19,7 +19,8 @@
 // Before a step, the model decides whether to draft at all: not while the steps it drafted in
 // made fewer tokens per ms than plain steps (draft_this_step), as where both models are bound by
 // kernel launches on a GPU. Before a generation, whether the draft takes its prompt in at all:
-// not where the generation is too short to win that pass back (draft_prompt_pays).
+// not where the generation is too short to win that pass back (draft_prompt_pays), and not yet where
+// the generations before it stopped short of that (draft_prompt_after).
 // Before any drafting step is measured, that decision is a prediction from the prices measured so
 // far (pays_at_prices), so that a pair whose prices cannot pay (a recurrent target on a CPU) starts
 // paused instead of learning it from drafting steps that each cost several plain steps; such a
@@ -115,7 +116,7 @@ class draft_length_model {
     // revisited as one rents before buying: once the generations sat out since the model last
     // drafted have made as many tokens as drafts kept at k_good_acceptance would have saved the read
     // in (good_saving_per_token), the draft reads. Where the read was needless, it cost what the
-    // sitting out would have lost had the text been a good one, and no more than that
+    // sitting out would have lost had the text been a good one, and no more than that.
     // Where the generation may stop long before n_gen (a request that sets no limit gets the room
     // left in the context: a question about a long document, answered in a sentence) and the
     // generations before it stopped short of winning the read back (the median of the last
