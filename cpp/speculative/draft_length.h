@@ -101,15 +101,17 @@ class draft_length_model {
     bool draft_this_step();
     // whether drafting pays at the current estimates (no state change)
     bool draft_pays() const;
-    // whether a generation of at most n_gen tokens wins back the draft's prompt pass over n_prompt
-    // new tokens: what a drafting step saves per token against plain steps, times n_gen, against
-    // what the draft's prompt tokens cost. Short answers to long new prompts (an editor's completion
-    // after an edit: hundreds of new prompt tokens, tens of generated ones) do not. True while
-    // either side is not measured yet (fewer than k_min_evidence drafting steps), and where drafting
-    // saves nothing: that is the pause's to judge, with probes (a generation that sits out measures
-    // nothing, and a decoder's first drafting steps on a GPU may cost far more than later ones:
-    // Qwen2.5-0.5B's shape on an H200 took 5.7 ms per draft decode in them, where later steps of ten
-    // draft decodes and their verification took 25 ms)
+    // when, in a generation of at most n_gen tokens, the draft reads its n_prompt new prompt tokens:
+    // after this many generated tokens; 0, before the first step it drafts in; more than n_gen, never
+    // (it sits the generation out). Never where the generation is too short to win that read back:
+    // what a drafting step saves per token against plain steps, times n_gen, against what the draft's
+    // prompt tokens cost. Short answers to long new prompts (an editor's completion after an edit:
+    // hundreds of new prompt tokens, tens of generated ones) do not win it. 0 while either side is not
+    // measured yet (fewer than k_min_evidence drafting steps), and where drafting saves nothing: that
+    // is the pause's to judge, with probes (a generation that sits out measures nothing, and a
+    // decoder's first drafting steps on a GPU may cost far more than later ones: Qwen2.5-0.5B's shape
+    // on an H200 took 5.7 ms per draft decode in them, where later steps of ten draft decodes and
+    // their verification took 25 ms).
     // That judgement rests on the texts the draft last drafted in, and a generation that sits out
     // measures nothing to revise it: a conversation that turned from a chat, where drafting saved a
     // little, to code pasted in would sit out every later turn, its unread part growing. So it is
@@ -123,12 +125,11 @@ class draft_length_model {
     // k_lengths, k_min_lengths or more), the draft sits out for now, as one rents: it reads once the
     // generation has made as many tokens as the read costs at what drafting saved per token. A reply
     // that stops before then saved the whole read; one that goes on lost at most the read's worth of
-    // drafting (draft_prompt_after)
-    bool draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const { return draft_prompt_after(n_prompt, n_gen) == 0; }
-    // the tokens a generation of at most n_gen makes before its draft reads n_prompt new prompt
-    // tokens: 0, before the first step it drafts in; more than n_gen, never (it sits the generation out)
+    // drafting
     int32_t draft_prompt_after(int32_t n_prompt, int32_t n_gen) const;
-    // a generation of n_tokens that the draft sat out (draft_prompt_pays said no); a step the model
+    // whether the draft reads them before the first step it drafts in
+    bool draft_prompt_pays(int32_t n_prompt, int32_t n_gen) const { return draft_prompt_after(n_prompt, n_gen) == 0; }
+    // a generation of n_tokens that the draft sat out to its end (draft_prompt_after); a step the model
     // drafts in starts the count again
     void observe_sat_out(int32_t n_tokens) { o_.sat_out_tokens_ += n_tokens; }
     // a finished generation of n_tokens that the draft model could draft in (its length prices the next ones' reads)
