@@ -249,6 +249,8 @@ def normalize_messages(messages: Sequence[Any]) -> List[Dict[str, Any]]:
         _core.check_text(role, f"{where}.role")
         if "content" not in m and not m.get("tool_calls"):
             raise ValueError(f"{where} has no 'content'")
+        if m.get("content") is None and role != "assistant":
+            raise ValueError(f"{where}: 'content' is null; only an assistant's message may leave it out")
         msg = dict(m)
         msg["content"] = _text_of(m.get("content"), where)
         if msg["content"] is not None:

@@ -114,6 +114,8 @@ def test_messages_are_checked_and_content_parts_joined(tiny):
         assert dec.apply_chat_template(parts) == "<|im_start|>user\na\nb<|im_end|>\n<|im_start|>assistant\n"
         for bad, match in [([{"content": "x"}], r"messages\[0\] has no 'role'"),
                            ([{"role": "user"}], r"messages\[0\] has no 'content'"),
+                           ([{"role": "user", "content": None}], r"messages\[0\]: 'content' is null"),
+                           ([{"role": "tool", "content": None, "tool_calls": []}], r"messages\[0\]: 'content' is null"),
                            (["hi"], r"messages\[0\] must be an object"),
                            ("hi", "messages must be a list"),
                            ([{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
