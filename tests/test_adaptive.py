@@ -777,6 +777,47 @@ def test_a_pause_from_a_busy_spell_ends_with_the_next_good_probes():
         assert steps is not None and steps <= most_steps and probes <= 3, (spell_ms, steps, probes)
 
 
+def _drafting_run(m, n_steps: int, slowed, kept=None, leave_ms=0.0):
+    """A generation on m at the Qwen2.5-Coder pair's prices on 2 EPYC cores (a draft decode 17 ms, a
+    two-token catch-up 30 ms, a verification of k tokens 60 + 10 k ms; a plain step right after a batch
+    leave_ms more), each step's decodes slowed(step) times as long, in which the target keeps each step's
+    first kept drafts (confidence 0.95) and rejects the next (confidence 0.3); kept None: every draft.
+    The drafts of each step, as the loop plans and reports them (decoder::plan_step, observe_step)."""
+    lengths, prev_n, behind = [], -1, 0
+    conf = [0.95] * 10 if kept is None else [0.95] * kept + [0.3] + [0.95] * (9 - kept)
+    for step in range(n_steps):
+        x = slowed(step)
+        n = 0
+        if not m.pricing(True) and m.model_drafts(True):
+            n, p_reach = 10, 1.0
+            for k in range(1, 10):
+                more, p_reach = m.keep_drafting(k, conf[k - 1], p_reach, 10)
+                if not more:
+                    n = k
+                    break
+        n_kept = n if kept is None else min(n, kept)
+        catch_up = 0.0 if n == 0 or behind == 0 else (17.0 if behind == 1 else 30.0) * x
+        draft_ms = catch_up + (n - 1) * 17.0 * x if n else 0.0
+        verify_ms = 60.0 + 10.0 * (n + 1) + (leave_ms if n == 0 and prev_n > 0 else 0.0)
+        m.observe(n_model=n, n=n, n_accepted=n_kept, conf=conf[:n], probe=-1, catch_up_ms=catch_up,
+                  draft_ms=draft_ms, verify_ms=verify_ms * x, prev_n=prev_n)
+        lengths.append(n)
+        behind = (2 if n_kept == n else 1) if n > 0 else behind + 1
+        prev_n = n
+    return lengths
+
+
+@pytest.mark.parametrize("at", [4, 5, 6, 10, 20])
+@pytest.mark.parametrize("slower", [10.0, 40.0])
+def test_one_preempted_step_does_not_pause_a_draft_that_pays(at, slower):
+    """A step the OS preempted (its verification 10 or 40 times its price) counts in the drafting steps'
+    rate for at most twice what its work costs at the prices measured before it, as each price does.
+    Counted whole, one such step early in a generation where every draft is kept paused the draft for the
+    rest of it."""
+    lengths = _drafting_run(_core.DraftLengthModel(), 50, lambda step: slower if step == at else 1.0)
+    assert lengths[:4] == [0, 0, 0, 3] and set(lengths[4:]) == {10}, lengths
+
+
 def test_the_first_lookup_token_of_a_plain_step_pays_for_leaving_plain_steps():
     """A lookup proposal where the model drafted nothing turns a plain step into a batch; on a GPU
     the plain step after it then records its CUDA graph again (measured on an H100 with the

@@ -471,6 +471,12 @@ void draft_length_model::observe(const step_record & s) {
     // a transition's steady price: its catch-up, draft decodes and verification at the estimates
     // from steady steps (none before those are measured: it waits in unpriced_ until they are)
     const double steady_ms = !steady && s.n_model > 0 ? steady_step_ms(n_decodes, n_verify) : -1.0;
+    // what a steady drafting step's work costs at the prices measured before it (-1: not known; a
+    // transition's or a read of what the draft sat out is not a steady step's): a step the OS
+    // preempted counts in the rates for at most k_outlier times that, as each price does. Counted
+    // whole, one verification of several seconds early in a generation made the drafting steps look
+    // like a clear loss and paused a draft whose every token the target kept (tests/test_adaptive.py)
+    const double priced_ms = steady && !s.resumed && s.n_model > 0 ? steady_step_ms(n_decodes, n_verify) : -1.0;
     if (!steady && s.n_model > 0 && steady_ms < 0.0) {
         if (o_.unpriced_.size() == k_max_unpriced) {
             o_.unpriced_.erase(o_.unpriced_.begin());
@@ -525,7 +531,9 @@ void draft_length_model::observe(const step_record & s) {
     // probe of a code reply, where drafting made 1.4-2x plain steps, kept all three drafts and made 0.8x with
     // it); the long-run rate and what the probe cost keep all of it
     const bool resumed = s.resumed && steady && s.n_model > 0 && has_catch_up_;
-    observe_step(s.n_accepted + 1, s.draft_ms + s.verify_ms, s.n_model > 0, steady && !resumed,
+    const double ms    = s.draft_ms + s.verify_ms;
+    observe_step(s.n_accepted + 1, priced_ms > 0.0 ? std::min(ms, k_outlier * priced_ms) : ms,
+                 s.n_model > 0, steady && !resumed,
                  resumed ? s.draft_ms - s.catch_up_ms + catch_up_ms_ + s.verify_ms : steady_ms);
 }
 
