@@ -12,10 +12,13 @@ kept), so that where a new decoder's first steps go is seen.
 With --busy N a fifth way runs a new decoder whose prompt pass meets a busy spell: N processes
 spinning on the CPU from just before the generation until its first step ends (its prompt pass and
 first token), as where another program is busy for a moment, or where the weights are read from
-disk at their first use. Its prompt's time is reported beside the quiet new decoder's.
+disk at their first use; --busy-steps K makes the spell last until its K-th step ends (the steps
+that price plain decoding, then the first drafting steps). Its prompt's time is reported beside the
+quiet new decoder's.
 
     python benchmarks/cold_start.py --pair qwen2.5-coder --target-type q8_0 --rounds 3 -n 96 --out cold.json
     python benchmarks/cold_start.py --pair qwen2.5-coder --target-type f16 --rounds 3 -n 64 --busy 4
+    python benchmarks/cold_start.py --pair qwen2.5-coder --target-type f16 --prompts code -n 96 --busy 2 --busy-steps 6
 """
 
 from __future__ import annotations
@@ -54,11 +57,16 @@ def busy_spell(n):
 
 
 def new_decoder_run(target, draft, tokens, kw, args, busy=0):
-    """a new decoder's first generation's Stats; busy: processes spinning until its first step ends"""
+    """a new decoder's first generation's Stats; busy: processes spinning until its args.busy_steps-th
+    step ends"""
     with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads) as new:
         with busy_spell(busy) as stop:
+            steps = []
+
             def on_step(*_):
-                stop()
+                steps.append(1)
+                if len(steps) >= args.busy_steps:
+                    stop()
                 return False
             return new.generate(tokens, record_steps=True, on_step=on_step if busy else None, **kw).stats
 
@@ -98,6 +106,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--busy", type=int, default=0, metavar="N",
                     help="also a new decoder whose prompt pass runs beside N processes spinning on the CPU")
+    ap.add_argument("--busy-steps", type=int, default=1, metavar="K",
+                    help="with --busy: the spell lasts until the new decoder's K-th step ends (1: its prompt pass)")
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", help="write the report as JSON here")
     args = ap.parse_args()
@@ -118,7 +128,8 @@ def main() -> None:
                     print(f"    steps: {pattern['steps']}", flush=True)
                     print(f"    kept:  {pattern['kept']}", flush=True)
     report = {"provenance": provenance({"target": target, "draft": draft}, args.threads or None),
-              "n": args.n, "fixed": args.fixed, "busy": args.busy, "rounds": rounds, "summary": {}}
+              "n": args.n, "fixed": args.fixed, "busy": args.busy, "busy_steps": args.busy_steps,
+              "rounds": rounds, "summary": {}}
     for name in prompts:
         ways = rounds[0]["tokens_per_second"][name]
         report["summary"][name] = {

@@ -1,6 +1,6 @@
-"""benchmarks/cold_start.py at a tiny size: every way runs each round (a new decoder whose prompt
-meets a busy spell too), the report carries each prompt's medians and ratios, and the new decoders'
-steps are recorded step by step with the drafts kept in each, beside their prompts' times."""
+"""benchmarks/cold_start.py at a tiny size: every way runs each round (a new decoder whose first
+steps meet a busy spell too), the report carries each prompt's medians and ratios, and the new
+decoders' steps are recorded step by step with the drafts kept in each, beside their prompts' times."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ def test_the_cold_start_bench_reports_every_way(tiny, tmp_path):
     out = tmp_path / "cold.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cold_start.py"), "-m", tiny.target_q,
                         "-d", tiny.draft_q, "--prompts", "chat,code", "-n", "12", "--rounds", "2", "-t", "2",
-                        "--busy", "1", "--out", str(out)], capture_output=True, text=True, timeout=600)
+                        "--busy", "1", "--busy-steps", "3", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert len(report["rounds"]) == 2 and report["n"] == 12 and report["busy"] == 1
+    assert len(report["rounds"]) == 2 and report["n"] == 12 and report["busy"] == 1 and report["busy_steps"] == 3
     new_ways = {"adaptive, new decoder", "adaptive, new decoder, 1 busy"}
     for name in ("chat", "code"):
         assert set(report["summary"][name]) == {"plain", "fixed 3", "adaptive, warm"} | new_ways
