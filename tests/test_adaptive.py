@@ -777,16 +777,18 @@ def test_a_pause_from_a_busy_spell_ends_with_the_next_good_probes():
         assert steps is not None and steps <= most_steps and probes <= 3, (spell_ms, steps, probes)
 
 
-def _drafting_run(m, n_steps: int, slowed, kept=None, leave_ms=0.0):
+def _drafting_run(m, n_steps: int, slowed, kept=None):
     """A generation on m at the Qwen2.5-Coder pair's prices on 2 EPYC cores (a draft decode 17 ms, a
-    two-token catch-up 30 ms, a verification of k tokens 60 + 10 k ms; a plain step right after a batch
-    leave_ms more), each step's decodes slowed(step) times as long, in which the target keeps each step's
-    first kept drafts (confidence 0.95) and rejects the next (confidence 0.3); kept None: every draft.
-    The drafts of each step, as the loop plans and reports them (decoder::plan_step, observe_step)."""
+    two-token catch-up 30 ms, a verification of k tokens 60 + 10 k ms), in which the target keeps each
+    step's first kept drafts (confidence 0.95) and rejects the next (confidence 0.3); kept None: every
+    draft. slowed(step): how many times as long the step's draft decodes and its verification take (a
+    number for both, or a pair). The drafts of each step, as the loop plans and reports them
+    (decoder::plan_step, observe_step)."""
     lengths, prev_n, behind = [], -1, 0
     conf = [0.95] * 10 if kept is None else [0.95] * kept + [0.3] + [0.95] * (9 - kept)
     for step in range(n_steps):
         x = slowed(step)
+        dx, vx = x if isinstance(x, tuple) else (x, x)
         n = 0
         if not m.pricing(True) and m.model_drafts(True):
             n, p_reach = 10, 1.0
@@ -796,15 +798,53 @@ def _drafting_run(m, n_steps: int, slowed, kept=None, leave_ms=0.0):
                     n = k
                     break
         n_kept = n if kept is None else min(n, kept)
-        catch_up = 0.0 if n == 0 or behind == 0 else (17.0 if behind == 1 else 30.0) * x
-        draft_ms = catch_up + (n - 1) * 17.0 * x if n else 0.0
-        verify_ms = 60.0 + 10.0 * (n + 1) + (leave_ms if n == 0 and prev_n > 0 else 0.0)
+        catch_up = 0.0 if n == 0 or behind == 0 else (17.0 if behind == 1 else 30.0) * dx
+        draft_ms = catch_up + (n - 1) * 17.0 * dx if n else 0.0
         m.observe(n_model=n, n=n, n_accepted=n_kept, conf=conf[:n], probe=-1, catch_up_ms=catch_up,
-                  draft_ms=draft_ms, verify_ms=verify_ms * x, prev_n=prev_n)
+                  draft_ms=draft_ms, verify_ms=(60.0 + 10.0 * (n + 1)) * vx, prev_n=prev_n)
         lengths.append(n)
         behind = (2 if n_kept == n else 1) if n > 0 else behind + 1
         prev_n = n
     return lengths
+
+
+def _priced_again_then_as(lengths, quiet, after: int) -> bool:
+    """From step after on: drafting steps, then two or more plain steps (plain steps priced again), a
+    first batch of three drafts, and then exactly quiet's drafts"""
+    j = next((j for j in range(after, len(lengths)) if lengths[j] == 0), len(lengths))
+    k = next((k for k in range(j, len(lengths)) if lengths[k] > 0), len(lengths))
+    return k - j >= 2 and k < len(lengths) - 1 and lengths[k] == 3 and lengths[k + 1:] == quiet[k + 1:]
+
+
+@pytest.mark.parametrize("kept", [None, 2, 3, 4])
+@pytest.mark.parametrize("spell", [3.0, 6.0])
+@pytest.mark.parametrize("last", [5, 6, 8])
+@pytest.mark.parametrize("tail", [None, 1.0, 2.5])
+def test_prices_measured_in_a_spell_at_a_decoders_start_start_again_when_it_ends(kept, spell, last, tail):
+    """A new decoder whose first steps meet a busy spell (another program, weights read from disk at their
+    first use) measures its first prices at several times their cost, and not by one factor: a spell that
+    ends in the middle of a step leaves that step's draft decodes slow and its verification nearly quiet
+    (tail: that step's verification, times its cost). Nothing makes a decode faster than its cost, so the
+    first verification below half the price measured in the spell starts every price again, and the
+    long-run rate and the drafting steps' evidence with them: plain steps are priced again, then a first
+    batch of three drafts, and from there the decoder drafts as one that never met the spell did (all
+    ten drafts a step where every draft is kept, one more than the target keeps where it rejects a draft
+    the draft model doubted). Followed step by step (an estimate moves 3% of the way a step), the
+    spell's prices kept the steps after it at one draft each, or paused the draft."""
+    quiet = _drafting_run(_core.DraftLengthModel(), 60, lambda step: 1.0, kept)
+    steady = 10 if kept is None else kept + 1
+    assert quiet[:3] == [0, 0, 0] and set(quiet[5:]) == {steady}, quiet
+
+    def slowed(step):
+        if step < last or (step == last and tail is None):
+            return spell
+        return (spell, tail) if step == last else 1.0
+    quiet_model, spelled_model = _core.DraftLengthModel(), _core.DraftLengthModel()
+    assert _drafting_run(quiet_model, 60, lambda step: 1.0, kept) == quiet
+    spelled = _drafting_run(spelled_model, 60, slowed, kept)
+    assert _priced_again_then_as(spelled, quiet, last), spelled
+    for price in ("draft_ms", "catch_up_ms"):
+        assert getattr(spelled_model, price) == pytest.approx(getattr(quiet_model, price), rel=0.05), price
 
 
 @pytest.mark.parametrize("at", [4, 5, 6, 10, 20])

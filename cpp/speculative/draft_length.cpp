@@ -8,8 +8,46 @@ namespace specllama {
 
 // a decode the OS preempted can take many times its cost; on a shared machine such outliers would
 // swing the estimates and with them the draft length, so one observation counts for at most
-// k_outlier times the current estimate (a lasting slowdown is still followed, step by step)
+// k_outlier times the current estimate (a lasting slowdown is still followed, step by step).
+// Nothing makes a decode faster than its cost, so a verification measured below 1 / k_outlier of
+// its price shows that the prices were measured in conditions that are over (a busy spell, as at a
+// new decoder's start): all the rule measured in them starts again (conditions_changed). Not by one
+// factor: a spell that ends in the middle of a step leaves its draft decodes slow and its
+// verification nearly quiet
 constexpr double k_outlier = 2.0;
+
+void draft_length_model::conditions_changed() {
+    // every price, both models' (the next steps price plain steps, then a first batch, as a new
+    // decoder's do), the long-run rate (which prices each further draft's time: one that low drafts
+    // on as if a token were worth that much time), and the drafting steps' evidence against plain
+    // steps with a pause and its probes, measured anew from the next drafting step on, as a new
+    // decoder's are; what the target keeps stays. (A draft price left from the spell, several
+    // times its cost against plain steps priced anew, kept the drafts at one token, which decodes
+    // no draft token to price it again)
+    n_changes_ += 1;
+    sw_ = sk_ = skk_ = sy_ = sky_ = 0.0;
+    size_ms_.fill(0.0);
+    size_w_.fill(0.0);
+    n_v1_            = 0;
+    v1_ms_           = 0.0;
+    leave_ms_        = 0.0;
+    has_draft_ms_    = false;
+    draft_ms_        = 0.0;
+    has_catch_up_    = false;
+    catch_up_ms_     = 0.0;
+    draft_token_ms_  = 0.0;
+    prompt_token_ms_ = 0.0;
+    for (outcomes * k : { &o_, &other_ }) {
+        k->step_tokens_ = k->step_ms_ = 0.0;
+        k->drafted_tokens_ = k->drafted_ms_ = k->drafted_w_ = 0.0;
+        k->drafted_steps_  = 0;
+        k->paused_         = false;
+        k->n_probes_   = 0;
+        k->skipped_    = 0;
+        k->probe_gap_  = first_probe_gap();
+        k->unpriced_.clear();
+    }
+}
 
 void draft_length_model::observe_draft_decode(double ms) {
     if (has_draft_ms_) {
@@ -31,6 +69,13 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
     n_tokens = priced_size(n_tokens);
     // (a first batch is taken as measured: nothing measured predicts it yet)
     const double predicted = n_tokens == 1 || sw_ > 0.0 ? verify_ms(n_tokens) : 0.0;
+    if (n_tokens > 1 && predicted > 0.0 && ms * k_outlier < predicted && !decodes_again_) {
+        // (a batch's: not where a rejection decodes the kept tokens again, as a recurrent target's
+        // does: a fully kept step costs only its batch there, a rejected one the batch and those
+        // decodes). This batch prices nothing either: the change may have come in its middle
+        conditions_changed();
+        return;
+    }
     if (predicted > 0.0) {
         ms = std::min(ms, k_outlier * predicted);
     }
@@ -448,6 +493,7 @@ bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_re
 }
 
 void draft_length_model::observe(const step_record & s) {
+    const int64_t changes = n_changes_;
     // the steps before this one in the run of batches (or of plain steps) it belongs to: the
     // first settle_ of a run are transitions, whose costs price nothing (set_settle_steps)
     const bool batch  = s.n > 0;
@@ -524,6 +570,9 @@ void draft_length_model::observe(const step_record & s) {
     }
     if (s.probe >= 0 && s.n_accepted == s.n) {
         observe_lookup(s.probe == 1);
+    }
+    if (n_changes_ != changes) {
+        return;  // (the step that showed the change was measured partly before it: it counts in no rate)
     }
     // a step that resumed after a pause counts in the drafting steps' rate with a step's catch-up in place of
     // its read of what the draft sat out (the price of coming back, paid once, not of drafting on: on the

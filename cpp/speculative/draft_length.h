@@ -381,6 +381,10 @@ class draft_length_model {
     std::array<double, k_max_sized + 1> size_ms_{};
     std::array<double, k_max_sized + 1> size_w_{};
     double line_ms(int32_t n_tokens) const;
+    // a verification far below its price: what was measured in the conditions that are over
+    // starts again (draft_length.cpp)
+    void conditions_changed();
+    int64_t n_changes_ = 0;  // how often conditions_changed
     // a drafting step's price at the steady steps' estimates: its catch-up, n_decodes draft decodes
     // and a verification of n_verify tokens (-1 before steady steps have measured them)
     double steady_step_ms(int32_t n_decodes, int32_t n_verify) const;
