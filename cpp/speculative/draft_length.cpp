@@ -41,7 +41,6 @@ void draft_length_model::conditions_changed() {
         k->step_tokens_ = k->step_ms_ = 0.0;
         k->drafted_tokens_ = k->drafted_ms_ = k->drafted_w_ = 0.0;
         k->drafted_steps_  = 0;
-        k->paused_         = false;
         k->n_probes_   = 0;
         k->skipped_    = 0;
         k->probe_gap_  = first_probe_gap();
