@@ -263,7 +263,7 @@ class DraftLengthModel:
         """
     def observe_step(self, tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, model_drafted: bool = True, steady: bool = True, steady_ms: typing.SupportsFloat | typing.SupportsIndex = -1.0) -> None:
         ...
-    def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+    def observe_verify(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> bool:
         ...
     def padded_length(self, n_max: typing.SupportsInt | typing.SupportsIndex) -> int:
         """

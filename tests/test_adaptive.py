@@ -831,7 +831,8 @@ def test_prices_measured_in_a_spell_at_a_decoders_start_start_again_when_it_ends
     ten drafts a step where every draft is kept, one more than the target keeps where it rejects a draft
     the draft model doubted). Followed step by step (an estimate moves 3% of the way a step), the
     spell's prices kept the steps after it at one draft each, or paused the draft."""
-    quiet = _drafting_run(_core.DraftLengthModel(), 60, lambda step: 1.0, kept)
+    quiet_model, spelled_model = _core.DraftLengthModel(), _core.DraftLengthModel()
+    quiet = _drafting_run(quiet_model, 60, lambda step: 1.0, kept)
     steady = 10 if kept is None else kept + 1
     assert quiet[:3] == [0, 0, 0] and set(quiet[5:]) == {steady}, quiet
 
@@ -839,8 +840,6 @@ def test_prices_measured_in_a_spell_at_a_decoders_start_start_again_when_it_ends
         if step < last or (step == last and tail is None):
             return spell
         return (spell, tail) if step == last else 1.0
-    quiet_model, spelled_model = _core.DraftLengthModel(), _core.DraftLengthModel()
-    assert _drafting_run(quiet_model, 60, lambda step: 1.0, kept) == quiet
     spelled = _drafting_run(spelled_model, 60, slowed, kept)
     assert _priced_again_then_as(spelled, quiet, last), spelled
     for price in ("draft_ms", "catch_up_ms"):

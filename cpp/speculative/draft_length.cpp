@@ -20,11 +20,10 @@ void draft_length_model::conditions_changed() {
     // every price, both models' (the next steps price plain steps, then a first batch, as a new
     // decoder's do), the long-run rate (which prices each further draft's time: one that low drafts
     // on as if a token were worth that much time), and the drafting steps' evidence against plain
-    // steps with a pause and its probes, measured anew from the next drafting step on, as a new
-    // decoder's are; what the target keeps stays. (A draft price left from the spell, several
-    // times its cost against plain steps priced anew, kept the drafts at one token, which decodes
-    // no draft token to price it again)
-    n_changes_ += 1;
+    // steps with a pause's probes, measured anew from the next drafting step on, as a new decoder's
+    // are; what the target keeps stays. (A draft price left from the spell, several times its cost
+    // against plain steps priced anew, kept the drafts at one token, which decodes no draft token to
+    // price it again)
     sw_ = sk_ = skk_ = sy_ = sky_ = 0.0;
     size_ms_.fill(0.0);
     size_w_.fill(0.0);
@@ -41,9 +40,9 @@ void draft_length_model::conditions_changed() {
         k->step_tokens_ = k->step_ms_ = 0.0;
         k->drafted_tokens_ = k->drafted_ms_ = k->drafted_w_ = 0.0;
         k->drafted_steps_  = 0;
-        k->n_probes_   = 0;
-        k->skipped_    = 0;
-        k->probe_gap_  = first_probe_gap();
+        k->n_probes_       = 0;
+        k->skipped_        = 0;
+        k->probe_gap_      = first_probe_gap();
         k->unpriced_.clear();
     }
 }
@@ -64,7 +63,7 @@ void draft_length_model::observe_catch_up(double ms) {
     has_catch_up_ = true;
 }
 
-void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
+bool draft_length_model::observe_verify(int32_t n_tokens, double ms) {
     n_tokens = priced_size(n_tokens);
     // (a first batch is taken as measured: nothing measured predicts it yet)
     const double predicted = n_tokens == 1 || sw_ > 0.0 ? verify_ms(n_tokens) : 0.0;
@@ -73,7 +72,7 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
         // does: a fully kept step costs only its batch there, a rejected one the batch and those
         // decodes). This batch prices nothing either: the change may have come in its middle
         conditions_changed();
-        return;
+        return true;
     }
     if (predicted > 0.0) {
         ms = std::min(ms, k_outlier * predicted);
@@ -87,7 +86,7 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
         // pause is judged against what plain steps cost now (a load that came meanwhile, say).
         v1_ms_ = n_v1_ == 0 ? ms : n_v1_ == 1 ? std::min(v1_ms_, ms) : k_decay_v1 * v1_ms_ + (1.0 - k_decay_v1) * ms;
         n_v1_ += 1;
-        return;
+        return false;
     }
     if (n_tokens <= k_max_sized) {
         size_ms_[n_tokens] = k_decay * size_ms_[n_tokens] + ms;
@@ -99,6 +98,7 @@ void draft_length_model::observe_verify(int32_t n_tokens, double ms) {
     skk_ = k_decay * skk_ + k * k;
     sy_  = k_decay * sy_ + ms;
     sky_ = k_decay * sky_ + k * ms;
+    return false;
 }
 
 double draft_length_model::verify_ms(int32_t n_tokens) const {
@@ -492,7 +492,6 @@ bool draft_length_model::keep_drafting(int32_t n_done, float conf, double & p_re
 }
 
 void draft_length_model::observe(const step_record & s) {
-    const int64_t changes = n_changes_;
     // the steps before this one in the run of batches (or of plain steps) it belongs to: the
     // first settle_ of a run are transitions, whose costs price nothing (set_settle_steps)
     const bool batch  = s.n > 0;
@@ -515,13 +514,14 @@ void draft_length_model::observe(const step_record & s) {
     const int32_t n_verify  = s.n_verified > 0 ? s.n_verified : s.n + 1;
     // a transition's steady price: its catch-up, draft decodes and verification at the estimates
     // from steady steps (none before those are measured: it waits in unpriced_ until they are)
-    const double steady_ms = !steady && s.n_model > 0 ? steady_step_ms(n_decodes, n_verify) : -1.0;
+    const double step_price = s.n_model > 0 ? steady_step_ms(n_decodes, n_verify) : -1.0;
+    const double steady_ms  = steady ? -1.0 : step_price;
     // what a steady drafting step's work costs at the prices measured before it (-1: not known; a
     // transition's or a read of what the draft sat out is not a steady step's): a step the OS
     // preempted counts in the rates for at most k_outlier times that, as each price does. Counted
     // whole, one verification of several seconds early in a generation made the drafting steps look
     // like a clear loss and paused a draft whose every token the target kept (tests/test_adaptive.py)
-    const double priced_ms = steady && !s.resumed && s.n_model > 0 ? steady_step_ms(n_decodes, n_verify) : -1.0;
+    const double priced_ms = steady && !s.resumed ? step_price : -1.0;
     if (!steady && s.n_model > 0 && steady_ms < 0.0) {
         if (o_.unpriced_.size() == k_max_unpriced) {
             o_.unpriced_.erase(o_.unpriced_.begin());
@@ -547,9 +547,10 @@ void draft_length_model::observe(const step_record & s) {
     // a one-token verification is priced only when steady (after another, or after as many as
     // settle_); right after a batch, what it costs beyond that is the price of having left plain
     // steps
+    bool changed = false;
     if (batch) {
         if (steady) {
-            observe_verify(n_verify, s.verify_ms);
+            changed = observe_verify(n_verify, s.verify_ms);
         }
     } else if (run_ >= std::max(1, settle_)) {
         observe_verify(1, s.verify_ms);
@@ -570,7 +571,7 @@ void draft_length_model::observe(const step_record & s) {
     if (s.probe >= 0 && s.n_accepted == s.n) {
         observe_lookup(s.probe == 1);
     }
-    if (n_changes_ != changes) {
+    if (changed) {
         return;  // (the step that showed the change was measured partly before it: it counts in no rate)
     }
     // a step that resumed after a pause counts in the drafting steps' rate with a step's catch-up in place of

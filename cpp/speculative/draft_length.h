@@ -276,8 +276,10 @@ class draft_length_model {
     void observe_catch_up(double ms);
     // a verification of n_tokens; one token only for a steady plain step (one that follows a plain
     // step: on a GPU the first one-token decode after batches re-records its CUDA graph and costs
-    // 2-4x a steady one, and that is not what a paused loop pays)
-    void observe_verify(int32_t n_tokens, double ms);
+    // 2-4x a steady one, and that is not what a paused loop pays). True where a batch far below
+    // its price showed that the prices were measured in conditions that are over: it prices nothing
+    // then, and every price starts again (conditions_changed)
+    bool observe_verify(int32_t n_tokens, double ms);
     // a plain step right after a verified batch cost excess_ms more than a steady one (on a GPU:
     // it records its CUDA graph again: 1.5-3.6 ms for the default pair on an H100, docs/gpu.md;
     // on a CPU: nothing)
@@ -384,7 +386,6 @@ class draft_length_model {
     // a verification far below its price: what was measured in the conditions that are over
     // starts again (draft_length.cpp)
     void conditions_changed();
-    int64_t n_changes_ = 0;  // how often conditions_changed
     // a drafting step's price at the steady steps' estimates: its catch-up, n_decodes draft decodes
     // and a verification of n_verify tokens (-1 before steady steps have measured them)
     double steady_step_ms(int32_t n_decodes, int32_t n_verify) const;
