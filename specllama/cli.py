@@ -649,9 +649,14 @@ def chat(mo, so, do, system, chat_template, input_encoding):
 @click.option("-b", "--batch-size", "n_batch", type=click.IntRange(32), default=2048, show_default=True,
               help="As llama-server's -b for /infill: the prompt keeps at most 3/4 of it of the prefix and 1/4 of "
                    "the suffix, and the context beyond it for extra chunks.")
+@click.option("--reasoning-format", "reasoning_format", type=click.Choice(["auto", "deepseek", "none"]),
+              default="auto", show_default=True,
+              help="As llama-server's: a reasoning model's thinking (<think>...</think> at the start of a chat "
+                   "reply) comes back as the message's reasoning_content ('auto' and 'deepseek' alike), or stays "
+                   "in the content ('none'). A request's reasoning_format overrides it.")
 @_library_errors
 def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, fim_preset, cache_reuse,
-          n_batch):
+          n_batch, reasoning_format):
     """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses,
     /v1/models), Anthropic's (/v1/messages), Ollama's (/api/chat, /api/generate) and llama-server's
     own endpoints (/completion, /infill for editors' code completion, /tokenize, /detokenize), with
@@ -679,7 +684,7 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
             name = name[:-5]
         config = ServerConfig(host=host, port=port, parallel=parallel, queue_size=queue_size, api_key=api_key or None,
                               chat_template=chat_template, cors_origins=cors_origins, model_name=name, defaults=defaults,
-                              n_batch=n_batch)
+                              n_batch=n_batch, reasoning_format=reasoning_format)
         _err(f"specllama serve: {what}")
         try:
             run_server(dec, config, announce=_err, own_decoder=True)

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from . import infill, schemas, tools
+from . import infill, reasoning, schemas, tools
 from ._version import __version__
 from .decoder import SpeculativeDecoder
 from .options import GenerateOptions, PromptTooLong, make_options
@@ -59,7 +59,7 @@ _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "tempera
            "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
            "repeat_last_n", "logit_bias", "logprobs", "grammar", "json_schema"}
 CHAT_FIELDS = (_COMMON | {"messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice",
-                          "parallel_tool_calls"} | set(_NEUTRAL) | _PASSIVE)
+                          "parallel_tool_calls", "reasoning_format"} | set(_NEUTRAL) | _PASSIVE)
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
 # /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
 FIM_N_BATCH = 2048
@@ -84,6 +84,13 @@ class Request:
     template_kwargs: Dict[str, Any] = field(default_factory=dict)
     tools: bool = False  # chat: tools were rendered, and calls are parsed out of the reply (specllama.tools)
     n: int = 1  # choices, generated one after another (choice c with seed + c where a seed is given)
+    # chat: where a reasoning model's thinking goes (specllama.reasoning; None: not given, "auto"), and
+    # whether the prompt opened it (prompt_tokens)
+    reasoning_format: Optional[str] = None
+    thinking_open: bool = False
+
+    def splits_reasoning(self) -> bool:
+        return self.kind == "chat" and self.reasoning_format != "none"
 
 
 def _number(body: dict, name: str, lo: float, hi: float, integer: bool = False):
@@ -350,6 +357,11 @@ def _chat_prompt(body: dict, req: Request) -> None:
         raise RequestError("'messages' must be a non-empty list of messages", "messages",
                            "invalid_value" if isinstance(messages, list) else "invalid_type")
     req.messages = tools.template_messages(messages)
+    if body.get("reasoning_format") is not None:
+        try:
+            req.reasoning_format = reasoning.check_format(body["reasoning_format"])
+        except ValueError as exc:
+            raise RequestError(str(exc), "reasoning_format", "invalid_value") from None
     tk = body.get("chat_template_kwargs")
     if tk is not None:
         if not isinstance(tk, dict) or any(k in ("messages", "add_generation_prompt") for k in tk):
@@ -440,6 +452,7 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
     try:
         if req.kind == "chat":
             tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
+            req.thinking_open = reasoning.opened_by(dec.target_model.detokenize(tokens[-8:], special=True))
         elif req.suffix:
             tokens = _fim_tokens(dec, req, n_batch)
         elif isinstance(req.prompt, str):
@@ -556,8 +569,11 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     """The whole (non-streamed) answer; with req.return_tokens its choice holds tokens; logprobs:
     logprobs_json's object."""
     if req.kind == "chat":
+        thought, text = reasoning.split(text, req.thinking_open) if req.splits_reasoning() else (None, text)
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                   "logprobs": logprobs, "finish_reason": FINISH.get(finish_reason, finish_reason)}
+        if thought is not None:
+            choice["message"]["reasoning_content"] = thought
         if req.tools:
             content, calls = tools.parse(text)
             if calls:
@@ -587,6 +603,7 @@ class ChunkWriter:
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
         self.splitter = tools.StreamSplitter() if req.tools else None
+        self.thinking = reasoning.StreamSplitter(req.thinking_open) if req.splits_reasoning() else None
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:
         obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
@@ -604,23 +621,39 @@ class ChunkWriter:
     def text(self, text: str, logprobs: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
         """The chunks for new text (and its tokens' logprobs_json object, which may come with none)."""
         out = []
-        if self.splitter is not None:
-            text = self.splitter.feed(text)
         self.n_text += len(text)
         if self.req.kind == "chat":
             if not self.started:
                 out.append(self._delta({"role": "assistant", "content": ""}))
             self.started = True
-            if text or logprobs:
-                out.append(self._delta({"content": text}, logprobs))
+            deltas = self._chat_deltas(self.thinking.feed(text) if self.thinking else [(reasoning.CONTENT, text)])
+            if logprobs and not deltas:
+                deltas = [{"content": ""}]
+            out += [self._delta(d, logprobs if i == len(deltas) - 1 else None) for i, d in enumerate(deltas)]
         elif text or logprobs:
             out.append(self._chunk({"index": self.index, "text": text, "logprobs": logprobs, "finish_reason": None}))
         return out
+
+    def _chat_deltas(self, pieces) -> List[Dict[str, Any]]:
+        """A chat stream's deltas for (reasoning.REASONING or CONTENT, text) pieces: thinking as
+        reasoning_content, the answer's text through the tool-call splitter where tools were given."""
+        deltas = []
+        for kind, text in pieces:
+            if kind == reasoning.REASONING:
+                deltas.append({"reasoning_content": text})
+                continue
+            if self.splitter is not None:
+                text = self.splitter.feed(text)
+            if text:
+                deltas.append({"content": text})
+        return deltas
 
     def end(self, finish_reason: str, stats, with_usage: bool = True) -> List[Dict[str, Any]]:
         """The choice's last chunks; with_usage (and include_usage): then the usage chunk of stats."""
         out = self.text("") if self.req.kind == "chat" and not self.started else []
         fr = FINISH.get(finish_reason, finish_reason)
+        if self.thinking is not None:
+            out += [self._delta(d) for d in self._chat_deltas(self.thinking.finish())]
         if self.splitter is not None:
             rest, calls = self.splitter.finish()
             if rest:

@@ -148,6 +148,8 @@ BAD = [
     ("template", "/api/generate", {"prompt": "x", "template": "{{ .Prompt }}"}, "'template' is not supported"),
     ("context", "/api/generate", {"prompt": "x", "context": [1, 2]}, "send the conversation to /api/chat"),
     ("think", "/api/chat", {"messages": MESSAGES, "think": True}, "'think' is not supported"),
+    ("think level", "/api/chat", {"messages": MESSAGES, "think": "high"}, "thinking levels are not supported"),
+    ("raw think", "/api/generate", {"prompt": "x", "raw": True, "think": True}, "'think' needs a chat prompt"),
     ("format", "/api/chat", {"messages": MESSAGES, "format": "yaml"}, "'format' must be"),
     ("stream", "/api/chat", {"messages": MESSAGES, "stream": "yes"}, "'stream' must be a boolean"),
     ("messages", "/api/chat", {"messages": "hi"}, "'messages' must be a list"),

@@ -70,6 +70,8 @@ async def _admit(st: ServerState, request: Request, kind: str, body: Any = None
     if st.decoder.lost is not None:
         raise model_lost(st.decoder.lost)
     req = completions.parse(await read_json(request) if body is None else body, kind, st.config.defaults)
+    if req.reasoning_format is None:
+        req.reasoning_format = st.config.reasoning_format
     check_model(st, req.model)
     tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template,
                                      st.config.n_batch)

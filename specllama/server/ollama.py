@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from fastapi.responses import JSONResponse
 
+from .. import reasoning, templates
 from .._version import __version__
 from ..completions import RequestError
 from .responses import check_fields
@@ -33,9 +34,8 @@ _NEUTRAL_OPTIONS = {"typical_p": (1, 1.0), "tfs_z": (1, 1.0), "mirostat": (0,)}
 _CHAT_FIELDS = {"model", "messages", "tools", "format", "options", "stream", "keep_alive", "think"}
 _GENERATE_FIELDS = {"model", "prompt", "suffix", "system", "template", "context", "raw", "format", "options", "stream",
                     "keep_alive", "images", "think"}
-_NEUTRAL = {"think": (False,), "template": ("",), "context": ([],), "images": ([],)}
-_WHY = {"think": "the served model has no thinking mode to turn on",
-        "template": "the server renders prompts with the model's own chat template",
+_NEUTRAL = {"template": ("",), "context": ([],), "images": ([],)}
+_WHY = {"template": "the server renders prompts with the model's own chat template",
         "context": "send the conversation to /api/chat instead",
         "images": "the served model reads text only"}
 _MESSAGE_FIELDS = {"role", "content", "images", "tool_calls", "tool_name", "thinking"}
@@ -83,6 +83,23 @@ def _format(fmt: Any) -> Optional[Dict[str, Any]]:
     raise RequestError("'format' must be \"json\" or a JSON schema", "format", "invalid_value")
 
 
+def _think(body: Dict[str, Any], out: Dict[str, Any], thinks: bool) -> None:
+    """Ollama's think: true, the thinking comes back apart (message.thinking) and the template is
+    asked for it (enable_thinking); false, it is asked not to think and any text stays the answer's;
+    not given, the model thinks as its template has it, and its thinking comes back apart."""
+    think = body.get("think")
+    if think is None:
+        return
+    if not isinstance(think, bool):
+        raise RequestError("'think' must be true or false here (thinking levels are not supported)", "think",
+                           "unsupported_value")
+    if think and not thinks:
+        raise RequestError("'think' is not supported (the served model has no thinking mode to turn on)", "think",
+                           "unsupported_field")
+    out["reasoning_format"] = "auto" if think else "none"
+    out["chat_template_kwargs"] = {"enable_thinking": think}
+
+
 def _common(body: Dict[str, Any]) -> Dict[str, Any]:
     out = {"model": model_name(body), "stream": body.get("stream", True), **_options(body.get("options"))}
     if not isinstance(out["stream"], bool):
@@ -95,24 +112,25 @@ def _common(body: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def chat_body(body: Any) -> Optional[Dict[str, Any]]:
+def chat_body(body: Any, thinks: bool = False) -> Optional[Dict[str, Any]]:
     """The /v1/chat/completions body an /api/chat body asks for; None where it has no messages
-    (Ollama's way to load a model)."""
+    (Ollama's way to load a model). thinks: whether the served model's template has a thinking mode."""
     check_fields(body, _CHAT_FIELDS, _NEUTRAL, "/api/chat", _WHY)
     messages = body.get("messages")
     if messages is None or messages == []:
         return None
     out = _common(body)
+    _think(body, out, thinks)
     out["messages"] = _messages(messages)
     if body.get("tools") is not None:
         out["tools"] = body["tools"]  # OpenAI's shape: the chat parser checks them
     return out
 
 
-def generate_body(body: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
+def generate_body(body: Any, thinks: bool = False) -> Tuple[str, Optional[Dict[str, Any]]]:
     """The completion an /api/generate body asks for: ("chat", a chat body) for a prompt in the
     model's chat template, ("text", a text completion body) where raw or with a suffix; None where
-    it has no prompt (Ollama's way to load a model)."""
+    it has no prompt (Ollama's way to load a model). thinks: as chat_body's."""
     check_fields(body, _GENERATE_FIELDS, _NEUTRAL, "/api/generate", _WHY)
     prompt, suffix, system = body.get("prompt"), body.get("suffix"), body.get("system")
     for name, value in (("prompt", prompt), ("suffix", suffix), ("system", system)):
@@ -124,10 +142,13 @@ def generate_body(body: Any) -> Tuple[str, Optional[Dict[str, Any]]]:
         return "chat", None
     out = _common(body)
     if body.get("raw") or suffix:
+        if body.get("think"):
+            raise RequestError("'think' needs a chat prompt, not raw text or an infill", "think", "invalid_value")
         out["prompt"] = prompt or ""  # as Ollama, the system prompt has no place in raw text or an infill
         if suffix:
             out["suffix"] = suffix
         return "text", out
+    _think(body, out, thinks)
     out["messages"] = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     return "chat", out
 
@@ -149,6 +170,8 @@ def _messages(messages: Any) -> List[Dict[str, Any]]:
             raise RequestError(f"{where}: images are not supported (the served model reads text only)", "messages",
                                "unsupported_field")
         msg = {"role": m.get("role"), "content": m.get("content") or ""}
+        if m.get("thinking"):
+            msg["reasoning_content"] = m["thinking"]  # (templates that show past thinking read it there)
         if m.get("tool_calls"):
             if not msg["content"]:
                 msg["content"] = None  # (as OpenAI's clients send a call without text; templates tell the two apart)
@@ -225,14 +248,18 @@ class Answer:
     def finished(self, out) -> List[Dict[str, Any]]:
         return []
 
-    def _line(self, text: str, calls=None, **done) -> Dict[str, Any]:
+    def _line(self, text: str, calls=None, thinking: Optional[str] = None, **done) -> Dict[str, Any]:
         body: Dict[str, Any] = {"model": self.model, "created_at": now()}
         if self.api == "chat":
             body["message"] = {"role": "assistant", "content": text}
+            if thinking:
+                body["message"]["thinking"] = thinking
             if calls:
                 body["message"]["tool_calls"] = _calls_out(calls)
         else:
             body["response"] = text
+            if thinking:
+                body["thinking"] = thinking
         body["done"] = bool(done)
         body.update(done)
         return body
@@ -250,7 +277,8 @@ class Answer:
         choice = answer["choices"][0]
         self.finish, self.timings = choice.get("finish_reason"), answer.get("timings") or {}
         msg = choice.get("message") or {"content": choice.get("text")}  # a chat or a text completion's
-        return self._line(msg.get("content") or "", msg.get("tool_calls"), **self._done(answer["usage"]))
+        return self._line(msg.get("content") or "", msg.get("tool_calls"), msg.get("reasoning_content"),
+                          **self._done(answer["usage"]))
 
     def events(self, chunk: Dict[str, Any]) -> List[Dict[str, Any]]:
         """The lines of one completion chunk (an error's body ends the stream with an error line)."""
@@ -260,8 +288,8 @@ class Answer:
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             text = delta.get("content") if "delta" in choice else choice.get("text")
-            if text or delta.get("tool_calls"):
-                out.append(self._line(text or "", delta.get("tool_calls")))
+            if text or delta.get("tool_calls") or delta.get("reasoning_content"):
+                out.append(self._line(text or "", delta.get("tool_calls"), delta.get("reasoning_content")))
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
                 self.timings = chunk.get("timings") or self.timings
@@ -312,15 +340,26 @@ def running(name: str, decoder) -> Dict[str, Any]:
                         "size_vram": int(vram * (1 << 20)), "context_length": decoder.n_ctx}]}
 
 
-def show(name: str, decoder, n_ctx: int) -> Dict[str, Any]:
+def thinks(decoder, template: Optional[str] = None) -> bool:
+    """Whether the chat template served with (the model's own where template is None) has a
+    thinking mode."""
+    try:
+        return reasoning.template_thinks(templates.template_source(decoder.target_model, template))
+    except templates.ChatTemplateError:
+        return False
+
+
+def show(name: str, decoder, n_ctx: int, template_used: Optional[str] = None) -> Dict[str, Any]:
     """/api/show: the model's details, its chat template (Jinja, not a Go template), what it can do
-    (tools where the template takes them, insert where the vocabulary has fill-in-the-middle
-    tokens) and the context this server serves as its context length."""
+    (tools where the template takes them, thinking where the template served with has a thinking
+    mode, insert where the vocabulary has fill-in-the-middle tokens) and the context this server
+    serves as its context length."""
     model = decoder.target_model
     d = details(decoder)
     template = model.chat_template or ""
     fim = model.fim_tokens
-    capabilities = ["completion"] + (["tools"] if "tools" in template else [])
+    capabilities = ["completion"] + (["tools"] if "tools" in template else []) + \
+        (["thinking"] if thinks(decoder, template_used) else [])
     if fim["pre"] >= 0 and fim["suf"] >= 0 and fim["mid"] >= 0:
         capabilities.append("insert")
     info = {"general.architecture": d["family"], f"{d['family']}.context_length": n_ctx,

@@ -18,10 +18,11 @@ async def _serve(request: Request, api: str):
     st = server_state(request)
     try:
         body = await read_json(request)
+        thinks = ollama.thinks(st.decoder, st.config.chat_template)
         if api == "chat":
-            kind, served = "chat", ollama.chat_body(body)
+            kind, served = "chat", ollama.chat_body(body, thinks)
         else:
-            kind, served = ollama.generate_body(body)
+            kind, served = ollama.generate_body(body, thinks)
         if served is None:
             check_model(st, ollama.model_name(body))
             return ollama.loaded(st.config.model_name, api)
@@ -64,7 +65,7 @@ async def show(request: Request):
         check_model(st, ollama.model_name(body) or "?")
     except completions.RequestError as exc:
         return ollama.error_response(exc)
-    return ollama.show(st.config.model_name, st.decoder, st.decoder.n_ctx)
+    return ollama.show(st.config.model_name, st.decoder, st.decoder.n_ctx, st.config.chat_template)
 
 
 @router.get("/api/version")

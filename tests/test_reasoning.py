@@ -1,0 +1,218 @@
+"""A reasoning model's thinking (<think>...</think>) split from its answer: the parser, its stream
+form against the whole-text form over every way a reply can be cut into steps, and the chat
+completion's reasoning_content from the Python API and a real server (a grammar makes the tiny
+model write the tags, as a reasoning model would)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specllama
+from specllama import RequestError, reasoning
+from test_server import running
+
+
+@pytest.mark.parametrize("text, opened, want", [
+    ("<think>\nLet me see.\n</think>\n\nParis.", False, ("Let me see.", "Paris.")),
+    ("  <think>a</think>b", False, ("a", "b")),
+    ("Paris.", False, (None, "Paris.")),
+    ("  Paris.", False, (None, "  Paris.")),
+    ("The tag <think> is HTML-like.", False, (None, "The tag <think> is HTML-like.")),
+    ("<think>cut off in the middle", False, ("cut off in the middle", "")),
+    ("<think>\n\n</think>\n\nParis.", False, (None, "Paris.")),
+    ("<thi", False, (None, "<thi")),
+    ("Let me see.\n</think>\n\nParis.", True, ("Let me see.", "Paris.")),
+    ("</think>Paris.", True, (None, "Paris.")),
+    ("still thinking", True, ("still thinking", "")),
+    ("<think>a</think>b</think>c", False, ("a", "b</think>c")),
+])
+def test_split(text, opened, want):
+    assert reasoning.split(text, opened) == want
+
+
+def test_a_prompt_that_opens_the_thinking():
+    assert reasoning.opened_by("<|im_start|>assistant\n<think>\n")
+    assert not reasoning.opened_by("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # thinking turned off
+    assert not reasoning.opened_by("<|im_start|>assistant\n")
+
+
+def _streamed(text, cuts, opened):
+    s = reasoning.StreamSplitter(opened)
+    pieces, at = [], 0
+    for cut in sorted(set(cuts)) + [len(text)]:
+        pieces += s.feed(text[at:cut])
+        at = cut
+    pieces += s.finish()
+    assert all(t for _, t in pieces)  # no empty piece
+    thought = "".join(t for k, t in pieces if k == reasoning.REASONING)
+    content = "".join(t for k, t in pieces if k == reasoning.CONTENT)
+    kinds = [k for k, _ in pieces]
+    assert kinds == sorted(kinds, key=lambda k: k == reasoning.CONTENT)  # the thinking comes first
+    return thought or None, content
+
+
+_FRAGMENTS = st.sampled_from(["<think>", "</think>", "<", "</", "<th", "</thi", "think>", " ", "\n", "a", "b c", ">"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_FRAGMENTS, max_size=12).map("".join), st.lists(st.integers(0, 60), max_size=8), st.booleans())
+def test_a_stream_says_what_the_whole_text_says_however_it_is_cut(text, cuts, opened):
+    assert _streamed(text, [c for c in cuts if c <= len(text)], opened) == reasoning.split(text, opened)
+
+
+def test_a_stream_passes_on_what_is_certain_at_once():
+    s = reasoning.StreamSplitter()
+    assert s.feed(" <th") == []  # may open a thinking block
+    assert s.feed("ink>\nSo") == [("reasoning", "So")]
+    assert s.feed(" it is  ") == [("reasoning", " it is")]  # whitespace that may end it waits
+    assert s.feed("</th") == []
+    assert s.feed("ink>\n\nPar") == [("content", "Par")]
+    assert s.feed("is.") == [("content", "is.")] and s.finish() == []
+    s = reasoning.StreamSplitter()
+    assert s.feed("Hello") == [("content", "Hello")]  # not a thinking block: content from the start
+
+
+THINK_GRAMMAR = 'root ::= "<think>" [a-z]{2,8} " " [a-z]{2,8} "</think>" "\\n\\n" [a-z]{2,8} " " [a-z]{2,8}'
+
+
+def test_a_chat_completion_carries_the_thinking_apart(tiny):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        msgs = [{"role": "user", "content": "the cat"}]
+        for seed in range(3):
+            kw = dict(grammar=THINK_GRAMMAR, temperature=1.0, seed=seed, max_tokens=60)
+            whole = dec.create_chat_completion(msgs, reasoning_format="none", **kw)["choices"][0]["message"]
+            text = whole["content"]
+            assert text.startswith("<think>") and "reasoning_content" not in whole
+            want_thought, want_content = text[7:text.index("</think>")], text[text.index("</think>") + 10:]
+            msg = dec.create_chat_completion(msgs, **kw)["choices"][0]["message"]
+            assert (msg["reasoning_content"], msg["content"]) == (want_thought, want_content)
+            assert dec.create_chat_completion(msgs, reasoning_format="deepseek", **kw)["choices"][0]["message"] == msg
+            thought, content, roles = "", "", []
+            for chunk in dec.create_chat_completion(msgs, stream=True, **kw):
+                for choice in chunk["choices"]:
+                    thought += choice["delta"].get("reasoning_content", "")
+                    content += choice["delta"].get("content") or ""
+                    roles.append(choice["delta"].get("role"))
+            assert (thought, content) == (want_thought, want_content) and roles[0] == "assistant"
+        with pytest.raises(RequestError, match="reasoning_format") as err:
+            dec.create_chat_completion(msgs, reasoning_format="hidden", max_tokens=2)
+        assert err.value.param == "reasoning_format"
+
+
+OPENING_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                    "{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}"
+                    "{{ m.content }}<|im_end|>\n{% endfor %}"
+                    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}")
+
+
+def test_a_reply_inside_a_thinking_block_the_template_opened(tiny, tmp_path):
+    template = tmp_path / "opens_thinking.jinja"
+    template.write_text(OPENING_TEMPLATE)
+    grammar = 'root ::= [a-z]{2,8} "\\n</think>\\n\\n" [a-z]{2,8}'
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        msgs = [{"role": "user", "content": "the cat"}]
+        kw = dict(grammar=grammar, temperature=1.0, seed=4, max_tokens=40, chat_template=str(template))
+        text = dec.create_chat_completion(msgs, reasoning_format="none", **kw)["choices"][0]["message"]["content"]
+        msg = dec.create_chat_completion(msgs, **kw)["choices"][0]["message"]
+        assert msg["reasoning_content"] == text.split("\n")[0] and msg["content"] == text.split("\n")[-1]
+        # the same text without the template's opening tag is an answer with no thinking
+        msg = dec.create_chat_completion(msgs, **dict(kw, chat_template=None))["choices"][0]["message"]
+        assert "reasoning_content" not in msg and "</think>" in msg["content"]
+
+
+def test_a_tool_call_after_the_thinking(tiny):
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    grammar = ('root ::= "<think>" [a-z]{2,8} "</think>\\n<tool_call>\\n{\\"name\\": \\"get_weather\\", '
+               '\\"arguments\\": {\\"city\\": \\"" [a-z]{2,8} "\\"}}\\n</tool_call>"')
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=1024) as dec:
+        kw = dict(grammar=grammar, temperature=1.0, seed=5, max_tokens=200, tools=[weather])
+        msgs = [{"role": "user", "content": "the cat"}]
+        r = dec.create_chat_completion(msgs, **kw)["choices"][0]
+        assert r["finish_reason"] == "tool_calls" and r["message"]["content"] is None
+        assert r["message"]["reasoning_content"].isalpha()
+        city = json.loads(r["message"]["tool_calls"][0]["function"]["arguments"])["city"]
+        thought, calls = "", []
+        for chunk in dec.create_chat_completion(msgs, stream=True, **kw):
+            for choice in chunk["choices"]:
+                thought += choice["delta"].get("reasoning_content", "")
+                calls += choice["delta"].get("tool_calls") or []
+                assert not choice["delta"].get("content")
+        assert thought == r["message"]["reasoning_content"]
+        assert json.loads(calls[0]["function"]["arguments"]) == {"city": city}
+
+
+@pytest.fixture(scope="module")
+def thinking_servers(tiny):
+    args = ["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "256"]
+    with running(args) as auto, running(args + ["--reasoning-format", "none"]) as none:
+        yield auto, none
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_openai_client_reads_the_thinking_from_the_server(thinking_servers, stream):
+    from openai import OpenAI
+
+    auto, none = thinking_servers
+    kw = dict(model="target_q4_1", messages=[{"role": "user", "content": "the cat"}], temperature=1.0, seed=7,
+              max_tokens=60, extra_body={"grammar": THINK_GRAMMAR})
+
+    def ask(server, **fields):
+        extra = dict(kw, extra_body=dict(kw["extra_body"], **fields))
+        with OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
+            if not stream:
+                m = client.chat.completions.create(**extra).choices[0].message
+                return (m.model_extra or {}).get("reasoning_content"), m.content
+            thought, content = "", ""
+            for chunk in client.chat.completions.create(stream=True, **extra):
+                for choice in chunk.choices:
+                    thought += (choice.delta.model_extra or {}).get("reasoning_content") or ""
+                    content += choice.delta.content or ""
+            return thought or None, content
+
+    whole = ask(none)
+    assert whole[0] is None and whole[1].startswith("<think>")
+    assert ask(auto) == reasoning.split(whole[1]) and ask(auto)[0]
+    assert ask(none, reasoning_format="auto") == ask(auto)
+    assert ask(auto, reasoning_format="none") == whole
+
+
+@pytest.fixture(scope="module")
+def opening_server(tiny, tmp_path_factory):
+    template = tmp_path_factory.mktemp("templates") / "opens_thinking.jinja"
+    template.write_text(OPENING_TEMPLATE)
+    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "256", "--alias", "tiny",
+                  "--chat-template", str(template)]) as s:
+        yield s
+
+
+def test_ollamas_think_field(opening_server):
+    """A reply that starts inside the thinking its template opened, and never closes it (the tiny
+    model does not write </think>): think true, all of it is message.thinking; think false, it is
+    the content, as it is for Ollama's own clients that turn thinking off."""
+    import ollama
+
+    with ollama.Client(host=opening_server.url, timeout=600) as client:
+        assert "thinking" in client.show("tiny").capabilities
+        kw = dict(model="tiny", messages=[{"role": "user", "content": "the cat"}],
+                  options={"temperature": 1.0, "seed": 3, "num_predict": 16})
+        plain = client.chat(think=False, **kw).message
+        assert plain.content and plain.thinking is None
+        r = client.chat(think=True, **kw).message
+        assert (r.thinking, r.content) == (plain.content.strip(), "")
+        assert client.chat(**kw).message.thinking == r.thinking  # not given: the thinking comes apart too
+        parts = list(client.chat(think=True, stream=True, **kw))
+        assert "".join(p.message.thinking or "" for p in parts) == r.thinking
+        assert "".join(p.message.content for p in parts) == "" and parts[-1].done
+        g = client.generate(model="tiny", prompt="the cat", think=True, options=kw["options"])
+        assert g.thinking and g.response == ""
+        # a past turn's thinking reaches the template as reasoning_content
+        history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "thinking": "c d e"},
+                   {"role": "user", "content": "d"}]
+        with_thinking = client.chat(**dict(kw, messages=history)).prompt_eval_count
+        history[1].pop("thinking")
+        assert with_thinking > client.chat(**dict(kw, messages=history)).prompt_eval_count
