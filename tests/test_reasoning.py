@@ -216,3 +216,73 @@ def test_ollamas_think_field(opening_server):
         with_thinking = client.chat(**dict(kw, messages=history)).prompt_eval_count
         history[1].pop("thinking")
         assert with_thinking > client.chat(**dict(kw, messages=history)).prompt_eval_count
+
+
+def test_a_responses_reply_starts_with_a_reasoning_item(thinking_servers):
+    from openai import OpenAI
+
+    auto, none = thinking_servers
+    kw = dict(model="target_q4_1", input="the cat", temperature=1.0, max_output_tokens=60,
+              extra_body={"grammar": THINK_GRAMMAR, "seed": 8})
+    with OpenAI(base_url=none.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
+        thought, content = reasoning.split(client.responses.create(**kw).output_text)
+    with OpenAI(base_url=auto.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
+        r = client.responses.create(**kw)
+        assert [o.type for o in r.output] == ["reasoning", "message"]
+        assert r.output[0].content[0].text == thought and r.output_text == content
+        events = list(client.responses.create(stream=True, **kw))
+        deltas = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+        done = [e.item for e in events if e.type == "response.output_item.done"]
+        assert deltas == thought and [i.type for i in done] == ["reasoning", "message"]
+        assert done[0].content[0].text == thought and done[0].status == "completed"
+        final = events[-1].response
+        assert events[-1].type == "response.completed" and [o.type for o in final.output] == ["reasoning", "message"]
+        assert final.output[0].content[0].text == thought and final.output_text == content
+        with client.responses.stream(**kw) as stream:
+            assert stream.get_final_response().output[0].content[0].text == thought
+
+
+def test_an_anthropic_reply_starts_with_a_thinking_block(thinking_servers):
+    from anthropic import Anthropic
+
+    auto, none = thinking_servers
+    kw = dict(model="target_q4_1", max_tokens=60, messages=[{"role": "user", "content": "the cat"}],
+              extra_body={"grammar": THINK_GRAMMAR, "seed": 9, "temperature": 1.0})
+    with Anthropic(base_url=none.url, api_key="none", max_retries=0, timeout=600) as client:
+        thought, content = reasoning.split(client.messages.create(**kw).content[0].text)
+    with Anthropic(base_url=auto.url, api_key="none", max_retries=0, timeout=600) as client:
+        m = client.messages.create(**kw)
+        assert [b.type for b in m.content] == ["thinking", "text"]
+        assert (m.content[0].thinking, m.content[1].text) == (thought, content)
+        events = list(client.messages.create(stream=True, **kw))
+        deltas = "".join(e.delta.thinking for e in events if e.type == "content_block_delta"
+                         and e.delta.type == "thinking_delta")
+        starts = [(e.index, e.content_block.type) for e in events if e.type == "content_block_start"]
+        assert deltas == thought and starts == [(0, "thinking"), (1, "text")]
+        with client.messages.stream(**kw) as stream:
+            final = stream.get_final_message()
+        assert [b.type for b in final.content] == ["thinking", "text"] and final.content[0].thinking == thought
+
+
+def test_past_thinking_reaches_the_template(opening_server):
+    """A Responses reasoning item before the assistant's message, and an Anthropic thinking block,
+    reach the chat template as that message's reasoning_content (this template writes it out)."""
+    from anthropic import Anthropic
+    from openai import OpenAI
+
+    def turns(thought):
+        return [{"role": "user", "content": "a"}, *thought, {"role": "assistant", "content": "b"},
+                {"role": "user", "content": "d"}]
+
+    with OpenAI(base_url=opening_server.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
+        sizes = [client.responses.create(model="tiny", max_output_tokens=1, input=turns(t)).usage.input_tokens
+                 for t in ([], [{"type": "reasoning", "summary": [],
+                                 "content": [{"type": "reasoning_text", "text": "c d e"}]}])]
+        assert sizes[1] > sizes[0]
+    with Anthropic(base_url=opening_server.url, api_key="none", max_retries=0, timeout=600) as client:
+        sizes = [client.messages.count_tokens(model="tiny", messages=[
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": blocks + [{"type": "text", "text": "b"}]},
+            {"role": "user", "content": "d"}]).input_tokens
+            for blocks in ([], [{"type": "thinking", "thinking": "c d e", "signature": ""}])]
+        assert sizes[1] > sizes[0]

@@ -107,9 +107,9 @@ def _messages(messages: Any) -> List[Dict[str, Any]]:
 
 
 def _assistant(blocks: List[Any], where: str) -> List[Dict[str, Any]]:
-    """An assistant's blocks: its text, and its tool_use blocks as tool_calls (thinking left out,
-    as chat templates leave out earlier reasoning)."""
-    text, calls = [], []
+    """An assistant's blocks: its text, its tool_use blocks as tool_calls, and its thinking blocks'
+    text as reasoning_content (templates that show past thinking read it; redacted thinking has none)."""
+    text, calls, thought = [], [], []
     for j, b in enumerate(blocks):
         kind = b.get("type") if isinstance(b, dict) else None
         if kind == "text":
@@ -121,12 +121,19 @@ def _assistant(blocks: List[Any], where: str) -> List[Dict[str, Any]]:
                                    "invalid_value")
             calls.append({"id": b["id"], "type": "function",
                           "function": {"name": b["name"], "arguments": json.dumps(b.get("input", {}))}})
-        elif kind not in ("thinking", "redacted_thinking"):
+        elif kind == "thinking":
+            if not isinstance(b.get("thinking"), str):
+                raise RequestError(f"{where}.content[{j}]: a thinking block needs its thinking", "messages",
+                                   "invalid_value")
+            thought.append(b["thinking"])
+        elif kind != "redacted_thinking":
             raise RequestError(f"{where}.content[{j}]: an assistant's blocks of type {kind!r} are not supported "
                                "(text, tool_use and thinking are)", "messages", "unsupported_value")
     msg: Dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
     if calls:
         msg["tool_calls"] = calls
+    if "".join(thought):
+        msg["reasoning_content"] = "".join(thought)
     return [msg] if text or calls else []
 
 
@@ -217,6 +224,7 @@ class Message:
         self.stops = list(body.get("stop_sequences") or [])
         self.blocks = 0  # content blocks opened
         self.text_open = False
+        self.thinking_open = False
         self.stop_sequence: Optional[str] = None
         self.finish: Optional[str] = None
 
@@ -245,9 +253,14 @@ class Message:
         self.finished(outs[0])
         choice = answer["choices"][0]
         msg = choice["message"]
-        content = [{"type": "text", "text": msg["content"]}] if msg.get("content") else []
+        content = [self._thinking(msg["reasoning_content"])] if msg.get("reasoning_content") else []
+        content += [{"type": "text", "text": msg["content"]}] if msg.get("content") else []
         content += [self._tool_use(c) for c in msg.get("tool_calls") or []]
         return self._message(content, self._stop_reason(choice["finish_reason"]), _usage(answer["usage"]))
+
+    @staticmethod
+    def _thinking(text: str) -> Dict[str, Any]:
+        return {"type": "thinking", "thinking": text, "signature": ""}  # (nothing to sign: a local model's)
 
     @staticmethod
     def _tool_use(call: Dict[str, Any]) -> Dict[str, Any]:
@@ -277,7 +290,14 @@ class Message:
         out = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                if not self.thinking_open:
+                    out.append(self._event("content_block_start", index=self.blocks, content_block=self._thinking("")))
+                    self.thinking_open = True
+                out.append(self._event("content_block_delta", index=self.blocks,
+                                       delta={"type": "thinking_delta", "thinking": delta["reasoning_content"]}))
             if delta.get("content"):
+                out += self._close_thinking()
                 if not self.text_open:
                     out.append(self._event("content_block_start", index=self.blocks,
                                            content_block={"type": "text", "text": ""}))
@@ -285,7 +305,7 @@ class Message:
                 out.append(self._event("content_block_delta", index=self.blocks,
                                        delta={"type": "text_delta", "text": delta["content"]}))
             for call in delta.get("tool_calls") or []:
-                out += self._close_text()
+                out += self._close_thinking() + self._close_text()
                 block = dict(self._tool_use(call), input={})
                 out += [self._event("content_block_start", index=self.blocks, content_block=block),
                         self._event("content_block_delta", index=self.blocks,
@@ -294,13 +314,20 @@ class Message:
                 self.blocks += 1
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
-                out += self._close_text()
+                out += self._close_thinking() + self._close_text()
         if chunk.get("usage"):
             out += [self._event("message_delta", delta={"stop_reason": self._stop_reason(self.finish),
                                                         "stop_sequence": self.stop_sequence},
                                 usage=_usage(chunk["usage"])),
                     self._event("message_stop")]
         return out
+
+    def _close_thinking(self) -> List[Dict[str, str]]:
+        if not self.thinking_open:
+            return []
+        self.thinking_open = False
+        self.blocks += 1
+        return [self._event("content_block_stop", index=self.blocks - 1)]
 
     def _close_text(self) -> List[Dict[str, str]]:
         if not self.text_open:

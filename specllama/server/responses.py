@@ -93,14 +93,21 @@ def _messages(items: Any, instructions: Any) -> List[Dict[str, Any]]:
     if not isinstance(items, list) or not items:
         raise RequestError("'input' must be a text or a non-empty list of input items", "input",
                            "invalid_value" if isinstance(items, list) else "invalid_type")
+    thought = ""  # a reasoning item's text: the reasoning_content of the assistant's output that follows it
     for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("type") == "reasoning":
+            thought = _reasoning_text(item.get("content"), f"input[{i}]")
+            continue
         _add_item(messages, item, f"input[{i}]")
+        if thought and messages[-1]["role"] == "assistant":
+            messages[-1].setdefault("reasoning_content", thought)
+        thought = ""
     return messages
 
 
 def _add_item(messages: List[Dict[str, Any]], item: Any, where: str) -> None:
     """Append one input item to messages: a message, a function call (merged into the assistant
-    message before it) or a call's output; reasoning items are left out (templates drop them)."""
+    message before it) or a call's output."""
     if not isinstance(item, dict):
         raise RequestError(f"{where} must be an object", "input", "invalid_type")
     kind = item.get("type", "message")
@@ -128,9 +135,20 @@ def _add_item(messages: List[Dict[str, Any]], item: Any, where: str) -> None:
             raise RequestError(f"{where}: a function_call_output needs its call_id", "input", "invalid_value")
         messages.append({"role": "tool", "tool_call_id": item["call_id"],
                          "content": _text(item.get("output"), f"{where}.output")})
-    elif kind != "reasoning":
+    else:
         raise RequestError(f"{where}: input items of type {kind!r} are not supported (message, function_call, "
                            "function_call_output and reasoning are)", "input", "unsupported_value")
+
+
+def _reasoning_text(content: Any, where: str) -> str:
+    """The text of a reasoning item's content (its reasoning_text parts; none: empty)."""
+    if content is None:
+        return ""
+    parts = content if isinstance(content, list) else None
+    if parts is None or not all(isinstance(p, dict) and p.get("type") == "reasoning_text"
+                                and isinstance(p.get("text"), str) for p in parts):
+        raise RequestError(f"{where}.content must be a list of reasoning_text parts", "input", "invalid_value")
+    return "".join(p["text"] for p in parts)
 
 
 def _text(content: Any, where: str, assistant: bool = False) -> str:
@@ -211,6 +229,7 @@ class Response:
         self.seq = 0
         self.output: List[Dict[str, Any]] = []
         self.message: Optional[Dict[str, Any]] = None  # the message item being streamed
+        self.thought: Optional[Dict[str, Any]] = None  # the reasoning item being streamed
         self.finish: Optional[str] = None
 
     def object(self, status: str, usage: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -240,6 +259,8 @@ class Response:
         """The response object of a whole chat answer."""
         choice = answer["choices"][0]
         msg = choice["message"]
+        if msg.get("reasoning_content"):
+            self.output.append(self._reasoning_item(msg["reasoning_content"], "completed"))
         if msg.get("content"):
             self.output.append(self._message_item(msg["content"], "completed"))
         for call in msg.get("tool_calls") or []:
@@ -254,6 +275,11 @@ class Response:
     def _message_item(text: str, status: str) -> Dict[str, Any]:
         return {"type": "message", "id": new_id("msg"), "status": status, "role": "assistant",
                 "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+    @staticmethod
+    def _reasoning_item(text: str, status: str) -> Dict[str, Any]:
+        return {"type": "reasoning", "id": new_id("rs"), "status": status, "summary": [],
+                "content": [{"type": "reasoning_text", "text": text}] if text else []}
 
     @staticmethod
     def _call_item(call: Dict[str, Any]) -> Dict[str, Any]:
@@ -282,13 +308,15 @@ class Response:
         out = []
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                out += self._thinking(delta["reasoning_content"])
             if delta.get("content"):
-                out += self._text(delta["content"])
+                out += self._close_thought() + self._text(delta["content"])
             for call in delta.get("tool_calls") or []:
-                out += self._close_message() + self._call(call)
+                out += self._close_thought() + self._close_message() + self._call(call)
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
-                out += self._close_message()
+                out += self._close_thought() + self._close_message()
         if chunk.get("usage"):
             status = self._status(self.finish)
             out.append(self._event(f"response.{status}", response=self.object(status, _usage(chunk["usage"]))))
@@ -310,6 +338,30 @@ class Response:
         out.append(self._event("response.output_text.delta", item_id=self.message["id"],
                                output_index=len(self.output) - 1, content_index=0, delta=text, logprobs=[]))
         return out
+
+    def _thinking(self, text: str) -> List[Dict[str, str]]:
+        out = []
+        if self.thought is None:
+            self.thought = self._reasoning_item("", "in_progress")
+            self.output.append(self.thought)
+            out.append(self._event("response.output_item.added", output_index=len(self.output) - 1,
+                                   item=self.thought))
+            self.thought = dict(self.thought, text="")
+        self.thought["text"] += text
+        out.append(self._event("response.reasoning_text.delta", item_id=self.thought["id"],
+                               output_index=len(self.output) - 1, content_index=0, delta=text))
+        return out
+
+    def _close_thought(self) -> List[Dict[str, str]]:
+        if self.thought is None:
+            return []
+        index, text = len(self.output) - 1, self.thought.pop("text")
+        item = dict(self._reasoning_item(text, "completed"), id=self.thought["id"])
+        self.output[index] = item
+        self.thought = None
+        return [self._event("response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0,
+                            text=text),
+                self._event("response.output_item.done", output_index=index, item=item)]
 
     def _close_message(self) -> List[Dict[str, str]]:
         if self.message is None:
