@@ -22,7 +22,7 @@ from . import infill, reasoning, schemas, tools
 from ._version import __version__
 from .decoder import SpeculativeDecoder
 from .options import GenerateOptions, PromptTooLong, make_options
-from .templates import ChatTemplateError
+from .templates import ChatTemplateError, template_source
 
 
 class RequestError(ValueError):
@@ -88,6 +88,8 @@ class Request:
     # whether the prompt opened it (prompt_tokens)
     reasoning_format: Optional[str] = None
     thinking_open: bool = False
+    template_thinks: bool = False  # the chat template has a thinking mode (prompt_tokens)
+    answer_grammar: bool = False  # the grammar is the answer's (a schema's, a forced call's), not a raw GBNF
 
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
@@ -144,7 +146,8 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> R
                            "invalid_value")
     n = _number(body, "n", 1, MAX_CHOICES, integer=True)
     req = Request(kind=kind, options=options, stream=stream, include_usage=include_usage, model=model,
-                  max_tokens=max_tokens, return_tokens=return_tokens, n=n or 1)
+                  max_tokens=max_tokens, return_tokens=return_tokens, n=n or 1,
+                  answer_grammar=bool(opts.get("grammar")) and not body.get("grammar"))
     if kind == "chat":
         _chat_prompt(body, req)
     else:
@@ -414,6 +417,7 @@ def _tools_fields(body: dict, req: Request) -> None:
             req.options.grammar = tools.call_grammar(checked, named, parallel is not False)
         except ValueError as exc:
             raise RequestError(str(exc), "tools", "invalid_value") from None
+        req.answer_grammar = True
     elif not req.options.grammar:
         # "auto": a lazy grammar, as llama-server's, that holds a call to the tools' schemas from its
         # opening tag on, or from the tool's name on in a reply that is a call's JSON object alone (a
@@ -453,6 +457,7 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
         if req.kind == "chat":
             tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
             req.thinking_open = reasoning.opened_by(dec.target_model.detokenize(tokens[-8:], special=True))
+            req.template_thinks = reasoning.template_thinks(template_source(dec.target_model, template))
         elif req.suffix:
             tokens = _fim_tokens(dec, req, n_batch)
         elif isinstance(req.prompt, str):
@@ -496,6 +501,11 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
     checked against dec (RequestError for a drafter it cannot run, say)."""
     opts = req.options.copy()
     opts.max_tokens = req.max_tokens if req.max_tokens is not None else max(1, dec.n_ctx - n_prompt)
+    if (req.answer_grammar and req.splits_reasoning() and (req.thinking_open or req.template_thinks)
+            and not opts.grammar_trigger_patterns):
+        # a reasoning model may think before the answer its grammar holds, as llama-server lets it
+        opts.grammar, opts.grammar_root = reasoning.grammar_after_thinking(opts.grammar, opts.grammar_root,
+                                                                           req.thinking_open)
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:

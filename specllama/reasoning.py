@@ -6,12 +6,16 @@ the end of the prompt and the reply starts inside it. With the reasoning format 
 "deepseek", the same here) a chat reply that starts with <think>, or whose prompt ended with it,
 comes back with that text as the message's reasoning_content and the rest as its content, as
 llama-server's --reasoning-format deepseek answers; "none" leaves every reply's text whole in
-content. Only text is moved: the tokens, and so speculation's exactness, are untouched.
+content. The split moves text only: the tokens generated are the same with any format.
 
 The thinking is stripped of the whitespace around it and the answer of the whitespace before
 it. A reply cut off inside its thinking (max_tokens, a stop string) is all reasoning, with empty
 content. A streamed reply's reasoning and content deltas, joined, are exactly what split() gives
 for the whole text, however the text is cut into steps.
+
+Where the template has a thinking mode, the grammar of a JSON schema or a forced tool call holds
+after a thinking block (grammar_after_thinking); there the format decides the grammar, and so the
+tokens too, and the grammar constrains the target and the draft alike, as any grammar does.
 """
 
 from __future__ import annotations
@@ -40,6 +44,30 @@ def template_thinks(source: str) -> bool:
     """Whether a chat template's source has a thinking mode (it writes <think>, or takes
     enable_thinking)."""
     return OPEN in source or "enable_thinking" in source
+
+
+_TAG_RULE = "specllama-thinking"
+
+
+def grammar_after_thinking(gbnf: str, root: str = "root", opened: bool = False) -> Tuple[str, str]:
+    """(GBNF, start rule) of a grammar for the answer that lets the model think first, as
+    llama-server's grammars for a reasoning model's JSON schema or forced tool call do: a thinking
+    block (any text without </think>, closed by </think>) before the answer's grammar, optional
+    where the reply may open one, the reply's start where the prompt opened it."""
+    p = _TAG_RULE
+    rules = []
+    # what the thinking may hold: a state per how much of </think> its end has matched (the whole
+    # tag is never reached: it closes the thinking)
+    for k in range(len(CLOSE)):
+        c = CLOSE[k]
+        alts = [f'"<" {p}-1'] + ([f'[^<{c}] {p}-0', f'"{c}" {p}-{k + 1}'] if k else [f"[^<] {p}-0"])
+        if k == len(CLOSE) - 1:  # (after "</think", only ">" is refused)
+            alts = [f'"<" {p}-1', f"[^<>] {p}-0"]
+        rules.append(f"{p}-{k} ::= ( {' | '.join(alts)} )?")
+    block = f'{p}-0 "{CLOSE}" [ \\t\\n]{{0,8}}'
+    start = block if opened else f'( [ \\t\\n]{{0,8}} "{OPEN}" {block} )?'
+    rules.append(f"{p} ::= {start} {root}")
+    return gbnf.rstrip("\n") + "\n" + "\n".join(rules) + "\n", p
 
 
 def split(text: str, opened: bool = False) -> Tuple[Optional[str], str]:

@@ -6,12 +6,14 @@ model write the tags, as a reasoning model would)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specllama
+from grammar_text import GrammarText
 from specllama import RequestError, reasoning
 from test_server import running
 
@@ -286,3 +288,96 @@ def test_past_thinking_reaches_the_template(opening_server):
             {"role": "user", "content": "d"}]).input_tokens
             for blocks in ([], [{"type": "thinking", "thinking": "c d e", "signature": ""}])]
         assert sizes[1] > sizes[0]
+
+
+# -- a grammar that lets the model think before the answer it holds ----------------------------------
+
+_GRAMMAR_FRAGMENTS = st.sampled_from(["<think>", "</think>", "<", "</thi", "nk>", "</think", " ", "\n", "a", "b",
+                                      ">", "/", "k"])
+
+
+def _thinks_then_answers(text, opened):
+    """What the wrapped grammar must admit: (a thinking block, optional unless the prompt opened it)
+    then the answer's grammar, [a-z]+."""
+    head = "" if opened else r"[ \t\n]{0,8}<think>"
+    m = re.fullmatch(head + r"(.*?)</think>[ \t\n]{0,8}[a-z]+", text, re.S)
+    return bool(m and reasoning.CLOSE not in m.group(1)) or (not opened and bool(re.fullmatch("[a-z]+", text)))
+
+
+@pytest.fixture(scope="module")
+def grammar_text(default_pair):
+    g = GrammarText(default_pair[0])
+    yield g
+    g.close()
+
+
+def _fragments(max_size):
+    return st.lists(_GRAMMAR_FRAGMENTS, max_size=max_size).map("".join)
+
+
+# texts shaped as a thinking block then an answer, each part drawn from fragments that may break it
+_SHAPED = st.tuples(st.sampled_from(["", " ", "\n\n"]), st.sampled_from(["", "<think>", "<thi"]), _fragments(6),
+                    st.sampled_from(["", "</think>", "</think>\n\n", "</thin"]), _fragments(4)).map("".join)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(_SHAPED, _fragments(10)), st.booleans())
+def test_the_thinking_grammar_admits_a_thinking_block_then_the_answer(grammar_text, text, opened):
+    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", opened)
+    assert grammar_text.admits(f"{gbnf}root ::= {start}\n", text) == _thinks_then_answers(text, opened)
+
+
+def test_the_thinking_grammar_on_examples(grammar_text):
+    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", False)
+    g = f"{gbnf}root ::= {start}\n"
+    for text in ["abc", "<think>x < y, </th </thinking> <<</think>\n\nabc", " <think></think>abc"]:
+        assert grammar_text.admits(g, text), text
+    for text in ["<think>a</think>b</think>c", "<think>abc", "x<think>a</think>b", "<think>a</think>"]:
+        assert not grammar_text.admits(g, text), text
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+def test_a_schema_holds_after_the_thinking_the_template_opened(tiny, tmp_path):
+    """With the thinking open, the reply may not start as the JSON does: the schema holds after it."""
+    template = tmp_path / "opens_thinking.jinja"
+    template.write_text(OPENING_TEMPLATE)
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    thoughts = []
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        msgs = [{"role": "user", "content": "the cat"}]
+        for seed in range(3):
+            kw = dict(response_format=fmt, temperature=1.0, seed=seed, max_tokens=24, chat_template=str(template))
+            msg = dec.create_chat_completion(msgs, **kw)["choices"][0]["message"]
+            assert msg["reasoning_content"] and "</think>" not in msg["reasoning_content"]
+            thoughts.append(msg["reasoning_content"])
+            # without the split, the grammar holds from the reply's first token
+            text = dec.create_chat_completion(msgs, reasoning_format="none", **kw)["choices"][0]["message"]["content"]
+            assert text.lstrip().startswith("{")
+    assert not all(t.startswith("{") for t in thoughts)  # (the tiny model's thinking is its own, not the JSON)
+
+
+@pytest.mark.real_pair
+@pytest.mark.parametrize("reasoning_format", ["auto", "none"])
+def test_the_real_pair_thinks_then_answers_by_the_schema(qwen_decoder, tmp_path, reasoning_format):
+    """Qwen2.5-Coder with its template made to open a thinking block, asked to think and then answer
+    by a JSON schema: it closes its thinking and the answer follows the schema; without the split
+    the answer is the JSON from the first token."""
+    source = qwen_decoder.target_model.chat_template
+    opening = source.replace("{{- '<|im_start|>assistant\\n' }}\n{%- endif %}",
+                             "{{- '<|im_start|>assistant\\n<think>\\n' }}\n{%- endif %}")
+    assert opening != source
+    template = tmp_path / "qwen_opens_thinking.jinja"
+    template.write_text(opening)
+    msgs = [{"role": "system",
+             "content": "Think step by step inside <think></think> tags, then answer with JSON only."},
+            {"role": "user", "content": "Alice was born in 1990. It is 2024. Give her name and age as JSON."}]
+    r = qwen_decoder.create_chat_completion(
+        msgs, chat_template=str(template), temperature=0, max_tokens=200, reasoning_format=reasoning_format,
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}})["choices"][0]
+    assert r["finish_reason"] == "stop"
+    answer = json.loads(r["message"]["content"])
+    assert isinstance(answer["name"], str) and isinstance(answer["age"], int)
+    assert bool(r["message"].get("reasoning_content")) == (reasoning_format == "auto")
