@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import click
 
@@ -82,6 +82,7 @@ class ChatSession:
     decoder: SpeculativeDecoder
     system: Optional[str] = None
     template: Optional[str] = None  # apply_chat_template's: None (the model's), a built-in name, or a Jinja file
+    variables: Dict[str, Any] = field(default_factory=dict)  # extra template variables (enable_thinking, ...)
     messages: List[Dict[str, str]] = field(default_factory=list)
     stats: SessionStats = field(default_factory=SessionStats)
 
@@ -95,7 +96,7 @@ class ChatSession:
     def prompt_for(self, user_text: str) -> List[int]:
         """The prompt tokens of the conversation with user_text as the next message."""
         return self.decoder.chat_tokens(self.messages + [{"role": "user", "content": user_text}],
-                                        template=self.template)
+                                        template=self.template, **self.variables)
 
     def send(self, user_text: str, **gen_kwargs) -> Iterator[StepChunk]:
         """Stream the reply to user_text. Raises ContextFull if the prompt does not fit. The reply

@@ -60,6 +60,25 @@ encoding_option = click.option(
          "text in it are an error.")
 
 
+def _template_kwargs(ctx, param, value):
+    if value is None:
+        return {}
+    try:
+        out = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from None
+    if not isinstance(out, dict) or any(k in ("messages", "add_generation_prompt") for k in out):
+        raise click.BadParameter("must be a JSON object of extra template variables, such as "
+                                 "'{\"enable_thinking\": false}'")
+    return out
+
+
+template_kwargs_option = click.option(
+    "--chat-template-kwargs", "template_kwargs", default=None, callback=_template_kwargs, metavar="JSON",
+    help="Extra variables for the chat template, as a JSON object (as llama.cpp's): '{\"enable_thinking\": false}' "
+         "turns a Qwen3 template's thinking off.")
+
+
 def _device_table() -> str:
     """The devices the installed libllama can use, one line each."""
     mib = 1024 * 1024
@@ -491,6 +510,7 @@ def main() -> None:
 @click.option("--chat-template", "chat_template", default=None, metavar="NAME|FILE",
               help="With --chat: one of llama.cpp's built-in templates by name (chatml, llama3, ...) or a Jinja "
                    "template file, instead of the model's own.")
+@template_kwargs_option
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @encoding_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
@@ -498,7 +518,8 @@ def main() -> None:
               help="Afterwards, generate the same tokens with plain decoding and report the speedup.")
 @dsi_options
 @_library_errors
-def generate(prompt, mo, so, do, use_chat, system, chat_template, stop, input_encoding, as_json, compare):
+def generate(prompt, mo, so, do, use_chat, system, chat_template, template_kwargs, stop, input_encoding, as_json,
+             compare):
     """Generate one completion of PROMPT (or of standard input), streamed to stdout."""
     if prompt is None:
         if sys.stdin is None or (sys.stdin.isatty() if hasattr(sys.stdin, "isatty") else False):
@@ -516,7 +537,7 @@ def generate(prompt, mo, so, do, use_chat, system, chat_template, stop, input_en
     with dec:
         if use_chat:
             messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-            prompt = dec.chat_tokens(messages, template=chat_template)
+            prompt = dec.chat_tokens(messages, template=chat_template, **template_kwargs)
         if as_json:
             out = dec.generate(prompt, **kwargs)
             obj = {"text": out.text, "tokens": out.tokens, "finish_reason": out.finish_reason,
@@ -578,10 +599,11 @@ def _compare_plain(dec, prompt, kwargs, final, shown: list) -> None:
 @click.option("--chat-template", "chat_template", default=None, metavar="NAME|FILE",
               help="One of llama.cpp's built-in templates by name (chatml, llama3, ...) or a Jinja template file, "
                    "instead of the model's own.")
+@template_kwargs_option
 @encoding_option
 @dsi_options
 @_library_errors
-def chat(mo, so, do, system, chat_template, input_encoding):
+def chat(mo, so, do, system, chat_template, template_kwargs, input_encoding):
     """Chat with the model, using its own chat template; replies stream as they are verified.
 
     The conversation stays in the KV cache across turns. Commands: /stats, /reset, /exit
@@ -594,7 +616,7 @@ def chat(mo, so, do, system, chat_template, input_encoding):
         system = encoding.from_argument(system, input_encoding, "--system")
     dec, what = _open_decoder(mo)
     with dec:
-        session = ChatSession(dec, system=system, template=chat_template)
+        session = ChatSession(dec, system=system, template=chat_template, variables=template_kwargs)
         if do:
             what += f"; DSI with {do['sp']} target server(s), lookahead {do['lookahead']}"
         _err(f"specllama chat: {what}, context {dec.n_ctx} tokens.")
@@ -649,6 +671,7 @@ def chat(mo, so, do, system, chat_template, input_encoding):
 @click.option("-b", "--batch-size", "n_batch", type=click.IntRange(32), default=2048, show_default=True,
               help="As llama-server's -b for /infill: the prompt keeps at most 3/4 of it of the prefix and 1/4 of "
                    "the suffix, and the context beyond it for extra chunks.")
+@template_kwargs_option
 @click.option("--reasoning-format", "reasoning_format", type=click.Choice(["auto", "deepseek", "none"]),
               default="auto", show_default=True,
               help="As llama-server's: a reasoning model's thinking (<think>...</think> at the start of a chat "
@@ -656,7 +679,7 @@ def chat(mo, so, do, system, chat_template, input_encoding):
                    "in the content ('none'). A request's reasoning_format overrides it.")
 @_library_errors
 def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, fim_preset, cache_reuse,
-          n_batch, reasoning_format):
+          n_batch, template_kwargs, reasoning_format):
     """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses,
     /v1/models), Anthropic's (/v1/messages), Ollama's (/api/chat, /api/generate) and llama-server's
     own endpoints (/completion, /infill for editors' code completion, /tokenize, /detokenize), with
@@ -684,7 +707,7 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
             name = name[:-5]
         config = ServerConfig(host=host, port=port, parallel=parallel, queue_size=queue_size, api_key=api_key or None,
                               chat_template=chat_template, cors_origins=cors_origins, model_name=name, defaults=defaults,
-                              n_batch=n_batch, reasoning_format=reasoning_format)
+                              n_batch=n_batch, reasoning_format=reasoning_format, template_kwargs=template_kwargs)
         _err(f"specllama serve: {what}")
         try:
             run_server(dec, config, announce=_err, own_decoder=True)

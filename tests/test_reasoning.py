@@ -6,7 +6,11 @@ model write the tags, as a reasoning model would)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +20,8 @@ import specllama
 from grammar_text import GrammarText
 from specllama import RequestError, reasoning
 from test_server import running
+
+ROOT = Path(specllama.__file__).parent.parent
 
 
 @pytest.mark.parametrize("text, opened, want", [
@@ -381,3 +387,44 @@ def test_the_real_pair_thinks_then_answers_by_the_schema(qwen_decoder, tmp_path,
     answer = json.loads(r["message"]["content"])
     assert isinstance(answer["name"], str) and isinstance(answer["age"], int)
     assert bool(r["message"].get("reasoning_content")) == (reasoning_format == "auto")
+
+
+# -- template variables given once: --chat-template-kwargs ------------------------------------------
+
+SWITCHABLE_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                       "{% if add_generation_prompt %}<|im_start|>assistant\n"
+                       "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+                       "{% endif %}")
+
+
+def test_template_variables_for_every_request(tiny, tmp_path):
+    """serve --chat-template-kwargs sets variables a request's chat_template_kwargs (and Ollama's
+    think) override; generate and chat take the same option."""
+    import ollama
+    from openai import OpenAI
+
+    template = tmp_path / "switchable.jinja"
+    template.write_text(SWITCHABLE_TEMPLATE)
+    args = ["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "256", "--alias", "tiny", "--chat-template", str(template)]
+    kw = dict(model="tiny", messages=[{"role": "user", "content": "the cat"}], max_tokens=1)
+    with running(args + ["--chat-template-kwargs", '{"enable_thinking": false}']) as s:
+        with OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
+            off = client.chat.completions.create(**kw).usage.prompt_tokens
+            on = client.chat.completions.create(**kw, extra_body={"chat_template_kwargs": {"enable_thinking": True}})
+            assert on.usage.prompt_tokens < off
+        with ollama.Client(host=s.url, timeout=600) as client:
+            think = dict(model="tiny", prompt="the cat", options={"num_predict": 1})
+            assert client.generate(think=True, **think).prompt_eval_count == on.usage.prompt_tokens
+            assert client.generate(**think).prompt_eval_count == off
+    for command in (["generate", "--chat", "--json", "-n", "1"], ["chat", "-n", "1"]):
+        sizes = []
+        for extra in ([], ["--chat-template-kwargs", '{"enable_thinking": false}']):
+            r = subprocess.run([sys.executable, "-m", "specllama", *command, "-m", tiny.target_q, "-d", tiny.draft_q,
+                                "-c", "256", "--chat-template", str(template), *extra,
+                                *(["the cat"] if command[0] == "generate" else [])],
+                               input="the cat\n/stats\n", capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)
+            assert r.returncode == 0, r.stderr
+            sizes.append(json.loads(r.stdout)["stats"]["n_prompt"] if command[0] == "generate"
+                         else int(re.search(r"(\d+) prompt tokens processed", r.stderr + r.stdout).group(1)))
+        assert sizes[1] > sizes[0], (command, sizes)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 from .. import reasoning
 from ..options import GenerateOptions
@@ -23,6 +23,7 @@ class ServerConfig:
     n_batch: int = 2048  # llama-server's -b: /infill keeps 3/4 of it for the prefix, 1/4 for the suffix
     defaults: GenerateOptions = field(default_factory=GenerateOptions)
     reasoning_format: str = "auto"  # a chat reply's thinking: reasoning_content, or "none": left in the content
+    template_kwargs: Dict[str, Any] = field(default_factory=dict)  # chat template variables a request's override
 
     def __post_init__(self) -> None:
         reasoning.check_format(self.reasoning_format)

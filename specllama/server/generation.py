@@ -72,6 +72,7 @@ async def _admit(st: ServerState, request: Request, kind: str, body: Any = None
     req = completions.parse(await read_json(request) if body is None else body, kind, st.config.defaults)
     if req.reasoning_format is None:
         req.reasoning_format = st.config.reasoning_format
+    req.template_kwargs = {**st.config.template_kwargs, **req.template_kwargs}
     check_model(st, req.model)
     tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template,
                                      st.config.n_batch)
