@@ -428,3 +428,44 @@ def test_template_variables_for_every_request(tiny, tmp_path):
             sizes.append(json.loads(r.stdout)["stats"]["n_prompt"] if command[0] == "generate"
                          else int(re.search(r"(\d+) prompt tokens processed", r.stderr + r.stdout).group(1)))
         assert sizes[1] > sizes[0], (command, sizes)
+
+
+# -- the templates of reasoning models (tests/data/chat_templates, from llama.cpp's models/templates) ------
+
+TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
+THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-32B",
+                      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"]
+
+
+def _render(name, messages, **variables):
+    from specllama import templates
+
+    return templates.render_jinja((TEMPLATES / f"{name}.jinja").read_text(), messages, True, "", "", **variables)
+
+
+def test_which_templates_have_a_thinking_mode():
+    names = sorted(p.stem for p in TEMPLATES.glob("*.jinja"))
+    assert set(THINKING_TEMPLATES) < set(names)
+    for name in names:
+        assert reasoning.template_thinks((TEMPLATES / f"{name}.jinja").read_text()) == (name in THINKING_TEMPLATES)
+
+
+def test_reasoning_templates_open_and_close_the_thinking():
+    msgs = [{"role": "user", "content": "2+2?"}]
+    assert not reasoning.opened_by(_render("Qwen-Qwen3-0.6B", msgs))  # the model opens it
+    off = _render("Qwen-Qwen3-0.6B", msgs, enable_thinking=False)
+    assert off.endswith("<think>\n\n</think>\n\n") and not reasoning.opened_by(off)
+    assert reasoning.opened_by(_render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", msgs, enable_thinking=True))
+    assert reasoning.opened_by(_render("Qwen-QwQ-32B", msgs, enable_thinking=True))
+
+
+def test_qwen3_renders_the_thinking_of_a_call_in_progress():
+    """Qwen3's template shows the reasoning_content of the assistant's turns after the last user
+    message (a tool loop in progress), which is how past thinking sent back reaches the model."""
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    msgs = [{"role": "user", "content": "Weather in Oslo?"},
+            {"role": "assistant", "content": "", "reasoning_content": "I should look it up.", "tool_calls": [call]},
+            {"role": "tool", "content": "sunny"}]
+    prompt = _render("Qwen-Qwen3-0.6B", msgs)
+    assert "<think>\nI should look it up.\n</think>\n\n<tool_call>" in prompt
+    assert "I should look it up." not in _render("Qwen-Qwen3-0.6B", [dict(m, reasoning_content=None) for m in msgs])
