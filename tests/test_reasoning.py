@@ -469,3 +469,27 @@ def test_qwen3_renders_the_thinking_of_a_call_in_progress():
     prompt = _render("Qwen-Qwen3-0.6B", msgs)
     assert "<think>\nI should look it up.\n</think>\n\n<tool_call>" in prompt
     assert "I should look it up." not in _render("Qwen-Qwen3-0.6B", [dict(m, reasoning_content=None) for m in msgs])
+
+
+@pytest.mark.slow
+def test_sampling_under_the_thinking_grammar_follows_the_constrained_target(tiny):
+    """The answer's grammar after an optional thinking block, from its own start rule: the first
+    two sampled tokens follow the target's distribution under that grammar (llama.cpp's sampler,
+    the same text from rule root); the negative controls are the target under the answer's grammar
+    alone and without a grammar."""
+    from test_grammar import CHAIN, N, _marginals
+    from test_sampling_end_to_end import _pvalue, first_two_tokens, pvalue_or_zero
+
+    answer = 'answer ::= (" the" | " cat" | " is" | " on" | " a" | " mat")+ "."'
+    gbnf, start = reasoning.grammar_after_thinking(answer, "answer")
+    as_root = f"{gbnf}root ::= {start}\n"
+    prompt = specllama.Model(tiny.target).tokenize("the cat")
+    p1, p2 = _marginals(tiny.target, prompt, gbnf=as_root)
+    firsts, seconds, n_rejected = first_two_tokens(tiny.target, tiny.far_draft, prompt, CHAIN, N, grammar=gbnf,
+                                                   grammar_root=start)
+    assert n_rejected > N // 10, "the pair must disagree for this test to mean anything"
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
+    answer_alone = _marginals(tiny.target, prompt, gbnf=answer.replace("answer ::=", "root ::="))
+    assert pvalue_or_zero(firsts, answer_alone[0]) < 1e-6  # (the thinking block may start with a newline)
+    assert pvalue_or_zero(seconds, _marginals(tiny.target, prompt, constrained=False)[1]) < 1e-6
