@@ -486,6 +486,14 @@ class GenerateOptions:
     def grammar_root(self, arg0: str) -> None:
         ...
     @property
+    def grammar_thinking(self) -> str:
+        """
+        a lazy grammar's: where a reasoning model's reply may open a thinking block ('optional') or starts inside one its prompt opened ('open'), the grammar reads the reply from after the thinking's </think> on, so that a trigger inside the thinking does not start it; '' = the whole reply
+        """
+    @grammar_thinking.setter
+    def grammar_thinking(self, arg1: str) -> None:
+        ...
+    @property
     def grammar_trigger_patterns(self) -> list[str]:
         """
         a lazy grammar (llama.cpp's, as llama-server's for tool calls): it allows everything until the output matches one of these regular expressions, and then follows from the first capture group's start (or the match's)

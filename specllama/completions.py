@@ -501,11 +501,15 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
     checked against dec (RequestError for a drafter it cannot run, say)."""
     opts = req.options.copy()
     opts.max_tokens = req.max_tokens if req.max_tokens is not None else max(1, dec.n_ctx - n_prompt)
-    if (req.answer_grammar and req.splits_reasoning() and (req.thinking_open or req.template_thinks)
-            and not opts.grammar_trigger_patterns):
-        # a reasoning model may think before the answer its grammar holds, as llama-server lets it
-        opts.grammar, opts.grammar_root = reasoning.grammar_after_thinking(opts.grammar, opts.grammar_root,
-                                                                           req.thinking_open)
+    if req.splits_reasoning() and (req.thinking_open or req.template_thinks) and opts.grammar:
+        # a reasoning model may think before the answer its grammar holds, as llama-server lets it; a
+        # lazy grammar (tool calls, "auto") reads the reply from after the thinking, so that a call's
+        # tag inside the thinking does not start it
+        if opts.grammar_trigger_patterns:
+            opts.grammar_thinking = "open" if req.thinking_open else "optional"
+        elif req.answer_grammar:
+            opts.grammar, opts.grammar_root = reasoning.grammar_after_thinking(opts.grammar, opts.grammar_root,
+                                                                               req.thinking_open)
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:

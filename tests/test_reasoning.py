@@ -493,3 +493,115 @@ def test_sampling_under_the_thinking_grammar_follows_the_constrained_target(tiny
     answer_alone = _marginals(tiny.target, prompt, gbnf=answer.replace("answer ::=", "root ::="))
     assert pvalue_or_zero(firsts, answer_alone[0]) < 1e-6  # (the thinking block may start with a newline)
     assert pvalue_or_zero(seconds, _marginals(tiny.target, prompt, constrained=False)[1]) < 1e-6
+
+
+# -- a lazy grammar (tool calls, "auto") reads the reply from after the thinking -----------------------
+
+LAZY_GRAMMAR = 'root ::= " the" (" cat" | " is" | " on")+ "."'
+
+
+_TRIGGER = re.compile(rb" the\b")  # (as llama.cpp's std::regex reads the trigger)
+
+
+def _lazy_grammar_admits(text: bytes) -> bool:
+    """Whether text (from the trigger " the" on) starts a sentence of LAZY_GRAMMAR."""
+    assert text.startswith(b" the")
+    rest, words = text[4:], 0
+    while rest:
+        word = next((w for w in (b" cat", b" is", b" on") if rest.startswith(w)), None)
+        if word is None:
+            return any(w.startswith(rest) for w in (b" cat", b" is", b" on")) or (words > 0 and rest == b".")
+        rest, words = rest[len(word):], words + 1
+    return True
+
+
+@pytest.fixture(scope="module")
+def thinking_vocab(tmp_path_factory):
+    """The tiny target and the far draft with two words renamed <think> and </think>: (target,
+    draft, vocabulary)."""
+    from tiny_models import random_weights, vocab, write_model
+
+    d = tmp_path_factory.mktemp("thinking_vocab")
+    toks = vocab()
+    toks = vocab(rename={toks.index("\u2581hot"): "<think>", toks.index("\u2581word"): "</think>"})
+    target = str(write_model(d / "target.gguf", toks, random_weights(len(toks), seed=1)))
+    draft = str(write_model(d / "draft.gguf", toks, random_weights(len(toks), seed=3)))
+    return target, draft, toks
+
+
+def _split_at_the_thinking(text: bytes, thinking: str):
+    """(the thinking, the rest the lazy grammar reads) of a reply as the grammar sees it."""
+    if thinking == "optional" and text.lstrip().startswith(b"<think>"):
+        text, thinking = text.lstrip()[len(b"<think>"):], "open"
+    if thinking != "open":
+        return b"", text
+    end = text.find(b"</think>")
+    return (text, b"") if end < 0 else (text[:end], text[end + len(b"</think>"):])
+
+
+@pytest.mark.parametrize("thinking", ["optional", "open"])
+def test_a_trigger_inside_the_thinking_does_not_start_the_grammar(thinking_vocab, thinking):
+    """Replies full of <think>, </think> and the trigger " the" (their logits raised): after the
+    thinking, the text from the first " the" on follows the grammar; inside it, a " the" followed
+    by what the grammar would refuse shows the grammar did not start there. The negative control,
+    the same lazy grammar reading the whole reply, always holds from the first " the" on."""
+    target, draft, toks = thinking_vocab
+    bias = {toks.index("<think>"): 10.0, toks.index("</think>"): 5.0, toks.index("\u2581the"): 10.0}
+    kw = dict(max_tokens=14, temperature=1.0, n_draft=3, grammar=LAZY_GRAMMAR, grammar_trigger_patterns=[r" the\b"],
+              logit_bias=bias)
+    free_inside, held_after, held_whole = 0, 0, 0
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=256) as dec:
+        prompt = [dec.target_model.bos, toks.index("\u2581it"), toks.index("\u2581is")]
+
+        def reply(**extra):
+            out = dec.generate(prompt, seed=seed, **kw, **extra)
+            return b"".join(dec.target_model.token_to_piece(t, True) for t in out.tokens)
+
+        for seed in range(80):
+            text = reply(grammar_thinking=thinking)
+            inside, after = _split_at_the_thinking(text, thinking)
+            found = _TRIGGER.search(after)
+            if found:
+                assert _lazy_grammar_admits(after[found.start():]), (seed, text)
+                held_after += len(inside) > 0 and len(after) > found.end()
+            found = _TRIGGER.search(inside)
+            if found and len(inside) > found.end() and not _lazy_grammar_admits(inside[found.start():]):
+                free_inside += 1
+            whole = reply()
+            found = _TRIGGER.search(whole)
+            if found:
+                assert _lazy_grammar_admits(whole[found.start():]), (seed, whole)
+                held_whole += len(whole) > found.end()
+    assert free_inside >= 5, "replies must hold a trigger inside the thinking for this test to mean anything"
+    assert held_after >= 3 and held_whole >= 5
+
+
+def test_the_thinking_setting_needs_a_lazy_grammar(tiny):
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=128) as dec:
+        with pytest.raises(ValueError, match="must be lazy"):
+            dec.generate(dec.target_model.tokenize("the"), max_tokens=2, grammar=LAZY_GRAMMAR, grammar_thinking="open")
+
+
+@pytest.mark.slow
+def test_sampling_with_the_grammar_reading_after_the_thinking_follows_the_target(tiny):
+    """With the thinking open and never closed in the first two tokens, the lazy grammar reads
+    nothing: the first two sampled tokens follow the target's own distribution (with the logit
+    bias that makes the trigger likely); the negative control is the same lazy grammar reading
+    the whole reply, which constrains the token after the trigger."""
+    from test_grammar import CHAIN, N, _marginals
+    from test_sampling_end_to_end import _pvalue, first_two_tokens, pvalue_or_zero
+    from tiny_models import vocab
+
+    the = vocab().index("\u2581the")
+    controls = dict(logit_bias={the: 17.0})
+    prompt = specllama.Model(tiny.target).tokenize("the cat")
+    p1, p2 = _marginals(tiny.target, prompt, constrained=False, controls=controls)
+    assert 0.2 < p1[the] < 0.8, "the trigger must come in some generations and not in others"
+    firsts, seconds, n_rejected = first_two_tokens(tiny.target, tiny.far_draft, prompt, CHAIN, N, grammar=LAZY_GRAMMAR,
+                                                   grammar_trigger_patterns=[r" the\b"], grammar_thinking="open",
+                                                   **controls)
+    assert n_rejected > N // 10, "the pair must disagree for this test to mean anything"
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
+    lazy = _marginals(tiny.target, prompt, gbnf=LAZY_GRAMMAR, controls=controls, triggers=[r" the\b"])[1]
+    assert pvalue_or_zero(seconds, lazy) < 1e-6

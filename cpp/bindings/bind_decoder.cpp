@@ -182,6 +182,22 @@ void register_options(py::module_ & m) {
                        "group's start (or the match's)")
         .def_readwrite("grammar_trigger_tokens", &gp::grammar_trigger_tokens,
                        "a lazy grammar's trigger tokens: it follows from the first of these in the output")
+        .def_property(
+            "grammar_thinking",
+            [](const gp & p) {
+                return p.grammar_thinking == thinking_start::open     ? "open" :
+                       p.grammar_thinking == thinking_start::optional ? "optional" : "";
+            },
+            [](gp & p, const std::string & v) {
+                if (v != "" && v != "optional" && v != "open") {
+                    throw py::value_error("grammar_thinking must be '', 'optional' or 'open', got '" + v + "'");
+                }
+                p.grammar_thinking = v == "open" ? thinking_start::open :
+                                     v == "optional" ? thinking_start::optional : thinking_start::none;
+            },
+            "a lazy grammar's: where a reasoning model's reply may open a thinking block ('optional') or starts "
+            "inside one its prompt opened ('open'), the grammar reads the reply from after the thinking's "
+            "</think> on, so that a trigger inside the thinking does not start it; '' = the whole reply")
         .def_readwrite("forced_drafts", &gp::forced_drafts,
                        "with a grammar and a draft model: where the grammar leaves no choice of the next characters, "
                        "their tokens are drafted with q = 1 ahead of the draft model, without draft decodes to "

@@ -58,7 +58,15 @@ bool settled(const std::vector<float> & found, float l_next, int32_t n_more, con
 
 grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root,
                              const std::vector<std::string> & trigger_patterns,
-                             const std::vector<llama_token> & trigger_tokens) {
+                             const std::vector<llama_token> & trigger_tokens, thinking_start thinking)
+    : vocab_(vocab),
+      phase_(thinking == thinking_start::optional ? phase::undecided :
+             thinking == thinking_start::open     ? phase::thinking :
+                                                    phase::reading) {
+    if (thinking != thinking_start::none && trigger_patterns.empty() && trigger_tokens.empty()) {
+        throw std::invalid_argument("a grammar that reads a reply from after its thinking must be lazy (with "
+                                    "trigger patterns or tokens)");
+    }
     take_last_error();
     if (trigger_patterns.empty() && trigger_tokens.empty()) {
         smpl_ = llama_sampler_init_grammar(vocab, gbnf.c_str(), root.c_str());
@@ -100,20 +108,72 @@ grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf
 }
 
 grammar_state::grammar_state(const grammar_state & other)
-    : smpl_(llama_sampler_clone(other.smpl_)), nul_(other.nul_) {}
+    : smpl_(llama_sampler_clone(other.smpl_)),
+      vocab_(other.vocab_),
+      phase_(other.phase_),
+      text_(other.text_),
+      held_(other.held_),
+      nul_(other.nul_) {}
 
 grammar_state & grammar_state::operator=(const grammar_state & other) {
     if (this != &other) {
         llama_sampler * copy = llama_sampler_clone(other.smpl_);
         llama_sampler_free(smpl_);
-        smpl_ = copy;
-        nul_  = other.nul_;
+        smpl_  = copy;
+        vocab_ = other.vocab_;
+        phase_ = other.phase_;
+        text_  = other.text_;
+        held_  = other.held_;
+        nul_   = other.nul_;
     }
     return *this;
 }
 
 bool grammar_state::constraining() const {
-    return nul_ < 0 || !allows(nul_);
+    return phase_ == phase::reading && (nul_ < 0 || !allows(nul_));
+}
+
+bool grammar_state::read_by_grammar(llama_token token) {
+    if (phase_ == phase::reading) {
+        return true;
+    }
+    static const std::string open_tag = "<think>", close_tag = "</think>";
+    std::string piece(64, '\0');
+    int32_t     n = llama_token_to_piece(vocab_, token, piece.data(), (int32_t) piece.size(), 0, true);
+    if (n < 0) {
+        piece.resize(-n);
+        n = llama_token_to_piece(vocab_, token, piece.data(), (int32_t) piece.size(), 0, true);
+    }
+    text_.append(piece.data(), std::max<int32_t>(n, 0));
+    if (phase_ == phase::undecided) {
+        held_.push_back(token);
+        const size_t      first = text_.find_first_not_of(" \t\n\r\v\f");
+        const std::string head  = first == std::string::npos ? std::string() : text_.substr(first);
+        if (head.compare(0, open_tag.size(), open_tag) == 0 && head.size() >= open_tag.size()) {
+            phase_ = phase::thinking;  // (the thinking block's tokens are not the grammar's to read)
+            text_  = head.substr(open_tag.size());
+            held_.clear();
+        } else if (open_tag.compare(0, head.size(), head) == 0) {
+            return false;  // (it may still open one)
+        } else {
+            // no thinking block: the grammar reads the reply from its start (a lazy grammar waiting
+            // for its trigger accepts whatever it is given)
+            phase_ = phase::reading;
+            text_.clear();
+            for (size_t i = 0; i + 1 < held_.size(); ++i) {
+                llama_sampler_accept(smpl_, held_[i]);
+            }
+            held_.clear();
+            return true;
+        }
+    }
+    if (text_.find(close_tag) != std::string::npos) {
+        phase_ = phase::reading;  // (from the next token on)
+        text_.clear();
+    } else if (text_.size() >= close_tag.size()) {
+        text_.erase(0, text_.size() - (close_tag.size() - 1));  // (what may still begin </think>)
+    }
+    return false;
 }
 
 grammar_state::~grammar_state() {
@@ -121,6 +181,9 @@ grammar_state::~grammar_state() {
 }
 
 bool grammar_state::allows(llama_token token) const {
+    if (phase_ != phase::reading) {
+        return true;
+    }
     llama_token_data       d{token, 0.0f, 0.0f};
     llama_token_data_array a{&d, 1, -1, false};
     llama_sampler_apply(smpl_, &a);
@@ -128,12 +191,17 @@ bool grammar_state::allows(llama_token token) const {
 }
 
 void grammar_state::apply(std::vector<llama_token_data> & cand) const {
+    if (phase_ != phase::reading) {
+        return;
+    }
     llama_token_data_array a{cand.data(), cand.size(), -1, false};
     llama_sampler_apply(smpl_, &a);
 }
 
 void grammar_state::accept(llama_token token) {
-    llama_sampler_accept(smpl_, token);
+    if (read_by_grammar(token)) {
+        llama_sampler_accept(smpl_, token);
+    }
 }
 
 const float * grammar_state::mask(const float * logits, int32_t n_vocab, const sampling_params & p,

@@ -18,16 +18,25 @@
 
 namespace specllama {
 
+// where a reasoning model's reply may hold its thinking (<think>...</think>) before the answer: none
+// (the grammar reads the whole reply), optional (the reply may open a thinking block), open (the
+// prompt opened one: the reply starts inside it)
+enum class thinking_start : int8_t { none, optional, open };
+
 class grammar_state {
   public:
     // std::invalid_argument where llama.cpp cannot parse the grammar (or a trigger pattern).
     // Lazy (llama.cpp's lazy grammar, as llama-server's for tool calls) where triggers are given:
     // it allows everything until the output matches one of trigger_patterns (regular expressions;
     // the grammar then follows from the first capture group's start, or the match's) or holds one of
-    // trigger_tokens (from that token on)
+    // trigger_tokens (from that token on). thinking (a lazy grammar's only): the grammar reads the
+    // reply from after its thinking block's </think> on, so that a trigger inside the thinking does
+    // not start it (and a trigger anchored at the start matches the answer's start); a reply that
+    // turns out not to open one is read whole
     grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root = "root",
                   const std::vector<std::string> & trigger_patterns = {},
-                  const std::vector<llama_token> & trigger_tokens = {});
+                  const std::vector<llama_token> & trigger_tokens = {},
+                  thinking_start thinking = thinking_start::none);
     grammar_state(const grammar_state & other);
     grammar_state & operator=(const grammar_state & other);
     ~grammar_state();
@@ -50,8 +59,16 @@ class grammar_state {
     // trigger (told by the token of the NUL byte, which llama.cpp's grammar rejects whenever it is
     // active and leaves alone while it waits); true where the vocabulary has no such token
     bool constraining() const;
+    // thinking: whether the grammar reads token (false while the reply's thinking goes on, or while
+    // it is not yet known whether the reply opens one: those tokens wait in held_)
+    bool read_by_grammar(llama_token token);
 
+    enum class phase : int8_t { reading, undecided, thinking };
     llama_sampler *                   smpl_ = nullptr;
+    const llama_vocab *               vocab_ = nullptr;
+    phase                             phase_ = phase::reading;
+    std::string                       text_;  // undecided: the reply so far; thinking: its last characters
+    std::vector<llama_token>          held_;  // undecided: the reply's tokens
     llama_token                       nul_  = -1;  // a lazy grammar's: the NUL byte's token (-1: none, or not lazy)
     std::vector<int32_t>              order_;  // token ids, partly sorted by logit
     std::vector<llama_token_data>     cand_;

@@ -395,7 +395,7 @@ void decoder::validate(const generate_params & params) const {
     plan_run(params);
     if (!params.grammar.empty()) {  // (a generation parses it when it starts)
         grammar_state(target_->vocab, params.grammar, params.grammar_root, params.grammar_trigger_patterns,
-                      params.grammar_trigger_tokens);  // throws where it does not parse
+                      params.grammar_trigger_tokens, params.grammar_thinking);  // throws where it does not parse
     }
 }
 
@@ -434,7 +434,8 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
             forcing_.emplace(target_->vocab);
         }
         grammar.emplace(grammar_state(target_->vocab, params.grammar, params.grammar_root,
-                                      params.grammar_trigger_patterns, params.grammar_trigger_tokens),
+                                      params.grammar_trigger_patterns, params.grammar_trigger_tokens,
+                                      params.grammar_thinking),
                         params.forced_drafts && plan.use_model ? &*forcing_ : nullptr);
     }
     const bool keyed = effective_rule(params) == accept_rule::keyed && !params.sampling.greedy();
