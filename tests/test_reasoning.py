@@ -605,3 +605,36 @@ def test_sampling_with_the_grammar_reading_after_the_thinking_follows_the_target
     assert _pvalue(seconds, p2) > 1e-4
     lazy = _marginals(tiny.target, prompt, gbnf=LAZY_GRAMMAR, controls=controls, triggers=[r" the\b"])[1]
     assert pvalue_or_zero(seconds, lazy) < 1e-6
+
+
+def test_which_grammar_a_chat_request_gets(tiny, tmp_path):
+    """A template that thinks: a schema's grammar after a thinking block, the tool calls' lazy
+    grammar reading from after the thinking; a template that does not, or reasoning_format none,
+    or a GBNF given as such: the grammar as it is."""
+    from specllama import completions
+
+    opening = tmp_path / "opens_thinking.jinja"
+    opening.write_text(OPENING_TEMPLATE)
+    switchable = tmp_path / "switchable.jinja"
+    switchable.write_text(SWITCHABLE_TEMPLATE)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    schema = {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}}}
+    msgs = [{"role": "user", "content": "the cat"}]
+
+    def options(template, **body):
+        req = completions.parse(dict(body, messages=msgs), "chat")
+        tokens = completions.prompt_tokens(dec, req, template)
+        o = completions.options_for(dec, req, len(tokens))
+        return o.grammar_root, o.grammar_thinking, bool(o.grammar_trigger_patterns)
+
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=512) as dec:
+        assert options(str(opening), **schema)[:2] == ("specllama-thinking", "")
+        assert options(str(switchable), **schema)[:2] == ("specllama-thinking", "")
+        assert options(None, **schema)[:2] == ("root", "")  # (CHATML: no thinking mode)
+        assert options(str(opening), reasoning_format="none", **schema)[:2] == ("root", "")
+        assert options(str(opening), grammar='root ::= "a"')[:2] == ("root", "")
+        assert options(str(opening), tools=[weather]) == ("root", "open", True)
+        assert options(str(switchable), tools=[weather]) == ("root", "optional", True)
+        assert options(None, tools=[weather]) == ("root", "", True)
+        assert options(str(opening), tools=[weather], tool_choice="required")[:2] == ("specllama-thinking", "")
