@@ -846,6 +846,34 @@ def test_prices_measured_in_a_spell_at_a_decoders_start_start_again_when_it_ends
         assert getattr(spelled_model, price) == pytest.approx(getattr(quiet_model, price), rel=0.05), price
 
 
+@pytest.mark.parametrize("spell", [3.0, 6.0])
+def test_prompt_prices_measured_in_a_spell_start_again_with_the_rest(spell):
+    """A new decoder met by a busy spell prices its prompt passes in it too: the target's (it prices a
+    first batch's further tokens until a batch is verified; here the spell makes it 66 ms a token,
+    nearly a plain step's 70) and the draft's (5 ms a token quiet; it weighs the draft's read of a long
+    prompt against what drafting saves). The target keeps two drafts a step. The prompt prices start
+    again with every other price: the first batch after the spell has three drafts, not one, and the
+    decoder then drafts as a quiet one does, and a
+    prompt the spell's draft price would have kept the draft from reading is read, as the quiet price
+    has it."""
+    def run(model, x, draft_x, slowed):
+        model.observe_prompt(400, 66.0 / spell * x * 400)
+        model.observe_draft_prompt(400, 5.0 * draft_x * 400)
+        return _drafting_run(model, 60, slowed, kept=2)
+
+    def slowed(step):
+        return spell if step < 6 else 1.0
+    quiet_model, spelled_model, stale = (_core.DraftLengthModel() for _ in range(3))
+    quiet = run(quiet_model, 1.0, 1.0, lambda step: 1.0)
+    spelled = run(spelled_model, spell, spell, slowed)
+    assert _priced_again_then_as(spelled, quiet, 6), spelled
+    run(stale, 1.0, spell, lambda step: 1.0)  # (a quiet decoder with the spell's draft price)
+    cases = [(n_prompt, n_gen) for n_prompt in (500, 1000, 2000, 4000, 8000) for n_gen in (16, 64, 256)]
+    differ = [c for c in cases if quiet_model.draft_prompt_after(*c) == 0 < stale.draft_prompt_after(*c)]
+    assert differ, "the spell's draft price must keep the draft from some read the quiet price makes"
+    assert all(spelled_model.draft_prompt_after(*c) == 0 for c in differ)
+
+
 @pytest.mark.parametrize("at", [4, 5, 6, 10, 20])
 @pytest.mark.parametrize("slower", [10.0, 40.0])
 def test_one_preempted_step_does_not_pause_a_draft_that_pays(at, slower):
