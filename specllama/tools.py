@@ -44,7 +44,8 @@ def check_tools(tools: Any) -> List[Dict[str, Any]]:
 def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True,
                  whole: bool = False) -> str:
     """A GBNF grammar (llama.cpp's) whose every output is one or more calls in the Hermes / Qwen2.5
-    format, <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>, of the checked tools (or
+    format, <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (the newlines, or up to four
+    whitespace characters), of the checked tools (or
     of the one named), each call's arguments following its tool's parameters schema: tool_choice
     "required" or a named function. whole (for tool_choice "auto", where the model lays out its
     calls itself): or a reply that is one call's JSON object alone, bare or in a ```json block
@@ -64,8 +65,10 @@ def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parall
                        r'\1("\\"arguments\\"" | "\\"parameters\\"")', rules, flags=re.M)
     more = ' ("\\n" tool-call)*' if parallel else ""
     alone = ' | whole-call\nwhole-call ::= "```" "json"? "\\n"? tool-call-json "```" | tool-call-json' if whole else ""
+    # (the tags' newlines as the template writes them, or other whitespace: a lazy grammar is fed the
+    # rest of the token that completes its trigger, and llama.cpp throws where the grammar refuses it)
     return (f"root ::= tool-call{more}{alone}\n"
-            f'tool-call ::= "{OPEN}\\n" tool-call-json "\\n{CLOSE}"\n' + rules)
+            f'tool-call ::= "{OPEN}" [ \\t\\n]{{0,4}} tool-call-json [ \\t\\n]{{0,4}} "{CLOSE}"\n' + rules)
 
 
 def whole_call_trigger(tools: List[Dict[str, Any]]) -> str:

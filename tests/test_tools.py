@@ -185,6 +185,11 @@ def test_a_reply_that_is_a_call_alone_is_held_to_the_tool_schema(default_pair):
             assert _from_trigger(trigger, text) is None, text
         tagged = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
         assert g.admits(gbnf, tagged) and not g.admits(gbnf, tagged.replace('"Paris"', "7"))
+        # the token that completes the tag may go on (">{", ">\n\n", "> "): the grammar is fed that too
+        for after, before in [("", ""), ("\n\n", "\n"), (" ", " "), ("\n", "")]:
+            text = f'<tool_call>{after}{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}{before}</tool_call>'
+            assert g.admits(gbnf, text), text
+            assert g.admits(tools.call_grammar(checked), text), text
         assert not g.admits(tools.call_grammar(checked), "```json\n" + call % '"Paris"' + "\n```")  # required: tags
     finally:
         g.close()
