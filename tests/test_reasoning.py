@@ -1,7 +1,10 @@
-"""A reasoning model's thinking (<think>...</think>) split from its answer: the parser, its stream
-form against the whole-text form over every way a reply can be cut into steps, and the chat
-completion's reasoning_content from the Python API and a real server (a grammar makes the tiny
-model write the tags, as a reasoning model would)."""
+"""Reasoning models: the thinking (<think>...</think>) split from the answer (the parser, its stream
+form against the whole-text form over every way a reply can be cut into steps; reasoning_content
+from the Python API and a real server, Responses reasoning items, Anthropic thinking blocks and
+Ollama's think, each with its own client; a grammar makes the tiny model write the tags, as a
+reasoning model would); grammars that let the model think first (a schema's after a thinking block,
+a lazy one reading from after the thinking), checked against llama.cpp's grammar engine and by
+chi-square; the chat templates of reasoning models; --chat-template-kwargs."""
 
 from __future__ import annotations
 
