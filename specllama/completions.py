@@ -16,7 +16,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import infill, reasoning, schemas, tools
 from ._version import __version__
@@ -85,10 +85,11 @@ class Request:
     tools: bool = False  # chat: tools were rendered, and calls are parsed out of the reply (specllama.tools)
     n: int = 1  # choices, generated one after another (choice c with seed + c where a seed is given)
     # chat: where a reasoning model's thinking goes (specllama.reasoning; None: not given, "auto"), and
-    # whether the prompt opened it (prompt_tokens)
+    # the markup of the thinking the prompt opened (prompt_tokens; None: none)
     reasoning_format: Optional[str] = None
-    thinking_open: bool = False
+    thinking_open: Optional[Tuple[str, str]] = None
     template_thinks: bool = False  # the chat template has a thinking mode (prompt_tokens)
+    markup: Tuple[str, str] = reasoning.MARKUPS[0]  # the thinking markup the chat template writes
     answer_grammar: bool = False  # the grammar is the answer's (a schema's, a forced call's), not a raw GBNF
 
     def splits_reasoning(self) -> bool:
@@ -457,7 +458,8 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
         if req.kind == "chat":
             tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
             req.thinking_open = reasoning.opened_by(dec.target_model.detokenize(tokens[-8:], special=True))
-            req.template_thinks = reasoning.template_thinks(template_source(dec.target_model, template))
+            source = template_source(dec.target_model, template)
+            req.template_thinks, req.markup = reasoning.template_thinks(source), reasoning.template_markup(source)
         elif req.suffix:
             tokens = _fim_tokens(dec, req, n_batch)
         elif isinstance(req.prompt, str):
@@ -506,10 +508,11 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
         # lazy grammar (tool calls, "auto") reads the reply from after the thinking, so that a call's
         # tag inside the thinking does not start it
         if opts.grammar_trigger_patterns:
-            opts.grammar_thinking = "open" if req.thinking_open else "optional"
+            if (req.thinking_open or req.markup) == reasoning.MARKUPS[0]:  # (the native side reads <think>)
+                opts.grammar_thinking = "open" if req.thinking_open else "optional"
         elif req.answer_grammar:
             opts.grammar, opts.grammar_root = reasoning.grammar_after_thinking(opts.grammar, opts.grammar_root,
-                                                                               req.thinking_open)
+                                                                               req.thinking_open, req.markup)
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:

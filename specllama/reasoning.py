@@ -1,10 +1,11 @@
 """A reasoning model's thinking, split from its answer.
 
 Reasoning models (Qwen3, DeepSeek-R1 and its distills, SmolLM3, Granite, ...) write their
-thinking between <think> and </think> before the answer, or the chat template opens <think> at
-the end of the prompt and the reply starts inside it. With the reasoning format "auto" (or
-"deepseek", the same here) a chat reply that starts with <think>, or whose prompt ended with it,
-comes back with that text as the message's reasoning_content and the rest as its content, as
+thinking between <think> and </think> before the answer (Gemma 4 between <|channel>thought and
+<channel|>: MARKUPS), or the chat template opens the thinking at the end of the prompt and the
+reply starts inside it. With the reasoning format "auto" (or "deepseek", the same here) a chat
+reply that starts with an opening tag, or whose prompt ended with one, comes back with that text
+as the message's reasoning_content and the rest as its content, as
 llama-server's --reasoning-format deepseek answers; "none" leaves every reply's text whole in
 content. The split moves text only: the tokens generated are the same with any format.
 
@@ -20,9 +21,13 @@ tokens too, and the grammar constrains the target and the draft alike, as any gr
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, Union
 
-OPEN, CLOSE = "<think>", "</think>"
+# the opening and closing tags of a thinking block, by model family: <think> (Qwen3, DeepSeek-R1,
+# SmolLM3, ...) and Gemma 4's thought channel
+MARKUPS: Tuple[Tuple[str, str], ...] = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"))
+OPEN, CLOSE = MARKUPS[0]
+Markup = Tuple[str, str]
 FORMATS = ("auto", "deepseek", "none")
 REASONING, CONTENT = "reasoning", "content"
 
@@ -34,52 +39,74 @@ def check_format(value: object, param: str = "reasoning_format") -> str:
     return str(value)
 
 
-def opened_by(prompt_text: str) -> bool:
-    """Whether a rendered prompt ends inside a thinking block (its template opened <think> for
-    the reply, as DeepSeek-R1's does)."""
-    return prompt_text.rstrip().endswith(OPEN)
+def opened_by(prompt_text: str) -> Optional[Markup]:
+    """The markup of the thinking block a rendered prompt ends inside (its template opened it for
+    the reply, as DeepSeek-R1's does), or None."""
+    end = prompt_text.rstrip()
+    return next((m for m in MARKUPS if end.endswith(m[0])), None)
 
 
 def template_thinks(source: str) -> bool:
-    """Whether a chat template's source has a thinking mode (it writes <think>, or takes
+    """Whether a chat template's source has a thinking mode (it writes an opening tag, or takes
     enable_thinking)."""
-    return OPEN in source or "enable_thinking" in source
+    return any(m[0] in source for m in MARKUPS) or "enable_thinking" in source
+
+
+def template_markup(source: str) -> Markup:
+    """The thinking markup a chat template writes (<think> where it writes none of MARKUPS)."""
+    return next((m for m in MARKUPS if m[0] in source), MARKUPS[0])
+
+
+def _markup(opened: Union[bool, Markup, None]) -> Optional[Markup]:
+    return opened if isinstance(opened, tuple) else MARKUPS[0] if opened else None
 
 
 _TAG_RULE = "specllama-thinking"
 
 
-def grammar_after_thinking(gbnf: str, root: str = "root", opened: bool = False) -> Tuple[str, str]:
+def grammar_after_thinking(gbnf: str, root: str = "root", opened: Union[bool, Markup, None] = False,
+                           markup: Markup = MARKUPS[0]) -> Tuple[str, str]:
     """(GBNF, start rule) of a grammar for the answer that lets the model think first, as
     llama-server's grammars for a reasoning model's JSON schema or forced tool call do: a thinking
-    block (any text without </think>, closed by </think>) before the answer's grammar, optional
-    where the reply may open one, the reply's start where the prompt opened it."""
+    block (any text without the closing tag, closed by it) before the answer's grammar, optional
+    where the reply may open one (in markup), the reply's start where the prompt opened it (opened:
+    its markup, or True for <think>)."""
+    open_tag, close = _markup(opened) or markup
+    first = close[0]
+    assert first not in close[1:], close  # (the states below fall back to 1 on its first character)
     p = _TAG_RULE
     rules = []
-    # what the thinking may hold: a state per how much of </think> its end has matched (the whole
-    # tag is never reached: it closes the thinking)
-    for k in range(len(CLOSE)):
-        c = CLOSE[k]
-        alts = [f'"<" {p}-1'] + ([f'[^<{c}] {p}-0', f'"{c}" {p}-{k + 1}'] if k else [f"[^<] {p}-0"])
-        if k == len(CLOSE) - 1:  # (after "</think", only ">" is refused)
-            alts = [f'"<" {p}-1', f"[^<>] {p}-0"]
+    # what the thinking may hold: a state per how much of the closing tag its end has matched (the
+    # whole tag is never reached: it closes the thinking)
+    for k in range(len(close)):
+        c = close[k]
+        if k == 0:
+            alts = [f'"{first}" {p}-1', f"[^{first}] {p}-0"]
+        elif k == len(close) - 1:  # (one character short of the tag, only that character is refused)
+            alts = [f'"{first}" {p}-1', f"[^{first}{c}] {p}-0"]
+        else:
+            alts = [f'"{first}" {p}-1', f"[^{first}{c}] {p}-0", f'"{c}" {p}-{k + 1}']
         rules.append(f"{p}-{k} ::= ( {' | '.join(alts)} )?")
-    block = f'{p}-0 "{CLOSE}" [ \\t\\n]{{0,8}}'
-    start = block if opened else f'( [ \\t\\n]{{0,8}} "{OPEN}" {block} )?'
+    block = f'{p}-0 "{close}" [ \\t\\n]{{0,8}}'
+    start = block if _markup(opened) else f'( [ \\t\\n]{{0,8}} "{open_tag}" {block} )?'
     rules.append(f"{p} ::= {start} {root}")
     return gbnf.rstrip("\n") + "\n" + "\n".join(rules) + "\n", p
 
 
-def split(text: str, opened: bool = False) -> Tuple[Optional[str], str]:
+def split(text: str, opened: Union[bool, Markup, None] = False) -> Tuple[Optional[str], str]:
     """(reasoning, content) of a whole reply; reasoning None where the reply has none (it does not
-    start with <think> and the prompt did not open one, or the thinking is empty)."""
-    if not opened:
+    start with an opening tag and the prompt did not open one, or the thinking is empty). opened:
+    the markup the prompt opened (True: <think>)."""
+    markup = _markup(opened)
+    if markup is None:
         head = text.lstrip()
-        if not head.startswith(OPEN):
+        markup = next((m for m in MARKUPS if head.startswith(m[0])), None)
+        if markup is None:
             return None, text
-        text = head[len(OPEN):]
-    end = text.find(CLOSE)
-    thought, content = (text, "") if end < 0 else (text[:end], text[end + len(CLOSE):].lstrip())
+        text = head[len(markup[0]):]
+    close = markup[1]
+    end = text.find(close)
+    thought, content = (text, "") if end < 0 else (text[:end], text[end + len(close):].lstrip())
     return thought.strip() or None, content
 
 
@@ -93,8 +120,10 @@ class StreamSplitter:
     certain is passed on, and what may still turn out otherwise is held (the start of a reply
     that may open <think>, an end that may start </think>, whitespace that may end the thinking)."""
 
-    def __init__(self, opened: bool = False) -> None:
-        self.state = "thinking" if opened else "start"
+    def __init__(self, opened: Union[bool, Markup, None] = False) -> None:
+        markup = _markup(opened)
+        self.state = "thinking" if markup else "start"
+        self.close = markup[1] if markup else ""
         self.held = ""
         self.thought = False  # some reasoning passed on (whitespace before the first is dropped)
 
@@ -104,19 +133,20 @@ class StreamSplitter:
         while True:
             if self.state == "start":
                 head = self.held.lstrip()
-                if head.startswith(OPEN):
-                    self.held, self.state = head[len(OPEN):], "thinking"
-                elif OPEN.startswith(head):
+                markup = next((m for m in MARKUPS if head.startswith(m[0])), None)
+                if markup is not None:
+                    self.held, self.state, self.close = head[len(markup[0]):], "thinking", markup[1]
+                elif any(m[0].startswith(head) for m in MARKUPS):
                     return out  # not decided yet
                 else:
                     self.state = "content"
             elif self.state == "thinking":
-                end = self.held.find(CLOSE)
+                end = self.held.find(self.close)
                 if end >= 0:
                     self._think(self.held[:end].rstrip(), out)
-                    self.held, self.state = self.held[end + len(CLOSE):], "after"
+                    self.held, self.state = self.held[end + len(self.close):], "after"
                     continue
-                cut = len(self.held) - _open_tail(self.held, CLOSE)
+                cut = len(self.held) - _open_tail(self.held, self.close)
                 sure = self.held[:cut].rstrip()
                 self._think(sure, out)
                 self.held = self.held[len(sure):]

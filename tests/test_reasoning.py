@@ -40,13 +40,20 @@ ROOT = Path(specllama.__file__).parent.parent
     ("</think>Paris.", True, (None, "Paris.")),
     ("still thinking", True, ("still thinking", "")),
     ("<think>a</think>b</think>c", False, ("a", "b</think>c")),
+    ("<|channel>thought\nLet me see.<channel|>Paris.", False, ("Let me see.", "Paris.")),  # Gemma 4's
+    ("<|channel>thought\n<channel|>Paris.", False, (None, "Paris.")),
+    ("<|channel>thought\ncut off", False, ("cut off", "")),
+    ("<think>a<channel|>b", False, ("a<channel|>b", "")),
+    ("a<channel|>b", ("<|channel>thought", "<channel|>"), ("a", "b")),
 ])
 def test_split(text, opened, want):
     assert reasoning.split(text, opened) == want
 
 
 def test_a_prompt_that_opens_the_thinking():
-    assert reasoning.opened_by("<|im_start|>assistant\n<think>\n")
+    assert reasoning.opened_by("<|im_start|>assistant\n<think>\n") == ("<think>", "</think>")
+    assert reasoning.opened_by("<|turn>model\n<|channel>thought\n") == ("<|channel>thought", "<channel|>")
+    assert not reasoning.opened_by("<|turn>model\n<|channel>thought\n<channel|>")  # Gemma 4, thinking off
     assert not reasoning.opened_by("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # thinking turned off
     assert not reasoning.opened_by("<|im_start|>assistant\n")
 
@@ -66,11 +73,13 @@ def _streamed(text, cuts, opened):
     return thought or None, content
 
 
-_FRAGMENTS = st.sampled_from(["<think>", "</think>", "<", "</", "<th", "</thi", "think>", " ", "\n", "a", "b c", ">"])
+_FRAGMENTS = st.sampled_from(["<think>", "</think>", "<", "</", "<th", "</thi", "think>", " ", "\n", "a", "b c", ">",
+                              "<|channel>thought", "<channel|>", "<|chan", "<channel", "|>"])
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(_FRAGMENTS, max_size=12).map("".join), st.lists(st.integers(0, 60), max_size=8), st.booleans())
+@given(st.lists(_FRAGMENTS, max_size=12).map("".join), st.lists(st.integers(0, 60), max_size=8),
+       st.sampled_from([None, *reasoning.MARKUPS]))
 def test_a_stream_says_what_the_whole_text_says_however_it_is_cut(text, cuts, opened):
     assert _streamed(text, [c for c in cuts if c <= len(text)], opened) == reasoning.split(text, opened)
 
@@ -90,15 +99,21 @@ def test_a_stream_passes_on_what_is_certain_at_once():
 THINK_GRAMMAR = 'root ::= "<think>" [a-z]{2,8} " " [a-z]{2,8} "</think>" "\\n\\n" [a-z]{2,8} " " [a-z]{2,8}'
 
 
-def test_a_chat_completion_carries_the_thinking_apart(tiny):
+GEMMA4_GRAMMAR = 'root ::= "<|channel>thought\\n" [a-z]{2,8} " " [a-z]{2,8} "<channel|>" [a-z]{2,8} " " [a-z]{2,8}'
+
+
+@pytest.mark.parametrize("grammar, open_tag, close", [(THINK_GRAMMAR, "<think>", "</think>\n\n"),
+                                                      (GEMMA4_GRAMMAR, "<|channel>thought\n", "<channel|>")],
+                         ids=["think", "gemma4"])
+def test_a_chat_completion_carries_the_thinking_apart(tiny, grammar, open_tag, close):
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
         msgs = [{"role": "user", "content": "the cat"}]
         for seed in range(3):
-            kw = dict(grammar=THINK_GRAMMAR, temperature=1.0, seed=seed, max_tokens=60)
+            kw = dict(grammar=grammar, temperature=1.0, seed=seed, max_tokens=90)
             whole = dec.create_chat_completion(msgs, reasoning_format="none", **kw)["choices"][0]["message"]
             text = whole["content"]
-            assert text.startswith("<think>") and "reasoning_content" not in whole
-            want_thought, want_content = text[7:text.index("</think>")], text[text.index("</think>") + 10:]
+            assert text.startswith(open_tag) and "reasoning_content" not in whole
+            want_thought, want_content = text[len(open_tag):text.index(close)], text[text.index(close) + len(close):]
             msg = dec.create_chat_completion(msgs, **kw)["choices"][0]["message"]
             assert (msg["reasoning_content"], msg["content"]) == (want_thought, want_content)
             assert dec.create_chat_completion(msgs, reasoning_format="deepseek", **kw)["choices"][0]["message"] == msg
@@ -302,15 +317,16 @@ def test_past_thinking_reaches_the_template(opening_server):
 # -- a grammar that lets the model think before the answer it holds ----------------------------------
 
 _GRAMMAR_FRAGMENTS = st.sampled_from(["<think>", "</think>", "<", "</thi", "nk>", "</think", " ", "\n", "a", "b",
-                                      ">", "/", "k"])
+                                      ">", "/", "k", "<|channel>thought", "<channel|>", "<chan", "nel|>", "<channel"])
 
 
-def _thinks_then_answers(text, opened):
-    """What the wrapped grammar must admit: (a thinking block, optional unless the prompt opened it)
-    then the answer's grammar, [a-z]+."""
-    head = "" if opened else r"[ \t\n]{0,8}<think>"
-    m = re.fullmatch(head + r"(.*?)</think>[ \t\n]{0,8}[a-z]+", text, re.S)
-    return bool(m and reasoning.CLOSE not in m.group(1)) or (not opened and bool(re.fullmatch("[a-z]+", text)))
+def _thinks_then_answers(text, opened, markup):
+    """What the wrapped grammar must admit: (a thinking block in markup, optional unless the prompt
+    opened it) then the answer's grammar, [a-z]+."""
+    open_tag, close = markup
+    head = "" if opened else r"[ \t\n]{0,8}" + re.escape(open_tag)
+    m = re.fullmatch(head + r"(.*?)" + re.escape(close) + r"[ \t\n]{0,8}[a-z]+", text, re.S)
+    return bool(m and close not in m.group(1)) or (not opened and bool(re.fullmatch("[a-z]+", text)))
 
 
 @pytest.fixture(scope="module")
@@ -325,15 +341,19 @@ def _fragments(max_size):
 
 
 # texts shaped as a thinking block then an answer, each part drawn from fragments that may break it
-_SHAPED = st.tuples(st.sampled_from(["", " ", "\n\n"]), st.sampled_from(["", "<think>", "<thi"]), _fragments(6),
-                    st.sampled_from(["", "</think>", "</think>\n\n", "</thin"]), _fragments(4)).map("".join)
+def _shaped(open_tag, close):
+    return st.tuples(st.sampled_from(["", " ", "\n\n"]), st.sampled_from(["", open_tag, open_tag[:4]]), _fragments(6),
+                     st.sampled_from(["", close, close + "\n\n", close[:-1]]), _fragments(4)).map("".join)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.one_of(_SHAPED, _fragments(10)), st.booleans())
-def test_the_thinking_grammar_admits_a_thinking_block_then_the_answer(grammar_text, text, opened):
-    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", opened)
-    assert grammar_text.admits(f"{gbnf}root ::= {start}\n", text) == _thinks_then_answers(text, opened)
+@given(st.data())
+@pytest.mark.parametrize("markup", reasoning.MARKUPS, ids=["think", "gemma4"])
+def test_the_thinking_grammar_admits_a_thinking_block_then_the_answer(grammar_text, markup, data):
+    text = data.draw(st.one_of(_shaped(*markup), _fragments(10)))
+    opened = data.draw(st.booleans())
+    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", markup if opened else None, markup)
+    assert grammar_text.admits(f"{gbnf}root ::= {start}\n", text) == _thinks_then_answers(text, opened, markup)
 
 
 def test_the_thinking_grammar_on_examples(grammar_text):
@@ -343,6 +363,10 @@ def test_the_thinking_grammar_on_examples(grammar_text):
         assert grammar_text.admits(g, text), text
     for text in ["<think>a</think>b</think>c", "<think>abc", "x<think>a</think>b", "<think>a</think>"]:
         assert not grammar_text.admits(g, text), text
+    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", False, reasoning.MARKUPS[1])
+    g = f"{gbnf}root ::= {start}\n"
+    assert grammar_text.admits(g, "<|channel>thought\nx <channel <chan|> <<channel|>abc")
+    assert not grammar_text.admits(g, "<|channel>thought\na<channel|>b<channel|>c")
 
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -437,7 +461,7 @@ def test_template_variables_for_every_request(tiny, tmp_path):
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-32B",
-                      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"]
+                      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "google-gemma-4-31B-it"]
 
 
 def _render(name, messages, **variables):
@@ -460,6 +484,12 @@ def test_reasoning_templates_open_and_close_the_thinking():
     assert off.endswith("<think>\n\n</think>\n\n") and not reasoning.opened_by(off)
     assert reasoning.opened_by(_render("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", msgs, enable_thinking=True))
     assert reasoning.opened_by(_render("Qwen-QwQ-32B", msgs, enable_thinking=True))
+    gemma = (TEMPLATES / "google-gemma-4-31B-it.jinja").read_text()
+    assert reasoning.template_markup(gemma) == ("<|channel>thought", "<channel|>")
+    assert reasoning.template_markup((TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()) == ("<think>", "</think>")
+    off = _render("google-gemma-4-31B-it", msgs)  # Gemma 4 thinks only where asked
+    assert off.endswith("<|channel>thought\n<channel|>") and not reasoning.opened_by(off)
+    assert not reasoning.opened_by(_render("google-gemma-4-31B-it", msgs, enable_thinking=True))  # the model opens it
 
 
 def test_qwen3_renders_the_thinking_of_a_call_in_progress():
@@ -641,3 +671,10 @@ def test_which_grammar_a_chat_request_gets(tiny, tmp_path):
         assert options(str(switchable), tools=[weather]) == ("root", "optional", True)
         assert options(None, tools=[weather]) == ("root", "", True)
         assert options(str(opening), tools=[weather], tool_choice="required")[:2] == ("specllama-thinking", "")
+        # Gemma 4's thought channel: the schema after it; the lazy call grammar reads the whole reply
+        gemma = str(TEMPLATES / "google-gemma-4-31B-it.jinja")
+        req = completions.parse(dict(schema, messages=msgs, chat_template_kwargs={"enable_thinking": True}), "chat")
+        o = completions.options_for(dec, req, len(completions.prompt_tokens(dec, req, gemma)))
+        assert o.grammar_root == "specllama-thinking" and '"<|channel>thought"' in o.grammar
+        assert "</think>" not in o.grammar
+        assert options(gemma, tools=[weather]) == ("root", "", True)
