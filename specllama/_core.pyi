@@ -488,10 +488,18 @@ class GenerateOptions:
     @property
     def grammar_thinking(self) -> str:
         """
-        a lazy grammar's: where a reasoning model's reply may open a thinking block ('optional') or starts inside one its prompt opened ('open'), the grammar reads the reply from after the thinking's </think> on, so that a trigger inside the thinking does not start it; '' = the whole reply
+        a lazy grammar's: where a reasoning model's reply may open a thinking block ('optional') or starts inside one its prompt opened ('open'), the grammar reads the reply from after the block's closing tag on (grammar_thinking_tags), so that a trigger inside the thinking does not start it; '' = the whole reply
         """
     @grammar_thinking.setter
     def grammar_thinking(self, arg1: str) -> None:
+        ...
+    @property
+    def grammar_thinking_tags(self) -> tuple[str, str]:
+        """
+        the opening and closing tags of the thinking block grammar_thinking reads past
+        """
+    @grammar_thinking_tags.setter
+    def grammar_thinking_tags(self, arg1: tuple[str, str]) -> None:
         ...
     @property
     def grammar_trigger_patterns(self) -> list[str]:

@@ -88,8 +88,8 @@ class Request:
     # the markup of the thinking the prompt opened (prompt_tokens; None: none)
     reasoning_format: Optional[str] = None
     thinking_open: Optional[Tuple[str, str]] = None
-    template_thinks: bool = False  # the chat template has a thinking mode (prompt_tokens)
-    markup: Tuple[str, str] = reasoning.MARKUPS[0]  # the thinking markup the chat template writes
+    # the markup of the chat template's thinking mode (prompt_tokens; None: it has none)
+    template_markup: Optional[Tuple[str, str]] = None
     answer_grammar: bool = False  # the grammar is the answer's (a schema's, a forced call's), not a raw GBNF
 
     def splits_reasoning(self) -> bool:
@@ -458,8 +458,7 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
         if req.kind == "chat":
             tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
             req.thinking_open = reasoning.opened_by(dec.target_model.detokenize(tokens[-8:], special=True))
-            source = template_source(dec.target_model, template)
-            req.template_thinks, req.markup = reasoning.template_thinks(source), reasoning.template_markup(source)
+            req.template_markup = reasoning.template_markup(template_source(dec.target_model, template))
         elif req.suffix:
             tokens = _fim_tokens(dec, req, n_batch)
         elif isinstance(req.prompt, str):
@@ -503,16 +502,17 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
     checked against dec (RequestError for a drafter it cannot run, say)."""
     opts = req.options.copy()
     opts.max_tokens = req.max_tokens if req.max_tokens is not None else max(1, dec.n_ctx - n_prompt)
-    if req.splits_reasoning() and (req.thinking_open or req.template_thinks) and opts.grammar:
+    markup = req.thinking_open or req.template_markup
+    if req.splits_reasoning() and markup and opts.grammar:
         # a reasoning model may think before the answer its grammar holds, as llama-server lets it; a
         # lazy grammar (tool calls, "auto") reads the reply from after the thinking, so that a call's
         # tag inside the thinking does not start it
         if opts.grammar_trigger_patterns:
-            if (req.thinking_open or req.markup) == reasoning.MARKUPS[0]:  # (the native side reads <think>)
-                opts.grammar_thinking = "open" if req.thinking_open else "optional"
+            opts.grammar_thinking = "open" if req.thinking_open else "optional"
+            opts.grammar_thinking_tags = markup
         elif req.answer_grammar:
-            opts.grammar, opts.grammar_root = reasoning.grammar_after_thinking(opts.grammar, opts.grammar_root,
-                                                                               req.thinking_open, req.markup)
+            opts.grammar, opts.grammar_root = reasoning.grammar_after_thinking(opts.grammar, opts.grammar_root, markup,
+                                                                               req.thinking_open is not None)
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:

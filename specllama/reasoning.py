@@ -26,7 +26,6 @@ from typing import List, Optional, Tuple, Union
 # the opening and closing tags of a thinking block, by model family: <think> (Qwen3, DeepSeek-R1,
 # SmolLM3, ...) and Gemma 4's thought channel
 MARKUPS: Tuple[Tuple[str, str], ...] = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"))
-OPEN, CLOSE = MARKUPS[0]
 Markup = Tuple[str, str]
 FORMATS = ("auto", "deepseek", "none")
 REASONING, CONTENT = "reasoning", "content"
@@ -46,15 +45,11 @@ def opened_by(prompt_text: str) -> Optional[Markup]:
     return next((m for m in MARKUPS if end.endswith(m[0])), None)
 
 
-def template_thinks(source: str) -> bool:
-    """Whether a chat template's source has a thinking mode (it writes an opening tag, or takes
-    enable_thinking)."""
-    return any(m[0] in source for m in MARKUPS) or "enable_thinking" in source
-
-
-def template_markup(source: str) -> Markup:
-    """The thinking markup a chat template writes (<think> where it writes none of MARKUPS)."""
-    return next((m for m in MARKUPS if m[0] in source), MARKUPS[0])
+def template_markup(source: str) -> Optional[Markup]:
+    """The markup of a chat template's thinking mode: the one whose opening tag it writes, <think>
+    where it takes enable_thinking and writes none; None where it has no thinking mode."""
+    written = next((m for m in MARKUPS if m[0] in source), None)
+    return written or (MARKUPS[0] if "enable_thinking" in source else None)
 
 
 def _markup(opened: Union[bool, Markup, None]) -> Optional[Markup]:
@@ -64,14 +59,13 @@ def _markup(opened: Union[bool, Markup, None]) -> Optional[Markup]:
 _TAG_RULE = "specllama-thinking"
 
 
-def grammar_after_thinking(gbnf: str, root: str = "root", opened: Union[bool, Markup, None] = False,
-                           markup: Markup = MARKUPS[0]) -> Tuple[str, str]:
+def grammar_after_thinking(gbnf: str, root: str = "root", markup: Markup = MARKUPS[0],
+                           opened: bool = False) -> Tuple[str, str]:
     """(GBNF, start rule) of a grammar for the answer that lets the model think first, as
     llama-server's grammars for a reasoning model's JSON schema or forced tool call do: a thinking
-    block (any text without the closing tag, closed by it) before the answer's grammar, optional
-    where the reply may open one (in markup), the reply's start where the prompt opened it (opened:
-    its markup, or True for <think>)."""
-    open_tag, close = _markup(opened) or markup
+    block in markup (any text without the closing tag, closed by it) before the answer's grammar,
+    optional where the reply may open one, the reply's start where the prompt opened it."""
+    open_tag, close = markup
     first = close[0]
     assert first not in close[1:], close  # (the states below fall back to 1 on its first character)
     p = _TAG_RULE
@@ -88,7 +82,7 @@ def grammar_after_thinking(gbnf: str, root: str = "root", opened: Union[bool, Ma
             alts = [f'"{first}" {p}-1', f"[^{first}{c}] {p}-0", f'"{c}" {p}-{k + 1}']
         rules.append(f"{p}-{k} ::= ( {' | '.join(alts)} )?")
     block = f'{p}-0 "{close}" [ \\t\\n]{{0,8}}'
-    start = block if _markup(opened) else f'( [ \\t\\n]{{0,8}} "{open_tag}" {block} )?'
+    start = block if opened else f'( [ \\t\\n]{{0,8}} "{open_tag}" {block} )?'
     rules.append(f"{p} ::= {start} {root}")
     return gbnf.rstrip("\n") + "\n" + "\n".join(rules) + "\n", p
 

@@ -278,12 +278,20 @@ def template_source(model: "_core.Model", template: Optional[str] = None) -> str
         return template
     if os.path.isfile(template):
         try:
-            with open(template, encoding="utf-8") as f:
-                return f.read()
+            st = os.stat(template)
+            return _file_text(template, st.st_mtime_ns, st.st_size)
         except (OSError, UnicodeDecodeError) as exc:
             raise ChatTemplateError(f"cannot read the chat template {template}: {exc}") from None
     raise ChatTemplateError(f"chat template {template!r} is neither a built-in template of llama.cpp "
                             f"({', '.join(builtin_names())}) nor a file")
+
+
+@functools.lru_cache(maxsize=8)
+def _file_text(path: str, mtime_ns: int, size: int) -> str:
+    """A template file's text, read once per version of the file (a server reads its template for
+    every request: to render it, and for its thinking markup)."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
 
 
 def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt: bool = True,

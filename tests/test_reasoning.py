@@ -352,18 +352,18 @@ def _shaped(open_tag, close):
 def test_the_thinking_grammar_admits_a_thinking_block_then_the_answer(grammar_text, markup, data):
     text = data.draw(st.one_of(_shaped(*markup), _fragments(10)))
     opened = data.draw(st.booleans())
-    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", markup if opened else None, markup)
+    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", markup, opened)
     assert grammar_text.admits(f"{gbnf}root ::= {start}\n", text) == _thinks_then_answers(text, opened, markup)
 
 
 def test_the_thinking_grammar_on_examples(grammar_text):
-    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", False)
+    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer")
     g = f"{gbnf}root ::= {start}\n"
     for text in ["abc", "<think>x < y, </th </thinking> <<</think>\n\nabc", " <think></think>abc"]:
         assert grammar_text.admits(g, text), text
     for text in ["<think>a</think>b</think>c", "<think>abc", "x<think>a</think>b", "<think>a</think>"]:
         assert not grammar_text.admits(g, text), text
-    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", False, reasoning.MARKUPS[1])
+    gbnf, start = reasoning.grammar_after_thinking('answer ::= [a-z]+', "answer", reasoning.MARKUPS[1])
     g = f"{gbnf}root ::= {start}\n"
     assert grammar_text.admits(g, "<|channel>thought\nx <channel <chan|> <<channel|>abc")
     assert not grammar_text.admits(g, "<|channel>thought\na<channel|>b<channel|>c")
@@ -474,7 +474,8 @@ def test_which_templates_have_a_thinking_mode():
     names = sorted(p.stem for p in TEMPLATES.glob("*.jinja"))
     assert set(THINKING_TEMPLATES) < set(names)
     for name in names:
-        assert reasoning.template_thinks((TEMPLATES / f"{name}.jinja").read_text()) == (name in THINKING_TEMPLATES)
+        markup = reasoning.template_markup((TEMPLATES / f"{name}.jinja").read_text())
+        assert (markup is not None) == (name in THINKING_TEMPLATES), name
 
 
 def test_reasoning_templates_open_and_close_the_thinking():
@@ -548,40 +549,43 @@ def _lazy_grammar_admits(text: bytes) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def thinking_vocab(tmp_path_factory):
-    """The tiny target and the far draft with two words renamed <think> and </think>: (target,
-    draft, vocabulary)."""
+@pytest.fixture(scope="module", params=reasoning.MARKUPS, ids=["think", "gemma4"])
+def thinking_vocab(tmp_path_factory, request):
+    """The tiny target and the far draft with two words renamed as a markup's opening and closing
+    tags: (target, draft, vocabulary, markup)."""
     from tiny_models import random_weights, vocab, write_model
 
     d = tmp_path_factory.mktemp("thinking_vocab")
     toks = vocab()
-    toks = vocab(rename={toks.index("\u2581hot"): "<think>", toks.index("\u2581word"): "</think>"})
+    open_tag, close = request.param
+    toks = vocab(rename={toks.index("\u2581hot"): open_tag, toks.index("\u2581word"): close})
     target = str(write_model(d / "target.gguf", toks, random_weights(len(toks), seed=1)))
     draft = str(write_model(d / "draft.gguf", toks, random_weights(len(toks), seed=3)))
-    return target, draft, toks
+    return target, draft, toks, request.param
 
 
-def _split_at_the_thinking(text: bytes, thinking: str):
+def _split_at_the_thinking(text: bytes, thinking: str, markup):
     """(the thinking, the rest the lazy grammar reads) of a reply as the grammar sees it."""
-    if thinking == "optional" and text.lstrip().startswith(b"<think>"):
-        text, thinking = text.lstrip()[len(b"<think>"):], "open"
+    open_tag, close = (t.encode() for t in markup)
+    if thinking == "optional" and text.lstrip().startswith(open_tag):
+        text, thinking = text.lstrip()[len(open_tag):], "open"
     if thinking != "open":
         return b"", text
-    end = text.find(b"</think>")
-    return (text, b"") if end < 0 else (text[:end], text[end + len(b"</think>"):])
+    end = text.find(close)
+    return (text, b"") if end < 0 else (text[:end], text[end + len(close):])
 
 
 @pytest.mark.parametrize("thinking", ["optional", "open"])
 def test_a_trigger_inside_the_thinking_does_not_start_the_grammar(thinking_vocab, thinking):
-    """Replies full of <think>, </think> and the trigger " the" (their logits raised): after the
-    thinking, the text from the first " the" on follows the grammar; inside it, a " the" followed
-    by what the grammar would refuse shows the grammar did not start there. The negative control,
-    the same lazy grammar reading the whole reply, always holds from the first " the" on."""
-    target, draft, toks = thinking_vocab
-    bias = {toks.index("<think>"): 10.0, toks.index("</think>"): 5.0, toks.index("\u2581the"): 10.0}
+    """Replies full of a markup's opening and closing tags and the trigger " the" (their logits
+    raised): after the thinking, the text from the first " the" on follows the grammar; inside it, a
+    " the" followed by what the grammar would refuse shows the grammar did not start there. The
+    negative control, the same lazy grammar reading the whole reply, always holds from the first
+    " the" on."""
+    target, draft, toks, markup = thinking_vocab
+    bias = {toks.index(markup[0]): 10.0, toks.index(markup[1]): 5.0, toks.index("\u2581the"): 10.0}
     kw = dict(max_tokens=14, temperature=1.0, n_draft=3, grammar=LAZY_GRAMMAR, grammar_trigger_patterns=[r" the\b"],
-              logit_bias=bias)
+              logit_bias=bias, grammar_thinking_tags=markup)
     free_inside, held_after, held_whole = 0, 0, 0
     with specllama.SpeculativeDecoder(target, draft, n_ctx=256) as dec:
         prompt = [dec.target_model.bos, toks.index("\u2581it"), toks.index("\u2581is")]
@@ -592,7 +596,7 @@ def test_a_trigger_inside_the_thinking_does_not_start_the_grammar(thinking_vocab
 
         for seed in range(80):
             text = reply(grammar_thinking=thinking)
-            inside, after = _split_at_the_thinking(text, thinking)
+            inside, after = _split_at_the_thinking(text, thinking, markup)
             found = _TRIGGER.search(after)
             if found:
                 assert _lazy_grammar_admits(after[found.start():]), (seed, text)
@@ -677,4 +681,7 @@ def test_which_grammar_a_chat_request_gets(tiny, tmp_path):
         o = completions.options_for(dec, req, len(completions.prompt_tokens(dec, req, gemma)))
         assert o.grammar_root == "specllama-thinking" and '"<|channel>thought"' in o.grammar
         assert "</think>" not in o.grammar
-        assert options(gemma, tools=[weather]) == ("root", "", True)
+        assert options(gemma, tools=[weather]) == ("root", "optional", True)
+        req = completions.parse(dict(tools=[weather], messages=msgs), "chat")
+        o = completions.options_for(dec, req, len(completions.prompt_tokens(dec, req, gemma)))
+        assert o.grammar_thinking_tags == ("<|channel>thought", "<channel|>")

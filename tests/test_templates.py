@@ -5,6 +5,7 @@ transformers (scripts/chat_template_references.py); these tests never run transf
 """
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,19 @@ def test_cli_template_errors_are_one_line(tiny, tmp_path):
     r = CliRunner().invoke(main, ["generate", "hi", "-m", tiny.target, "--chat", "--chat-template", str(bad), "-n", "2", "-c", "256"])
     assert r.exit_code == 1
     assert r.stderr.strip() == "Error: the chat template refused the messages: only system messages here"
+
+
+def test_a_template_file_is_read_again_once_it_changes(tmp_path):
+    """A template file is read once per version (a server reads it for every request): an edited
+    file is read anew, and one that is not UTF-8 is a clear error."""
+    from specllama.templates import template_source
+
+    path = tmp_path / "t.jinja"
+    path.write_text("first")
+    assert template_source(None, str(path)) == "first"
+    path.write_text("second, longer")
+    os.utime(path, ns=(1, 1))
+    assert template_source(None, str(path)) == "second, longer"
+    path.write_bytes(b"\xff\xfe not text")
+    with pytest.raises(ChatTemplateError, match="cannot read the chat template"):
+        template_source(None, str(path))

@@ -185,19 +185,28 @@ void register_options(py::module_ & m) {
         .def_property(
             "grammar_thinking",
             [](const gp & p) {
-                return p.grammar_thinking == thinking_start::open     ? "open" :
-                       p.grammar_thinking == thinking_start::optional ? "optional" : "";
+                return p.grammar_thinking.start == thinking_start::open     ? "open" :
+                       p.grammar_thinking.start == thinking_start::optional ? "optional" : "";
             },
             [](gp & p, const std::string & v) {
                 if (v != "" && v != "optional" && v != "open") {
                     throw py::value_error("grammar_thinking must be '', 'optional' or 'open', got '" + v + "'");
                 }
-                p.grammar_thinking = v == "open" ? thinking_start::open :
-                                     v == "optional" ? thinking_start::optional : thinking_start::none;
+                p.grammar_thinking.start = v == "open" ? thinking_start::open :
+                                           v == "optional" ? thinking_start::optional : thinking_start::none;
             },
             "a lazy grammar's: where a reasoning model's reply may open a thinking block ('optional') or starts "
-            "inside one its prompt opened ('open'), the grammar reads the reply from after the thinking's "
-            "</think> on, so that a trigger inside the thinking does not start it; '' = the whole reply")
+            "inside one its prompt opened ('open'), the grammar reads the reply from after the block's closing "
+            "tag on (grammar_thinking_tags), so that a trigger inside the thinking does not start it; '' = the "
+            "whole reply")
+        .def_property(
+            "grammar_thinking_tags",
+            [](const gp & p) { return py::make_tuple(p.grammar_thinking.open_tag, p.grammar_thinking.close_tag); },
+            [](gp & p, const std::pair<std::string, std::string> & tags) {
+                p.grammar_thinking.open_tag  = tags.first;
+                p.grammar_thinking.close_tag = tags.second;
+            },
+            "the opening and closing tags of the thinking block grammar_thinking reads past")
         .def_readwrite("forced_drafts", &gp::forced_drafts,
                        "with a grammar and a draft model: where the grammar leaves no choice of the next characters, "
                        "their tokens are drafted with q = 1 ahead of the draft model, without draft decodes to "

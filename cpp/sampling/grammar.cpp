@@ -58,12 +58,17 @@ bool settled(const std::vector<float> & found, float l_next, int32_t n_more, con
 
 grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root,
                              const std::vector<std::string> & trigger_patterns,
-                             const std::vector<llama_token> & trigger_tokens, thinking_start thinking)
+                             const std::vector<llama_token> & trigger_tokens, const thinking_markup & thinking)
     : vocab_(vocab),
-      phase_(thinking == thinking_start::optional ? phase::undecided :
-             thinking == thinking_start::open     ? phase::thinking :
-                                                    phase::reading) {
-    if (thinking != thinking_start::none && trigger_patterns.empty() && trigger_tokens.empty()) {
+      phase_(thinking.start == thinking_start::optional ? phase::undecided :
+             thinking.start == thinking_start::open     ? phase::thinking :
+                                                          phase::reading),
+      open_tag_(thinking.open_tag),
+      close_tag_(thinking.close_tag) {
+    if (thinking.start != thinking_start::none && (open_tag_.empty() || close_tag_.empty())) {
+        throw std::invalid_argument("a thinking block's tags must not be empty");
+    }
+    if (thinking.start != thinking_start::none && trigger_patterns.empty() && trigger_tokens.empty()) {
         throw std::invalid_argument("a grammar that reads a reply from after its thinking must be lazy (with "
                                     "trigger patterns or tokens)");
     }
@@ -111,6 +116,8 @@ grammar_state::grammar_state(const grammar_state & other)
     : smpl_(llama_sampler_clone(other.smpl_)),
       vocab_(other.vocab_),
       phase_(other.phase_),
+      open_tag_(other.open_tag_),
+      close_tag_(other.close_tag_),
       text_(other.text_),
       held_(other.held_),
       nul_(other.nul_) {}
@@ -121,8 +128,10 @@ grammar_state & grammar_state::operator=(const grammar_state & other) {
         llama_sampler_free(smpl_);
         smpl_  = copy;
         vocab_ = other.vocab_;
-        phase_ = other.phase_;
-        text_  = other.text_;
+        phase_     = other.phase_;
+        open_tag_  = other.open_tag_;
+        close_tag_ = other.close_tag_;
+        text_      = other.text_;
         held_  = other.held_;
         nul_   = other.nul_;
     }
@@ -137,23 +146,23 @@ bool grammar_state::read_by_grammar(llama_token token) {
     if (phase_ == phase::reading) {
         return true;
     }
-    static const std::string open_tag = "<think>", close_tag = "</think>";
-    std::string piece(64, '\0');
-    int32_t     n = llama_token_to_piece(vocab_, token, piece.data(), (int32_t) piece.size(), 0, true);
+    const size_t at = text_.size();  // (the piece goes straight to the end of text_)
+    text_.resize(at + 64);
+    int32_t n = llama_token_to_piece(vocab_, token, text_.data() + at, 64, 0, true);
     if (n < 0) {
-        piece.resize(-n);
-        n = llama_token_to_piece(vocab_, token, piece.data(), (int32_t) piece.size(), 0, true);
+        text_.resize(at - n);
+        n = llama_token_to_piece(vocab_, token, text_.data() + at, -n, 0, true);
     }
-    text_.append(piece.data(), std::max<int32_t>(n, 0));
+    text_.resize(at + std::max<int32_t>(n, 0));
     if (phase_ == phase::undecided) {
         held_.push_back(token);
         const size_t      first = text_.find_first_not_of(" \t\n\r\v\f");
         const std::string head  = first == std::string::npos ? std::string() : text_.substr(first);
-        if (head.compare(0, open_tag.size(), open_tag) == 0 && head.size() >= open_tag.size()) {
+        if (head.compare(0, open_tag_.size(), open_tag_) == 0) {
             phase_ = phase::thinking;  // (the thinking block's tokens are not the grammar's to read)
-            text_  = head.substr(open_tag.size());
+            text_  = head.substr(open_tag_.size());
             held_.clear();
-        } else if (open_tag.compare(0, head.size(), head) == 0) {
+        } else if (open_tag_.compare(0, head.size(), head) == 0) {
             return false;  // (it may still open one)
         } else {
             // no thinking block: the grammar reads the reply from its start (a lazy grammar waiting
@@ -167,11 +176,11 @@ bool grammar_state::read_by_grammar(llama_token token) {
             return true;
         }
     }
-    if (text_.find(close_tag) != std::string::npos) {
+    if (text_.find(close_tag_) != std::string::npos) {
         phase_ = phase::reading;  // (from the next token on)
         text_.clear();
-    } else if (text_.size() >= close_tag.size()) {
-        text_.erase(0, text_.size() - (close_tag.size() - 1));  // (what may still begin </think>)
+    } else if (text_.size() >= close_tag_.size()) {
+        text_.erase(0, text_.size() - (close_tag_.size() - 1));  // (what may still begin the closing tag)
     }
     return false;
 }

@@ -18,10 +18,17 @@
 
 namespace specllama {
 
-// where a reasoning model's reply may hold its thinking (<think>...</think>) before the answer: none
-// (the grammar reads the whole reply), optional (the reply may open a thinking block), open (the
-// prompt opened one: the reply starts inside it)
+// where a reasoning model's reply may hold its thinking before the answer: none (the grammar reads
+// the whole reply), optional (the reply may open a thinking block), open (the prompt opened one: the
+// reply starts inside it); the block's tags (Qwen3's and DeepSeek-R1's, Gemma 4's <|channel>thought
+// and <channel|>, ...)
 enum class thinking_start : int8_t { none, optional, open };
+
+struct thinking_markup {
+    thinking_start start     = thinking_start::none;
+    std::string    open_tag  = "<think>";
+    std::string    close_tag = "</think>";
+};
 
 class grammar_state {
   public:
@@ -30,13 +37,13 @@ class grammar_state {
     // it allows everything until the output matches one of trigger_patterns (regular expressions;
     // the grammar then follows from the first capture group's start, or the match's) or holds one of
     // trigger_tokens (from that token on). thinking (a lazy grammar's only): the grammar reads the
-    // reply from after its thinking block's </think> on, so that a trigger inside the thinking does
+    // reply from after its thinking block's closing tag on, so that a trigger inside the thinking does
     // not start it (and a trigger anchored at the start matches the answer's start); a reply that
     // turns out not to open one is read whole
     grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root = "root",
                   const std::vector<std::string> & trigger_patterns = {},
                   const std::vector<llama_token> & trigger_tokens = {},
-                  thinking_start thinking = thinking_start::none);
+                  const thinking_markup & thinking = {});
     grammar_state(const grammar_state & other);
     grammar_state & operator=(const grammar_state & other);
     ~grammar_state();
@@ -67,6 +74,7 @@ class grammar_state {
     llama_sampler *                   smpl_ = nullptr;
     const llama_vocab *               vocab_ = nullptr;
     phase                             phase_ = phase::reading;
+    std::string                       open_tag_, close_tag_;  // the thinking block's
     std::string                       text_;  // undecided: the reply so far; thinking: its last characters
     std::vector<llama_token>          held_;  // undecided: the reply's tokens
     llama_token                       nul_  = -1;  // a lazy grammar's: the NUL byte's token (-1: none, or not lazy)

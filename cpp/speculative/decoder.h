@@ -189,7 +189,7 @@ struct generate_params {
     std::vector<llama_token> grammar_trigger_tokens;
     // a lazy grammar's: where a reasoning model's thinking may come first, the grammar reads the reply
     // from after the thinking on (grammar_state)
-    thinking_start           grammar_thinking = thinking_start::none;
+    thinking_markup          grammar_thinking;
     // where the grammar leaves no choice of the next characters, propose their tokens as drafts with
     // q = 1 ahead of the draft model, without draft decodes to choose them (grammar_forcing)
     bool                     forced_drafts = true;

@@ -223,8 +223,7 @@ class Message:
         self.id = new_id("msg")
         self.stops = list(body.get("stop_sequences") or [])
         self.blocks = 0  # content blocks opened
-        self.text_open = False
-        self.thinking_open = False
+        self.open_block: Optional[str] = None  # the type of the block being streamed ("thinking", "text")
         self.stop_sequence: Optional[str] = None
         self.finish: Optional[str] = None
 
@@ -291,21 +290,13 @@ class Message:
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             if delta.get("reasoning_content"):
-                if not self.thinking_open:
-                    out.append(self._event("content_block_start", index=self.blocks, content_block=self._thinking("")))
-                    self.thinking_open = True
-                out.append(self._event("content_block_delta", index=self.blocks,
-                                       delta={"type": "thinking_delta", "thinking": delta["reasoning_content"]}))
+                out += self._streamed("thinking", self._thinking(""),
+                                      {"type": "thinking_delta", "thinking": delta["reasoning_content"]})
             if delta.get("content"):
-                out += self._close_thinking()
-                if not self.text_open:
-                    out.append(self._event("content_block_start", index=self.blocks,
-                                           content_block={"type": "text", "text": ""}))
-                    self.text_open = True
-                out.append(self._event("content_block_delta", index=self.blocks,
-                                       delta={"type": "text_delta", "text": delta["content"]}))
+                out += self._streamed("text", {"type": "text", "text": ""},
+                                      {"type": "text_delta", "text": delta["content"]})
             for call in delta.get("tool_calls") or []:
-                out += self._close_thinking() + self._close_text()
+                out += self._close_block()
                 block = dict(self._tool_use(call), input={})
                 out += [self._event("content_block_start", index=self.blocks, content_block=block),
                         self._event("content_block_delta", index=self.blocks,
@@ -314,7 +305,7 @@ class Message:
                 self.blocks += 1
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
-                out += self._close_thinking() + self._close_text()
+                out += self._close_block()
         if chunk.get("usage"):
             out += [self._event("message_delta", delta={"stop_reason": self._stop_reason(self.finish),
                                                         "stop_sequence": self.stop_sequence},
@@ -322,16 +313,17 @@ class Message:
                     self._event("message_stop")]
         return out
 
-    def _close_thinking(self) -> List[Dict[str, str]]:
-        if not self.thinking_open:
-            return []
-        self.thinking_open = False
-        self.blocks += 1
-        return [self._event("content_block_stop", index=self.blocks - 1)]
+    def _streamed(self, kind: str, start: Dict[str, Any], delta: Dict[str, Any]) -> List[Dict[str, str]]:
+        """A delta of the block of this kind (start: how it opens), opened after closing another."""
+        out = []
+        if self.open_block != kind:
+            out = self._close_block() + [self._event("content_block_start", index=self.blocks, content_block=start)]
+            self.open_block = kind
+        return out + [self._event("content_block_delta", index=self.blocks, delta=delta)]
 
-    def _close_text(self) -> List[Dict[str, str]]:
-        if not self.text_open:
+    def _close_block(self) -> List[Dict[str, str]]:
+        if self.open_block is None:
             return []
-        self.text_open = False
+        self.open_block = None
         self.blocks += 1
         return [self._event("content_block_stop", index=self.blocks - 1)]

@@ -344,7 +344,7 @@ def thinks(decoder, template: Optional[str] = None) -> bool:
     """Whether the chat template served with (the model's own where template is None) has a
     thinking mode."""
     try:
-        return reasoning.template_thinks(templates.template_source(decoder.target_model, template))
+        return reasoning.template_markup(templates.template_source(decoder.target_model, template)) is not None
     except templates.ChatTemplateError:
         return False
 
