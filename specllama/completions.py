@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import infill, reasoning, schemas, tools
@@ -66,6 +66,20 @@ FIM_N_BATCH = 2048
 MAX_CHOICES = 128  # n, as OpenAI's
 
 
+HERMES = tools.hermes  # the call format of a template that teaches none of its own
+
+
+@dataclass
+class ToolCall:
+    """The calls a chat request's tools and tool_choice ask for: forced (tool_choice "required", or
+    the named tool) or lazy ("auto")."""
+
+    tools: List[Dict[str, Any]]
+    named: Optional[str]
+    parallel: bool
+    forced: bool
+
+
 @dataclass
 class Request:
     """A checked request: its prompt (text, messages or token ids), the options it runs with,
@@ -83,6 +97,8 @@ class Request:
     max_tokens: Optional[int] = None  # None: up to the end of the context
     template_kwargs: Dict[str, Any] = field(default_factory=dict)
     tools: bool = False  # chat: tools were rendered, and calls are parsed out of the reply (specllama.tools)
+    tool_call: Optional[ToolCall] = None  # the calls a grammar holds (None: no grammar for them)
+    tool_format: ModuleType = HERMES  # the chat template's call format (prompt_tokens)
     n: int = 1  # choices, generated one after another (choice c with seed + c where a seed is given)
     # chat: where a reasoning model's thinking goes (specllama.reasoning; None: not given, "auto"), and
     # the markup of the thinking the prompt opened (prompt_tokens; None: none)
@@ -379,8 +395,9 @@ def _tools_fields(body: dict, req: Request) -> None:
     """OpenAI's tools and tool_choice: the tools go to the chat template (the model's own renders
     them), and calls in the reply are parsed (specllama.tools). A choice that forces a call
     ("required", or a named function) makes the output follow a grammar of calls to the tools (or
-    to the named one) in the template's format, arguments by their schemas (tools.call_grammar); "auto"
-    makes it a lazy grammar that holds from a call's opening tag on."""
+    to the named one), arguments by their schemas; "auto" makes it a lazy grammar that holds from a
+    call's opening tag on. The grammar is made in the template's call format (specllama.tools) once
+    the prompt is rendered (_tool_grammar)."""
     given = body.get("tools")
     choice = body.get("tool_choice", "auto")
     if given is None or given == []:
@@ -410,24 +427,12 @@ def _tools_fields(body: dict, req: Request) -> None:
     elif choice not in ("auto", "required"):
         raise RequestError("'tool_choice' must be \"auto\", \"none\", \"required\" or a named function",
                            "tool_choice", "invalid_value")
-    if choice != "auto":
-        if req.options.grammar:
-            raise RequestError("a 'tool_choice' that forces a call cannot be combined with 'response_format', "
-                               "'json_schema' or 'grammar'", "tool_choice", "invalid_value")
-        try:
-            req.options.grammar = tools.call_grammar(checked, named, parallel is not False)
-        except ValueError as exc:
-            raise RequestError(str(exc), "tools", "invalid_value") from None
-        req.answer_grammar = True
-    elif not req.options.grammar:
-        # "auto": a lazy grammar, as llama-server's, that holds a call to the tools' schemas from its
-        # opening tag on, or from the tool's name on in a reply that is a call's JSON object alone (a
-        # tool whose schema the converter cannot follow leaves the calls free)
-        try:
-            req.options.grammar = tools.call_grammar(checked, None, parallel is not False, whole=True)
-            req.options.grammar_trigger_patterns = [re.escape(tools.OPEN), tools.whole_call_trigger(checked)]
-        except ValueError:
-            pass
+    if choice != "auto" and req.options.grammar:
+        raise RequestError("a 'tool_choice' that forces a call cannot be combined with 'response_format', "
+                           "'json_schema' or 'grammar'", "tool_choice", "invalid_value")
+    if choice != "auto" or not req.options.grammar:  # (with "auto", a grammar given holds instead)
+        req.tool_call = ToolCall(checked, named, parallel is not False, forced=choice != "auto")
+        req.answer_grammar = choice != "auto"
     req.template_kwargs["tools"] = checked
     req.tools = True
 
@@ -458,7 +463,9 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
         if req.kind == "chat":
             tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
             req.thinking_open = reasoning.opened_by(dec.target_model.detokenize(tokens[-8:], special=True))
-            req.template_markup = reasoning.template_markup(template_source(dec.target_model, template))
+            source = template_source(dec.target_model, template)
+            req.template_markup = reasoning.template_markup(source)
+            req.tool_format = tools.format_of(source)
         elif req.suffix:
             tokens = _fim_tokens(dec, req, n_batch)
         elif isinstance(req.prompt, str):
@@ -502,6 +509,8 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
     checked against dec (RequestError for a drafter it cannot run, say)."""
     opts = req.options.copy()
     opts.max_tokens = req.max_tokens if req.max_tokens is not None else max(1, dec.n_ctx - n_prompt)
+    if req.tool_call is not None:
+        _tool_grammar(req, opts)
     markup = req.thinking_open or req.template_markup
     if req.splits_reasoning() and markup and opts.grammar:
         # a reasoning model may think before the answer its grammar holds, as llama-server lets it; a
@@ -519,6 +528,22 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
         param = next((p for p in ("drafter", "n_draft", "speculative", "seed", "logit_bias", "grammar") if p in str(exc)),
                      None)
         raise RequestError(str(exc), param, "invalid_value") from None
+
+
+def _tool_grammar(req: Request, opts: GenerateOptions) -> None:
+    """opts with the grammar of req's tool calls in the template's call format: forced, every
+    output is calls (a 400 where a schema cannot be followed); lazy, as llama-server's, a grammar
+    its patterns start (a tool whose schema cannot be followed leaves the calls free)."""
+    call, fmt = req.tool_call, req.tool_format
+    try:
+        if call.forced:
+            opts.grammar = fmt.forced_grammar(call.tools, call.named, call.parallel)
+        else:
+            opts.grammar, opts.grammar_trigger_patterns = fmt.lazy_grammar(call.tools, call.parallel)
+    except ValueError as exc:
+        if call.forced:
+            raise RequestError(str(exc), "tools", "invalid_value") from None
+        return
 
 
 def choice_options(opts: GenerateOptions, c: int) -> GenerateOptions:
@@ -592,7 +617,7 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
         if thought is not None:
             choice["message"]["reasoning_content"] = thought
         if req.tools:
-            content, calls = tools.parse(text)
+            content, calls = req.tool_format.parse(text)
             if calls:
                 choice["message"].update(content=content, tool_calls=calls)
                 choice["finish_reason"] = "tool_calls"
@@ -619,7 +644,7 @@ class ChunkWriter:
         self.created = first.created if first is not None else int(time.time())
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
-        self.splitter = tools.StreamSplitter() if req.tools else None
+        self.splitter = req.tool_format.StreamSplitter() if req.tools else None
         self.thinking = reasoning.StreamSplitter(req.thinking_open) if req.splits_reasoning() else None
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:

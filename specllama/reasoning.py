@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple, Union
 
+from . import gbnf as _gbnf
+
 # the opening and closing tags of a thinking block, by model family: <think> (Qwen3, DeepSeek-R1,
 # SmolLM3, ...) and Gemma 4's thought channel
 MARKUPS: Tuple[Tuple[str, str], ...] = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"))
@@ -66,23 +68,11 @@ def grammar_after_thinking(gbnf: str, root: str = "root", markup: Markup = MARKU
     block in markup (any text without the closing tag, closed by it) before the answer's grammar,
     optional where the reply may open one, the reply's start where the prompt opened it."""
     open_tag, close = markup
-    first = close[0]
-    assert first not in close[1:], close  # (the states below fall back to 1 on its first character)
     p = _TAG_RULE
-    rules = []
-    # what the thinking may hold: a state per how much of the closing tag its end has matched (the
-    # whole tag is never reached: it closes the thinking)
-    for k in range(len(close)):
-        c = close[k]
-        if k == 0:
-            alts = [f'"{first}" {p}-1', f"[^{first}] {p}-0"]
-        elif k == len(close) - 1:  # (one character short of the tag, only that character is refused)
-            alts = [f'"{first}" {p}-1', f"[^{first}{c}] {p}-0"]
-        else:
-            alts = [f'"{first}" {p}-1', f"[^{first}{c}] {p}-0", f'"{c}" {p}-{k + 1}']
-        rules.append(f"{p}-{k} ::= ( {' | '.join(alts)} )?")
-    block = f'{p}-0 "{close}" [ \\t\\n]{{0,8}}'
-    start = block if opened else f'( [ \\t\\n]{{0,8}} "{open_tag}" {block} )?'
+    # what the thinking may hold: any text without the closing tag
+    rules = _gbnf.text_without(p, close)
+    block = f'{p}-0 {_gbnf.literal(close)} [ \\t\\n]{{0,8}}'
+    start = block if opened else f'( [ \\t\\n]{{0,8}} {_gbnf.literal(open_tag)} {block} )?'
     rules.append(f"{p} ::= {start} {root}")
     return gbnf.rstrip("\n") + "\n" + "\n".join(rules) + "\n", p
 

@@ -302,8 +302,23 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
     if template is not None and template in builtin_names():
         pairs = [(m["role"], m["content"] or "") for m in msgs]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
-    return render_jinja(template_source(model, template), msgs, add_generation_prompt, _special_text(model, model.bos),
+    source = template_source(model, template)
+    text = render_jinja(source, msgs, add_generation_prompt, _special_text(model, model.bos),
                         _special_text(model, model.eos), **variables)
+    return _model_turn_opened(source, text) if add_generation_prompt else text
+
+
+_GEMMA4_TURN_END, _GEMMA4_MODEL_TURN = "<turn|>\n", "<|turn>model\n"
+
+
+def _model_turn_opened(source: str, prompt: str) -> str:
+    """prompt with the model's turn opened where Gemma 4's template left it closed: after a model
+    turn that held calls, their responses and text, the template ends the turn and opens no new one
+    (it expects the model to go on after a response); the reply then starts a new model turn, as
+    llama.cpp's chat code has it."""
+    if "<|turn>model" in source and prompt.endswith(_GEMMA4_TURN_END):
+        return prompt + _GEMMA4_MODEL_TURN
+    return prompt
 
 
 def prompt_text(model: "_core.Model", prompt: str) -> str:

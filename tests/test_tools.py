@@ -21,37 +21,37 @@ WEATHER = {"type": "function", "function": {
 def test_calls_are_parsed_out_of_the_text():
     text = 'Let me look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n' \
            '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}\n</tool_call>'
-    content, calls = tools.parse(text)
+    content, calls = tools.hermes.parse(text)
     assert content == "Let me look."
     assert [c["function"]["name"] for c in calls] == ["get_weather"] * 2
     assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris"}, {"city": "Oslo"}]
     assert all(c["type"] == "function" and c["id"].startswith("call_") for c in calls)
-    assert tools.parse('<tool_call>{"name": "f", "arguments": {}}')[1]  # cut off before its closing tag
+    assert tools.hermes.parse('<tool_call>{"name": "f", "arguments": {}}')[1]  # cut off before its closing tag
     for text in ['```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```',
                  ' {"name": "get_weather", "arguments": {"city": "Paris"}}\n']:  # the JSON alone: a call too
-        content, calls = tools.parse(text)
+        content, calls = tools.hermes.parse(text)
         assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
     for text in ["no call here", "<tool_call>not json</tool_call>", '<tool_call>{"arguments": {}}</tool_call>',
                  '{"city": "Paris"}', 'It is {"name": "x", "arguments": {}} here']:
-        assert tools.parse(text) == (text, [])
+        assert tools.hermes.parse(text) == (text, [])
 
 
 def test_a_stream_holds_back_from_the_first_call_on():
-    s = tools.StreamSplitter()
+    s = tools.hermes.StreamSplitter()
     shown = [s.feed(piece) for piece in ["Sure", ". <tool", "_call>\n{\"name\": \"get_weather\", ",
                                          "\"arguments\": {\"city\": \"Rome\"}}\n</tool_call>"]]
     assert shown == ["Sure", ". ", "", ""]
     rest, calls = s.finish()
     assert rest == "" and json.loads(calls[0]["function"]["arguments"]) == {"city": "Rome"}
-    s = tools.StreamSplitter()
+    s = tools.hermes.StreamSplitter()
     assert s.feed("a < b and <tool") == "a < b and "  # a tail that may open a call waits
     assert s.feed("s>") == "<tools>" and s.finish() == ("", [])
-    s = tools.StreamSplitter()  # a reply that starts as a bare call waits for its end
+    s = tools.hermes.StreamSplitter()  # a reply that starts as a bare call waits for its end
     assert [s.feed(p) for p in ["``", "`json\n{\"name\": \"f\", ", "\"arguments\": {}}\n```"]] == ["", "", ""]
     assert s.finish()[1][0]["function"]["name"] == "f"
-    s = tools.StreamSplitter()  # and shows it whole where it was not one
+    s = tools.hermes.StreamSplitter()  # and shows it whole where it was not one
     assert s.feed("{not") == "" and s.finish() == ("{not", [])
-    s = tools.StreamSplitter()
+    s = tools.hermes.StreamSplitter()
     assert s.feed("``") == "" and s.feed("`python\nx = 1") == "```python\nx = 1"
 
 
@@ -137,11 +137,11 @@ def _forced_calls(client, choice, stream):
 
 
 def test_the_call_grammar_follows_the_format():
-    g = tools.call_grammar(tools.check_tools([WEATHER, CLOCK]), "get_time", parallel=False)
+    g = tools.hermes.call_grammar(tools.check_tools([WEATHER, CLOCK]), "get_time", parallel=False)
     assert g.startswith('root ::= tool-call\n') and '"\\"get_time\\""' in g and "get_weather" not in g
-    assert "(\"\\n\" tool-call)*" in tools.call_grammar([WEATHER])
+    assert "(\"\\n\" tool-call)*" in tools.hermes.call_grammar([WEATHER])
     with pytest.raises(ValueError):
-        tools.call_grammar([WEATHER], "nope")
+        tools.hermes.call_grammar([WEATHER], "nope")
 
 
 def _from_trigger(pattern, text):
@@ -158,7 +158,7 @@ def test_a_reply_that_is_a_call_alone_is_held_to_the_tool_schema(default_pair):
     (code, JSON that names no tool) stay free. At every character where the trigger fires, the
     grammar admits what it is fed (llama.cpp throws where it would not)."""
     checked = tools.check_tools([WEATHER, CLOCK])
-    gbnf, trigger = tools.call_grammar(checked, whole=True), tools.whole_call_trigger(checked)
+    gbnf, trigger = tools.hermes.call_grammar(checked, whole=True), tools.hermes.whole_call_trigger(checked)
     call = '{\n  "name": "get_weather",\n  "arguments": {\n    "city": %s\n  }\n}'
     held = [("```json\n" + call % '"Paris"' + "\n```", True),
             ("\n " + call % '"Paris"', True),
@@ -176,7 +176,7 @@ def test_a_reply_that_is_a_call_alone_is_held_to_the_tool_schema(default_pair):
         for text, valid in held:
             fed = _from_trigger(trigger, text)
             assert fed is not None and g.admits(gbnf, fed) == valid, text
-            assert (tools.parse(text)[1] != []) or not valid
+            assert (tools.hermes.parse(text)[1] != []) or not valid
             first = next(end for end in range(len(text) + 1) if _from_trigger(trigger, text[:end]) is not None)
             assert text[first - 1] == "," and g.admits(gbnf, _from_trigger(trigger, text[:first]), complete=False)
             for end in range(first, len(text) + 1) if valid else ():  # (a token ending further on fires it there)
@@ -189,8 +189,9 @@ def test_a_reply_that_is_a_call_alone_is_held_to_the_tool_schema(default_pair):
         for after, before in [("", ""), ("\n\n", "\n"), (" ", " "), ("\n", "")]:
             text = f'<tool_call>{after}{{"name": "get_weather", "arguments": {{"city": "Paris"}}}}{before}</tool_call>'
             assert g.admits(gbnf, text), text
-            assert g.admits(tools.call_grammar(checked), text), text
-        assert not g.admits(tools.call_grammar(checked), "```json\n" + call % '"Paris"' + "\n```")  # required: tags
+            assert g.admits(tools.hermes.call_grammar(checked), text), text
+        required = tools.hermes.call_grammar(checked)
+        assert not g.admits(required, "```json\n" + call % '"Paris"' + "\n```")  # required: tags
     finally:
         g.close()
 

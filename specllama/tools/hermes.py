@@ -1,10 +1,10 @@
 """Tool calls in the format of the Hermes and Qwen2.5 chat templates, which tell the model to answer
-a call as <tool_call>{"name": ..., "arguments": {...}}</tool_call>: OpenAI's tools checked, calls
-parsed out of the generated text into OpenAI's tool_calls, and a stream's text held back from
-the first <tool_call> on. Small models often leave the tags out and answer with the JSON object
-alone, bare or in a ```json block: a reply that is only that is taken as a call too. Another
-family's calls (Mistral's [TOOL_CALLS], Llama 3.1's <|python_tag|>) are not parsed: their text
-comes back as the message's content."""
+a call as <tool_call>{"name": ..., "arguments": {...}}</tool_call>: calls parsed out of the
+generated text into OpenAI's tool_calls, a stream's text held back from the first <tool_call> on,
+and the grammars that hold a call to the tools' schemas. Small models often leave the tags out
+and answer with the JSON object alone, bare or in a ```json block: a reply that is only that is
+taken as a call too. Another family's calls (Mistral's [TOOL_CALLS], Llama 3.1's <|python_tag|>)
+are not parsed: their text comes back as the message's content (Gemma 4's: tools.gemma4)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import re
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import schemas
+from .. import schemas
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # a whole reply that is one call's JSON object, bare or fenced
@@ -22,23 +22,6 @@ _WHOLE = re.compile(r"\s*(?:```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*", re.S)
 _WHOLE_STARTS = ("{", "```json", "```\n{")
 # schemas.LINES_SPACE_RULE as a regular expression
 _SPACE = r"(?: |\n{1,2}[ \t]{0,20})?"
-
-
-def check_tools(tools: Any) -> List[Dict[str, Any]]:
-    """OpenAI's tools list ([{"type": "function", "function": {"name", "description",
-    "parameters"}}]); ValueError naming the first bad entry."""
-    if not isinstance(tools, list):
-        raise ValueError("'tools' must be a list of {\"type\": \"function\", \"function\": {...}} objects")
-    for i, tool in enumerate(tools):
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
-            raise ValueError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
-        if not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise ValueError(f"tools[{i}].function needs a 'name'")
-        params = fn.get("parameters")
-        if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
-            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema of type object")
-    return tools
 
 
 def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True,
@@ -82,26 +65,16 @@ def whole_call_trigger(tools: List[Dict[str, Any]]) -> str:
             '"(?:' + names + ')"' + _SPACE + ",)")
 
 
-def template_messages(messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Messages as chat templates take them: an assistant's tool_calls with their arguments as
-    objects (OpenAI sends a JSON string, which a template's tojson would quote again)."""
-    out = []
-    for m in messages:
-        calls = m.get("tool_calls") if isinstance(m, dict) else None
-        if isinstance(calls, list):
-            m = dict(m, tool_calls=[_with_object_arguments(c) for c in calls])
-        out.append(m)
-    return out
+def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:
+    """The grammar of tool_choice "required" (name None) or a named tool: call_grammar's."""
+    return call_grammar(tools, name, parallel)
 
 
-def _with_object_arguments(call: Any) -> Any:
-    fn = call.get("function") if isinstance(call, dict) else None
-    if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
-        try:
-            return dict(call, function=dict(fn, arguments=json.loads(fn["arguments"])))
-        except ValueError:
-            pass
-    return call
+def lazy_grammar(tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
+    """tool_choice "auto": (the grammar, the patterns that start it), as llama-server's: a call to
+    the tools' schemas from its <tool_call> tag on, or from the tool's name on in a reply that is a
+    call's JSON object alone. ValueError where a schema cannot be converted."""
+    return call_grammar(tools, None, parallel, whole=True), [re.escape(OPEN), whole_call_trigger(tools)]
 
 
 def parse(text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
@@ -153,6 +126,9 @@ class StreamSplitter:
     call: everything from the first <tool_call> on is held back (and a tail that could be the start
     of one), and a whole reply that starts as a call's JSON object does, until finish() parses it."""
 
+    OPEN = OPEN  # a call's opening tag
+    WHOLE_STARTS = _WHOLE_STARTS  # how a reply that is a whole call starts
+
     def __init__(self) -> None:
         self.held = ""
         self.calling = False
@@ -165,28 +141,33 @@ class StreamSplitter:
             return ""
         if not self.started:
             head = self.held.lstrip()
-            if any(head.startswith(s) for s in _WHOLE_STARTS):
+            if any(head.startswith(s) for s in self.WHOLE_STARTS):
                 self.calling = True
                 return ""
-            if not head or any(s.startswith(head) for s in _WHOLE_STARTS):
+            if not head or any(s.startswith(head) for s in self.WHOLE_STARTS):
                 return ""  # not decided yet
             self.started = True
-        at = self.held.find(OPEN)
+        tag = self.OPEN
+        at = self.held.find(tag)
         if at >= 0:
             self.calling = True
             shown, self.held = self.held[:at], self.held[at:]
             return shown
-        keep = next((k for k in range(min(len(OPEN) - 1, len(self.held)), 0, -1)
-                     if OPEN.startswith(self.held[-k:])), 0)
+        keep = next((k for k in range(min(len(tag) - 1, len(self.held)), 0, -1)
+                     if tag.startswith(self.held[-k:])), 0)
         shown, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
         return shown
+
+    @staticmethod
+    def parse(text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+        return parse(text)
 
     def finish(self) -> Tuple[str, List[Dict[str, Any]]]:
         """(the rest of the content, the tool calls) once the text is complete."""
         held, self.held = self.held, ""
         if not self.calling:
             return held, []
-        content, calls = parse(held)
+        content, calls = self.parse(held)
         if not calls:
             return held, []
         return content or "", calls

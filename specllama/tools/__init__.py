@@ -1,0 +1,65 @@
+"""Tool calls: OpenAI's tools checked and given to the chat template, and the calls a reply makes
+parsed back into OpenAI's tool_calls, in the format the model's template teaches it. A format is a
+module of this package:
+
+- hermes: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, the Hermes and Qwen2.5 / Qwen3
+  templates' (and a reply that is a call's JSON object alone, as small models and Llama 3 write)
+- gemma4: <|tool_call>call:name{key:<|"|>text<|"|>,...}<tool_call|>, Gemma 4's
+
+Each has parse(text) -> (content, calls), a StreamSplitter that holds a stream's text back from a
+call's start, forced_grammar (tool_choice "required" or a named tool: every output is calls, the
+arguments by the tools' schemas) and lazy_grammar (tool_choice "auto": the grammar and the
+patterns that trigger it). format_of picks one by the chat template."""
+
+from __future__ import annotations
+
+import json
+from types import ModuleType
+from typing import Any, Dict, List, Optional
+
+from . import gemma4, hermes
+
+
+def format_of(template_source: Optional[str]) -> ModuleType:
+    """The call format a chat template teaches: gemma4 where it writes Gemma 4's call tag, else
+    hermes."""
+    return gemma4 if template_source and gemma4.OPEN in template_source else hermes
+
+
+def check_tools(tools: Any) -> List[Dict[str, Any]]:
+    """OpenAI's tools list ([{"type": "function", "function": {"name", "description",
+    "parameters"}}]); ValueError naming the first bad entry."""
+    if not isinstance(tools, list):
+        raise ValueError("'tools' must be a list of {\"type\": \"function\", \"function\": {...}} objects")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" or not isinstance(fn, dict):
+            raise ValueError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        if not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ValueError(f"tools[{i}].function needs a 'name'")
+        params = fn.get("parameters")
+        if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
+            raise ValueError(f"tools[{i}].function.parameters must be a JSON schema of type object")
+    return tools
+
+
+def template_messages(messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Messages as chat templates take them: an assistant's tool_calls with their arguments as
+    objects (OpenAI sends a JSON string, which a template's tojson would quote again)."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        if isinstance(calls, list):
+            m = dict(m, tool_calls=[_with_object_arguments(c) for c in calls])
+        out.append(m)
+    return out
+
+
+def _with_object_arguments(call: Any) -> Any:
+    fn = call.get("function") if isinstance(call, dict) else None
+    if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+        try:
+            return dict(call, function=dict(fn, arguments=json.loads(fn["arguments"])))
+        except ValueError:
+            pass
+    return call
