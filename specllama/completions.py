@@ -617,7 +617,7 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
         if thought is not None:
             choice["message"]["reasoning_content"] = thought
         if req.tools:
-            content, calls = req.tool_format.parse(text)
+            content, calls = req.tool_format.parse(text, req.template_kwargs.get("tools"))
             if calls:
                 choice["message"].update(content=content, tool_calls=calls)
                 choice["finish_reason"] = "tool_calls"
@@ -644,7 +644,7 @@ class ChunkWriter:
         self.created = first.created if first is not None else int(time.time())
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
-        self.splitter = req.tool_format.StreamSplitter() if req.tools else None
+        self.splitter = req.tool_format.StreamSplitter(req.template_kwargs.get("tools")) if req.tools else None
         self.thinking = reasoning.StreamSplitter(req.thinking_open) if req.splits_reasoning() else None
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:

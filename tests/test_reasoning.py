@@ -461,7 +461,7 @@ def test_template_variables_for_every_request(tiny, tmp_path):
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-32B",
-                      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "google-gemma-4-31B-it"]
+                      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "google-gemma-4-31B-it", "Qwen-Qwen3.5-4B"]
 
 
 def _render(name, messages, **variables):

@@ -4,12 +4,14 @@ module of this package:
 
 - hermes: <tool_call>{"name": ..., "arguments": {...}}</tool_call>, the Hermes and Qwen2.5 / Qwen3
   templates' (and a reply that is a call's JSON object alone, as small models and Llama 3 write)
+- qwen3_coder: <tool_call><function=name><parameter=key>value</parameter></function></tool_call>
+  over lines, the Qwen3-Coder and Qwen3.5 templates'
 - gemma4: <|tool_call>call:name{key:<|"|>text<|"|>,...}<tool_call|>, Gemma 4's
 
-Each has parse(text) -> (content, calls), a StreamSplitter that holds a stream's text back from a
-call's start, forced_grammar (tool_choice "required" or a named tool: every output is calls, the
-arguments by the tools' schemas) and lazy_grammar (tool_choice "auto": the grammar and the
-patterns that trigger it). format_of picks one by the chat template."""
+Each has parse(text, tools) -> (content, calls), a StreamSplitter(tools) that holds a stream's
+text back from a call's start, forced_grammar (tool_choice "required" or a named tool: every
+output is calls, the arguments by the tools' schemas) and lazy_grammar (tool_choice "auto": the
+grammar and the patterns that trigger it). format_of picks one by the chat template."""
 
 from __future__ import annotations
 
@@ -17,13 +19,18 @@ import json
 from types import ModuleType
 from typing import Any, Dict, List, Optional
 
-from . import gemma4, hermes
+from . import gemma4, hermes, qwen3_coder
 
 
 def format_of(template_source: Optional[str]) -> ModuleType:
-    """The call format a chat template teaches: gemma4 where it writes Gemma 4's call tag, else
-    hermes."""
-    return gemma4 if template_source and gemma4.OPEN in template_source else hermes
+    """The call format a chat template teaches: gemma4 where it writes Gemma 4's call tag,
+    qwen3_coder where it writes <function=...> and <parameter=...> blocks, else hermes."""
+    source = template_source or ""
+    if gemma4.OPEN in source:
+        return gemma4
+    if "<function=" in source and "<parameter=" in source:
+        return qwen3_coder
+    return hermes
 
 
 def check_tools(tools: Any) -> List[Dict[str, Any]]:

@@ -125,10 +125,10 @@ def _call(text: str, at: int) -> Tuple[Optional[Dict[str, Any]], int]:
             "function": {"name": m.group(1), "arguments": json.dumps(args, ensure_ascii=False)}}, end
 
 
-def parse(text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Optional[str], List[Dict[str, Any]]]:
     """(content, tool_calls) of a generated text: the calls in OpenAI's shape, the content the
     text before the first call (None where empty). Text with no call that parses comes back whole
-    as content, with no calls."""
+    as content, with no calls. (tools: unused, the notation types the values itself.)"""
     calls = []
     start = text.find(OPEN)
     at = start
@@ -148,11 +148,10 @@ class StreamSplitter(_HermesSplitter):
     call: everything from the first <|tool_call> on is held back (and a tail that could be the
     start of one) until finish() parses it."""
 
-    OPEN = OPEN
+    OPENS = (OPEN,)
     WHOLE_STARTS = ()
 
-    @staticmethod
-    def parse(text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    def parse(self, text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
         return parse(text)
 
 

@@ -77,10 +77,10 @@ def lazy_grammar(tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[st
     return call_grammar(tools, None, parallel, whole=True), [re.escape(OPEN), whole_call_trigger(tools)]
 
 
-def parse(text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Optional[str], List[Dict[str, Any]]]:
     """(content, tool_calls) of a generated text: the calls in OpenAI's shape, the content the
     text before the first call (None where empty). Text with no call that parses comes back whole
-    as content, with no calls."""
+    as content, with no calls. (tools: unused, the JSON types the values itself.)"""
     whole = _WHOLE.fullmatch(text)
     if whole:
         call = _call(whole.group(1) or whole.group(2))
@@ -126,10 +126,11 @@ class StreamSplitter:
     call: everything from the first <tool_call> on is held back (and a tail that could be the start
     of one), and a whole reply that starts as a call's JSON object does, until finish() parses it."""
 
-    OPEN = OPEN  # a call's opening tag
+    OPENS: Tuple[str, ...] = (OPEN,)  # how a call starts
     WHOLE_STARTS = _WHOLE_STARTS  # how a reply that is a whole call starts
 
-    def __init__(self) -> None:
+    def __init__(self, tools: Optional[List[Dict[str, Any]]] = None) -> None:
+        self.tools = tools  # the request's (a format that types values by their schemas reads them)
         self.held = ""
         self.calling = False
         self.started = False  # the reply's start was seen and is not a bare call's
@@ -147,19 +148,18 @@ class StreamSplitter:
             if not head or any(s.startswith(head) for s in self.WHOLE_STARTS):
                 return ""  # not decided yet
             self.started = True
-        tag = self.OPEN
-        at = self.held.find(tag)
+        at = min((i for i in (self.held.find(tag) for tag in self.OPENS) if i >= 0), default=-1)
         if at >= 0:
             self.calling = True
             shown, self.held = self.held[:at], self.held[at:]
             return shown
-        keep = next((k for k in range(min(len(tag) - 1, len(self.held)), 0, -1)
-                     if tag.startswith(self.held[-k:])), 0)
+        longest = max(len(tag) for tag in self.OPENS)
+        keep = next((k for k in range(min(longest - 1, len(self.held)), 0, -1)
+                     if any(tag.startswith(self.held[-k:]) for tag in self.OPENS)), 0)
         shown, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
         return shown
 
-    @staticmethod
-    def parse(text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    def parse(self, text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
         return parse(text)
 
     def finish(self) -> Tuple[str, List[Dict[str, Any]]]:
