@@ -75,6 +75,21 @@ def check(schema: Any) -> None:
                              f"{', '.join(FORMATS)})")
 
 
+def format_text(fmt: str, path: str = "schema") -> str:
+    """A GBNF expression (no rule names) of the text of a string in one of FORMATS, unquoted: the
+    converter's rules for date, time and date-time, and its pattern for a uuid."""
+    from llama_cpp.llama_grammar import STRING_FORMAT_RULES
+
+    if fmt == "uuid":
+        hexes = lambda n: " ".join(["[0-9a-fA-F]"] * n)  # noqa: E731
+        return " \"-\" ".join(hexes(n) for n in (8, 4, 4, 4, 12))
+    date, time = (f"({STRING_FORMAT_RULES[k].content})" for k in ("date", "time"))
+    text = {"date": date, "time": time, "date-time": f'{date} "T" {time}'}.get(fmt)
+    if text is None:
+        raise ValueError(f"the string format '{fmt}' (at {path}) is not supported (supported: {', '.join(FORMATS)})")
+    return f"( {text} )"
+
+
 def integer_range(node: dict, path: str = "schema") -> Tuple[Optional[int], Optional[int]]:
     """(lowest, highest) integer an integer schema admits by its bounds (None: no bound on that side);
     ValueError for a bound that is not a number, or bounds no integer meets."""

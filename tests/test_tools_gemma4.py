@@ -250,12 +250,16 @@ def test_schemas_of_every_kind(grammar_text):
     assert admits(const, f"{{k:{{A:true,b:[1,{Q}x{Q}]}}}}") and not admits(const, f"{{k:{{b:[1,{Q}x{Q}],A:true}}}}")
     items = {"type": "object", "properties": {"l": {"type": "array", "items": {"type": "integer"}, "minItems": 2}}}
     assert admits(items, "{l:[1,2]}") and not admits(items, "{l:[1]}") and not admits(items, "{l:[]}")
+    dated = {"type": "object", "properties": {"d": {"type": "string", "format": "date"},
+                                              "t": {"type": "string", "format": "date-time"}}}
+    assert admits(dated, f"{{d:{Q}2025-03-14{Q},t:{Q}2025-03-14T09:30:00Z{Q}}}")
+    assert not admits(dated, f"{{d:{Q}tomorrow{Q}}}") and not admits(dated, f"{{d:{Q}2025-13-01{Q}}}")
     mapping = {"type": "object", "additionalProperties": {"type": "integer"}}
     assert admits(mapping, "{a:1,b:2}") and not admits(mapping, f"{{a:{Q}x{Q}}}")
 
 
 @pytest.mark.parametrize("schema, where", [
-    ({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}}, "'format'"),
+    ({"type": "object", "properties": {"d": {"type": "string", "format": "email"}}}, "'email' (at schema.properties.d)"),
     ({"type": "object", "properties": {"s": {"type": "string", "pattern": "^a"}}}, "'pattern'"),
     ({"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}}, "'maxLength'"),
     ({"type": "object", "properties": {"s": {"allOf": [{"type": "string"}]}}}, "'allOf'"),
@@ -325,10 +329,10 @@ def test_a_gemma4_request_gets_gemma4s_grammars(tiny_decoder):
     req, opts = options({"tools": [CLOCK]}, TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja")
     assert req.tool_format is tools.hermes and "<tool_call>" in opts.grammar
     bad = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "properties": {"d": {"type": "string", "format": "date"}}}}}
+        "type": "object", "properties": {"d": {"type": "string", "pattern": "^[0-9]+$"}}}}}
     with pytest.raises(RequestError) as e:
         options({"tools": [bad], "tool_choice": "required"})
-    assert e.value.param == "tools" and "'format'" in e.value.message
+    assert e.value.param == "tools" and "'pattern'" in e.value.message
     _, opts = options({"tools": [bad]})  # "auto": the calls are left free
     assert not opts.grammar and not list(opts.grammar_trigger_patterns)
 

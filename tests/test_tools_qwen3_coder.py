@@ -225,6 +225,15 @@ def test_one_call_or_the_named_tool(grammar_text):
     assert not grammar_text.admits(xml.forced_grammar(checked), bare)
 
 
+def test_string_formats(grammar_text):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "d": {"type": "string", "format": "date"}, "u": {"type": "string", "format": "uuid"}}}}}
+    grammar = xml.forced_grammar([tool])
+    assert grammar_text.admits(grammar, _call("f", ("d", "2025-03-14"), ("u", "123e4567-e89b-12d3-a456-426614174000")))
+    assert not grammar_text.admits(grammar, _call("f", ("d", "next Friday")))
+    assert not grammar_text.admits(grammar, _call("f", ("u", "123")))
+
+
 def test_many_required_parameters_come_in_the_schemas_order(grammar_text):
     props = {f"p{i}": {"type": "integer"} for i in range(8)}
     tool = {"type": "function", "function": {"name": "f", "parameters": {
@@ -236,7 +245,7 @@ def test_many_required_parameters_come_in_the_schemas_order(grammar_text):
 
 @pytest.mark.parametrize("schema, where", [
     ({"type": "string", "pattern": "^a"}, "'pattern'"),
-    ({"type": "string", "format": "email"}, "'format'"),
+    ({"type": "string", "format": "email"}, "'email' (at tools[0].function.parameters.properties.v)"),
     ({"type": "number", "minimum": 0}, "'minimum'"),
     ({"type": "array", "uniqueItems": True}, "'uniqueItems'"),
 ])

@@ -11,9 +11,10 @@ calls alike (case ignored).
 parse() reads the calls into OpenAI's tool_calls (arguments as JSON); the grammars hold a call to
 its tool's parameter schema in this notation (keys in the template's sorted order, each required
 one present), which llama.cpp's grammar for Gemma 4 does not (it admits any arguments). A schema
-keyword the notation's grammar cannot follow is refused with its place: pattern, format,
-minLength, maxLength, allOf, prefixItems, a $ref outside the schema's $defs / definitions,
-additionalProperties beside properties, and those specllama.schemas refuses for JSON."""
+keyword the notation's grammar cannot follow is refused with its place: pattern, minLength,
+maxLength, allOf, prefixItems, a $ref outside the schema's $defs / definitions,
+additionalProperties beside properties, and those specllama.schemas refuses for JSON (string
+formats other than date, time, date-time and uuid among them)."""
 
 from __future__ import annotations
 
@@ -189,7 +190,7 @@ _BASE = [
     f'{_P}-list ::= "[" ( {_P}-value ( "," {_P}-value )* )? "]"',
 ]
 # what a schema may hold that its grammar here does not follow
-_REFUSED = ("pattern", "format", "minLength", "maxLength", "allOf", "prefixItems")
+_REFUSED = ("pattern", "minLength", "maxLength", "allOf", "prefixItems")
 
 
 class _Converter:
@@ -241,6 +242,8 @@ class _Converter:
 
     def _typed(self, t: Any, s: Dict[str, Any], path: str) -> str:
         if t == "string":
+            if "format" in s:
+                return f"{gbnf.literal(QUOTE)} {schemas.format_text(s['format'], path)} {gbnf.literal(QUOTE)}"
             return f"{_P}-text"
         if t == "integer":
             lo, hi = schemas.integer_range(s, path)

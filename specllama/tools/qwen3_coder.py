@@ -19,8 +19,8 @@ parse() reads the calls into OpenAI's tool_calls, typing each value by its tool'
 type the schema takes other than a string, else the text), and the grammars hold a call to its
 tool's schema as llama.cpp's grammar for this format does: the required parameters in any order
 (in the schema's order beyond six), then optional ones; a text value is any text up to its closing
-tag, a string enum one of its values, a boolean true or false (or Python's), and a value of another
-type JSON by its schema (specllama.schemas)."""
+tag, a string enum one of its values, a date, time, date-time or uuid by its format, a boolean
+true or false (or Python's), and a value of another type JSON by its schema (specllama.schemas)."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ class StreamSplitter(_HermesSplitter):
 # --- grammars -----------------------------------------------------------------------------------
 
 _P = "xml"
-_REFUSED = ("pattern", "format", "minLength", "maxLength")
+_REFUSED = ("pattern", "minLength", "maxLength")
 
 
 class _Rules:
@@ -191,6 +191,8 @@ class _Rules:
                 if "enum" in schema or "const" in schema:
                     values = schema.get("enum", [schema.get("const")])
                     return "( " + " | ".join(gbnf.literal(v) for v in values) + " )"
+                if "format" in schema:
+                    return schemas.format_text(schema["format"], path)
             elif types == {"boolean"} and not any(k in schema for k in ("enum", "const")):
                 return '( "true" | "false" | "True" | "False" )'  # (the template writes Python's)
             elif types and "string" not in types:
