@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Optional
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,10 +73,11 @@ def wait_healthy(url: str, proc, timeout: float = 300) -> None:
 
 
 def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threads: int, llama_bin: Path,
-          extra=()):
+          extra=(), chat_template: Optional[str] = None):
     """A server of kind specllama, specllama-no-draft, specllama-no-forced (a draft, no grammar-forced
     drafts), llama-server or llama-server-no-draft started on
-    a free port with the given flags (and extra ones, which both servers take); (process, url, command)."""
+    a free port with the given flags (and extra ones, which both servers take; chat_template: a Jinja
+    file both serve instead of the model's template); (process, url, command)."""
     port = free_port()
     if kind.startswith("llama-server"):
         # -md alone only loads the draft: this llama.cpp speculates with the types --spec-type names
@@ -84,11 +86,13 @@ def start(kind: str, target: str, draft: str, n_parallel: int, n_ctx: int, threa
         cmd = [str(llama_bin / "llama-server"), "-m", target, *spec, "-np", str(n_parallel),
                "-c", str(n_ctx * n_parallel), "-t", str(threads), "-ngl", "0", "--port", str(port),
                "--host", "127.0.0.1"]
+        cmd += ["--jinja", "--chat-template-file", chat_template] if chat_template else []
     else:
         cmd = [sys.executable, "-m", "specllama", "serve", "-m", target, "-np", str(n_parallel), "-c", str(n_ctx),
                "-t", str(threads), "--port", str(port)]
         cmd += ["--no-draft"] if kind == "specllama-no-draft" else ["-d", draft]
         cmd += ["--no-forced-drafts"] if kind == "specllama-no-forced" else []
+        cmd += ["--chat-template", chat_template] if chat_template else []
     cmd += list(extra)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -103,12 +107,12 @@ def llama_cpp_bin() -> Path:
 
 
 def fresh_servers(kinds, rounds: int, target: str, draft: str, n_ctx: int, threads: int, llama_bin: Path,
-                  extra=()):
+                  extra=(), chat_template: Optional[str] = None):
     """Each round, each kind of server started fresh (one slot), the kinds' order rotating by round:
     yields (round, kind, url, its portable command line) and stops the server after its turn."""
     for r in range(rounds):
         for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
-            proc, url, cmd = start(kind, target, draft, 1, n_ctx, threads, llama_bin, extra)
+            proc, url, cmd = start(kind, target, draft, 1, n_ctx, threads, llama_bin, extra, chat_template)
             try:
                 yield r, kind, url, portable(cmd)
             finally:

@@ -101,6 +101,8 @@ def main():
     ap.add_argument("--temps", default="0,0.8")
     ap.add_argument("--servers", default="specllama,specllama-no-forced,specllama-no-draft,llama-server")
     ap.add_argument("--tasks", default="extract,tool")
+    ap.add_argument("--chat-template", default=None, metavar="FILE",
+                    help="a Jinja chat template both servers serve (the tool calls in its format)")
     ap.add_argument("--out", default="bench-out")
     args = ap.parse_args()
 
@@ -110,7 +112,8 @@ def main():
     temps = [float(x) for x in args.temps.split(",")]
     runs = {(k, task, t): [] for k in kinds for task in tasks for t in temps}
     commands = {}
-    for r, kind, url, cmd in fresh_servers(kinds, args.rounds, target, draft, 2048, args.threads, llama_cpp_bin()):
+    for r, kind, url, cmd in fresh_servers(kinds, args.rounds, target, draft, 2048, args.threads, llama_cpp_bin(),
+                                           chat_template=args.chat_template):
         commands.setdefault(kind, cmd)
         with httpx.Client(base_url=url, timeout=900) as http:
             one(http, "extract", TEXTS[0], 0.0, 0, 8)  # the server's first request (allocations, graphs)
@@ -148,7 +151,8 @@ def main():
     report = {"provenance": provenance({"target": target, "draft": draft}, args.threads),
               "settings": portable_settings(vars(args)), "server_commands": commands, "results": table,
               "schema": SCHEMA, "tools": TOOLS, "runs": {f"{k} {task} T={t}": v for (k, task, t), v in runs.items()}}
-    name = f"structured_{args.pair}{'_' + args.target_type if args.target_type else ''}.json"
+    template = "_" + Path(args.chat_template).stem if args.chat_template else ""
+    name = f"structured_{args.pair}{'_' + args.target_type if args.target_type else ''}{template}.json"
     (out / name).write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out / name}")
 
