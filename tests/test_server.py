@@ -260,6 +260,11 @@ BAD = [
      "invalid_json", None),
     ("bytes that are not UTF-8", dict(content=b'{"messages": [{"role": "user", "content": "caf\xe9"}]}'), 400,
      "invalid_json", None),
+    ("a body nested deeper than Python recurses", dict(content=b"[" * 100_000 + b"]" * 100_000), 400,
+     "invalid_json", None),
+    ("a schema nested 150 levels deep", dict(json={"messages": MESSAGES, "response_format": {
+        "type": "json_schema", "json_schema": {"schema": json.loads('{"items": ' * 150 + "{}" + "}" * 150)}}}),
+     400, "invalid_json", None),
     ("a lone surrogate", dict(content=b'{"messages": [{"role": "user", "content": "x\\udcff"}]}'), 400,
      "invalid_value", "messages"),
     ("a field of the wrong type", dict(json={"messages": MESSAGES, "temperature": "hot"}), 400, "invalid_type",

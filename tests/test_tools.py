@@ -284,3 +284,26 @@ def test_apply_template_renders_a_conversation_as_a_chat_request_does(qwen_serve
     assert chat["usage"]["prompt_tokens"] == len(tokens)
     bad = qwen_server.post("/apply-template", {"messages": messages, "tools": [{"type": "function"}]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tools"
+
+
+@pytest.mark.parametrize("fmt, text", [
+    ("hermes", '<tool_call>{"name": "f", "arguments": {"a": %s}}</tool_call>'),
+    ("hermes", '{"name": "f", "arguments": %s}'),
+    ("gemma4", "<|tool_call>call:f{a:%s}<tool_call|>"),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\n%s\n</parameter>\n</function>\n</tool_call>"),
+])
+def test_a_reply_nested_deeper_than_python_recurses_is_no_call(fmt, text):
+    """A reply nested 100,000 lists deep (a model left free can write that) parses to no call, or to
+    text, instead of raising RecursionError out of the response."""
+    deep = text % ("[" * 100_000)
+    module = getattr(tools, fmt)
+    content, calls = module.parse(deep, [])
+    if calls:  # (the XML form reads a value that is no JSON as text)
+        assert fmt == "qwen3_coder" and json.loads(calls[0]["function"]["arguments"])["a"].startswith("[[[")
+    else:
+        assert content == deep
+    s = module.StreamSplitter([])
+    s.feed(deep)
+    assert s.finish()[1] == calls or fmt == "qwen3_coder"
+    assert tools.template_messages([{"role": "assistant", "tool_calls": [
+        {"function": {"name": "f", "arguments": "[" * 100_000}}]}])

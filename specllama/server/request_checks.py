@@ -48,7 +48,8 @@ def _authorized(st: ServerState, request: Request) -> bool:
 
 
 async def read_json(request: Request) -> Any:
-    """The request's body as JSON; RequestError for a body over the size limit (413) or not JSON."""
+    """The request's body as JSON; RequestError for a body over the size limit (413), not JSON, or
+    nested deeper than MAX_DEPTH."""
     limit = server_state(request).config.max_body_bytes
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
@@ -58,10 +59,31 @@ async def read_json(request: Request) -> Any:
         body += chunk
         if len(body) > limit:
             raise RequestError(f"the request body is over {limit} bytes", None, "body_too_large", 413)
+    too_deep = RequestError(f"the request body is nested more than {MAX_DEPTH} levels deep", None, "invalid_json")
     try:
-        return json.loads(bytes(body))
+        value = json.loads(bytes(body))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RequestError(f"the request body is not valid JSON: {exc}", None, "invalid_json") from None
+    except RecursionError:
+        raise too_deep from None
+    if _deeper_than(value, MAX_DEPTH):
+        raise too_deep
+    return value
+
+
+MAX_DEPTH = 100  # lists and objects in a request body (the handling of a deeper one would run out of stack)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether value (parsed JSON) nests lists and objects more than limit levels deep."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, (list, dict)):
+            if depth > limit:
+                return True
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
 
 
 def check_model(st: ServerState, name: Optional[str]) -> None:

@@ -67,6 +67,6 @@ def _with_object_arguments(call: Any) -> Any:
     if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
         try:
             return dict(call, function=dict(fn, arguments=json.loads(fn["arguments"])))
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     return call

@@ -115,7 +115,7 @@ def _call(text: str, at: int) -> Tuple[Optional[Dict[str, Any]], int]:
         return None, at
     try:
         args, end = _object(text, m.end() + 1)
-    except _Syntax:
+    except (_Syntax, RecursionError):  # (RecursionError: nested deeper than Python recurses)
         return None, at
     end = _space(text, end)
     if text.startswith(CLOSE, end):

@@ -105,7 +105,7 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
 def _call(body: str) -> Optional[Dict[str, Any]]:
     try:
         obj = json.loads(body.strip())
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested deeper than Python recurses)
         return None
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return None
@@ -113,7 +113,7 @@ def _call(body: str) -> Optional[Dict[str, Any]]:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     if not isinstance(args, dict):
         return None

@@ -85,7 +85,7 @@ def _value(text: str, schema: Any) -> Any:
         return text
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # (RecursionError: nested deeper than Python recurses)
         value = _PYTHON.get(text.strip(), text)
     kind = _json_type(value)
     fits = not types or kind in types or (kind == "integer" and "number" in types) or "other" in types
