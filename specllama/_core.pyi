@@ -678,6 +678,46 @@ class GenerateOptions:
     def temperature(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
+    def thinking_budget(self) -> int:
+        """
+        a reasoning model's thinking budget in tokens (llama-server's --reasoning-budget): once that many tokens of the reply are thinking (after thinking_budget_start, or from the reply's start with thinking_budget_opened) and none of thinking_budget_ends closed it, thinking_budget_forced follows, for the target and the draft alike; -1 = none
+        """
+    @thinking_budget.setter
+    def thinking_budget(self, arg1: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def thinking_budget_ends(self) -> list[list[int]]:
+        """
+        token sequences that close the thinking (its closing tag)
+        """
+    @thinking_budget_ends.setter
+    def thinking_budget_ends(self, arg1: collections.abc.Sequence[collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]]) -> None:
+        ...
+    @property
+    def thinking_budget_forced(self) -> list[int]:
+        """
+        the tokens forced once the budget is spent (a message and the closing tag)
+        """
+    @thinking_budget_forced.setter
+    def thinking_budget_forced(self, arg1: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
+    def thinking_budget_opened(self) -> bool:
+        """
+        the prompt opened the thinking
+        """
+    @thinking_budget_opened.setter
+    def thinking_budget_opened(self, arg1: bool) -> None:
+        ...
+    @property
+    def thinking_budget_start(self) -> list[int]:
+        """
+        the tokens that open the thinking (its opening tag)
+        """
+    @thinking_budget_start.setter
+    def thinking_budget_start(self, arg1: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
     def threads_draft(self) -> int:
         """
         DSI: drafter threads (0: split the decoder's threads)

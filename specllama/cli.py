@@ -677,9 +677,15 @@ def chat(mo, so, do, system, chat_template, template_kwargs, input_encoding):
               help="As llama-server's: a reasoning model's thinking (<think>...</think> at the start of a chat "
                    "reply) comes back as the message's reasoning_content ('auto' and 'deepseek' alike), or stays "
                    "in the content ('none'). A request's reasoning_format overrides it.")
+@click.option("--reasoning-budget", "reasoning_budget", type=click.IntRange(-1), default=-1, show_default=True,
+              metavar="N",
+              help="As llama-server's: a reasoning model's thinking gets N tokens, then its closing tag is forced "
+                   "(0: closed at once; -1: no budget). A request's reasoning_budget_tokens overrides it.")
+@click.option("--reasoning-budget-message", "reasoning_budget_message", default="", metavar="TEXT",
+              help="Text forced before the closing tag when the thinking budget is spent.")
 @_library_errors
 def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, cors_origins, fim_preset, cache_reuse,
-          n_batch, template_kwargs, reasoning_format):
+          n_batch, template_kwargs, reasoning_format, reasoning_budget, reasoning_budget_message):
     """Serve the models over the OpenAI API (/v1/chat/completions, /v1/completions, /v1/responses,
     /v1/models), Anthropic's (/v1/messages), Ollama's (/api/chat, /api/generate) and llama-server's
     own endpoints (/completion, /infill for editors' code completion, /tokenize, /detokenize), with
@@ -707,7 +713,8 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
             name = name[:-5]
         config = ServerConfig(host=host, port=port, parallel=parallel, queue_size=queue_size, api_key=api_key or None,
                               chat_template=chat_template, cors_origins=cors_origins, model_name=name, defaults=defaults,
-                              n_batch=n_batch, reasoning_format=reasoning_format, template_kwargs=template_kwargs)
+                              n_batch=n_batch, reasoning_format=reasoning_format, template_kwargs=template_kwargs,
+                              reasoning_budget=reasoning_budget, reasoning_budget_message=reasoning_budget_message)
         _err(f"specllama serve: {what}")
         try:
             run_server(dec, config, announce=_err, own_decoder=True)

@@ -59,7 +59,8 @@ _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "tempera
            "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
            "repeat_last_n", "logit_bias", "logprobs", "grammar", "json_schema"}
 CHAT_FIELDS = (_COMMON | {"messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice",
-                          "parallel_tool_calls", "reasoning_format"} | set(_NEUTRAL) | _PASSIVE)
+                          "parallel_tool_calls", "reasoning_format", "reasoning_budget_tokens", "thinking_budget_tokens",
+                          "reasoning_budget_message"} | set(_NEUTRAL) | _PASSIVE)
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
 # /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
 FIM_N_BATCH = 2048
@@ -107,6 +108,10 @@ class Request:
     # the markup of the chat template's thinking mode (prompt_tokens; None: it has none)
     template_markup: Optional[Tuple[str, str]] = None
     answer_grammar: bool = False  # the grammar is the answer's (a schema's, a forced call's), not a raw GBNF
+    # chat: the thinking's budget in tokens (-1: none; None: not given, the server's) and the message
+    # forced before its closing tag when it is spent (None: not given)
+    reasoning_budget: Optional[int] = None
+    reasoning_budget_message: Optional[str] = None
 
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
@@ -382,6 +387,7 @@ def _chat_prompt(body: dict, req: Request) -> None:
             req.reasoning_format = reasoning.check_format(body["reasoning_format"])
         except ValueError as exc:
             raise RequestError(str(exc), "reasoning_format", "invalid_value") from None
+    _budget_fields(body, req)
     tk = body.get("chat_template_kwargs")
     if tk is not None:
         if not isinstance(tk, dict) or any(k in ("messages", "add_generation_prompt") for k in tk):
@@ -389,6 +395,24 @@ def _chat_prompt(body: dict, req: Request) -> None:
                                "chat_template_kwargs", "invalid_value")
         req.template_kwargs = dict(tk)
     _tools_fields(body, req)
+
+
+def _budget_fields(body: dict, req: Request) -> None:
+    """llama-server's reasoning_budget_tokens (or thinking_budget_tokens) and reasoning_budget_message."""
+    for name in ("reasoning_budget_tokens", "thinking_budget_tokens"):
+        v = body.get(name)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+            raise RequestError(f"'{name}' must be an integer >= -1 (-1: no budget)", name,
+                               "invalid_value" if isinstance(v, int) else "invalid_type")
+        req.reasoning_budget = v
+    msg = body.get("reasoning_budget_message")
+    if msg is not None:
+        if not isinstance(msg, str):
+            raise RequestError("'reasoning_budget_message' must be a string", "reasoning_budget_message",
+                               "invalid_type")
+        req.reasoning_budget_message = msg
 
 
 def _tools_fields(body: dict, req: Request) -> None:
@@ -522,12 +546,28 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
         elif req.answer_grammar:
             opts.grammar, opts.grammar_root = reasoning.grammar_after_thinking(opts.grammar, opts.grammar_root, markup,
                                                                                req.thinking_open is not None)
+    if req.reasoning_budget is not None and req.reasoning_budget >= 0 and markup:
+        _thinking_budget(dec, req, opts, markup)
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:
         param = next((p for p in ("drafter", "n_draft", "speculative", "seed", "logit_bias", "grammar") if p in str(exc)),
                      None)
         raise RequestError(str(exc), param, "invalid_value") from None
+
+
+def _thinking_budget(dec, req: Request, opts: GenerateOptions, markup) -> None:
+    """opts with the request's thinking budget, as llama-server's --reasoning-budget: after that
+    many tokens of thinking (from the reply's start where the prompt opened it, else after the
+    markup's opening tag), the message and the closing tag are forced, as tokens."""
+    def tokens(text: str) -> List[int]:
+        return list(dec.target_model.tokenize(text, add_special=False, parse_special=True)) if text else []
+
+    opts.thinking_budget = req.reasoning_budget
+    opts.thinking_budget_opened = req.thinking_open is not None
+    opts.thinking_budget_start = tokens(markup[0])
+    opts.thinking_budget_ends = [tokens(markup[1])]
+    opts.thinking_budget_forced = tokens(req.reasoning_budget_message or "") + tokens(markup[1])
 
 
 def _tool_grammar(req: Request, opts: GenerateOptions) -> None:

@@ -171,6 +171,28 @@ void register_options(py::module_ & m) {
             [](gp & p, float v) { p.controls.frequency = v; },
             "subtracted per occurrence from a counted token's logit; 0 = off")
         .def_property(
+            "thinking_budget", [](const gp & p) { return p.controls.budget.tokens; },
+            [](gp & p, int32_t v) { p.controls.budget.tokens = v; },
+            "a reasoning model's thinking budget in tokens (llama-server's --reasoning-budget): once that many "
+            "tokens of the reply are thinking (after thinking_budget_start, or from the reply's start with "
+            "thinking_budget_opened) and none of thinking_budget_ends closed it, thinking_budget_forced follows, "
+            "for the target and the draft alike; -1 = none")
+        .def_property(
+            "thinking_budget_opened", [](const gp & p) { return p.controls.budget.opened; },
+            [](gp & p, bool v) { p.controls.budget.opened = v; }, "the prompt opened the thinking")
+        .def_property(
+            "thinking_budget_start", [](const gp & p) { return p.controls.budget.start; },
+            [](gp & p, const std::vector<llama_token> & v) { p.controls.budget.start = v; },
+            "the tokens that open the thinking (its opening tag)")
+        .def_property(
+            "thinking_budget_ends", [](const gp & p) { return p.controls.budget.ends; },
+            [](gp & p, const std::vector<std::vector<llama_token>> & v) { p.controls.budget.ends = v; },
+            "token sequences that close the thinking (its closing tag)")
+        .def_property(
+            "thinking_budget_forced", [](const gp & p) { return p.controls.budget.forced; },
+            [](gp & p, const std::vector<llama_token> & v) { p.controls.budget.forced = v; },
+            "the tokens forced once the budget is spent (a message and the closing tag)")
+        .def_property(
             "grammar", [](const gp & p) { return to_str(p.grammar); },
             [](gp & p, const std::string & v) { p.grammar = v; },
             "a GBNF grammar (llama.cpp's) the output must follow: what it rejects is masked out of the target's and "

@@ -39,12 +39,76 @@ void logit_controls_validate(const logit_controls & c, int32_t n_vocab) {
     if (!std::isfinite(c.frequency) || !std::isfinite(c.presence)) {
         throw std::invalid_argument("frequency_penalty and presence_penalty must be finite numbers");
     }
+    const auto in_vocab = [&](const std::vector<llama_token> & seq) {
+        return std::all_of(seq.begin(), seq.end(), [&](llama_token t) { return t >= 0 && t < n_vocab; });
+    };
+    const thinking_budget & b = c.budget;
+    if (b.tokens >= 0 && (b.forced.empty() || !in_vocab(b.forced) || !in_vocab(b.start) ||
+                          !std::all_of(b.ends.begin(), b.ends.end(), in_vocab) || (!b.opened && b.start.empty()))) {
+        throw std::invalid_argument("a thinking budget needs its forced tokens, and its start and end sequences, "
+                                    "in the vocabulary (and a start sequence unless the prompt opened the thinking)");
+    }
+}
+
+llama_token thinking_budget_forces(const thinking_budget & b, const llama_token * before, int32_t n_before,
+                                   const llama_token * after, int32_t n_after) {
+    if (!b.active()) {
+        return -1;
+    }
+    const int32_t n  = n_before + n_after;
+    const auto    at = [&](int32_t i) { return i < n_before ? before[i] : after[i - n_before]; };
+    // whether seq ends at position i (inclusive) of the history, within the reply
+    const auto ends_with = [&](const std::vector<llama_token> & seq, int32_t i) {
+        const int32_t k = (int32_t) seq.size();
+        if (k == 0 || i + 1 - k < b.reply_start) {
+            return false;
+        }
+        for (int32_t j = 0; j < k; ++j) {
+            if (at(i + 1 - k + j) != seq[j]) {
+                return false;
+            }
+        }
+        return true;
+    };
+    enum class state : int8_t { idle, thinking, done };
+    state   s       = b.opened ? state::thinking : state::idle;
+    int32_t count   = 0;   // thinking tokens so far
+    int32_t forcing = -1;  // where the forced text began (-1: not yet)
+    for (int32_t i = std::max(b.reply_start, 0); i < n && s != state::done; ++i) {
+        if (s == state::idle) {
+            s = ends_with(b.start, i) ? state::thinking : s;
+            continue;
+        }
+        if (forcing < 0 && count >= b.tokens) {
+            forcing = i;  // the budget is spent: the forced text begins here
+        }
+        if (forcing >= 0) {
+            s = i + 1 - forcing >= (int32_t) b.forced.size() ? state::done : s;
+        } else if (std::any_of(b.ends.begin(), b.ends.end(), [&](const auto & e) { return ends_with(e, i); })) {
+            s = state::done;
+        } else {
+            ++count;
+        }
+    }
+    if (s != state::thinking) {
+        return -1;
+    }
+    if (forcing < 0 && count >= b.tokens) {
+        forcing = n;
+    }
+    return forcing < 0 ? -1 : b.forced[n - forcing];
 }
 
 const float * logit_editor::apply(const logit_controls & c, const float * logits, int32_t n_vocab,
                                   const llama_token * before, int32_t n_before, const llama_token * after,
                                   int32_t n_after) {
-    if (!c.active()) {
+    const llama_token forced = thinking_budget_forces(c.budget, before, n_before, after, n_after);
+    if (forced >= 0) {  // (its logit stays what it was: a logit_bias of -inf does not keep it out)
+        row_.assign(n_vocab, -INFINITY);
+        row_[forced] = std::isfinite(logits[forced]) ? logits[forced] : 0.0f;
+        return row_.data();
+    }
+    if (c.bias.empty() && !c.penalizes()) {
         return logits;
     }
     row_.assign(logits, logits + n_vocab);

@@ -346,7 +346,8 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     }
     logit_controls_validate(params.controls, target_->n_vocab);
     if (params.controls.active() && params.mode == decode_mode::dsi) {
-        throw std::invalid_argument("logit_bias and the repetition penalties are not available in mode 'dsi'");
+        throw std::invalid_argument("logit_bias, the repetition penalties and a thinking budget are not available "
+                                    "in mode 'dsi'");
     }
     if (params.logprobs && (*params.logprobs < 0 || *params.logprobs > k_max_logprobs)) {
         throw std::invalid_argument("logprobs must be in [0, " + std::to_string(k_max_logprobs) + "], got " +
@@ -441,6 +442,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     const bool keyed = effective_rule(params) == accept_rule::keyed && !params.sampling.greedy();
     if (params.infill || params.controls.active() || grammar || keyed) {
         generate_params applied   = params;
+        applied.controls.budget.reply_start = (int32_t) prompt.size();
         applied.sampling.infill   = params.infill ? target_->vocab : nullptr;
         applied.sampling.controls = params.controls.active() ? &applied.controls : nullptr;
         applied.sampling.grammar  = grammar ? &*grammar : nullptr;

@@ -24,6 +24,8 @@ class ServerConfig:
     defaults: GenerateOptions = field(default_factory=GenerateOptions)
     reasoning_format: str = "auto"  # a chat reply's thinking: reasoning_content, or "none": left in the content
     template_kwargs: Dict[str, Any] = field(default_factory=dict)  # chat template variables a request's override
+    reasoning_budget: int = -1  # a chat reply's thinking budget in tokens (-1: none), a request's overrides
+    reasoning_budget_message: str = ""  # forced before the closing tag when the budget is spent
 
     def __post_init__(self) -> None:
         reasoning.check_format(self.reasoning_format)

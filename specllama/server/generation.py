@@ -72,6 +72,10 @@ async def _admit(st: ServerState, request: Request, kind: str, body: Any = None
     req = completions.parse(await read_json(request) if body is None else body, kind, st.config.defaults)
     if req.reasoning_format is None:
         req.reasoning_format = st.config.reasoning_format
+    if req.reasoning_budget in (None, -1):  # (-1 asks for the server's, as llama-server reads it)
+        req.reasoning_budget = st.config.reasoning_budget
+    if req.reasoning_budget_message is None:
+        req.reasoning_budget_message = st.config.reasoning_budget_message
     req.template_kwargs = {**st.config.template_kwargs, **req.template_kwargs}
     check_model(st, req.model)
     tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template,

@@ -22,8 +22,8 @@ _CHAT = {"model", "max_tokens", "temperature", "top_p", "top_k", "stream",
          "repeat_penalty", "repeat_last_n", "logit_bias", "chat_template_kwargs", "grammar", "json_schema",
          "cache_prompt", "id_slot"}
 _PASSIVE = {"metadata", "service_tier", "cache_control"}  # (the slot's cache is always reused)
-_NEUTRAL = {"thinking": ({"type": "disabled"},), "container": (), "mcp_servers": ([],), "context_management": ()}
-_HANDLED = {"system", "messages", "tools", "tool_choice", "stop_sequences", "output_config"}
+_NEUTRAL = {"container": (), "mcp_servers": ([],), "context_management": ()}
+_HANDLED = {"system", "messages", "tools", "tool_choice", "stop_sequences", "output_config", "thinking"}
 FIELDS = _CHAT | _PASSIVE | set(_NEUTRAL) | _HANDLED
 # Anthropic's error types by HTTP status
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -55,7 +55,23 @@ def chat_body(body: Any, count_only: bool = False) -> Dict[str, Any]:
     fmt = _format(body.get("output_config"))
     if fmt is not None:
         out["response_format"] = fmt
+    _thinking(body.get("thinking"), out)
     return out
+
+
+def _thinking(thinking: Any, out: Dict[str, Any]) -> None:
+    """Anthropic's thinking: {"type": "enabled", "budget_tokens": N} asks the template to think
+    (enable_thinking) with a budget of N tokens (llama-server's reasoning_budget_tokens);
+    {"type": "disabled"} changes nothing."""
+    if thinking is None or thinking == {"type": "disabled"}:
+        return
+    budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled" or isinstance(budget, bool) or \
+            not isinstance(budget, int) or budget < 0 or set(thinking) - {"type", "budget_tokens"}:
+        raise RequestError("'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
+                           "{\"type\": \"disabled\"}", "thinking", "invalid_value")
+    out["reasoning_budget_tokens"] = budget
+    out["chat_template_kwargs"] = {"enable_thinking": True, **(out.get("chat_template_kwargs") or {})}
 
 
 def _system(system: Any) -> List[Dict[str, Any]]:
