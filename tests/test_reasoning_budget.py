@@ -7,6 +7,7 @@ thinking budget through real servers and clients."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import specllama
@@ -38,13 +39,31 @@ def _budget(o, c, forced, n, opened):
                 thinking_budget_ends=[[c]], thinking_budget_forced=forced)
 
 
-def _where_forced(reply, o, c, n, opened):
-    """Where the budget's forced text must begin in reply (None: nowhere), by the rule itself."""
+def _mid_character(text: bytes) -> bool:
+    """Whether text ends inside a UTF-8 character of several bytes."""
+    for k in range(1, min(4, len(text)) + 1):
+        b = text[-k]
+        if b & 0xC0 != 0x80:
+            return k < (1 if b < 0x80 else 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else
+                        4 if b & 0xF8 == 0xF0 else 1)
+    return False
+
+
+def _where_forced(reply, o, c, n, opened, piece=None):
+    """Where the budget's forced text must begin in reply (None: nowhere), by the rule itself: after
+    n thinking tokens, or where a character of several tokens ends (three tokens later at most),
+    given each token's bytes (piece)."""
     start = 0 if opened else next((i + 1 for i, t in enumerate(reply) if t == o), None)
     if start is None:
         return None
-    thinking = reply[start:start + n]
-    return None if c in thinking else start + n
+    for i in range(start, len(reply) + 1):
+        count = i - start
+        if count >= n and (piece is None or count >= n + 3 or
+                           not _mid_character(b"".join(piece(t) for t in reply[start:i]))):
+            return i
+        if i == len(reply) or reply[i] == c:
+            return None
+    return None
 
 
 @pytest.mark.parametrize("opened", [True, False])
@@ -55,7 +74,8 @@ def test_the_closing_tag_is_forced_after_the_budget(thinking_pair, opened, accep
     comes right after them. Negative control: the same replies without a budget do not have it there."""
     target, draft, o, c, toks = thinking_pair
     forced = [toks.index("\u2581the"), c]
-    prompt = specllama.Model(target).tokenize("the cat") + ([o] if opened else [])
+    model = specllama.Model(target)
+    prompt = model.tokenize("the cat") + ([o] if opened else [])
     bias = {o: 5.0} if not opened else {}
     hits = misses = 0
     with specllama.SpeculativeDecoder(target, draft, n_ctx=256) as dec:
@@ -63,28 +83,76 @@ def test_the_closing_tag_is_forced_after_the_budget(thinking_pair, opened, accep
             for seed in range(12):
                 kw = dict(temperature=1.0, seed=seed, max_tokens=16, n_draft=3, acceptance=acceptance, logit_bias=bias)
                 reply = dec.generate(prompt, **kw, **_budget(o, c, forced, n, opened)).tokens
-                at = _where_forced(reply, o, c, n, opened)
+                at = _where_forced(reply, o, c, n, opened, lambda t: model.token_to_piece(t, True))
                 if at is not None and at + len(forced) <= len(reply):
                     assert reply[at:at + len(forced)] == forced, (n, seed, reply)
                     hits += 1
                 free = dec.generate(prompt, **kw).tokens
-                at = _where_forced(free, o, c, n, opened)
+                at = _where_forced(free, o, c, n, opened, lambda t: model.token_to_piece(t, True))
                 misses += at is not None and at + len(forced) <= len(free) and free[at:at + len(forced)] != forced
     assert hits >= 12 and misses >= hits // 2, (hits, misses)
+
+
+def test_a_budget_spent_inside_a_character_waits_for_it(thinking_pair):
+    """The byte tokens of "€" (E2 82 AC) made likely: where the budget runs out inside a character,
+    the forced text waits until it ends (three tokens at most), as llama-server's does. Negative
+    control: the rule without the wait puts the forced text elsewhere in many of these replies."""
+    target, draft, o, c, toks = thinking_pair
+    model = specllama.Model(target)
+    prompt = model.tokenize("the cat") + [o]
+    forced = [c]
+    bias = {toks.index(f"<0x{b:02X}>"): 4.0 for b in (0xE2, 0x82, 0xAC)}
+    waited = 0
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=256) as dec:
+        for n in (1, 2, 3):
+            for seed in range(20):
+                reply = dec.generate(prompt, temperature=1.0, seed=seed, max_tokens=12, n_draft=3, logit_bias=bias,
+                                     **_budget(o, c, forced, n, True)).tokens
+                at = _where_forced(reply, o, c, n, True, lambda t: model.token_to_piece(t, True))
+                assert at is not None and reply[at] == c, (n, seed, reply)
+                waited += at != _where_forced(reply, o, c, n, True)
+    assert waited >= 10, waited
+
+
+def test_each_thinking_block_gets_a_budget(thinking_pair):
+    """A reply that opens a thinking block again after closing one (as some models do) gets a new
+    budget for it: the forced tag comes after each block's first N tokens."""
+    target, draft, o, c, toks = thinking_pair
+    model = specllama.Model(target)
+    piece = lambda t: model.token_to_piece(t, True)  # noqa: E731
+    prompt = model.tokenize("the cat")
+    second_forced = 0
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=256) as dec:
+        for seed in range(40):
+            reply = dec.generate(prompt, temperature=1.0, seed=seed, max_tokens=24, n_draft=3,
+                                 logit_bias={o: 5.0, c: 1.0}, **_budget(o, c, [c], 2, False)).tokens
+            at, blocks = 0, 0
+            while o in reply[at:]:  # each block: from its <think> on
+                rest = reply[reply.index(o, at):]
+                where = _where_forced(rest, o, c, 2, False, piece)
+                if where is not None and where < len(rest):
+                    assert rest[where] == c, (seed, reply)
+                    second_forced += blocks > 0
+                closed = rest.index(c) if c in rest else len(rest)
+                at = len(reply) - len(rest) + closed + 1
+                blocks += 1
+    assert second_forced >= 5, second_forced
 
 
 def test_speculation_and_plain_decoding_agree_under_the_budget(thinking_pair):
     """Keyed draws: a reply depends only on the seed and the (controlled) target, so with the budget
     the speculative reply equals the plain one, forced text included."""
     target, draft, o, c, toks = thinking_pair
-    prompt = specllama.Model(target).tokenize("the cat") + [o]
+    model = specllama.Model(target)
+    prompt = model.tokenize("the cat") + [o]
     budget = _budget(o, c, [toks.index("\u2581the"), c], 3, True)
     with specllama.SpeculativeDecoder(target, draft, n_ctx=256) as dec:
         for seed in range(20):
             kw = dict(temperature=1.0, seed=seed, max_tokens=12, **budget)
             spec = dec.generate(prompt, n_draft=4, **kw)
             assert spec.tokens == dec.generate(prompt, speculative=False, **kw).tokens, seed
-            assert spec.tokens[3:5] == budget["thinking_budget_forced"] or c in spec.tokens[:3]
+            at = _where_forced(spec.tokens, o, c, 3, True, lambda t: model.token_to_piece(t, True))
+            assert at is None or spec.tokens[at:at + 2] == budget["thinking_budget_forced"][:len(spec.tokens) - at]
 
 
 @pytest.mark.slow
@@ -105,8 +173,11 @@ def test_sampling_around_the_forced_text_follows_the_target(thinking_pair, n):
         after = _marginals(target, prompt + [c], constrained=False)[0]
         assert _pvalue(seconds, after) > 1e-4
         assert pvalue_or_zero(seconds, free) < 1e-6
-    else:  # (the forced second token is drafted as forced, and kept)
-        assert (seconds == c).all()
+    else:  # (the forced second token is drafted as forced, and kept; after a first token that ends
+        # inside a character, the budget waits)
+        model = specllama.Model(target)
+        whole = np.array([not _mid_character(model.token_to_piece(int(t), True)) for t in firsts])
+        assert (seconds[whole] == c).all() and whole.mean() > 0.5
         assert _pvalue(firsts, free) > 1e-4
         assert pvalue_or_zero(firsts, _marginals(target, prompt + [c], constrained=False)[0]) < 1e-6
 
@@ -146,10 +217,11 @@ def test_a_chat_request_with_a_budget(thinking_pair, template_file):
                                                  **{field: 3, "reasoning_budget_message": " the"})
                 tokens = out["choices"][0]["tokens"]
                 end = tokens.index(c)
-                if c not in tokens[:3]:  # (else the model closed the thinking itself)
-                    assert tokens[3:3 + len(forced)] == forced, tokens
+                at = _where_forced(tokens, o, c, 3, True, lambda t: dec.target_model.token_to_piece(t, True))
+                if at is not None:  # (else the model closed the thinking itself)
+                    assert tokens[at:at + len(forced)] == forced, tokens
                     closed += 1
-                    assert end == 2 + len(forced)
+                    assert end == at + len(forced) - 1
                 assert out["choices"][0]["message"]["reasoning_content"] == dec.detokenize(tokens[:end]).strip()
         assert closed >= 6
         for bad, value in (("reasoning_budget_tokens", -2), ("thinking_budget_tokens", "4"),
@@ -179,7 +251,9 @@ def test_the_servers_budget_and_a_requests(budget_server, thinking_pair):
         for seed in range(4):
             out = client.chat.completions.create(seed=seed, extra_body=dict(extra, return_tokens=True), **kw)
             tokens = out.choices[0].model_extra["tokens"]
-            assert c in tokens[:n + 1], (extra, tokens)
+            piece = specllama.Model(target).token_to_piece
+            at = _where_forced(tokens, o, c, n, True, lambda t: piece(t, True))
+            assert at == tokens.index(c) or (at is None and tokens.index(c) < n), (extra, tokens)
             assert out.choices[0].message.model_extra["reasoning_content"] == \
                 specllama.Model(target).detokenize(tokens[:tokens.index(c)]).strip()
 

@@ -50,6 +50,33 @@ void logit_controls_validate(const logit_controls & c, int32_t n_vocab) {
     }
 }
 
+namespace {
+
+// whether the text of the tokens at(from..to] ends inside a character of several bytes
+template <typename At> bool ends_mid_character(const llama_vocab * vocab, At at, int32_t from, int32_t to) {
+    std::string tail;
+    char        buf[256];
+    for (int32_t i = to; i > from && tail.size() < 4; --i) {
+        const int32_t n = llama_token_to_piece(vocab, at(i), buf, sizeof(buf), 0, true);
+        tail.insert(0, buf, n > 0 ? (size_t) n : 0);
+    }
+    // the last byte that is not a continuation byte (10xxxxxx), within the last four
+    for (int32_t k = 1; k <= std::min<int32_t>(4, (int32_t) tail.size()); ++k) {
+        const auto c = (unsigned char) tail[tail.size() - k];
+        if ((c & 0xC0) != 0x80) {
+            const int32_t len = c < 0x80                ? 1
+                                : (c & 0xE0) == 0xC0 ? 2
+                                : (c & 0xF0) == 0xE0 ? 3
+                                : (c & 0xF8) == 0xF0 ? 4
+                                                     : 1;
+            return k < len;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
 llama_token thinking_budget_forces(const thinking_budget & b, const llama_token * before, int32_t n_before,
                                    const llama_token * after, int32_t n_after) {
     if (!b.active()) {
@@ -71,16 +98,26 @@ llama_token thinking_budget_forces(const thinking_budget & b, const llama_token 
         return true;
     };
     enum class state : int8_t { idle, thinking, done };
-    state   s       = b.opened ? state::thinking : state::idle;
-    int32_t count   = 0;   // thinking tokens so far
-    int32_t forcing = -1;  // where the forced text began (-1: not yet)
-    for (int32_t i = std::max(b.reply_start, 0); i < n && s != state::done; ++i) {
-        if (s == state::idle) {
-            s = ends_with(b.start, i) ? state::thinking : s;
+    state         s       = b.opened ? state::thinking : state::idle;
+    const int32_t first   = std::max(b.reply_start, 0);
+    int32_t       begun   = first - 1;  // the position before the thinking's first token
+    int32_t       count   = 0;          // thinking tokens so far
+    int32_t       forcing = -1;         // where the forced text began (-1: not yet)
+    // whether the forced text begins at position i: the budget is spent, and the thinking does not
+    // end inside a character (or has waited three tokens for it)
+    const auto spent = [&](int32_t i) {
+        return count >= b.tokens &&
+               (b.vocab == nullptr || count >= b.tokens + 3 || !ends_mid_character(b.vocab, at, begun, i - 1));
+    };
+    for (int32_t i = first; i < n; ++i) {
+        if (s != state::thinking) {  // (a start sequence after a closed thinking opens a new budget)
+            if (ends_with(b.start, i)) {
+                s = state::thinking, begun = i, count = 0, forcing = -1;
+            }
             continue;
         }
-        if (forcing < 0 && count >= b.tokens) {
-            forcing = i;  // the budget is spent: the forced text begins here
+        if (forcing < 0 && spent(i)) {
+            forcing = i;
         }
         if (forcing >= 0) {
             s = i + 1 - forcing >= (int32_t) b.forced.size() ? state::done : s;
@@ -93,7 +130,7 @@ llama_token thinking_budget_forces(const thinking_budget & b, const llama_token 
     if (s != state::thinking) {
         return -1;
     }
-    if (forcing < 0 && count >= b.tokens) {
+    if (forcing < 0 && spent(n)) {
         forcing = n;
     }
     return forcing < 0 ? -1 : b.forced[n - forcing];

@@ -20,15 +20,20 @@ namespace specllama {
 // a reasoning model's thinking budget (llama-server's --reasoning-budget): once `tokens` tokens of
 // the reply are thinking (after the start sequence, or from the reply's start where the prompt
 // opened the thinking) and no end sequence has closed it, `forced` (a message and the closing tag)
-// follows, token by token. A function of each position's history like the penalties, applied to the
-// draft's logits and the target's alike, so the output is exactly the target's with that text forced.
+// follows, token by token; a start sequence after that opens a new budget. A function of each
+// position's history like the penalties, applied to the draft's logits and the target's alike, so
+// the output is exactly the target's with that text forced.
 struct thinking_budget {
     int32_t                               tokens = -1;  // < 0: no budget
     bool                                  opened = false;
     std::vector<llama_token>              start;
     std::vector<std::vector<llama_token>> ends;
     std::vector<llama_token>              forced;
-    int32_t reply_start = 0;  // where the reply starts in a position's history (the decoder sets it: the prompt's length)
+    // where the reply starts in a position's history (the decoder sets it: the prompt's length)
+    int32_t reply_start = 0;
+    // the vocabulary the tokens are of (the decoder sets it): where it is known, a budget spent in the
+    // middle of a character of several tokens waits for the character to end (3 tokens at most)
+    const llama_vocab * vocab = nullptr;
 
     bool active() const { return tokens >= 0 && !forced.empty(); }
 };

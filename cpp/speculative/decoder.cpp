@@ -443,6 +443,7 @@ generate_result decoder::generate(const std::vector<llama_token> & prompt, const
     if (params.infill || params.controls.active() || grammar || keyed) {
         generate_params applied   = params;
         applied.controls.budget.reply_start = (int32_t) prompt.size();
+        applied.controls.budget.vocab       = target_->vocab;
         applied.sampling.infill   = params.infill ? target_->vocab : nullptr;
         applied.sampling.controls = params.controls.active() ? &applied.controls : nullptr;
         applied.sampling.grammar  = grammar ? &*grammar : nullptr;
