@@ -59,8 +59,8 @@ _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "tempera
            "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
            "repeat_last_n", "logit_bias", "logprobs", "grammar", "json_schema"}
 CHAT_FIELDS = (_COMMON | {"messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice",
-                          "parallel_tool_calls", "reasoning_format", "reasoning_budget_tokens", "thinking_budget_tokens",
-                          "reasoning_budget_message"} | set(_NEUTRAL) | _PASSIVE)
+                          "parallel_tool_calls", "reasoning_format", "reasoning_budget_tokens",
+                          "thinking_budget_tokens", "reasoning_budget_message"} | set(_NEUTRAL) | _PASSIVE)
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
 # /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
 FIM_N_BATCH = 2048

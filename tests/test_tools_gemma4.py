@@ -259,7 +259,8 @@ def test_schemas_of_every_kind(grammar_text):
 
 
 @pytest.mark.parametrize("schema, where", [
-    ({"type": "object", "properties": {"d": {"type": "string", "format": "email"}}}, "'email' (at schema.properties.d)"),
+    ({"type": "object", "properties": {"d": {"type": "string", "format": "email"}}},
+     "'email' (at schema.properties.d)"),
     ({"type": "object", "properties": {"s": {"type": "string", "pattern": "^a"}}}, "'pattern'"),
     ({"type": "object", "properties": {"s": {"type": "string", "maxLength": 3}}}, "'maxLength'"),
     ({"type": "object", "properties": {"s": {"allOf": [{"type": "string"}]}}}, "'allOf'"),

@@ -365,8 +365,8 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
                                         : "a grammar needs a draft with the target's vocabulary; this draft's differs");
     }
     if (params.controls.active() && vocab_map_) {
-        throw std::invalid_argument("logit_bias and the repetition penalties need a draft with the target's vocabulary; "
-                                    "this draft's differs");
+        throw std::invalid_argument("logit_bias, the repetition penalties and a thinking budget need a draft with "
+                                    "the target's vocabulary; this draft's differs");
     }
     run_plan plan;
     plan.n_draft = params.n_draft ? *params.n_draft : n_draft_;
