@@ -279,3 +279,27 @@ def test_anthropics_thinking_budget(budget_server, thinking_pair):
             assert m.content[0].thinking == chat.choices[0].message.model_extra["reasoning_content"]
             thoughts.append(m.content[0].thinking)
         assert len(thoughts[0]) < len(thoughts[1])
+
+
+@pytest.mark.real_pair
+def test_the_qwen_pair_thinks_within_its_budget(qwen_decoder, tmp_path):
+    """The Qwen2.5-Coder pair under a template that opens the thinking (its vocabulary spells
+    </think> in several tokens), greedy: with a budget of 24 the reasoning is the reply's first 24
+    tokens and the closing tag's tokens follow them; without one it runs on to max_tokens."""
+    from test_reasoning import OPENING_TEMPLATE
+
+    template = tmp_path / "opens_thinking.jinja"
+    template.write_text(OPENING_TEMPLATE)
+    messages = [{"role": "system", "content": "Think step by step inside <think> </think>, then answer."},
+                {"role": "user", "content": "Is 391 a prime number?"}]
+    close = qwen_decoder.tokenize("</think>", add_special=False)
+    assert len(close) > 1
+    for budget in (-1, 24):
+        out = qwen_decoder.create_chat_completion(messages, chat_template=str(template), temperature=0, max_tokens=80,
+                                                  reasoning_budget_tokens=budget, return_tokens=True)
+        tokens, msg = out["choices"][0]["tokens"], out["choices"][0]["message"]
+        if budget < 0:
+            assert len(tokens) == 80 and msg["content"] == ""
+        else:
+            assert tokens[24:24 + len(close)] == close
+            assert msg["reasoning_content"] == qwen_decoder.detokenize(tokens[:24]).strip()
