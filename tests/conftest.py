@@ -139,6 +139,16 @@ def _pair_decoder(pair):
 
 
 @pytest.fixture(scope="session")
+def grammar_text(default_pair):
+    """llama.cpp's grammar engine on the default pair's vocabulary (grammar_text.GrammarText)."""
+    from grammar_text import GrammarText
+
+    g = GrammarText(default_pair[0])
+    yield g
+    g.close()
+
+
+@pytest.fixture(scope="session")
 def default_decoder(default_pair):
     yield from _pair_decoder(default_pair)
 

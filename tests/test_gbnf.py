@@ -10,17 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grammar_text import GrammarText
 from specllama import gbnf, schemas
 
 TAGS = ["</think>", "<channel|>", '<|"|>', "\n</parameter>\n", "abab", "aab", "aa"]
-
-
-@pytest.fixture(scope="module")
-def grammar_text(default_pair):
-    g = GrammarText(default_pair[0])
-    yield g
-    g.close()
 
 
 def _grammar(tag):

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specllama
-from grammar_text import GrammarText
 from specllama import RequestError, reasoning
 from test_server import running
 
@@ -327,13 +326,6 @@ def _thinks_then_answers(text, opened, markup):
     head = "" if opened else r"[ \t\n]{0,8}" + re.escape(open_tag)
     m = re.fullmatch(head + r"(.*?)" + re.escape(close) + r"[ \t\n]{0,8}[a-z]+", text, re.S)
     return bool(m and close not in m.group(1)) or (not opened and bool(re.fullmatch("[a-z]+", text)))
-
-
-@pytest.fixture(scope="module")
-def grammar_text(default_pair):
-    g = GrammarText(default_pair[0])
-    yield g
-    g.close()
 
 
 def _fragments(max_size):

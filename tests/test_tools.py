@@ -94,6 +94,23 @@ CLOCK = {"type": "function", "function": {
                                        "required": ["zone", "hours"]}}}
 
 
+def check_stream(fmt, text, steps, tools=None):
+    """A call format's StreamSplitter, fed text in steps: its content and calls are what the
+    format's parse gives for the whole text (the text before the first call's start shown as it
+    comes, the message's content that text stripped)."""
+    s = fmt.StreamSplitter(tools)
+    shown = "".join(s.feed(step) for step in steps)
+    rest, calls = s.finish()
+    content, want = fmt.parse(text, tools)
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == \
+        [(c["function"]["name"], c["function"]["arguments"]) for c in want], text
+    if want:
+        start = min(i for i in (text.find(tag) for tag in fmt.StreamSplitter.OPENS) if i >= 0)
+        assert shown + rest == text[:start] and (content or "") == (shown + rest).strip(), text
+    else:
+        assert shown + rest == text, text
+
+
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_forced_call_is_a_call_to_a_given_tool_by_its_schema(tiny_server, choice, stream):

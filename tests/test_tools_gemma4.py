@@ -18,20 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specllama
-from grammar_text import GrammarText
 from specllama import RequestError, reasoning, templates, tools
 from specllama.tools import gemma4
 from test_server import running
+from test_tools import CLOCK, check_stream
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 GEMMA4 = TEMPLATES / "google-gemma-4-31B-it.jinja"
 Q = '<|"|>'
 
-CLOCK = {"type": "function", "function": {
-    "name": "get_time", "parameters": {"type": "object",
-                                       "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]},
-                                                      "hours": {"type": "integer"}},
-                                       "required": ["zone", "hours"]}}}
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {
@@ -104,25 +99,11 @@ _REPLIES = [f"Let me check.<|tool_call>call:get_time{{zone:{Q}UTC{Q},hours:3}}<t
             "No call here, only a < and a <|tool_ca", "<|tool_call>call:broken{", "a <|tool_call", ""]
 
 
-def _check_stream(text, steps):
-    """The stream's content and calls, with text fed in steps, are what parse() gives for the whole."""
-    s = gemma4.StreamSplitter()
-    shown = "".join(s.feed(step) for step in steps)
-    rest, calls = s.finish()
-    content, want = gemma4.parse(text)
-    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == \
-        [(c["function"]["name"], c["function"]["arguments"]) for c in want], text
-    if want:  # the text before the first call is shown as it comes; the message's content is it stripped
-        assert shown + rest == text[:text.find(gemma4.OPEN)] and (content or "") == (shown + rest).strip(), text
-    else:
-        assert shown + rest == text, text
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(_REPLIES), st.lists(st.integers(0, 80), max_size=8))
 def test_a_stream_says_what_the_whole_text_says_however_it_is_cut(text, cuts):
     bounds = [0] + sorted(set(c for c in cuts if c <= len(text))) + [len(text)]
-    _check_stream(text, [text[a:b] for a, b in zip(bounds, bounds[1:])])
+    check_stream(gemma4, text, [text[a:b] for a, b in zip(bounds, bounds[1:])])
 
 
 def test_random_replies_parse_as_the_stream_reads_them():
@@ -132,7 +113,7 @@ def test_random_replies_parse_as_the_stream_reads_them():
     for _ in range(300):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(12)))
         bounds = sorted({0, len(text)} | {rng.randrange(len(text) + 1) for _ in range(rng.randrange(6))})
-        _check_stream(text, [text[a:b] for a, b in zip(bounds, bounds[1:])])
+        check_stream(gemma4, text, [text[a:b] for a, b in zip(bounds, bounds[1:])])
 
 
 def test_the_stream_holds_back_from_the_call_only():
@@ -155,13 +136,6 @@ def test_the_template_decides_the_format():
 
 
 # --- the grammars ---------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def grammar_text(default_pair):
-    g = GrammarText(default_pair[0])
-    yield g
-    g.close()
-
 
 def _template_call(name, arguments):
     """The text Gemma 4's chat template writes for a past call with these arguments."""

@@ -18,19 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specllama
-from grammar_text import GrammarText
 from specllama import RequestError, templates, tools
 from specllama.tools import qwen3_coder as xml
 from test_server import running
+from test_tools import CLOCK, check_stream
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 CODER, QWEN35 = TEMPLATES / "Qwen3-Coder.jinja", TEMPLATES / "Qwen-Qwen3.5-4B.jinja"
 
-CLOCK = {"type": "function", "function": {
-    "name": "get_time", "parameters": {"type": "object",
-                                       "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]},
-                                                      "hours": {"type": "integer"}},
-                                       "required": ["zone", "hours"]}}}
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city.",
     "parameters": {"type": "object", "properties": {
@@ -93,21 +88,6 @@ def test_calls_are_parsed_out_of_the_text(text, content, calls):
     assert _args(text) == (content, calls)
 
 
-def _check_stream(text, steps):
-    """The stream's content and calls, with text fed in steps, are what parse() gives for the whole."""
-    s = xml.StreamSplitter([WEATHER, CLOCK])
-    shown = "".join(s.feed(step) for step in steps)
-    rest, calls = s.finish()
-    content, want = xml.parse(text, [WEATHER, CLOCK])
-    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == \
-        [(c["function"]["name"], c["function"]["arguments"]) for c in want], text
-    if want:  # the text before the first call's start (its tag, or a <function= block without one)
-        start = min(i for i in (text.find(xml.OPEN), text.find(xml.BARE)) if i >= 0)
-        assert shown + rest == text[:start] and (content or "") == (shown + rest).strip(), text
-    else:
-        assert shown + rest == text, text
-
-
 def test_random_replies_parse_as_the_stream_reads_them():
     """Replies assembled at random from pieces of calls and text, cut into random steps."""
     rng = random.Random(11)
@@ -116,10 +96,10 @@ def test_random_replies_parse_as_the_stream_reads_them():
     for _ in range(400):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(16)))
         bounds = sorted({0, len(text)} | {rng.randrange(len(text) + 1) for _ in range(rng.randrange(6))})
-        _check_stream(text, [text[a:b] for a, b in zip(bounds, bounds[1:])])
+        check_stream(xml, text, [text[a:b] for a, b in zip(bounds, bounds[1:])], [WEATHER, CLOCK])
     call = _call("get_time", ("zone", "UTC"), ("hours", "3"))
     head = "<tool_call>\n<function=get_time>"
-    _check_stream("Let me see. " + call, ["Let me see. <tool", head[5:], call[len(head):]])
+    check_stream(xml, "Let me see. " + call, ["Let me see. <tool", head[5:], call[len(head):]], [WEATHER, CLOCK])
 
 
 def test_the_template_decides_the_format():
@@ -130,13 +110,6 @@ def test_the_template_decides_the_format():
 
 
 # --- the grammars ---------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def grammar_text(default_pair):
-    g = GrammarText(default_pair[0])
-    yield g
-    g.close()
-
 
 def _template_call(template, arguments):
     """The text the template writes for a past call to get_weather with these arguments."""

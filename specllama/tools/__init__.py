@@ -11,7 +11,8 @@ module of this package:
 Each has parse(text, tools) -> (content, calls), a StreamSplitter(tools) that holds a stream's
 text back from a call's start, forced_grammar (tool_choice "required" or a named tool: every
 output is calls, the arguments by the tools' schemas) and lazy_grammar (tool_choice "auto": the
-grammar and the patterns that trigger it). format_of picks one by the chat template."""
+grammar and the patterns that trigger it), on what common.py holds for all of them. format_of
+picks one by the chat template."""
 
 from __future__ import annotations
 

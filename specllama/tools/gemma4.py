@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import gbnf, schemas
-from .hermes import StreamSplitter as _HermesSplitter
+from . import common
 
 OPEN, CLOSE = "<|tool_call>", "<tool_call|>"
 QUOTE = '<|"|>'  # around a text value
 _CALL = "call:"
 _NAME = re.compile(r"call:([^{}<>\s]+)")
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _KEY = re.compile(r"\s*([^:{}\[\],<>\s]+)\s*:")
-_WORDS = (("true", True), ("false", False), ("null", None))
+# a number, true, false or null (NaN and Infinity are no JSON)
+_SCALARS = json.JSONDecoder(parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
 
 
 # --- reading calls ------------------------------------------------------------------------------
@@ -47,6 +46,24 @@ def _space(text: str, at: int) -> int:
     return at
 
 
+def _sequence(text: str, at: int, close: str, item: Callable[[str, int], Tuple[Any, int]]) -> Tuple[List[Any], int]:
+    """The items item(text, at) reads, separated by commas, up to close (the opening bracket ends
+    just before at); where close ends."""
+    items: List[Any] = []
+    at = _space(text, at)
+    if text.startswith(close, at):
+        return items, at + 1
+    while True:
+        got, at = item(text, at)
+        items.append(got)
+        at = _space(text, at)
+        if text.startswith(close, at):
+            return items, at + 1
+        if not text.startswith(",", at):
+            raise _Syntax(f"items need commas between them before '{close}'")
+        at += 1
+
+
 def _value(text: str, at: int) -> Tuple[Any, int]:
     at = _space(text, at)
     if text.startswith(QUOTE, at):
@@ -55,57 +72,34 @@ def _value(text: str, at: int) -> Tuple[Any, int]:
             raise _Syntax("unclosed text")
         return text[at + len(QUOTE):end], end + len(QUOTE)
     if text.startswith("{", at):
-        return _object(text, at + 1)
+        members, at = _sequence(text, at + 1, "}", _member)
+        return dict(members), at
     if text.startswith("[", at):
-        items: List[Any] = []
-        at = _space(text, at + 1)
-        if text.startswith("]", at):
-            return items, at + 1
-        while True:
-            item, at = _value(text, at)
-            items.append(item)
-            at = _space(text, at)
-            if text.startswith("]", at):
-                return items, at + 1
-            if not text.startswith(",", at):
-                raise _Syntax("a list's items need commas between them")
-            at += 1
-    number = _NUMBER.match(text, at)
-    if number:
-        s = number.group()
-        return (float(s) if any(c in s for c in ".eE") else int(s)), number.end()
-    for word, v in _WORDS:
-        if text.startswith(word, at):
-            return v, at + len(word)
+        return _sequence(text, at + 1, "]", _value)
+    if text.startswith(("-", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "t", "f", "n"), at):
+        try:  # a number, true, false or null, as JSON writes them
+            return _SCALARS.raw_decode(text, at)
+        except ValueError:
+            pass
     raise _Syntax(f"no value at {at}")
 
 
-def _object(text: str, at: int) -> Tuple[Dict[str, Any], int]:
-    """The object whose "{" ends just before at."""
-    out: Dict[str, Any] = {}
+def _member(text: str, at: int) -> Tuple[Tuple[str, Any], int]:
+    """An object's key (bare, or written as text) and value."""
     at = _space(text, at)
-    if text.startswith("}", at):
-        return out, at + 1
-    while True:
+    if text.startswith(QUOTE, at):
+        key, at = _value(text, at)
         at = _space(text, at)
-        if text.startswith(QUOTE, at):  # a key written as text
-            key, at = _value(text, at)
-            at = _space(text, at)
-            if not text.startswith(":", at):
-                raise _Syntax("a key needs a ':'")
-            at += 1
-        else:
-            m = _KEY.match(text, at)
-            if not m:
-                raise _Syntax("no key")
-            key, at = m.group(1), m.end()
-        out[key], at = _value(text, at)
-        at = _space(text, at)
-        if text.startswith("}", at):
-            return out, at + 1
-        if not text.startswith(",", at):
-            raise _Syntax("an object's members need commas between them")
+        if not text.startswith(":", at):
+            raise _Syntax("a key needs a ':'")
         at += 1
+    else:
+        m = _KEY.match(text, at)
+        if not m:
+            raise _Syntax("no key")
+        key, at = m.group(1), m.end()
+    value, at = _value(text, at)
+    return (key, value), at
 
 
 def _call(text: str, at: int) -> Tuple[Optional[Dict[str, Any]], int]:
@@ -114,7 +108,7 @@ def _call(text: str, at: int) -> Tuple[Optional[Dict[str, Any]], int]:
     if not m or not text.startswith("{", m.end()):
         return None, at
     try:
-        args, end = _object(text, m.end() + 1)
+        members, end = _sequence(text, m.end() + 1, "}", _member)
     except (_Syntax, RecursionError):  # (RecursionError: nested deeper than Python recurses)
         return None, at
     end = _space(text, end)
@@ -122,37 +116,24 @@ def _call(text: str, at: int) -> Tuple[Optional[Dict[str, Any]], int]:
         end += len(CLOSE)
     elif end < len(text):
         return None, at
-    return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-            "function": {"name": m.group(1), "arguments": json.dumps(args, ensure_ascii=False)}}, end
+    return common.openai_call(m.group(1), dict(members)), end
 
 
 def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Optional[str], List[Dict[str, Any]]]:
     """(content, tool_calls) of a generated text: the calls in OpenAI's shape, the content the
     text before the first call (None where empty). Text with no call that parses comes back whole
     as content, with no calls. (tools: unused, the notation types the values itself.)"""
-    calls = []
-    start = text.find(OPEN)
-    at = start
-    while at >= 0:
-        call, end = _call(text, at + len(OPEN))
-        if call is not None:
-            calls.append(call)
-        at = text.find(OPEN, max(end, at + len(OPEN)))
-    if not calls:
-        return text, []
-    content = text[:start].strip()
-    return content or None, calls
+    return common.read_calls(text, lambda t, at: t.find(OPEN, at), lambda t, at: _call(t, at + len(OPEN)))
 
 
-class StreamSplitter(_HermesSplitter):
+class StreamSplitter(common.StreamSplitter):
     """A streamed reply's text split into what can be shown as content now and what may be a tool
     call: everything from the first <|tool_call> on is held back (and a tail that could be the
     start of one) until finish() parses it."""
 
     OPENS = (OPEN,)
-    WHOLE_STARTS = ()
 
-    def parse(self, text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    def parse(self, text: str) -> common.Calls:
         return parse(text)
 
 
@@ -338,17 +319,12 @@ def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, para
     cannot be followed."""
     conv = _Converter()
     alts = []
-    for i, tool in enumerate(tools):
-        fn = tool["function"]
-        if name is not None and fn["name"] != name:
-            continue
+    for i, fn in common.chosen(tools, name):
         params = fn.get("parameters") or {"type": "object"}
         schemas.check(params)
         conv.root, conv.tool = params, i
         args = conv.value(params, f"tools[{i}].function.parameters")
         alts.append(f"{gbnf.literal(fn['name'])} {args}")
-    if not alts:
-        raise ValueError(f"no tool is named {name!r}")
     call = f"{_P}-call ::= {gbnf.literal(OPEN + _CALL)} ( {' | '.join(alts)} ) {gbnf.literal(CLOSE)}"
     return "\n".join([f"root ::= {_P}-call" + ("+" if parallel else ""), call] + conv.rules) + "\n"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import schemas
+from . import common
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # a whole reply that is one call's JSON object, bare or fenced
@@ -34,9 +34,7 @@ def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parall
     calls itself): or a reply that is one call's JSON object alone, bare or in a ```json block
     (what whole_call_trigger starts), the JSON in either form laid out over lines or not, the
     arguments under "arguments" or "parameters". ValueError where a schema cannot be converted."""
-    chosen = [t["function"] for t in tools if name is None or t["function"]["name"] == name]
-    if not chosen:
-        raise ValueError(f"no tool is named {name!r}")
+    chosen = [fn for _, fn in common.chosen(tools, name)]
     calls = [{"type": "object", "properties": {"name": {"const": fn["name"]},
                                                "arguments": fn.get("parameters") or {"type": "object"}},
               "required": ["name", "arguments"]} for fn in chosen]
@@ -86,20 +84,14 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
         call = _call(whole.group(1) or whole.group(2))
         if call is not None:
             return None, [call]
-    calls = []
-    start = text.find(OPEN)
-    at = start
-    while at >= 0:
-        end = text.find(CLOSE, at + len(OPEN))
-        body = text[at + len(OPEN):end if end >= 0 else len(text)]
-        call = _call(body)
-        if call is not None:
-            calls.append(call)
-        at = text.find(OPEN, end + len(CLOSE)) if end >= 0 else -1
-    if not calls:
-        return text, []
-    content = text[:start].strip()
-    return content or None, calls
+    return common.read_calls(text, lambda t, at: t.find(OPEN, at), _tagged)
+
+
+def _tagged(text: str, at: int) -> Tuple[Optional[Dict[str, Any]], int]:
+    """The call whose <tool_call> tag starts at at (its body up to </tool_call>, or the text's end)."""
+    end = text.find(CLOSE, at + len(OPEN))
+    call = _call(text[at + len(OPEN):end if end >= 0 else len(text)])
+    return call, end + len(CLOSE) if end >= 0 else len(text)
 
 
 def _call(body: str) -> Optional[Dict[str, Any]]:
@@ -117,57 +109,15 @@ def _call(body: str) -> Optional[Dict[str, Any]]:
             return None
     if not isinstance(args, dict):
         return None
-    return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-            "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)}}
+    return common.openai_call(obj["name"], args)
 
 
-class StreamSplitter:
-    """A streamed reply's text split into what can be shown as content now and what may be a tool
-    call: everything from the first <tool_call> on is held back (and a tail that could be the start
-    of one), and a whole reply that starts as a call's JSON object does, until finish() parses it."""
+class StreamSplitter(common.StreamSplitter):
+    """A stream held back from the first <tool_call> on, and a whole reply that starts as a call's
+    JSON object, bare or fenced, until it ends."""
 
-    OPENS: Tuple[str, ...] = (OPEN,)  # how a call starts
-    WHOLE_STARTS = _WHOLE_STARTS  # how a reply that is a whole call starts
+    OPENS = (OPEN,)
+    WHOLE_STARTS = _WHOLE_STARTS
 
-    def __init__(self, tools: Optional[List[Dict[str, Any]]] = None) -> None:
-        self.tools = tools  # the request's (a format that types values by their schemas reads them)
-        self.held = ""
-        self.calling = False
-        self.started = False  # the reply's start was seen and is not a bare call's
-
-    def feed(self, text: str) -> str:
-        """The part of text (with what was held) that is content for sure."""
-        self.held += text
-        if self.calling:
-            return ""
-        if not self.started:
-            head = self.held.lstrip()
-            if any(head.startswith(s) for s in self.WHOLE_STARTS):
-                self.calling = True
-                return ""
-            if not head or any(s.startswith(head) for s in self.WHOLE_STARTS):
-                return ""  # not decided yet
-            self.started = True
-        at = min((i for i in (self.held.find(tag) for tag in self.OPENS) if i >= 0), default=-1)
-        if at >= 0:
-            self.calling = True
-            shown, self.held = self.held[:at], self.held[at:]
-            return shown
-        longest = max(len(tag) for tag in self.OPENS)
-        keep = next((k for k in range(min(longest - 1, len(self.held)), 0, -1)
-                     if any(tag.startswith(self.held[-k:]) for tag in self.OPENS)), 0)
-        shown, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
-        return shown
-
-    def parse(self, text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    def parse(self, text: str) -> common.Calls:
         return parse(text)
-
-    def finish(self) -> Tuple[str, List[Dict[str, Any]]]:
-        """(the rest of the content, the tool calls) once the text is complete."""
-        held, self.held = self.held, ""
-        if not self.calling:
-            return held, []
-        content, calls = self.parse(held)
-        if not calls:
-            return held, []
-        return content or "", calls

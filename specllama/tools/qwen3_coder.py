@@ -26,11 +26,10 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import gbnf, schemas
-from .hermes import StreamSplitter as _HermesSplitter
+from . import common
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 BARE = "<function="  # a call whose <tool_call> tag the model left out (Qwen3-Coder does)
@@ -126,8 +125,7 @@ def _call(text: str, at: int, params: Dict[str, Dict[str, Any]]) -> Tuple[Option
     at = f.end()
     close = re.compile(r"\s*" + re.escape(CLOSE)).match(text, at)
     at = close.end() if close else at
-    return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}, at
+    return common.openai_call(name, args), at
 
 
 def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Optional[str], List[Dict[str, Any]]]:
@@ -136,29 +134,17 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
     empty); a call is read with its <tool_call> tags or without them. Text with no call that
     parses comes back whole as content, with no calls."""
     params = _schemas(tools)
-    calls = []
-    start = _start(text, 0)
-    at = start
-    while at >= 0:
-        call, end = _call(text, at, params)
-        if call is not None:
-            calls.append(call)
-        at = _start(text, max(end, at + 1))
-    if not calls:
-        return text, []
-    content = text[:start].strip()
-    return content or None, calls
+    return common.read_calls(text, _start, lambda t, at: _call(t, at, params))
 
 
-class StreamSplitter(_HermesSplitter):
+class StreamSplitter(common.StreamSplitter):
     """A streamed reply's text split into what can be shown as content now and what may be a tool
     call: everything from the first <tool_call> or <function= on is held back (and a tail that could
     be the start of one) until finish() parses it, values typed by the tools' schemas."""
 
     OPENS = (OPEN, BARE)
-    WHOLE_STARTS = ()
 
-    def parse(self, text: str) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    def parse(self, text: str) -> common.Calls:
         return parse(text, self.tools)
 
 
@@ -238,14 +224,9 @@ def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, para
     <tool_call> tags. ValueError where a schema cannot be followed."""
     rules = _Rules()
     alts = []
-    for i, tool in enumerate(tools):
-        fn = tool["function"]
-        if name is not None and fn["name"] != name:
-            continue
+    for i, fn in common.chosen(tools, name):
         args = _arguments(rules, fn, f"tools[{i}].function.parameters")
         alts.append(f"{gbnf.literal('<function=' + fn['name'] + '>' + chr(10))} {args}".rstrip())
-    if not alts:
-        raise ValueError(f"no tool is named {name!r}")
     function = f"{_P}-function ::= {' | '.join(alts)}"
     end = gbnf.literal("</function>")
     call = f"{_P}-call ::= {gbnf.literal(OPEN + chr(10))} {_P}-function {end} {gbnf.literal(chr(10) + CLOSE)}"

@@ -1,0 +1,98 @@
+"""What the call formats share: a call in OpenAI's shape, the tools a choice names, reading the
+calls out of a text, and a stream held back from a call's start."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+Calls = Tuple[Optional[str], List[Dict[str, Any]]]
+
+
+def openai_call(name: str, arguments: Dict[str, Any]) -> Dict[str, Any]:
+    """A call as OpenAI's tool_calls hold it, with a fresh id."""
+    return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def chosen(tools: List[Dict[str, Any]], name: Optional[str]) -> List[Tuple[int, Dict[str, Any]]]:
+    """(index, function) of the tools a choice leaves (all, or the one named); ValueError where
+    none is named so."""
+    out = [(i, t["function"]) for i, t in enumerate(tools) if name is None or t["function"]["name"] == name]
+    if not out:
+        raise ValueError(f"no tool is named {name!r}")
+    return out
+
+
+def read_calls(text: str, next_start: Callable[[str, int], int],
+               read: Callable[[str, int], Tuple[Optional[Dict[str, Any]], int]]) -> Calls:
+    """(content, tool_calls) of a generated text: the calls read by read(text, start) -> (call or
+    None, where it ends) at each start next_start(text, from) finds (-1: none), the content the
+    text before the first start (None where empty). Text with no call that parses comes back whole
+    as content, with no calls."""
+    calls = []
+    start = next_start(text, 0)
+    at = start
+    while at >= 0:
+        call, end = read(text, at)
+        if call is not None:
+            calls.append(call)
+        at = next_start(text, max(end, at + 1))
+    if not calls:
+        return text, []
+    content = text[:start].strip()
+    return content or None, calls
+
+
+class StreamSplitter:
+    """A streamed reply's text split into what can be shown as content now and what may be a tool
+    call: everything from a call's first start (OPENS) on is held back (and a tail that could be
+    one), and a whole reply that starts as one of WHOLE_STARTS is, until finish() parses it (a
+    format's parse, with the request's tools)."""
+
+    OPENS: Tuple[str, ...] = ()  # how a call starts
+    WHOLE_STARTS: Tuple[str, ...] = ()  # how a reply that is a whole call starts
+
+    def __init__(self, tools: Optional[List[Dict[str, Any]]] = None) -> None:
+        self.tools = tools  # the request's (a format that types values by their schemas reads them)
+        self.held = ""
+        self.calling = False
+        self.started = False  # the reply's start was seen and is not a bare call's
+
+    def feed(self, text: str) -> str:
+        """The part of text (with what was held) that is content for sure."""
+        self.held += text
+        if self.calling:
+            return ""
+        if not self.started:
+            head = self.held.lstrip()
+            if any(head.startswith(s) for s in self.WHOLE_STARTS):
+                self.calling = True
+                return ""
+            if not head or any(s.startswith(head) for s in self.WHOLE_STARTS):
+                return ""  # not decided yet
+            self.started = True
+        at = min((i for i in (self.held.find(tag) for tag in self.OPENS) if i >= 0), default=-1)
+        if at >= 0:
+            self.calling = True
+            shown, self.held = self.held[:at], self.held[at:]
+            return shown
+        longest = max(len(tag) for tag in self.OPENS)
+        keep = next((k for k in range(min(longest - 1, len(self.held)), 0, -1)
+                     if any(tag.startswith(self.held[-k:]) for tag in self.OPENS)), 0)
+        shown, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+        return shown
+
+    def parse(self, text: str) -> Calls:
+        raise NotImplementedError
+
+    def finish(self) -> Tuple[str, List[Dict[str, Any]]]:
+        """(the rest of the content, the tool calls) once the text is complete."""
+        held, self.held = self.held, ""
+        if not self.calling:
+            return held, []
+        content, calls = self.parse(held)
+        if not calls:
+            return held, []
+        return content or "", calls
