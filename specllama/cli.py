@@ -18,7 +18,7 @@ from typing import Optional, Tuple
 
 import click
 
-from . import _core, encoding, placement
+from . import _core, encoding, placement, reasoning
 from ._core import CACHE_TYPES, DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
 from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
 from .decoder import CACHE_TYPE_SETTINGS, SpeculativeDecoder, as_dict, make_options
@@ -73,10 +73,41 @@ def _template_kwargs(ctx, param, value):
     return out
 
 
-template_kwargs_option = click.option(
-    "--chat-template-kwargs", "template_kwargs", default=None, callback=_template_kwargs, metavar="JSON",
-    help="Extra variables for the chat template, as a JSON object (as llama.cpp's): '{\"enable_thinking\": false}' "
-         "turns a Qwen3 template's thinking off.")
+def template_kwargs_option(fn):
+    """--chat-template-kwargs, --reasoning and --reasoning-effort (llama.cpp's), gathered into
+    template_kwargs: the chat template's extra variables."""
+    opts = [
+        click.option("--chat-template-kwargs", "template_kwargs", default=None, callback=_template_kwargs,
+                     metavar="JSON",
+                     help="Extra variables for the chat template, as a JSON object (as llama.cpp's): "
+                          "'{\"enable_thinking\": false}' turns a Qwen3 template's thinking off."),
+        click.option("--reasoning", "thinking", type=click.Choice(["on", "off", "auto"]), default="auto",
+                     show_default=True,
+                     help="As llama.cpp's: ask the chat template to think (on: enable_thinking true) or not (off), "
+                          "or leave it to the template (auto)."),
+        click.option("--reasoning-effort", "effort", default=None, metavar="LEVEL",
+                     help="As llama.cpp's: the reasoning level given to the chat template (reasoning_effort), such "
+                          "as low, medium or high, which the templates that take one read (gpt-oss's, ...); none "
+                          "asks it not to think."),
+    ]
+
+    @functools.wraps(fn)
+    def gather(*args, **kwargs):
+        thinking, effort = kwargs.pop("thinking"), kwargs.pop("effort")
+        variables = dict(kwargs["template_kwargs"])
+        if thinking != "auto":
+            variables["enable_thinking"] = thinking == "on"
+        if effort is not None:
+            try:
+                variables = reasoning.with_effort(variables, reasoning.check_effort(effort, "--reasoning-effort"))
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--reasoning-effort") from None
+        kwargs["template_kwargs"] = variables
+        return fn(*args, **kwargs)
+
+    for opt in reversed(opts):
+        gather = opt(gather)
+    return gather
 
 
 def _device_table() -> str:

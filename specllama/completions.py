@@ -48,7 +48,6 @@ _NEUTRAL = {
     "modalities": (["text"],),
     "audio": (),
     "prediction": (),
-    "reasoning_effort": (),
     "web_search_options": (),
 }
 # accepted and without effect on the output: identifiers, metadata, and llama-server's cache switch
@@ -59,7 +58,7 @@ _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "tempera
            "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
            "repeat_last_n", "logit_bias", "logprobs", "grammar", "json_schema"}
 CHAT_FIELDS = (_COMMON | {"messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice",
-                          "parallel_tool_calls", "reasoning_format", "reasoning_budget_tokens",
+                          "parallel_tool_calls", "reasoning_format", "reasoning_effort", "reasoning_budget_tokens",
                           "thinking_budget_tokens", "reasoning_budget_message"} | set(_NEUTRAL) | _PASSIVE)
 COMPLETION_FIELDS = _COMMON | {"prompt", "suffix"} | set(_NEUTRAL) | _PASSIVE
 # /infill's cut of a fill-in-the-middle prompt made from "suffix" (llama-server's default -b)
@@ -112,6 +111,7 @@ class Request:
     # forced before its closing tag when it is spent (None: not given)
     reasoning_budget: Optional[int] = None
     reasoning_budget_message: Optional[str] = None
+    reasoning_effort: Optional[str] = None  # chat: OpenAI's reasoning_effort (reasoning.with_effort)
 
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
@@ -387,6 +387,11 @@ def _chat_prompt(body: dict, req: Request) -> None:
             req.reasoning_format = reasoning.check_format(body["reasoning_format"])
         except ValueError as exc:
             raise RequestError(str(exc), "reasoning_format", "invalid_value") from None
+    if body.get("reasoning_effort") is not None:
+        try:
+            req.reasoning_effort = reasoning.check_effort(body["reasoning_effort"])
+        except ValueError as exc:
+            raise RequestError(str(exc), "reasoning_effort", "invalid_value") from None
     _budget_fields(body, req)
     tk = body.get("chat_template_kwargs")
     if tk is not None:
@@ -485,7 +490,8 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
     fill-in-the-middle prompt cut as /infill cuts it with n_batch (llama-server's -b)."""
     try:
         if req.kind == "chat":
-            tokens = dec.chat_tokens(req.messages, template=template, **req.template_kwargs)
+            variables = reasoning.with_effort(req.template_kwargs, req.reasoning_effort)
+            tokens = dec.chat_tokens(req.messages, template=template, **variables)
             req.thinking_open = reasoning.opened_by(dec.target_model.detokenize(tokens[-8:], special=True))
             source = template_source(dec.target_model, template)
             req.template_markup = reasoning.template_markup(source)

@@ -54,6 +54,31 @@ def template_markup(source: str) -> Optional[Markup]:
     return written or (MARKUPS[0] if "enable_thinking" in source else None)
 
 
+def with_effort(variables: dict, effort: Optional[str]) -> dict:
+    """Chat template variables with a reasoning effort applied as llama-server applies OpenAI's
+    reasoning_effort: "none" asks the template not to think (enable_thinking false, and no level);
+    another level is the template's reasoning_effort and reasoning_strength, which the templates
+    that take a level read (gpt-oss's, DeepSeek V4's, Solar Open's, ...) and others ignore."""
+    if effort is None:
+        return variables
+    out = dict(variables)
+    if effort == "none":
+        out["enable_thinking"] = False
+        out.pop("reasoning_effort", None)
+        out.pop("reasoning_strength", None)
+    else:
+        out["reasoning_effort"] = out["reasoning_strength"] = effort
+    return out
+
+
+def check_effort(value: object, param: str = "reasoning_effort") -> str:
+    """A reasoning effort as given (a level such as "low" or "high", or "none"); ValueError naming
+    param where it is not a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"'{param}' must be a level such as \"low\", \"medium\", \"high\" or \"none\"")
+    return value
+
+
 def _markup(opened: Union[bool, Markup, None]) -> Optional[Markup]:
     return opened if isinstance(opened, tuple) else MARKUPS[0] if opened else None
 

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 
 from fastapi.responses import JSONResponse
 
+from .. import reasoning
 from ..completions import RequestError
 from .native_completion import stopping_word
 from .responses import check_fields, new_id
@@ -52,7 +53,7 @@ def chat_body(body: Any, count_only: bool = False) -> Dict[str, Any]:
         out["tool_choice"], parallel = _tool_choice(choice)
         if parallel is not None:
             out["parallel_tool_calls"] = parallel
-    fmt = _format(body.get("output_config"))
+    fmt = _format(body.get("output_config"), out)
     if fmt is not None:
         out["response_format"] = fmt
     _thinking(body.get("thinking"), out)
@@ -62,14 +63,18 @@ def chat_body(body: Any, count_only: bool = False) -> Dict[str, Any]:
 def _thinking(thinking: Any, out: Dict[str, Any]) -> None:
     """Anthropic's thinking: {"type": "enabled", "budget_tokens": N} asks the template to think
     (enable_thinking) with a budget of N tokens (llama-server's reasoning_budget_tokens);
+    {"type": "adaptive"} asks it to think with no budget (the model decides how much);
     {"type": "disabled"} changes nothing."""
     if thinking is None or thinking == {"type": "disabled"}:
+        return
+    if thinking == {"type": "adaptive"}:
+        out["chat_template_kwargs"] = {"enable_thinking": True, **(out.get("chat_template_kwargs") or {})}
         return
     budget = thinking.get("budget_tokens") if isinstance(thinking, dict) else None
     if not isinstance(thinking, dict) or thinking.get("type") != "enabled" or isinstance(budget, bool) or \
             not isinstance(budget, int) or budget < 0 or set(thinking) - {"type", "budget_tokens"}:
-        raise RequestError("'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
-                           "{\"type\": \"disabled\"}", "thinking", "invalid_value")
+        raise RequestError("'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N}, "
+                           "{\"type\": \"adaptive\"} or {\"type\": \"disabled\"}", "thinking", "invalid_value")
     out["reasoning_budget_tokens"] = budget
     out["chat_template_kwargs"] = {"enable_thinking": True, **(out.get("chat_template_kwargs") or {})}
 
@@ -201,13 +206,18 @@ def _tool_choice(choice: Any):
     return chat, (None if parallel is None else not parallel)
 
 
-def _format(config: Any) -> Optional[Dict[str, Any]]:
-    """The response_format of output_config.format (None where it has none)."""
+def _format(config: Any, out: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """The response_format of output_config.format (None where it has none); its effort goes to the
+    chat request as reasoning_effort (the template's reasoning level, as llama-server reads it)."""
     if config is None:
         return None
-    if not isinstance(config, dict) or set(config) - {"format", "effort"} or config.get("effort") is not None:
-        raise RequestError("'output_config' may hold a format here (not an effort)", "output_config",
-                           "unsupported_value")
+    if not isinstance(config, dict) or set(config) - {"format", "effort"}:
+        raise RequestError("'output_config' may hold a format and an effort", "output_config", "invalid_value")
+    if config.get("effort") is not None:
+        try:
+            out["reasoning_effort"] = reasoning.check_effort(config["effort"], "output_config.effort")
+        except ValueError as exc:
+            raise RequestError(str(exc), "output_config", "invalid_value") from None
     fmt = config.get("format")
     if fmt is None:
         return None

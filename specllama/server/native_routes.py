@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from .._version import __version__
-from .. import tools
+from .. import completions, reasoning
 from ..completions import RequestError
 from ..templates import ChatTemplateError
 from . import native_generation
@@ -90,21 +90,15 @@ async def props(request: Request):
 
 @router.post("/apply-template")
 async def apply_template(request: Request):
-    """llama-server's /apply-template: the messages rendered by the chat template the server uses
-    ({"prompt"}), with "tools" passed to the template; nothing is generated."""
+    """llama-server's /apply-template: the prompt a chat request with this body is generated after
+    ({"prompt"}), rendered by the chat template the server uses with its variables (tools,
+    chat_template_kwargs, reasoning_effort and the server's own); nothing is generated."""
     st = server_state(request)
     try:
-        body = await read_json(request)
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if not isinstance(messages, list) or not messages:
-            raise RequestError("'messages' must be a non-empty list of messages", "messages", "invalid_value")
-        given = body.get("tools")
+        req = completions.parse(await read_json(request), "chat", st.config.defaults)
+        variables = reasoning.with_effort({**st.config.template_kwargs, **req.template_kwargs}, req.reasoning_effort)
         try:
-            variables = {"tools": tools.check_tools(given)} if given else {}
-        except ValueError as exc:
-            raise RequestError(str(exc), "tools", "invalid_value") from None
-        try:  # (the messages as a chat request renders them: a call's arguments as an object)
-            prompt = await run_in_threadpool(st.decoder.apply_chat_template, tools.template_messages(messages), True,
+            prompt = await run_in_threadpool(st.decoder.apply_chat_template, req.messages, True,
                                              st.config.chat_template, **variables)
         except ChatTemplateError as exc:
             raise RequestError(str(exc), "messages", "chat_template_error") from None

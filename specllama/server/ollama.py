@@ -31,6 +31,7 @@ _RUNTIME = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mm
             "vocab_only", "f16_kv", "logits_all", "num_keep", "penalize_newline", "mirostat_tau", "mirostat_eta"}
 # options accepted at the value that changes nothing
 _NEUTRAL_OPTIONS = {"typical_p": (1, 1.0), "tfs_z": (1, 1.0), "mirostat": (0,)}
+THINK_LEVELS = ("low", "medium", "high")
 _CHAT_FIELDS = {"model", "messages", "tools", "format", "options", "stream", "keep_alive", "think"}
 _GENERATE_FIELDS = {"model", "prompt", "suffix", "system", "template", "context", "raw", "format", "options", "stream",
                     "keep_alive", "images", "think"}
@@ -85,19 +86,23 @@ def _format(fmt: Any) -> Optional[Dict[str, Any]]:
 
 def _think(body: Dict[str, Any], out: Dict[str, Any], thinks: bool) -> None:
     """Ollama's think: true, the thinking comes back apart (message.thinking) and the template is
-    asked for it (enable_thinking); false, it is asked not to think and any text stays the answer's;
-    not given, the model thinks as its template has it, and its thinking comes back apart."""
+    asked for it (enable_thinking); a level ("low", "medium", "high") is true with that level given
+    to the template as its reasoning_effort (as gpt-oss's reads it); false, it is asked not to think
+    and any text stays the answer's; not given, the model thinks as its template has it, and its
+    thinking comes back apart."""
     think = body.get("think")
     if think is None:
         return
-    if not isinstance(think, bool):
-        raise RequestError("'think' must be true or false here (thinking levels are not supported)", "think",
-                           "unsupported_value")
-    if think and not thinks:
+    if not isinstance(think, bool) and think not in THINK_LEVELS:
+        raise RequestError("'think' must be true, false or a level (\"low\", \"medium\", \"high\")", "think",
+                           "invalid_value")
+    if think is not False and not thinks:
         raise RequestError("'think' is not supported (the served model has no thinking mode to turn on)", "think",
                            "unsupported_field")
-    out["reasoning_format"] = "auto" if think else "none"
-    out["chat_template_kwargs"] = {"enable_thinking": think}
+    out["reasoning_format"] = "auto" if think is not False else "none"
+    out["chat_template_kwargs"] = {"enable_thinking": think is not False}
+    if isinstance(think, str):
+        out["reasoning_effort"] = think
 
 
 def _common(body: Dict[str, Any]) -> Dict[str, Any]:

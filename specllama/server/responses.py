@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 from fastapi.responses import JSONResponse
 
+from .. import reasoning
 from ..completions import RequestError
 from .errors import answer_error
 
@@ -27,11 +28,13 @@ _CHAT = {"model", "temperature", "top_p", "parallel_tool_calls", "metadata", "us
 _PASSIVE = {"store", "prompt_cache_key", "safety_identifier"}
 # fields accepted only at the value that asks for nothing, and what that is
 _NEUTRAL = {"background": (False,), "previous_response_id": (), "conversation": (), "prompt": (),
-            "truncation": ("disabled",), "top_logprobs": (0,), "max_tool_calls": (), "reasoning": ({},)}
+            "truncation": ("disabled",), "top_logprobs": (0,), "max_tool_calls": ()}
 # include values that ask for nothing here (no reasoning items are made)
 _INCLUDE = {"reasoning.encrypted_content"}
 _HANDLED = {"input", "instructions", "tools", "tool_choice", "text", "max_output_tokens", "stream",
-            "stream_options", "include"}
+            "stream_options", "include", "reasoning"}
+# reasoning.summary values: accepted, and no summary is made (the thinking comes back whole, as reasoning_text)
+_SUMMARIES = (None, "auto", "concise", "detailed")
 FIELDS = _CHAT | _PASSIVE | set(_NEUTRAL) | _HANDLED
 
 
@@ -80,7 +83,26 @@ def chat_body(body: Any) -> Dict[str, Any]:
     fmt = _format(body.get("text"))
     if fmt is not None:
         out["response_format"] = fmt
+    effort = _effort(body.get("reasoning"))
+    if effort is not None:
+        out["reasoning_effort"] = effort
     return out
+
+
+def _effort(config: Any) -> Optional[str]:
+    """The reasoning_effort of a reasoning object ({"effort": ..., "summary": ...}; None: no effort)."""
+    if config is None:
+        return None
+    if not isinstance(config, dict) or set(config) - {"effort", "summary", "generate_summary"} or \
+            config.get("summary") not in _SUMMARIES or config.get("generate_summary") not in _SUMMARIES:
+        raise RequestError("'reasoning' must be {\"effort\": LEVEL, \"summary\": \"auto\"|\"concise\"|\"detailed\"}",
+                           "reasoning", "invalid_value")
+    if config.get("effort") is None:
+        return None
+    try:
+        return reasoning.check_effort(config["effort"], "reasoning.effort")
+    except ValueError as exc:
+        raise RequestError(str(exc), "reasoning", "invalid_value") from None
 
 
 def _messages(items: Any, instructions: Any) -> List[Dict[str, Any]]:
@@ -241,7 +263,8 @@ class Response:
                 "instructions": b.get("instructions"), "max_output_tokens": b.get("max_output_tokens"),
                 "model": self.model, "output": self.output if status != "in_progress" else [],
                 "parallel_tool_calls": b.get("parallel_tool_calls", True), "previous_response_id": None,
-                "reasoning": {"effort": None, "summary": None}, "store": False,
+                "reasoning": {"effort": (b.get("reasoning") or {}).get("effort"),
+                              "summary": (b.get("reasoning") or {}).get("summary")}, "store": False,
                 "temperature": b.get("temperature"), "top_p": b.get("top_p"),
                 "text": b.get("text") or {"format": {"type": "text"}}, "tool_choice": b.get("tool_choice", "auto"),
                 "tools": b.get("tools") or [], "truncation": "disabled", "usage": usage,
