@@ -494,6 +494,14 @@ class GenerateOptions:
     def grammar_thinking(self, arg1: str) -> None:
         ...
     @property
+    def grammar_thinking_calls(self) -> list[str]:
+        """
+        tags that also end the thinking block grammar_thinking reads past, and that the grammar reads from their start on: a tool call's opening tag, where the model may call a tool from inside its thinking (Qwen3.5's <tool_call>)
+        """
+    @grammar_thinking_calls.setter
+    def grammar_thinking_calls(self, arg1: collections.abc.Sequence[str]) -> None:
+        ...
+    @property
     def grammar_thinking_tags(self) -> tuple[str, str]:
         """
         the opening and closing tags of the thinking block grammar_thinking reads past

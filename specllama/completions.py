@@ -112,6 +112,9 @@ class Request:
     reasoning_budget: Optional[int] = None
     reasoning_budget_message: Optional[str] = None
     reasoning_effort: Optional[str] = None  # chat: OpenAI's reasoning_effort (reasoning.with_effort)
+    # chat with tools: the call tags that also end a thinking block (the format's ENDS_THINKING, where
+    # the template thinks in <think>; prompt_tokens)
+    thinking_calls: Tuple[str, ...] = ()
 
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
@@ -496,6 +499,8 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
             source = template_source(dec.target_model, template)
             req.template_markup = reasoning.template_markup(source)
             req.tool_format = tools.format_of(source)
+            if req.tools and (req.thinking_open or req.template_markup) == reasoning.MARKUPS[0]:
+                req.thinking_calls = req.tool_format.ENDS_THINKING
         elif req.suffix:
             tokens = _fim_tokens(dec, req, n_batch)
         elif isinstance(req.prompt, str):
@@ -549,9 +554,11 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
         if opts.grammar_trigger_patterns:
             opts.grammar_thinking = "open" if req.thinking_open else "optional"
             opts.grammar_thinking_tags = markup
+            opts.grammar_thinking_calls = list(req.thinking_calls)
         elif req.answer_grammar:
+            calls = req.thinking_calls if req.tool_call is not None else ()  # (a forced call starts with its tag)
             opts.grammar, opts.grammar_root = reasoning.grammar_after_thinking(opts.grammar, opts.grammar_root, markup,
-                                                                               req.thinking_open is not None)
+                                                                               req.thinking_open is not None, calls)
     if req.reasoning_budget is not None and req.reasoning_budget >= 0 and markup:
         _thinking_budget(dec, req, opts, markup)
     try:
@@ -572,7 +579,7 @@ def _thinking_budget(dec, req: Request, opts: GenerateOptions, markup) -> None:
     opts.thinking_budget = req.reasoning_budget
     opts.thinking_budget_opened = req.thinking_open is not None
     opts.thinking_budget_start = tokens(markup[0])
-    opts.thinking_budget_ends = [tokens(markup[1])]
+    opts.thinking_budget_ends = [tokens(markup[1])] + [tokens(t) for t in req.thinking_calls]
     opts.thinking_budget_forced = tokens(req.reasoning_budget_message or "") + tokens(markup[1])
 
 
@@ -657,7 +664,8 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     """The whole (non-streamed) answer; with req.return_tokens its choice holds tokens; logprobs:
     logprobs_json's object."""
     if req.kind == "chat":
-        thought, text = reasoning.split(text, req.thinking_open) if req.splits_reasoning() else (None, text)
+        thought, text = (reasoning.split(text, req.thinking_open, req.thinking_calls) if req.splits_reasoning()
+                         else (None, text))
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                   "logprobs": logprobs, "finish_reason": FINISH.get(finish_reason, finish_reason)}
         if thought is not None:
@@ -691,7 +699,8 @@ class ChunkWriter:
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
         self.splitter = req.tool_format.StreamSplitter(req.template_kwargs.get("tools")) if req.tools else None
-        self.thinking = reasoning.StreamSplitter(req.thinking_open) if req.splits_reasoning() else None
+        self.thinking = (reasoning.StreamSplitter(req.thinking_open, req.thinking_calls) if req.splits_reasoning()
+                         else None)
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:
         obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"

@@ -21,7 +21,7 @@ tokens too, and the grammar constrains the target and the draft alike, as any gr
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 from . import gbnf as _gbnf
 
@@ -87,25 +87,41 @@ _TAG_RULE = "specllama-thinking"
 
 
 def grammar_after_thinking(gbnf: str, root: str = "root", markup: Markup = MARKUPS[0],
-                           opened: bool = False) -> Tuple[str, str]:
+                           opened: bool = False, calls: Sequence[str] = ()) -> Tuple[str, str]:
     """(GBNF, start rule) of a grammar for the answer that lets the model think first, as
     llama-server's grammars for a reasoning model's JSON schema or forced tool call do: a thinking
     block in markup (any text without the closing tag, closed by it) before the answer's grammar,
-    optional where the reply may open one, the reply's start where the prompt opened it."""
+    optional where the reply may open one, the reply's start where the prompt opened it. calls: tags
+    that also end the thinking, where the answer (a call) starts with one (the thinking holds none)."""
     open_tag, close = markup
     p = _TAG_RULE
-    # what the thinking may hold: any text without the closing tag
-    rules = _gbnf.text_without(p, close)
-    block = f'{p}-0 {_gbnf.literal(close)} [ \\t\\n]{{0,8}}'
-    start = block if opened else f'( [ \\t\\n]{{0,8}} {_gbnf.literal(open_tag)} {block} )?'
-    rules.append(f"{p} ::= {start} {root}")
+    # what the thinking may hold: any text without the closing tag (or a call's), then the answer
+    closed = f'{_gbnf.literal(close)} [ \\t\\n]{{0,8}} {root}'
+    rules = _gbnf.text_without(p + "-text", (close, *calls), {close: closed, **{t: root for t in calls}})
+    start = f"{p}-text-0" if opened else f'( [ \\t\\n]{{0,8}} {_gbnf.literal(open_tag)} {p}-text-0 | {root} )'
+    rules.append(f"{p} ::= {start}")
     return gbnf.rstrip("\n") + "\n" + "\n".join(rules) + "\n", p
 
 
-def split(text: str, opened: Union[bool, Markup, None] = False) -> Tuple[Optional[str], str]:
+def _end(text: str, close: str, calls: Sequence[str]) -> Tuple[int, int]:
+    """Where the thinking in text ends (-1: not yet), and where the answer starts: after the
+    closing tag, or at the first of calls (a call's tag, which the answer keeps) found before it."""
+    end = text.find(close)
+    after = end + len(close) if end >= 0 else -1
+    for tag in calls:
+        at = text.find(tag)
+        if at >= 0 and (end < 0 or at < end):
+            end, after = at, at
+    return end, after
+
+
+def split(text: str, opened: Union[bool, Markup, None] = False,
+          calls: Sequence[str] = ()) -> Tuple[Optional[str], str]:
     """(reasoning, content) of a whole reply; reasoning None where the reply has none (it does not
     start with an opening tag and the prompt did not open one, or the thinking is empty). opened:
-    the markup the prompt opened (True: <think>)."""
+    the markup the prompt opened (True: <think>). calls: tags that also end the thinking and start
+    the content (a tool call's, where the model may call from inside its thinking, as Qwen3.5 does
+    and llama-server reads it)."""
     markup = _markup(opened)
     if markup is None:
         head = text.lstrip()
@@ -113,9 +129,8 @@ def split(text: str, opened: Union[bool, Markup, None] = False) -> Tuple[Optiona
         if markup is None:
             return None, text
         text = head[len(markup[0]):]
-    close = markup[1]
-    end = text.find(close)
-    thought, content = (text, "") if end < 0 else (text[:end], text[end + len(close):].lstrip())
+    end, after = _end(text, markup[1], calls)
+    thought, content = (text, "") if end < 0 else (text[:end], text[after:].lstrip())
     return thought.strip() or None, content
 
 
@@ -127,12 +142,14 @@ def _open_tail(text: str, tag: str) -> int:
 class StreamSplitter:
     """A streamed reply's text, step by step, as (REASONING or CONTENT, text) pieces: what is
     certain is passed on, and what may still turn out otherwise is held (the start of a reply
-    that may open <think>, an end that may start </think>, whitespace that may end the thinking)."""
+    that may open <think>, an end that may start </think> or one of calls, whitespace that may end
+    the thinking)."""
 
-    def __init__(self, opened: Union[bool, Markup, None] = False) -> None:
+    def __init__(self, opened: Union[bool, Markup, None] = False, calls: Sequence[str] = ()) -> None:
         markup = _markup(opened)
         self.state = "thinking" if markup else "start"
         self.close = markup[1] if markup else ""
+        self.calls = tuple(calls)
         self.held = ""
         self.thought = False  # some reasoning passed on (whitespace before the first is dropped)
 
@@ -150,12 +167,12 @@ class StreamSplitter:
                 else:
                     self.state = "content"
             elif self.state == "thinking":
-                end = self.held.find(self.close)
+                end, after = _end(self.held, self.close, self.calls)
                 if end >= 0:
                     self._think(self.held[:end].rstrip(), out)
-                    self.held, self.state = self.held[end + len(self.close):], "after"
+                    self.held, self.state = self.held[after:], "after"
                     continue
-                cut = len(self.held) - _open_tail(self.held, self.close)
+                cut = len(self.held) - max(_open_tail(self.held, t) for t in (self.close, *self.calls))
                 sure = self.held[:cut].rstrip()
                 self._think(sure, out)
                 self.held = self.held[len(sure):]

@@ -30,6 +30,28 @@ def test_text_up_to_a_tag_ends_at_its_first_occurrence(grammar_text, tag, data):
     assert grammar_text.admits(_grammar(tag), text) == want, repr(text)
 
 
+TAG_SETS = [("</think>", "<tool_call>"), ("ab", "b"), ("abc", "bcd"), ("aa", "ab", "ba"), ("\n</x>\n", "<x>")]
+
+
+def _first_end(text, tags):
+    """Where the first occurrence of any of tags in text ends (len(text) + 1: none)."""
+    return min((i + len(t) for i in range(len(text)) for t in tags if text.startswith(t, i)), default=len(text) + 1)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(TAG_SETS), st.data())
+def test_text_without_several_tags_ends_at_the_first_of_them(grammar_text, tags, data):
+    """With each tag's way on, t-0 admits exactly a text in which the first of the tags to occur
+    ends at its end (none of them earlier): texts drawn from the tags' characters and pieces."""
+    chars = sorted(set("".join(tags)))
+    pieces = st.sampled_from(chars + ["x"] + [p for t in tags for p in (t, t[:-1], t[1:])])
+    text = "".join(data.draw(st.lists(pieces, max_size=8))) + data.draw(st.sampled_from(tags))
+    then = {t: f"{gbnf.literal(t)} end-{i}" for i, t in enumerate(tags)}  # (each tag's own way on)
+    grammar = "root ::= t-0\n" + "\n".join(gbnf.text_without("t", tags, then)) + "\n" + \
+        "".join(f'end-{i} ::= ""\n' for i in range(len(tags)))
+    assert grammar_text.admits(grammar, text) == (_first_end(text, tags) == len(text)), repr(text)
+
+
 @pytest.mark.parametrize("tag, text, admitted", [
     ("\n</parameter>\n", "value\n</parameter>\n", True),
     ("\n</parameter>\n", "\n</parameter>\n", True),

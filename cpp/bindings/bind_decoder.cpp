@@ -229,6 +229,12 @@ void register_options(py::module_ & m) {
                 p.grammar_thinking.close_tag = tags.second;
             },
             "the opening and closing tags of the thinking block grammar_thinking reads past")
+        .def_property(
+            "grammar_thinking_calls", [](const gp & p) { return p.grammar_thinking.call_tags; },
+            [](gp & p, const std::vector<std::string> & tags) { p.grammar_thinking.call_tags = tags; },
+            "tags that also end the thinking block grammar_thinking reads past, and that the grammar reads "
+            "from their start on: a tool call's opening tag, where the model may call a tool from inside its "
+            "thinking (Qwen3.5's <tool_call>)")
         .def_readwrite("forced_drafts", &gp::forced_drafts,
                        "with a grammar and a draft model: where the grammar leaves no choice of the next characters, "
                        "their tokens are drafted with q = 1 ahead of the draft model, without draft decodes to "

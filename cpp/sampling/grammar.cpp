@@ -64,8 +64,11 @@ grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf
              thinking.start == thinking_start::open     ? phase::thinking :
                                                           phase::reading),
       open_tag_(thinking.open_tag),
-      close_tag_(thinking.close_tag) {
-    if (thinking.start != thinking_start::none && (open_tag_.empty() || close_tag_.empty())) {
+      close_tag_(thinking.close_tag),
+      call_tags_(thinking.call_tags) {
+    if (thinking.start != thinking_start::none &&
+        (open_tag_.empty() || close_tag_.empty() ||
+         std::any_of(call_tags_.begin(), call_tags_.end(), [](const std::string & t) { return t.empty(); }))) {
         throw std::invalid_argument("a thinking block's tags must not be empty");
     }
     if (thinking.start != thinking_start::none && trigger_patterns.empty() && trigger_tokens.empty()) {
@@ -118,7 +121,9 @@ grammar_state::grammar_state(const grammar_state & other)
       phase_(other.phase_),
       open_tag_(other.open_tag_),
       close_tag_(other.close_tag_),
+      call_tags_(other.call_tags_),
       text_(other.text_),
+      recent_(other.recent_),
       held_(other.held_),
       nul_(other.nul_) {}
 
@@ -131,7 +136,9 @@ grammar_state & grammar_state::operator=(const grammar_state & other) {
         phase_     = other.phase_;
         open_tag_  = other.open_tag_;
         close_tag_ = other.close_tag_;
+        call_tags_ = other.call_tags_;
         text_      = other.text_;
+        recent_    = other.recent_;
         held_  = other.held_;
         nul_   = other.nul_;
     }
@@ -140,6 +147,17 @@ grammar_state & grammar_state::operator=(const grammar_state & other) {
 
 bool grammar_state::constraining() const {
     return phase_ == phase::reading && (nul_ < 0 || !allows(nul_));
+}
+
+std::pair<size_t, bool> grammar_state::thinking_end() const {
+    std::pair<size_t, bool> first{text_.find(close_tag_), false};
+    for (const std::string & tag : call_tags_) {
+        const size_t at = text_.find(tag);
+        if (at < first.first) {
+            first = {at, true};
+        }
+    }
+    return first;
 }
 
 bool grammar_state::read_by_grammar(llama_token token) {
@@ -161,6 +179,7 @@ bool grammar_state::read_by_grammar(llama_token token) {
         if (head.compare(0, open_tag_.size(), open_tag_) == 0) {
             phase_ = phase::thinking;  // (the thinking block's tokens are not the grammar's to read)
             text_  = head.substr(open_tag_.size());
+            recent_.assign(1, {token, text_.size()});  // (what follows the tag is the last token's)
             held_.clear();
         } else if (open_tag_.compare(0, head.size(), head) == 0) {
             return false;  // (it may still open one)
@@ -175,13 +194,36 @@ bool grammar_state::read_by_grammar(llama_token token) {
             held_.clear();
             return true;
         }
+    } else {
+        recent_.emplace_back(token, text_.size() - at);
     }
-    if (text_.find(close_tag_) != std::string::npos) {
-        phase_ = phase::reading;  // (from the next token on)
+    const auto [end, call] = thinking_end();
+    if (end != std::string::npos) {
+        phase_ = phase::reading;  // (from the next token on, or from the call tag's start)
+        if (call) {  // the grammar reads the tokens from the one where the tag starts
+            size_t from = text_.size(), i = recent_.size();
+            while (i > 0 && from > end) {
+                from -= recent_[--i].second;
+            }
+            for (; i < recent_.size(); ++i) {
+                llama_sampler_accept(smpl_, recent_[i].first);
+            }
+        }
         text_.clear();
-    } else if (text_.size() >= close_tag_.size()) {
-        text_.erase(0, text_.size() - (close_tag_.size() - 1));  // (what may still begin the closing tag)
+        recent_.clear();
+        return false;
     }
+    // keep the tokens that hold what may still begin a tag
+    size_t keep = close_tag_.size();
+    for (const std::string & tag : call_tags_) {
+        keep = std::max(keep, tag.size());
+    }
+    size_t drop = 0, n_drop = 0;
+    while (n_drop < recent_.size() && text_.size() - drop - recent_[n_drop].second + 1 >= keep) {
+        drop += recent_[n_drop++].second;
+    }
+    text_.erase(0, drop);
+    recent_.erase(recent_.begin(), recent_.begin() + n_drop);
     return false;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "llama.h"
@@ -21,13 +22,16 @@ namespace specllama {
 // where a reasoning model's reply may hold its thinking before the answer: none (the grammar reads
 // the whole reply), optional (the reply may open a thinking block), open (the prompt opened one: the
 // reply starts inside it); the block's tags (Qwen3's and DeepSeek-R1's, Gemma 4's <|channel>thought
-// and <channel|>, ...)
+// and <channel|>, ...); call_tags: tags that also end the thinking and that the grammar reads, from
+// their start on (a tool call's opening tag, where the model may call a tool from inside its
+// thinking, as Qwen3.5 does)
 enum class thinking_start : int8_t { none, optional, open };
 
 struct thinking_markup {
-    thinking_start start     = thinking_start::none;
-    std::string    open_tag  = "<think>";
-    std::string    close_tag = "</think>";
+    thinking_start           start     = thinking_start::none;
+    std::string              open_tag  = "<think>";
+    std::string              close_tag = "</think>";
+    std::vector<std::string> call_tags;
 };
 
 class grammar_state {
@@ -38,8 +42,8 @@ class grammar_state {
     // the grammar then follows from the first capture group's start, or the match's) or holds one of
     // trigger_tokens (from that token on). thinking (a lazy grammar's only): the grammar reads the
     // reply from after its thinking block's closing tag on, so that a trigger inside the thinking does
-    // not start it (and a trigger anchored at the start matches the answer's start); a reply that
-    // turns out not to open one is read whole
+    // not start it (and a trigger anchored at the start matches the answer's start), or from the
+    // token where one of its call tags starts; a reply that turns out not to open one is read whole
     grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root = "root",
                   const std::vector<std::string> & trigger_patterns = {},
                   const std::vector<llama_token> & trigger_tokens = {},
@@ -67,15 +71,22 @@ class grammar_state {
     // active and leaves alone while it waits); true where the vocabulary has no such token
     bool constraining() const;
     // thinking: whether the grammar reads token (false while the reply's thinking goes on, or while
-    // it is not yet known whether the reply opens one: those tokens wait in held_)
+    // it is not yet known whether the reply opens one: those tokens wait in held_; false too where a
+    // call tag ended the thinking: the tokens from the tag's start on were read here)
     bool read_by_grammar(llama_token token);
+    // thinking: the first thinking-ending tag in text_ (its position, and whether it is a call tag),
+    // or npos
+    std::pair<size_t, bool> thinking_end() const;
 
     enum class phase : int8_t { reading, undecided, thinking };
     llama_sampler *                   smpl_ = nullptr;
     const llama_vocab *               vocab_ = nullptr;
     phase                             phase_ = phase::reading;
     std::string                       open_tag_, close_tag_;  // the thinking block's
-    std::string                       text_;  // undecided: the reply so far; thinking: its last characters
+    std::vector<std::string>          call_tags_;
+    std::string                       text_;  // undecided: the reply so far; thinking: the pieces of recent_
+    // thinking: the last tokens and their pieces' lengths (as many as hold the longest tag's start)
+    std::vector<std::pair<llama_token, size_t>> recent_;
     std::vector<llama_token>          held_;  // undecided: the reply's tokens
     llama_token                       nul_  = -1;  // a lazy grammar's: the NUL byte's token (-1: none, or not lazy)
     std::vector<int32_t>              order_;  // token ids, partly sorted by logit

@@ -27,6 +27,8 @@ from . import common
 
 OPEN, CLOSE = "<|tool_call>", "<tool_call|>"
 QUOTE = '<|"|>'  # around a text value
+# tags that end a thinking block too (none: a call comes after the thinking closes)
+ENDS_THINKING: tuple = ()
 _CALL = "call:"
 _NAME = re.compile(r"call:([^{}<>\s]+)")
 _KEY = re.compile(r"\s*([^:{}\[\],<>\s]+)\s*:")
