@@ -119,6 +119,10 @@ class Request:
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
 
+    def channels(self) -> bool:
+        """Whether the reply is read in Gemma 4's channel markup (reasoning.split)."""
+        return reasoning.MARKUPS[1] in (self.thinking_open, self.template_markup)
+
 
 def _number(body: dict, name: str, lo: float, hi: float, integer: bool = False):
     v = body.get(name)
@@ -664,8 +668,8 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     """The whole (non-streamed) answer; with req.return_tokens its choice holds tokens; logprobs:
     logprobs_json's object."""
     if req.kind == "chat":
-        thought, text = (reasoning.split(text, req.thinking_open, req.thinking_calls) if req.splits_reasoning()
-                         else (None, text))
+        thought, text = (reasoning.split(text, req.thinking_open, req.thinking_calls, req.channels())
+                         if req.splits_reasoning() else (None, text))
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                   "logprobs": logprobs, "finish_reason": FINISH.get(finish_reason, finish_reason)}
         if thought is not None:
@@ -699,8 +703,8 @@ class ChunkWriter:
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
         self.splitter = req.tool_format.StreamSplitter(req.template_kwargs.get("tools")) if req.tools else None
-        self.thinking = (reasoning.StreamSplitter(req.thinking_open, req.thinking_calls) if req.splits_reasoning()
-                         else None)
+        self.thinking = (reasoning.StreamSplitter(req.thinking_open, req.thinking_calls, req.channels())
+                         if req.splits_reasoning() else None)
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:
         obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"

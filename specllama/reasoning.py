@@ -115,13 +115,21 @@ def _end(text: str, close: str, calls: Sequence[str]) -> Tuple[int, int]:
     return end, after
 
 
-def split(text: str, opened: Union[bool, Markup, None] = False,
-          calls: Sequence[str] = ()) -> Tuple[Optional[str], str]:
+def split(text: str, opened: Union[bool, Markup, None] = False, calls: Sequence[str] = (),
+          channels: bool = False) -> Tuple[Optional[str], str]:
     """(reasoning, content) of a whole reply; reasoning None where the reply has none (it does not
     start with an opening tag and the prompt did not open one, or the thinking is empty). opened:
     the markup the prompt opened (True: <think>). calls: tags that also end the thinking and start
     the content (a tool call's, where the model may call from inside its thinking, as Qwen3.5 does
-    and llama-server reads it)."""
+    and llama-server reads it). channels: Gemma 4's channel markup, read as llama-server reads it:
+    a thought block anywhere in the reply is thinking (several joined by a line break), and a
+    <|channel> that opens no thought or a <channel|> that closes none is dropped (Gemma 4 may end
+    its answer with an empty thought block or a lone <channel|>)."""
+    if channels:
+        splitter = StreamSplitter(opened, calls, channels=True)
+        pieces = splitter.feed(text) + splitter.finish()
+        thought = "".join(t for kind, t in pieces if kind == REASONING)
+        return thought or None, "".join(t for kind, t in pieces if kind == CONTENT)
     markup = _markup(opened)
     if markup is None:
         head = text.lstrip()
@@ -145,13 +153,16 @@ class StreamSplitter:
     that may open <think>, an end that may start </think> or one of calls, whitespace that may end
     the thinking)."""
 
-    def __init__(self, opened: Union[bool, Markup, None] = False, calls: Sequence[str] = ()) -> None:
+    def __init__(self, opened: Union[bool, Markup, None] = False, calls: Sequence[str] = (),
+                 channels: bool = False) -> None:
         markup = _markup(opened)
         self.state = "thinking" if markup else "start"
         self.close = markup[1] if markup else ""
         self.calls = tuple(calls)
+        self.channels = channels  # Gemma 4's channel markup (split())
         self.held = ""
-        self.thought = False  # some reasoning passed on (whitespace before the first is dropped)
+        self.thought = False  # some reasoning passed on
+        self.block = True  # nothing of the current thinking block passed on (whitespace before it is dropped)
 
     def feed(self, text: str) -> List[Tuple[str, str]]:
         self.held += text
@@ -162,6 +173,7 @@ class StreamSplitter:
                 markup = next((m for m in MARKUPS if head.startswith(m[0])), None)
                 if markup is not None:
                     self.held, self.state, self.close = head[len(markup[0]):], "thinking", markup[1]
+                    self.block = True
                 elif any(m[0].startswith(head) for m in MARKUPS):
                     return out  # not decided yet
                 else:
@@ -182,18 +194,50 @@ class StreamSplitter:
                 if not self.held:
                     return out
                 self.state = "content"
+            elif self.channels:
+                if not self._channel(out):
+                    return out
             else:
                 if self.held:
                     out.append((CONTENT, self.held))
                 self.held = ""
                 return out
 
+    def _channel(self, out: List[Tuple[str, str]]) -> bool:
+        """Gemma 4's content or a channel tag in it: whether there is more to read now."""
+        open_tag, close = MARKUPS[1]
+        channel = open_tag[:open_tag.index("thought")]
+        if self.state == "channel":  # after a <|channel>: a thought block, or a tag to drop
+            rest = self.held[len(channel):]
+            if rest.startswith("thought"):
+                self.held, self.state, self.close, self.block = rest[len("thought"):], "thinking", close, True
+            elif "thought".startswith(rest):
+                return False  # not decided yet
+            else:
+                self.held, self.state = rest, "content"
+            return True
+        at = [i for i in (self.held.find(channel), self.held.find(close)) if i >= 0]
+        if not at:
+            cut = len(self.held) - max(_open_tail(self.held, channel), _open_tail(self.held, close))
+            if cut:
+                out.append((CONTENT, self.held[:cut]))
+            self.held = self.held[cut:]
+            return False
+        end = min(at)
+        if end:
+            out.append((CONTENT, self.held[:end]))
+        if self.held.startswith(close, end):
+            self.held = self.held[end + len(close):]  # a <channel|> that closes no thought: dropped
+        else:
+            self.held, self.state = self.held[end:], "channel"
+        return True
+
     def _think(self, text: str, out: List[Tuple[str, str]]) -> None:
-        if not self.thought:
+        if self.block:
             text = text.lstrip()
         if text:
-            out.append((REASONING, text))
-            self.thought = True
+            out.append((REASONING, ("\n" if self.block and self.thought else "") + text))
+            self.thought, self.block = True, False
 
     def finish(self) -> List[Tuple[str, str]]:
         """The pieces still held once the reply is complete."""
@@ -204,4 +248,5 @@ class StreamSplitter:
             return out
         if self.state == "start" and held:
             return [(CONTENT, held)]
+        # (in the state "channel", a thought block cut off as it opened: nothing)
         return [(CONTENT, held)] if self.state == "content" and held else []

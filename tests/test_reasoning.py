@@ -83,6 +83,52 @@ def test_a_stream_says_what_the_whole_text_says_however_it_is_cut(text, cuts, op
     assert _streamed(text, [c for c in cuts if c <= len(text)], opened) == reasoning.split(text, opened)
 
 
+_GEMMA_REPLY = "Hello, world!\nWhat's up?"
+
+
+@pytest.mark.parametrize("text, opened, want", [  # (the first six are llama.cpp's Gemma 4 cases)
+    ("<|channel>thought\nI'm\nthinking<channel|>" + _GEMMA_REPLY, False, ("I'm\nthinking", _GEMMA_REPLY)),
+    ("<|channel>thought\n<channel|>" + _GEMMA_REPLY + "<channel|>", False, (None, _GEMMA_REPLY)),
+    ("<|channel>thought\n<channel|>" + _GEMMA_REPLY + "<|channel>thought\n<channel|>", False, (None, _GEMMA_REPLY)),
+    ("<|channel>thought\n<channel|>" + _GEMMA_REPLY + "<|channel>thought\n<channel|><channel|>", False,
+     (None, _GEMMA_REPLY)),
+    ("<|channel><|channel>thought\n<channel|>" + _GEMMA_REPLY, False, (None, _GEMMA_REPLY)),
+    ("<|channel>thought<channel|>" + _GEMMA_REPLY, False, (None, _GEMMA_REPLY)),
+    (_GEMMA_REPLY + "<channel|>", False, (None, _GEMMA_REPLY)),
+    ("A<|channel>thought\nB<channel|>C", False, ("B", "AC")),
+    ("<|channel>thought X<channel|>Y<|channel>thought\n Z <channel|>\nW", False, ("X\nZ", "YW")),
+    ("still thinking<channel|>Paris.<channel|>", reasoning.MARKUPS[1], ("still thinking", "Paris.")),
+    ("Paris.<|channel>", False, (None, "Paris.")),
+    ("Paris.<|chan", False, (None, "Paris.<|chan")),
+])
+def test_gemma4s_channels(text, opened, want):
+    """Gemma 4's channel markup read as llama-server reads it: thought blocks anywhere are the
+    thinking, an empty one or a lone tag at the end of the answer (or anywhere) is dropped.
+    Negative control: read as other markups are, the tags stay in the content."""
+    assert reasoning.split(text, opened, channels=True) == want
+    other_tags = re.sub(r"^<\|channel>thought.*?<channel\|>", "", text, flags=re.S) if not opened else \
+        text.replace("<channel|>", "", 1)
+    if "<|channel>" in other_tags or "<channel|>" in other_tags:
+        assert reasoning.split(text, opened) != want
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["<|channel>", "thought", "<|channel>thought", "<channel|>", "<|chan", "<chan",
+                                 "nel|>", " ", "\n", "a", "b c", "thou"]), max_size=12).map("".join),
+       st.lists(st.integers(0, 60), max_size=8), st.sampled_from([None, reasoning.MARKUPS[1]]))
+def test_gemma4s_channels_streamed_as_whole(text, cuts, opened):
+    s = reasoning.StreamSplitter(opened, channels=True)
+    pieces, at = [], 0
+    for cut in sorted(set(c for c in cuts if c <= len(text))) + [len(text)]:
+        pieces += s.feed(text[at:cut])
+        at = cut
+    pieces += s.finish()
+    assert all(t for _, t in pieces)
+    thought = "".join(t for k, t in pieces if k == reasoning.REASONING) or None
+    assert (thought, "".join(t for k, t in pieces if k == reasoning.CONTENT)) == \
+        reasoning.split(text, opened, channels=True)
+
+
 def test_a_stream_passes_on_what_is_certain_at_once():
     s = reasoning.StreamSplitter()
     assert s.feed(" <th") == []  # may open a thinking block
@@ -677,3 +723,46 @@ def test_which_grammar_a_chat_request_gets(tiny, tmp_path):
         req = completions.parse(dict(tools=[weather], messages=msgs), "chat")
         o = completions.options_for(dec, req, len(completions.prompt_tokens(dec, req, gemma)))
         assert o.grammar_thinking_tags == ("<|channel>thought", "<channel|>")
+
+
+@pytest.fixture(scope="module")
+def channel_decoder(tmp_path_factory):
+    """The tiny target and a perturbed draft with two words renamed as Gemma 4's channel tags, each
+    one token rendered in the text: (decoder, the closing tag's id)."""
+    from tiny_models import perturbed, random_weights, vocab, write_model
+
+    d = tmp_path_factory.mktemp("channels")
+    toks = vocab()
+    ids = [toks.index("\u2581hot"), toks.index("\u2581word")]
+    names = ["<|channel>", "<channel|>"]
+    toks = vocab(rename=dict(zip(ids, names)))
+    w = random_weights(len(toks), seed=1)
+    target = str(write_model(d / "target.gguf", toks, w, user_defined=names))
+    draft = str(write_model(d / "draft.gguf", toks, perturbed(w, seed=2, noise=0.15), user_defined=names))
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=1024) as dec:
+        yield dec, ids[1]
+
+
+def test_a_gemma4_answers_lone_channel_tags_are_dropped(channel_decoder):
+    """Under Gemma 4's template, replies made to write lone <channel|> tags (a logit bias; the
+    <|channel> tags they write open no thought either) come back without them, whole and streamed.
+    Negative control: with reasoning_format "none" they stay."""
+    dec, close = channel_decoder
+    template = str(TEMPLATES / "google-gemma-4-31B-it.jinja")
+    fields = dict(chat_template=template, temperature=1.0, max_tokens=24, logit_bias={str(close): 8.0})
+    messages = [{"role": "user", "content": "the cat"}]
+    dropped = 0
+    for seed in range(8):
+        out = dec.create_chat_completion(messages, seed=seed, return_tokens=True, **fields)
+        text = dec.target_model.detokenize(out["choices"][0]["tokens"])
+        assert "<|channel>thought" not in text
+        content = out["choices"][0]["message"]["content"]
+        assert content == text.replace("<channel|>", "").replace("<|channel>", "")
+        assert "reasoning_content" not in out["choices"][0]["message"]
+        dropped += "<channel|>" in text
+        whole = dec.create_chat_completion(messages, seed=seed, reasoning_format="none", **fields)
+        assert whole["choices"][0]["message"]["content"] == text
+        if seed < 3:
+            chunks = dec.create_chat_completion(messages, seed=seed, stream=True, **fields)
+            assert "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks if ch["choices"]) == content
+    assert dropped >= 4, dropped
