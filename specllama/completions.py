@@ -15,7 +15,6 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import infill, reasoning, schemas, tools
@@ -98,7 +97,7 @@ class Request:
     template_kwargs: Dict[str, Any] = field(default_factory=dict)
     tools: bool = False  # chat: tools were rendered, and calls are parsed out of the reply (specllama.tools)
     tool_call: Optional[ToolCall] = None  # the calls a grammar holds (None: no grammar for them)
-    tool_format: ModuleType = HERMES  # the chat template's call format (prompt_tokens)
+    tool_format: Any = HERMES  # the chat template's call format (a tools module or flavour; prompt_tokens)
     n: int = 1  # choices, generated one after another (choice c with seed + c where a seed is given)
     # chat: where a reasoning model's thinking goes (specllama.reasoning; None: not given, "auto"), and
     # the markup of the thinking the prompt opened (prompt_tokens; None: none)

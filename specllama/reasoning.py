@@ -2,11 +2,11 @@
 
 Reasoning models (Qwen3, DeepSeek-R1 and its distills, SmolLM3, Granite, ...) write their
 thinking between <think> and </think> before the answer (Gemma 4 between <|channel>thought and
-<channel|>: MARKUPS), or the chat template opens the thinking at the end of the prompt and the
-reply starts inside it. With the reasoning format "auto" (or "deepseek", the same here) a chat
-reply that starts with an opening tag, or whose prompt ended with one, comes back with that text
-as the message's reasoning_content and the rest as its content, as
-llama-server's --reasoning-format deepseek answers; "none" leaves every reply's text whole in
+<channel|>, Magistral between [THINK] and [/THINK]: MARKUPS), or the chat template opens the
+thinking at the end of the prompt and the reply starts inside it. With the reasoning format
+"auto" (or "deepseek", the same here) a chat reply that starts with an opening tag, or whose
+prompt ended with one, comes back with that text as the message's reasoning_content and the rest
+as its content, as llama-server's --reasoning-format deepseek answers; "none" leaves every reply's text whole in
 content. The split moves text only: the tokens generated are the same with any format.
 
 The thinking is stripped of the whitespace around it and the answer of the whitespace before
@@ -26,8 +26,9 @@ from typing import List, Optional, Sequence, Tuple, Union
 from . import gbnf as _gbnf
 
 # the opening and closing tags of a thinking block, by model family: <think> (Qwen3, DeepSeek-R1,
-# SmolLM3, ...) and Gemma 4's thought channel
-MARKUPS: Tuple[Tuple[str, str], ...] = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"))
+# SmolLM3, ...), Gemma 4's thought channel, and [THINK] (Magistral, Ministral 3's reasoning models)
+MARKUPS: Tuple[Tuple[str, str], ...] = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"),
+                                        ("[THINK]", "[/THINK]"))
 Markup = Tuple[str, str]
 FORMATS = ("auto", "deepseek", "none")
 REASONING, CONTENT = "reasoning", "content"

@@ -94,6 +94,12 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: Optional[int] = None, se
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
 
+def _length(x: Any) -> int:
+    # as llama.cpp's Jinja engine counts: none (an assistant's content beside its tool calls, as
+    # OpenAI's clients send it) has length 0 (Ministral 3's template counts it)
+    return 0 if x is None else len(x)
+
+
 def _raise_exception(message: Any = "") -> None:
     raise _TemplateRaised(str(message))
 
@@ -160,6 +166,7 @@ def _environment():
 
     env = Environment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
     env.filters["tojson"] = _tojson
+    env.filters["length"] = env.filters["count"] = _length
     env.filters[_LOOP_FILTER] = _counted
     return env
 

@@ -147,9 +147,13 @@ THINK_GRAMMAR = 'root ::= "<think>" [a-z]{2,8} " " [a-z]{2,8} "</think>" "\\n\\n
 GEMMA4_GRAMMAR = 'root ::= "<|channel>thought\\n" [a-z]{2,8} " " [a-z]{2,8} "<channel|>" [a-z]{2,8} " " [a-z]{2,8}'
 
 
+MAGISTRAL_GRAMMAR = 'root ::= "[THINK]" [a-z]{2,8} " " [a-z]{2,8} "[/THINK]" [a-z]{2,8} " " [a-z]{2,8}'
+
+
 @pytest.mark.parametrize("grammar, open_tag, close", [(THINK_GRAMMAR, "<think>", "</think>\n\n"),
-                                                      (GEMMA4_GRAMMAR, "<|channel>thought\n", "<channel|>")],
-                         ids=["think", "gemma4"])
+                                                      (GEMMA4_GRAMMAR, "<|channel>thought\n", "<channel|>"),
+                                                      (MAGISTRAL_GRAMMAR, "[THINK]", "[/THINK]")],
+                         ids=["think", "gemma4", "mistral"])
 def test_a_chat_completion_carries_the_thinking_apart(tiny, grammar, open_tag, close):
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
         msgs = [{"role": "user", "content": "the cat"}]
@@ -386,7 +390,7 @@ def _shaped(open_tag, close):
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
-@pytest.mark.parametrize("markup", reasoning.MARKUPS, ids=["think", "gemma4"])
+@pytest.mark.parametrize("markup", reasoning.MARKUPS, ids=["think", "gemma4", "mistral"])
 def test_the_thinking_grammar_admits_a_thinking_block_then_the_answer(grammar_text, markup, data):
     text = data.draw(st.one_of(_shaped(*markup), _fragments(10)))
     opened = data.draw(st.booleans())
@@ -499,7 +503,8 @@ def test_template_variables_for_every_request(tiny, tmp_path):
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-32B",
-                      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "google-gemma-4-31B-it", "Qwen-Qwen3.5-4B"]
+                      "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "google-gemma-4-31B-it", "Qwen-Qwen3.5-4B",
+                      "mistralai-Ministral-3-14B-Reasoning-2512"]
 
 
 def _render(name, messages, **variables):
@@ -587,7 +592,7 @@ def _lazy_grammar_admits(text: bytes) -> bool:
     return True
 
 
-@pytest.fixture(scope="module", params=reasoning.MARKUPS, ids=["think", "gemma4"])
+@pytest.fixture(scope="module", params=reasoning.MARKUPS, ids=["think", "gemma4", "mistral"])
 def thinking_vocab(tmp_path_factory, request):
     """The tiny target and the far draft with two words renamed as a markup's opening and closing
     tags: (target, draft, vocabulary, markup)."""

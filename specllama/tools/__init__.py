@@ -7,6 +7,9 @@ module of this package:
 - qwen3_coder: <tool_call><function=name><parameter=key>value</parameter></function></tool_call>
   over lines, the Qwen3-Coder and Qwen3.5 templates'
 - gemma4: <|tool_call>call:name{key:<|"|>text<|"|>,...}<tool_call|>, Gemma 4's
+- mistral: [TOOL_CALLS]name[ARGS]{...} (Mistral Small 3.x, Devstral, Ministral 3, Magistral; with
+  [CALL_ID]id, Mistral Small 3.2) or [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]
+  (Mistral Nemo): a flavour per template (mistral.Flavour), with a module's functions
 
 Each has parse(text, tools) -> (content, calls), a StreamSplitter(tools) that holds a stream's
 text back from a call's start, forced_grammar (tool_choice "required" or a named tool: every
@@ -17,20 +20,22 @@ picks one by the chat template."""
 from __future__ import annotations
 
 import json
-from types import ModuleType
 from typing import Any, Dict, List, Optional
 
-from . import gemma4, hermes, qwen3_coder
+from . import gemma4, hermes, mistral, qwen3_coder
 
 
-def format_of(template_source: Optional[str]) -> ModuleType:
-    """The call format a chat template teaches: gemma4 where it writes Gemma 4's call tag,
-    qwen3_coder where it writes <function=...> and <parameter=...> blocks, else hermes."""
+def format_of(template_source: Optional[str]) -> Any:
+    """The call format a chat template teaches (a module, or a mistral.Flavour): gemma4 where it
+    writes Gemma 4's call tag, qwen3_coder where it writes <function=...> and <parameter=...>
+    blocks, mistral's flavour where it writes [TOOL_CALLS], else hermes."""
     source = template_source or ""
     if gemma4.OPEN in source:
         return gemma4
     if "<function=" in source and "<parameter=" in source:
         return qwen3_coder
+    if mistral.OPEN in source:
+        return mistral.flavour_of(source)
     return hermes
 
 
