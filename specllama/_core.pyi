@@ -614,6 +614,14 @@ class GenerateOptions:
     def presence_penalty(self, arg1: typing.SupportsFloat | typing.SupportsIndex) -> None:
         ...
     @property
+    def preserved_tokens(self) -> list[int]:
+        """
+        special tokens spelled out in the text where generated (a chat format's tags that are control tokens, as llama-server's preserved tokens); other control tokens are left out of it
+        """
+    @preserved_tokens.setter
+    def preserved_tokens(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
     def prices(self) -> StepPrices | None:
         """
         StepPrices for the adaptive rule instead of measured times; None: measured

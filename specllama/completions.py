@@ -564,6 +564,8 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
                                                                                req.thinking_open is not None, calls)
     if req.reasoning_budget is not None and req.reasoning_budget >= 0 and markup:
         _thinking_budget(dec, req, opts, markup)
+    if req.kind == "chat":
+        opts.preserved_tokens = _preserved(dec, req.tool_format.TAGS + reasoning.TAGS)
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:
@@ -584,6 +586,17 @@ def _thinking_budget(dec, req: Request, opts: GenerateOptions, markup) -> None:
     opts.thinking_budget_start = tokens(markup[0])
     opts.thinking_budget_ends = [tokens(markup[1])] + [tokens(t) for t in req.thinking_calls]
     opts.thinking_budget_forced = tokens(req.reasoning_budget_message or "") + tokens(markup[1])
+
+
+def _preserved(dec, tags) -> List[int]:
+    """The tags that are one token each in dec's vocabulary (spelled out in the text where they are
+    control tokens: Mistral's [TOOL_CALLS], say), as llama-server's preserved tokens."""
+    out = []
+    for tag in tags:
+        ids = dec.target_model.tokenize(tag, add_special=False, parse_special=True)
+        if len(ids) == 1:
+            out.append(ids[0])
+    return out
 
 
 def _tool_grammar(req: Request, opts: GenerateOptions) -> None:

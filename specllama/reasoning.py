@@ -30,6 +30,8 @@ from . import gbnf as _gbnf
 MARKUPS: Tuple[Tuple[str, str], ...] = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"),
                                         ("[THINK]", "[/THINK]"))
 Markup = Tuple[str, str]
+# the markups' tags as tokens: spelled out in the text where a vocabulary has them as control tokens
+TAGS = ("<think>", "</think>", "<|channel>", "<channel|>", "[THINK]", "[/THINK]")
 FORMATS = ("auto", "deepseek", "none")
 REASONING, CONTENT = "reasoning", "content"
 

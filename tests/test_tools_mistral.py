@@ -223,3 +223,53 @@ def test_magistrals_thinking(text, want):
     in the thinking is not one)."""
     assert reasoning.split(text) == want
     assert _calls(want[1])[1][0][:2] == ("special_function", {"arg1": 1}) if mistral.OPEN in want[1] else True
+
+
+@pytest.fixture(scope="module")
+def control_tags_decoder(tmp_path_factory):
+    """The tiny target and a perturbed draft with words renamed [TOOL_CALLS], [ARGS], [CALL_ID]
+    and [THINK], [/THINK], control tokens as in Mistral's vocabularies (left out of text unless
+    spelled out)."""
+    from tiny_models import perturbed, random_weights, vocab, write_model
+
+    d = tmp_path_factory.mktemp("control_tags")
+    toks = vocab()
+    names = ["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"]
+    ids = [toks.index(w) for w in ("\u2581hot", "\u2581word", "\u2581but", "\u2581what", "\u2581some")]
+    toks = vocab(rename=dict(zip(ids, names)))
+    w = random_weights(len(toks), seed=1)
+    target = str(write_model(d / "target.gguf", toks, w, control=names))
+    draft = str(write_model(d / "draft.gguf", toks, perturbed(w, seed=2, noise=0.15), control=names))
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=4096) as dec:
+        yield dec, dict(zip(names, ids))
+
+
+def test_control_token_tags_are_spelled_out(control_tags_decoder):
+    """Where the call tags are control tokens (as in Mistral's vocabularies), a forced call's tags
+    are spelled out in the text, so the call is read, as llama-server's preserved tokens are; a
+    reply's [THINK] block the same (biased to open one), read apart. Negative control: without
+    them preserved, the text leaves the tags out and no call is read."""
+    from specllama import completions
+
+    dec, ids = control_tags_decoder
+    assert dec.target_model.detokenize([ids["[TOOL_CALLS]"]]) == ""  # (a control token: not in plain text)
+    bias = {str(ids[t]): 20.0 for t in ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")}  # (the tags as one token each)
+    req = completions.parse(dict(messages=_ASK, tools=[CLOCK], tool_choice="required", temperature=0.9,
+                                 max_tokens=300, parallel_tool_calls=False, logit_bias=bias), "chat")
+    tokens = completions.prompt_tokens(dec, req, str(SMALL))
+    opts = completions.options_for(dec, req, len(tokens))
+    assert set(opts.preserved_tokens) >= {ids["[TOOL_CALLS]"], ids["[ARGS]"], ids["[CALL_ID]"], ids["[THINK]"]}
+    for seed in range(3):
+        out = dec.generate(tokens, opts, seed=seed)
+        assert out.text.startswith("[TOOL_CALLS]get_time[CALL_ID]") and "[ARGS]" in out.text, out.text
+        call = completions.response(req, "x", "m", 0, out.text, out.finish_reason, out.stats)["choices"][0]
+        assert call["finish_reason"] == "tool_calls"
+        opts.preserved_tokens = []
+        plain = dec.generate(tokens, opts, seed=seed)
+        assert plain.tokens == out.tokens and ids["[TOOL_CALLS]"] in out.tokens and "[TOOL_CALLS]" not in plain.text
+        assert mistral.parse(plain.text)[1] == []
+        opts.preserved_tokens = completions._preserved(dec, mistral.ARGS_FLAVOUR.TAGS + reasoning.TAGS)
+    thought = dec.create_chat_completion(_ASK, chat_template=str(MINISTRAL), temperature=1.0, seed=1, max_tokens=40,
+                                         logit_bias={str(ids["[THINK]"]): 30.0, str(ids["[/THINK]"]): 3.0})
+    message = thought["choices"][0]["message"]
+    assert message.get("reasoning_content") is not None and "[THINK]" not in message["content"]

@@ -84,10 +84,11 @@ def perturbed(weights: Dict[str, np.ndarray], seed: int, noise: float) -> Dict[s
 
 
 def _add_tokenizer(writer: "gguf.GGUFWriter", tokens: List[str], add_bos: bool, eos: int,
-                   user_defined: Sequence[str] = ()) -> None:
+                   user_defined: Sequence[str] = (), control: Sequence[str] = ()) -> None:
     """The tiny models' SPM tokenizer: specials, byte tokens, pieces scored to prefer longer ones;
     tokens spelled as one of user_defined are always rendered (as Gemma 4's converter marks its
-    call and channel tags), not control tokens."""
+    call and channel tags), not control tokens; those spelled as one of control are control tokens
+    (as Mistral's [TOOL_CALLS] is), as are the ones spelled <...>."""
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
     scores = [0.0] * len(tokens)
@@ -99,7 +100,7 @@ def _add_tokenizer(writer: "gguf.GGUFWriter", tokens: List[str], add_bos: bool, 
             types[i] = gguf.TokenType.UNKNOWN
         elif text in user_defined:
             types[i] = gguf.TokenType.USER_DEFINED
-        elif text.startswith("<") and text.endswith(">") and len(text) > 2:
+        elif (text.startswith("<") and text.endswith(">") and len(text) > 2) or text in control:
             types[i] = gguf.TokenType.CONTROL
         else:
             scores[i] = -float(len(tokens) - i) / len(tokens) + len(text)  # prefer longer pieces
@@ -125,10 +126,11 @@ def _write_tensors(writer: "gguf.GGUFWriter", weights: Dict[str, np.ndarray], pa
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
                 n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
                 chat_template: Optional[str] = CHATML, add_bos: bool = True, eos: int = 2,
-                user_defined: Sequence[str] = ()) -> Path:
+                user_defined: Sequence[str] = (), control: Sequence[str] = ()) -> Path:
     """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests);
     chat_template None leaves the template out; add_bos and eos set the tokenizer's BOS rule and
-    end-of-sequence token; user_defined: token texts rendered always (_add_tokenizer)."""
+    end-of-sequence token; user_defined: token texts rendered always, control: control tokens
+    (_add_tokenizer)."""
     n_vocab, n_embd = weights["token_embd.weight"].shape
     n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
     n_ff = weights["blk.0.ffn_up.weight"].shape[0]
@@ -145,7 +147,7 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
 
-    _add_tokenizer(writer, tokens, add_bos, eos, user_defined)
+    _add_tokenizer(writer, tokens, add_bos, eos, user_defined, control)
     writer.add_add_eos_token(False)
     if chat_template is not None:
         writer.add_chat_template(chat_template)

@@ -265,6 +265,9 @@ void register_options(py::module_ & m) {
             },
             "stop strings (not included in the text)")
         .def_readwrite("ignore_eos", &gp::ignore_eos, "keep going past end-of-generation tokens")
+        .def_readwrite("preserved_tokens", &gp::preserved_tokens,
+                       "special tokens spelled out in the text where generated (a chat format's tags that are "
+                       "control tokens, as llama-server's preserved tokens); other control tokens are left out of it")
         .def_readwrite("speculative", &gp::speculative, "False: plain decoding on the target, through the same loop")
         .def_readwrite("adaptive", &gp::adaptive,
                        "choose each step's draft length by expected speed; None: adaptive unless sampling "

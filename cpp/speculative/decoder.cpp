@@ -309,7 +309,7 @@ bool decoder::append_token(llama_token tok, const generate_params & params, text
     }
     res.tokens.push_back(tok);
     res.stats.n_generated += 1;
-    if (stream.push(token_to_piece(*target_, tok))) {
+    if (stream.push(token_to_piece(*target_, tok, params.preserves(tok)))) {
         finish = "stop";
     } else if (res.stats.n_generated >= params.max_tokens) {
         finish = "length";

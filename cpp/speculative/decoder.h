@@ -137,6 +137,12 @@ struct generate_params {
     std::optional<uint64_t>  seed;              // none: a random seed
     std::vector<std::string> stop;              // stop strings (not included in the text)
     bool                     ignore_eos = false;  // keep going past end-of-generation tokens
+    // special tokens spelled out in the text where generated (a chat format's tags that are control
+    // tokens, as llama-server's preserved tokens); others are left out of it, as llama.cpp does
+    std::vector<llama_token> preserved_tokens;
+    bool preserves(llama_token t) const {
+        return std::find(preserved_tokens.begin(), preserved_tokens.end(), t) != preserved_tokens.end();
+    }
     bool                     speculative = true;  // false: plain decoding on the target, same loop
     // choose each step's draft length (<= n_draft) by expected speed; none: adaptive unless sampling
     // with a seed by the rejection or match rule (adaptive lengths follow measured times, which would

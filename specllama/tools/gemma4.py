@@ -29,6 +29,7 @@ OPEN, CLOSE = "<|tool_call>", "<tool_call|>"
 QUOTE = '<|"|>'  # around a text value
 # tags that end a thinking block too (none: a call comes after the thinking closes)
 ENDS_THINKING: tuple = ()
+TAGS = (OPEN, CLOSE, QUOTE)  # spelled out in the text where a model's vocabulary has them as control tokens
 _CALL = "call:"
 _NAME = re.compile(r"call:([^{}<>\s]+)")
 _KEY = re.compile(r"\s*([^:{}\[\],<>\s]+)\s*:")

@@ -18,6 +18,7 @@ from . import common
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # tags that end a thinking block too (none: a call comes after the thinking closes)
 ENDS_THINKING: tuple = ()
+TAGS = (OPEN, CLOSE)  # spelled out in the text where a model's vocabulary has them as control tokens
 # a whole reply that is one call's JSON object, bare or fenced
 _WHOLE = re.compile(r"\s*(?:```(?:json)?\s*(\{.*\})\s*```|(\{.*\}))\s*", re.S)
 # how a reply that is a whole call starts (a stream holds these back until it ends)

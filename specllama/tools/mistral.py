@@ -88,6 +88,7 @@ class Flavour:
     splitter they share, as a call format's module has them (specllama.tools)."""
 
     ENDS_THINKING: Tuple[str, ...] = ()
+    TAGS = (OPEN, ARGS, CALL_ID)  # spelled out in the text (control tokens in Mistral's vocabularies)
     parse = staticmethod(parse)
     StreamSplitter = StreamSplitter
 

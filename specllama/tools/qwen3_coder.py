@@ -35,6 +35,7 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 # tags that end a thinking block too: Qwen3.5 may call a tool from inside its thinking (as llama-server
 # reads it, for templates of this format with a thinking mode)
 ENDS_THINKING: tuple = (OPEN,)
+TAGS = (OPEN, CLOSE)  # spelled out in the text where a model's vocabulary has them as control tokens
 BARE = "<function="  # a call whose <tool_call> tag the model left out (Qwen3-Coder does)
 _FUNCTION = re.compile(r"\s*<function=([^>\n]+)>")
 _PARAMETER = re.compile(r"\s*<parameter=([^>\n]+)>")
