@@ -310,9 +310,29 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
         pairs = [(m["role"], m["content"] or "") for m in msgs]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
     source = template_source(model, template)
+    msgs = _thinking_blocks(source, msgs)
     text = render_jinja(source, msgs, add_generation_prompt, _special_text(model, model.bos),
                         _special_text(model, model.eos), **variables)
     return _model_turn_opened(source, text) if add_generation_prompt else text
+
+
+def _thinking_blocks(source: str, messages: List[dict]) -> List[dict]:
+    """messages with an assistant's reasoning_content as a thinking block before its text, where
+    the template reads past thinking only from content blocks (Ministral 3's and Magistral's), as
+    llama.cpp's chat code gives it to them."""
+    if "[THINK]" not in source or "'thinking'" not in source:
+        return messages
+    out = []
+    for m in messages:
+        thought = m.get("reasoning_content") if m.get("role") == "assistant" else None
+        if isinstance(thought, str) and thought:
+            content = m.get("content")
+            blocks = content if isinstance(content, list) else \
+                [{"type": "text", "text": content}] if isinstance(content, str) and content else []
+            m = {k: v for k, v in m.items() if k != "reasoning_content"}
+            m["content"] = [{"type": "thinking", "thinking": thought}] + blocks
+        out.append(m)
+    return out
 
 
 _GEMMA4_TURN_END, _GEMMA4_MODEL_TURN = "<turn|>\n", "<|turn>model\n"

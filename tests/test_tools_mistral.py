@@ -273,3 +273,21 @@ def test_control_token_tags_are_spelled_out(control_tags_decoder):
                                          logit_bias={str(ids["[THINK]"]): 30.0, str(ids["[/THINK]"]): 3.0})
     message = thought["choices"][0]["message"]
     assert message.get("reasoning_content") is not None and "[THINK]" not in message["content"]
+
+
+def test_past_thinking_reaches_ministrals_template(tiny_decoder):
+    """An assistant turn's reasoning_content reaches Ministral 3's template as the thinking block it
+    reads past thinking from (beside text, or beside calls with content null), as llama.cpp gives
+    it; a template without such blocks gets the message as it is."""
+    from specllama import templates
+
+    calls = [{"id": "abcdefghi", "type": "function", "function": {"name": "get_time", "arguments": '{"zone": "UTC"}'}}]
+    turns = [{"role": "user", "content": "Hi"},
+             {"role": "assistant", "content": "Hello.", "reasoning_content": "They greet me."},
+             {"role": "user", "content": "Time?"},
+             {"role": "assistant", "content": None, "reasoning_content": "Look it up.", "tool_calls": calls},
+             {"role": "tool", "tool_call_id": "abcdefghi", "content": "12:00"}]
+    text = tiny_decoder.apply_chat_template(tools.template_messages(turns), template=str(MINISTRAL))
+    assert "[THINK]They greet me.[/THINK]Hello.</s>" in text
+    assert '[THINK]Look it up.[/THINK][TOOL_CALLS]get_time[ARGS]{"zone": "UTC"}</s>' in text
+    assert templates._thinking_blocks(NEMO.read_text(), turns) is turns
