@@ -490,14 +490,18 @@ def _text_prompt(body: dict) -> Any:
     return prompt
 
 
+def template_variables(req: Request) -> Dict[str, Any]:
+    """The chat template's variables for req: its template_kwargs with its reasoning effort."""
+    return reasoning.with_effort(req.template_kwargs, req.reasoning_effort)
+
+
 def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: int = FIM_N_BATCH) -> List[int]:
     """The request's prompt as tokens for dec; RequestError when it cannot be rendered or does not
     fit in the context, or when max_tokens does not fit after it. With a suffix, the
     fill-in-the-middle prompt cut as /infill cuts it with n_batch (llama-server's -b)."""
     try:
         if req.kind == "chat":
-            variables = reasoning.with_effort(req.template_kwargs, req.reasoning_effort)
-            tokens = dec.chat_tokens(req.messages, template=template, **variables)
+            tokens = dec.chat_tokens(req.messages, template=template, **template_variables(req))
             req.thinking_open = reasoning.opened_by(dec.target_model.detokenize(tokens[-8:], special=True))
             source = template_source(dec.target_model, template)
             req.template_markup = reasoning.template_markup(source)

@@ -158,6 +158,13 @@ def qwen_decoder(qwen_pair):
     yield from _pair_decoder(qwen_pair)
 
 
+@pytest.fixture(scope="module")
+def call_decoder(tiny):
+    """The tiny Q4_1 pair with room for a chat template that declares tools (test_tools_*.py)."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=4096) as dec:
+        yield dec
+
+
 def in_threads(fn, args_list) -> list:
     """fn(*args) for each args of args_list, each in a thread of its own, all at once: the results
     in args_list's order; the first exception a thread raised is raised here."""

@@ -16,7 +16,7 @@ import pytest
 import specllama
 from specllama import completions, gbnf, reasoning
 from specllama.tools import qwen3_coder as xml
-from test_tools import CLOCK
+from test_tools import ASK, CLOCK
 
 QWEN35 = Path(__file__).parent / "data" / "chat_templates" / "Qwen-Qwen3.5-4B.jinja"
 TERMINAL = {"type": "function", "function": {"name": "run_in_terminal", "parameters": {
@@ -101,14 +101,29 @@ def qwen35_decoder(tmp_path_factory):
         yield dec, ids[2], ids[1]
 
 
-ASK = [{"role": "user", "content": "What time is it in Berlin?"}]
+@pytest.fixture(scope="module")
+def split_tag_decoder(tmp_path_factory):
+    """As qwen35_decoder, with the call tag spelled in three rendered tokens, <t, ool_cal and l>
+    (the last two longer than </think> together): (decoder, their ids, the closing tag's id)."""
+    from tiny_models import perturbed, random_weights, vocab, write_model
+
+    d = tmp_path_factory.mktemp("split_call_tag")
+    toks = vocab()
+    ids = [toks.index(w) for w in ("\u2581hot", "\u2581word", "\u2581but", "\u2581what", "\u2581some")]
+    names = ["<think>", "</think>", "<t", "ool_cal", "l>"]
+    toks = vocab(rename=dict(zip(ids, names)))
+    w = random_weights(len(toks), seed=1)
+    target = str(write_model(d / "target.gguf", toks, w, user_defined=names))
+    draft = str(write_model(d / "draft.gguf", toks, perturbed(w, seed=2, noise=0.15), user_defined=names))
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=2048) as dec:
+        yield dec, ids[2:], ids[1]
 
 
-def _request(dec, tag, **fields):
+def _request(dec, *tags, bias=6.0, **fields):
     """The prompt's tokens and options of an auto-choice request under Qwen3.5's template (its
-    prompt opens the thinking), the call tag made likely by a logit bias."""
+    prompt opens the thinking), the call tag's tokens made likely by a logit bias."""
     req = completions.parse(dict(messages=ASK, tools=[CLOCK], temperature=1.0, max_tokens=120,
-                                 logit_bias={str(tag): 6.0}, **fields), "chat")
+                                 logit_bias={str(tag): bias for tag in tags}, **fields), "chat")
     tokens = completions.prompt_tokens(dec, req, str(QWEN35))
     return req, tokens, completions.options_for(dec, req, len(tokens))
 
@@ -150,6 +165,26 @@ def test_with_tool_choice_auto_a_call_from_inside_the_thinking_is_held_to_the_sc
     texts = [dec.generate(tokens, opts, seed=seed).text for seed in range(16)]
     free = sum(not _held(text) for text in texts if xml.OPEN in text)
     assert free >= 4, free
+
+
+def test_a_call_tag_of_several_tokens_ends_the_thinking_too(split_tag_decoder):
+    """The call tag spelled in three tokens (all made likely): a reply that completes it before any
+    closing tag goes on as a call by the schema, the grammar reading it from the tag's first token
+    (which the thinking phase keeps until it knows). Negative control: without the call tags, free."""
+    dec, pieces, close = split_tag_decoder
+    # (a repeat penalty over the last two tokens keeps the model from writing one piece over and over)
+    _, tokens, opts = _request(dec, *pieces, bias=20.0, repeat_penalty=3.0, repeat_last_n=2)
+    called = 0
+    for seed in range(24):
+        text = dec.generate(tokens, opts, seed=seed).text
+        if xml.OPEN not in text or 0 <= text.find("</think>") < text.index(xml.OPEN):
+            continue
+        called += 1
+        assert _held(text), text
+    assert called >= 4, called
+    opts.grammar_thinking_calls = []  # (negative control: the calls go free)
+    texts = [dec.generate(tokens, opts, seed=seed).text for seed in range(8)]
+    assert sum(not _held(text) for text in texts if xml.OPEN in text) >= 4
 
 
 def test_a_forced_call_from_inside_the_thinking(qwen35_decoder):

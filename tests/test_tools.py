@@ -94,6 +94,24 @@ CLOCK = {"type": "function", "function": {
                                        "required": ["zone", "hours"]}}}
 
 
+ASK = [{"role": "user", "content": "What time is it in Berlin?"}]
+
+
+def forced_call(dec, template, stream: bool, **fields):
+    """ASK under template (a path) with fields that force a call, streamed or whole: (the calls,
+    the finish reason, the whole answer's message and generated text, or None and None for a
+    stream, whose deltas must hold no content)."""
+    if stream:
+        chunks = list(dec.create_chat_completion(ASK, chat_template=str(template), stream=True, **fields))
+        deltas = [ch["choices"][0]["delta"] for ch in chunks if ch["choices"]]
+        assert not any(d.get("content") for d in deltas)
+        calls = [c for d in deltas for c in d.get("tool_calls", [])]
+        return calls, chunks[-1]["choices"][0]["finish_reason"], None, None
+    choice = dec.create_chat_completion(ASK, chat_template=str(template), return_tokens=True, **fields)["choices"][0]
+    return (choice["message"].get("tool_calls"), choice["finish_reason"], choice["message"],
+            dec.target_model.detokenize(choice["tokens"]))
+
+
 def check_stream(fmt, text, steps, tools=None):
     """A call format's StreamSplitter, fed text in steps: its content and calls are what the
     format's parse gives for the whole text (the text before the first call's start shown as it

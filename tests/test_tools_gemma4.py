@@ -21,7 +21,7 @@ import specllama
 from specllama import RequestError, reasoning, templates, tools
 from specllama.tools import gemma4
 from test_server import running
-from test_tools import CLOCK, check_stream
+from test_tools import ASK, CLOCK, check_stream, forced_call
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 GEMMA4 = TEMPLATES / "google-gemma-4-31B-it.jinja"
@@ -251,34 +251,17 @@ def test_schemas_the_notation_cannot_follow_are_refused_with_their_place(schema,
 
 # --- through the Python API and a server ------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_decoder(tiny):
-    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=2048) as dec:
-        yield dec
-
-
-_ASK = [{"role": "user", "content": "What time is it in Berlin?"}]
-
-
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_time"}}])
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_forced_call_in_gemma4s_format(tiny_decoder, choice, stream):
+def test_a_forced_call_in_gemma4s_format(call_decoder, choice, stream):
     """The tiny pair under Gemma 4's template with a call forced: the reply is calls in Gemma 4's
     notation, read back into tool_calls whose arguments follow the schema. (With the reasoning
     format "none" the grammar holds from the first token: the tiny model would think at length.)"""
     fields = dict(tools=[WEATHER, CLOCK], tool_choice=choice, temperature=0.9, seed=3, max_tokens=120,
                   reasoning_format="none")
-    if stream:
-        chunks = list(tiny_decoder.create_chat_completion(_ASK, chat_template=str(GEMMA4), stream=True, **fields))
-        deltas = [ch["choices"][0]["delta"] for ch in chunks if ch["choices"]]
-        calls = [c for d in deltas for c in d.get("tool_calls", [])]
-        finish = chunks[-1]["choices"][0]["finish_reason"]
-        assert not any(d.get("content") for d in deltas)
-    else:
-        out = tiny_decoder.create_chat_completion(_ASK, chat_template=str(GEMMA4), return_tokens=True, **fields)
-        calls, finish = out["choices"][0]["message"]["tool_calls"], out["choices"][0]["finish_reason"]
-        assert out["choices"][0]["message"]["content"] is None
-        text = tiny_decoder.target_model.detokenize(out["choices"][0]["tokens"])
+    calls, finish, message, text = forced_call(call_decoder, GEMMA4, stream, **fields)
+    if text is not None:
+        assert message["content"] is None
         assert re.match(r"<\|tool_call>call:get_\w+\{[^\n]*?\}<tool_call\|>", text), text  # Gemma 4's notation
     assert finish == "tool_calls" and calls
     for call in calls:
@@ -289,13 +272,13 @@ def test_a_forced_call_in_gemma4s_format(tiny_decoder, choice, stream):
             assert choice == "required" and isinstance(args["city"], str) and 1 <= args["days"] <= 14
 
 
-def test_a_gemma4_request_gets_gemma4s_grammars(tiny_decoder):
+def test_a_gemma4_request_gets_gemma4s_grammars(call_decoder):
     from specllama import completions
 
     def options(fields, template=GEMMA4):
-        req = completions.parse(dict(fields, messages=_ASK), "chat")
-        tokens = completions.prompt_tokens(tiny_decoder, req, str(template))
-        return req, completions.options_for(tiny_decoder, req, len(tokens))
+        req = completions.parse(dict(fields, messages=ASK), "chat")
+        tokens = completions.prompt_tokens(call_decoder, req, str(template))
+        return req, completions.options_for(call_decoder, req, len(tokens))
 
     req, opts = options({"tools": [CLOCK]})
     assert req.tool_format is gemma4 and opts.grammar == gemma4.forced_grammar([CLOCK])
@@ -312,20 +295,20 @@ def test_a_gemma4_request_gets_gemma4s_grammars(tiny_decoder):
     assert not opts.grammar and not list(opts.grammar_trigger_patterns)
 
 
-def test_after_a_turn_with_calls_results_and_text_the_reply_opens_a_model_turn(tiny_decoder):
+def test_after_a_turn_with_calls_results_and_text_the_reply_opens_a_model_turn(call_decoder):
     """Gemma 4's template closes a model turn that held calls, their results and text without
     opening another; the prompt then ends with a new model turn, as llama.cpp's chat code makes it.
     After results alone the model goes on in its turn."""
     call = {"id": "c0", "type": "function",
             "function": {"name": "get_time", "arguments": '{"zone": "UTC", "hours": 1}'}}
-    done = _ASK + [{"role": "assistant", "content": "Let me check.", "tool_calls": [call]},
+    done = ASK + [{"role": "assistant", "content": "Let me check.", "tool_calls": [call]},
                    {"role": "tool", "tool_call_id": "c0", "content": "10:00"}]
-    text = tiny_decoder.apply_chat_template(tools.template_messages(done), True, str(GEMMA4), tools=[CLOCK])
+    text = call_decoder.apply_chat_template(tools.template_messages(done), True, str(GEMMA4), tools=[CLOCK])
     assert text.endswith("<tool_response|>Let me check.<turn|>\n<|turn>model\n")
-    assert not tiny_decoder.apply_chat_template(tools.template_messages(done), False, str(GEMMA4),
+    assert not call_decoder.apply_chat_template(tools.template_messages(done), False, str(GEMMA4),
                                                 tools=[CLOCK]).endswith("<|turn>model\n")
     pending = done[:-2] + [dict(done[-2], content=None), done[-1]]
-    text = tiny_decoder.apply_chat_template(tools.template_messages(pending), True, str(GEMMA4), tools=[CLOCK])
+    text = call_decoder.apply_chat_template(tools.template_messages(pending), True, str(GEMMA4), tools=[CLOCK])
     assert text.endswith("<|tool_call>call:get_time{hours:1,zone:<|\"|>UTC<|\"|>}<tool_call|>"
                          "<|tool_response>response:get_time{value:<|\"|>10:00<|\"|>}<tool_response|>")
 
@@ -344,7 +327,7 @@ def test_the_openai_client_gets_gemma4_calls_from_the_server(gemma4_server, stre
     from openai import OpenAI
 
     client = OpenAI(base_url=gemma4_server.url + "/v1", api_key="none")
-    fields = dict(model=client.models.list().data[0].id, messages=_ASK, tools=[CLOCK], tool_choice="required",
+    fields = dict(model=client.models.list().data[0].id, messages=ASK, tools=[CLOCK], tool_choice="required",
                   temperature=0.7, seed=5, max_tokens=100)
     if stream:
         calls, finish = {}, None
@@ -389,7 +372,7 @@ def test_anthropics_client_gets_gemma4_calls_as_tool_use_blocks(gemma4_server):
 
     tool = {"name": "get_time", "input_schema": CLOCK["function"]["parameters"]}
     with Anthropic(base_url=gemma4_server.url, api_key="none", max_retries=0, timeout=600) as client:
-        m = client.messages.create(model="target_q4_1", max_tokens=100, messages=_ASK, tools=[tool],
+        m = client.messages.create(model="target_q4_1", max_tokens=100, messages=ASK, tools=[tool],
                                    tool_choice={"type": "tool", "name": "get_time"},
                                    extra_body={"seed": 2, "temperature": 0.7})
     uses = [b for b in m.content if b.type == "tool_use"]
@@ -424,7 +407,7 @@ def test_with_tool_choice_auto_a_call_is_held_to_the_schema_from_its_tag_on(call
     fields = dict(tools=[CLOCK], temperature=1.0, max_tokens=150, logit_bias={str(tag): 8.0}, chat_template=str(GEMMA4))
     tagged = free = 0
     for seed in range(24):
-        out = dec.create_chat_completion(_ASK, seed=seed, return_tokens=True, **fields)
+        out = dec.create_chat_completion(ASK, seed=seed, return_tokens=True, **fields)
         choice = out["choices"][0]
         text = dec.target_model.detokenize(choice["tokens"])
         if gemma4.OPEN not in text:
@@ -443,7 +426,7 @@ def test_with_tool_choice_auto_a_call_is_held_to_the_schema_from_its_tag_on(call
     assert tagged >= 4 and free >= 1, (tagged, free)
     unheld = 0
     for seed in range(24):
-        out = dec.create_chat_completion(_ASK, seed=seed, return_tokens=True, tool_choice="none", **fields)
+        out = dec.create_chat_completion(ASK, seed=seed, return_tokens=True, tool_choice="none", **fields)
         text = dec.target_model.detokenize(out["choices"][0]["tokens"])
         unheld += gemma4.OPEN in text and not text[text.index(gemma4.OPEN):].startswith(gemma4.OPEN + "call:get_time{")
     assert unheld >= 4

@@ -19,7 +19,7 @@ import specllama
 from specllama import reasoning, templates, tools
 from specllama.tools import mistral
 from test_server import running
-from test_tools import CLOCK
+from test_tools import ASK, CLOCK, forced_call
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 SMALL, DEVSTRAL, NEMO, MINISTRAL = (TEMPLATES / f"{n}.jinja" for n in (
@@ -45,7 +45,8 @@ def _calls(text):
      [("special_function", {"arg1": 1}, "123456789")]),
     ('[TOOL_CALLS]special_function[CALL_ID]000000001[ARGS]{"arg1": 1}'
      '[TOOL_CALLS]special_function_with_opt[CALL_ID]000000002[ARGS]{"arg1": 1, "arg2": 2}', None,
-     [("special_function", {"arg1": 1}, "000000001"), ("special_function_with_opt", {"arg1": 1, "arg2": 2}, "000000002")]),
+     [("special_function", {"arg1": 1}, "000000001"),
+      ("special_function_with_opt", {"arg1": 1, "arg2": 2}, "000000002")]),
     ('Hello, world!\nWhat\'s up?[TOOL_CALLS]special_function[ARGS]{"arg1": 1}', "Hello, world!\nWhat's up?",
      [("special_function", {"arg1": 1}, None)]),
     ("Hello, world!\nWhat's up?", "Hello, world!\nWhat's up?", []),
@@ -128,7 +129,8 @@ def test_the_grammar_admits_what_the_template_writes_and_the_parser_reads_it_bac
     ('Sure.[TOOL_CALLS]get_time[ARGS]{"zone": "UTC", "hours": 3}', False),  # (forced: calls only)
 ])
 def test_the_forced_grammar_holds_calls_to_the_schemas(grammar_text, text, admitted):
-    assert grammar_text.admits(mistral.ARGS_FLAVOUR.forced_grammar(tools.check_tools([CLOCK, WEATHER])), text) == admitted
+    grammar = mistral.ARGS_FLAVOUR.forced_grammar(tools.check_tools([CLOCK, WEATHER]))
+    assert grammar_text.admits(grammar, text) == admitted
 
 
 def test_the_named_tool_and_a_schema_that_cannot_be_followed(grammar_text):
@@ -145,18 +147,9 @@ def test_the_named_tool_and_a_schema_that_cannot_be_followed(grammar_text):
         fmt.forced_grammar(tools.check_tools([bad]))
 
 
-_ASK = [{"role": "user", "content": "What time is it in Berlin?"}]
-
-
-@pytest.fixture(scope="module")
-def tiny_decoder(tiny):
-    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=4096) as dec:
-        yield dec
-
-
 @pytest.mark.parametrize("template", [SMALL, MINISTRAL, NEMO], ids=["small-3.2", "ministral", "nemo"])
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_forced_call_in_the_templates_flavour(tiny_decoder, template, stream):
+def test_a_forced_call_in_the_templates_flavour(call_decoder, template, stream):
     """The tiny pair under each template with a call forced: the reply is calls in the template's
     flavour, read back into tool_calls by the schema, with ids the template takes back (a next
     turn with the calls and their results renders). (Under Ministral 3's template, which thinks in
@@ -164,25 +157,17 @@ def test_a_forced_call_in_the_templates_flavour(tiny_decoder, template, stream):
     reasoning format, the call comes at once.)"""
     fields = dict(tools=[CLOCK], tool_choice="required", temperature=0.9, seed=2, max_tokens=300,
                   parallel_tool_calls=False, reasoning_format="none" if template == MINISTRAL else "auto")
-    if stream:
-        chunks = list(tiny_decoder.create_chat_completion(_ASK, chat_template=str(template), stream=True, **fields))
-        deltas = [ch["choices"][0]["delta"] for ch in chunks if ch["choices"]]
-        calls = [c for d in deltas for c in d.get("tool_calls", [])]
-        finish = chunks[-1]["choices"][0]["finish_reason"]
-        assert not any(d.get("content") for d in deltas)
-    else:
-        out = tiny_decoder.create_chat_completion(_ASK, chat_template=str(template), return_tokens=True, **fields)
-        calls, finish = out["choices"][0]["message"]["tool_calls"], out["choices"][0]["finish_reason"]
-        text = tiny_decoder.target_model.detokenize(out["choices"][0]["tokens"])
+    calls, finish, _, text = forced_call(call_decoder, template, stream, **fields)
+    if text is not None:
         assert text.startswith(mistral.OPEN + ("[" if template == NEMO else "get_time")), text
     assert finish == "tool_calls" and calls
     for call in calls:
         args = json.loads(call["function"]["arguments"])
         assert call["function"]["name"] == "get_time" and args["zone"] in ("UTC", "CET")
         assert len(call["id"]) == 9 and call["id"].isalnum()
-    turn = _ASK + [{"role": "assistant", "content": None, "tool_calls": calls}] + \
+    turn = ASK + [{"role": "assistant", "content": None, "tool_calls": calls}] + \
         [{"role": "tool", "tool_call_id": c["id"], "content": "12:00"} for c in calls]
-    tiny_decoder.chat_tokens(specllama.tools.template_messages(turn), template=str(template))
+    call_decoder.chat_tokens(specllama.tools.template_messages(turn), template=str(template))
 
 
 @pytest.fixture(scope="module")
@@ -199,11 +184,11 @@ def test_the_openai_client_gets_calls_and_sends_them_back(small_server):
 
     client = OpenAI(base_url=small_server.url + "/v1", api_key="none", max_retries=0, timeout=600)
     fields = dict(model=client.models.list().data[0].id, tools=[CLOCK], temperature=0.7, seed=5, max_tokens=120)
-    out = client.chat.completions.create(messages=_ASK, tool_choice="required", parallel_tool_calls=False, **fields)
+    out = client.chat.completions.create(messages=ASK, tool_choice="required", parallel_tool_calls=False, **fields)
     call = out.choices[0].message.tool_calls[0]
     assert out.choices[0].finish_reason == "tool_calls" and call.function.name == "get_time"
     assert len(call.id) == 9 and call.id.isalnum()
-    messages = _ASK + [out.choices[0].message.model_dump(exclude_none=True),
+    messages = ASK + [out.choices[0].message.model_dump(exclude_none=True),
                        {"role": "tool", "tool_call_id": call.id, "content": "12:00"}]
     again = client.chat.completions.create(messages=messages, **fields)
     assert again.choices[0].finish_reason in ("stop", "length", "tool_calls")
@@ -254,7 +239,7 @@ def test_control_token_tags_are_spelled_out(control_tags_decoder):
     dec, ids = control_tags_decoder
     assert dec.target_model.detokenize([ids["[TOOL_CALLS]"]]) == ""  # (a control token: not in plain text)
     bias = {str(ids[t]): 20.0 for t in ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")}  # (the tags as one token each)
-    req = completions.parse(dict(messages=_ASK, tools=[CLOCK], tool_choice="required", temperature=0.9,
+    req = completions.parse(dict(messages=ASK, tools=[CLOCK], tool_choice="required", temperature=0.9,
                                  max_tokens=300, parallel_tool_calls=False, logit_bias=bias), "chat")
     tokens = completions.prompt_tokens(dec, req, str(SMALL))
     opts = completions.options_for(dec, req, len(tokens))
@@ -269,13 +254,13 @@ def test_control_token_tags_are_spelled_out(control_tags_decoder):
         assert plain.tokens == out.tokens and ids["[TOOL_CALLS]"] in out.tokens and "[TOOL_CALLS]" not in plain.text
         assert mistral.parse(plain.text)[1] == []
         opts.preserved_tokens = completions._preserved(dec, mistral.ARGS_FLAVOUR.TAGS + reasoning.TAGS)
-    thought = dec.create_chat_completion(_ASK, chat_template=str(MINISTRAL), temperature=1.0, seed=1, max_tokens=40,
+    thought = dec.create_chat_completion(ASK, chat_template=str(MINISTRAL), temperature=1.0, seed=1, max_tokens=40,
                                          logit_bias={str(ids["[THINK]"]): 30.0, str(ids["[/THINK]"]): 3.0})
     message = thought["choices"][0]["message"]
     assert message.get("reasoning_content") is not None and "[THINK]" not in message["content"]
 
 
-def test_past_thinking_reaches_ministrals_template(tiny_decoder):
+def test_past_thinking_reaches_ministrals_template(call_decoder):
     """An assistant turn's reasoning_content reaches Ministral 3's template as the thinking block it
     reads past thinking from (beside text, or beside calls with content null), as llama.cpp gives
     it; a template without such blocks gets the message as it is."""
@@ -287,7 +272,7 @@ def test_past_thinking_reaches_ministrals_template(tiny_decoder):
              {"role": "user", "content": "Time?"},
              {"role": "assistant", "content": None, "reasoning_content": "Look it up.", "tool_calls": calls},
              {"role": "tool", "tool_call_id": "abcdefghi", "content": "12:00"}]
-    text = tiny_decoder.apply_chat_template(tools.template_messages(turns), template=str(MINISTRAL))
+    text = call_decoder.apply_chat_template(tools.template_messages(turns), template=str(MINISTRAL))
     assert "[THINK]They greet me.[/THINK]Hello.</s>" in text
     assert '[THINK]Look it up.[/THINK][TOOL_CALLS]get_time[ARGS]{"zone": "UTC"}</s>' in text
     assert templates._thinking_blocks(NEMO.read_text(), turns) is turns

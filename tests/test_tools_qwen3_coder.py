@@ -21,7 +21,7 @@ import specllama
 from specllama import RequestError, templates, tools
 from specllama.tools import qwen3_coder as xml
 from test_server import running
-from test_tools import CLOCK, check_stream
+from test_tools import ASK, CLOCK, check_stream, forced_call
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 CODER, QWEN35 = TEMPLATES / "Qwen3-Coder.jinja", TEMPLATES / "Qwen-Qwen3.5-4B.jinja"
@@ -231,15 +231,6 @@ def test_schemas_the_grammar_cannot_follow_are_refused_with_their_place(schema, 
 
 # --- through the Python API and servers -----------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_decoder(tiny):
-    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=2048) as dec:
-        yield dec
-
-
-_ASK = [{"role": "user", "content": "What time is it in Berlin?"}]
-
-
 # a text value that reads as JSON: it must come back as text
 ZONED = {"type": "function", "function": {"name": "get_time", "parameters": dict(
     CLOCK["function"]["parameters"], properties=dict(CLOCK["function"]["parameters"]["properties"],
@@ -247,20 +238,12 @@ ZONED = {"type": "function", "function": {"name": "get_time", "parameters": dict
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_forced_call_in_the_xml_form(tiny_decoder, stream):
+def test_a_forced_call_in_the_xml_form(call_decoder, stream):
     """The tiny pair under Qwen3-Coder's template with a call forced: the reply is calls in the XML
     form, read back into tool_calls whose arguments follow the schema, typed by it."""
     fields = dict(tools=[ZONED], tool_choice="required", temperature=0.9, seed=4, max_tokens=200)
-    if stream:
-        chunks = list(tiny_decoder.create_chat_completion(_ASK, chat_template=str(CODER), stream=True, **fields))
-        deltas = [ch["choices"][0]["delta"] for ch in chunks if ch["choices"]]
-        calls = [c for d in deltas for c in d.get("tool_calls", [])]
-        finish = chunks[-1]["choices"][0]["finish_reason"]
-        assert not any(d.get("content") for d in deltas)
-    else:
-        out = tiny_decoder.create_chat_completion(_ASK, chat_template=str(CODER), return_tokens=True, **fields)
-        calls, finish = out["choices"][0]["message"]["tool_calls"], out["choices"][0]["finish_reason"]
-        text = tiny_decoder.target_model.detokenize(out["choices"][0]["tokens"])
+    calls, finish, _, text = forced_call(call_decoder, CODER, stream, **fields)
+    if text is not None:
         assert text.startswith("<tool_call>\n<function=get_time>\n<parameter="), text
     assert finish == "tool_calls" and calls
     for call in calls:
@@ -269,13 +252,13 @@ def test_a_forced_call_in_the_xml_form(tiny_decoder, stream):
         assert args["zone"] in ("1", "2") and isinstance(args["hours"], int)
 
 
-def test_a_request_gets_the_templates_grammars(tiny_decoder):
+def test_a_request_gets_the_templates_grammars(call_decoder):
     from specllama import completions
 
     def options(fields, template=CODER):
-        req = completions.parse(dict(fields, messages=_ASK), "chat")
-        tokens = completions.prompt_tokens(tiny_decoder, req, str(template))
-        return req, completions.options_for(tiny_decoder, req, len(tokens))
+        req = completions.parse(dict(fields, messages=ASK), "chat")
+        tokens = completions.prompt_tokens(call_decoder, req, str(template))
+        return req, completions.options_for(call_decoder, req, len(tokens))
 
     req, opts = options({"tools": [CLOCK]})
     assert req.tool_format is xml and opts.grammar == xml.lazy_grammar([CLOCK])[0]
@@ -300,7 +283,7 @@ def test_the_openai_client_gets_xml_calls_from_the_server(coder_server, stream):
     from openai import OpenAI
 
     client = OpenAI(base_url=coder_server.url + "/v1", api_key="none")
-    fields = dict(model=client.models.list().data[0].id, messages=_ASK, tools=[CLOCK],
+    fields = dict(model=client.models.list().data[0].id, messages=ASK, tools=[CLOCK],
                   tool_choice={"type": "function", "function": {"name": "get_time"}},
                   temperature=0.7, seed=5, max_tokens=200, parallel_tool_calls=False)
     if stream:

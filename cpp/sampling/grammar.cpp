@@ -71,6 +71,10 @@ grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf
          std::any_of(call_tags_.begin(), call_tags_.end(), [](const std::string & t) { return t.empty(); }))) {
         throw std::invalid_argument("a thinking block's tags must not be empty");
     }
+    longest_tag_ = close_tag_.size();
+    for (const std::string & tag : call_tags_) {
+        longest_tag_ = std::max(longest_tag_, tag.size());
+    }
     if (thinking.start != thinking_start::none && trigger_patterns.empty() && trigger_tokens.empty()) {
         throw std::invalid_argument("a grammar that reads a reply from after its thinking must be lazy (with "
                                     "trigger patterns or tokens)");
@@ -122,6 +126,7 @@ grammar_state::grammar_state(const grammar_state & other)
       open_tag_(other.open_tag_),
       close_tag_(other.close_tag_),
       call_tags_(other.call_tags_),
+      longest_tag_(other.longest_tag_),
       text_(other.text_),
       recent_(other.recent_),
       held_(other.held_),
@@ -137,6 +142,7 @@ grammar_state & grammar_state::operator=(const grammar_state & other) {
         open_tag_  = other.open_tag_;
         close_tag_ = other.close_tag_;
         call_tags_ = other.call_tags_;
+        longest_tag_ = other.longest_tag_;
         text_      = other.text_;
         recent_    = other.recent_;
         held_  = other.held_;
@@ -214,12 +220,8 @@ bool grammar_state::read_by_grammar(llama_token token) {
         return false;
     }
     // keep the tokens that hold what may still begin a tag
-    size_t keep = close_tag_.size();
-    for (const std::string & tag : call_tags_) {
-        keep = std::max(keep, tag.size());
-    }
     size_t drop = 0, n_drop = 0;
-    while (n_drop < recent_.size() && text_.size() - drop - recent_[n_drop].second + 1 >= keep) {
+    while (n_drop < recent_.size() && text_.size() - drop - recent_[n_drop].second + 1 >= longest_tag_) {
         drop += recent_[n_drop++].second;
     }
     text_.erase(0, drop);

@@ -84,6 +84,7 @@ class grammar_state {
     phase                             phase_ = phase::reading;
     std::string                       open_tag_, close_tag_;  // the thinking block's
     std::vector<std::string>          call_tags_;
+    size_t                            longest_tag_ = 0;  // the length of the longest of the closing and call tags
     std::string                       text_;  // undecided: the reply so far; thinking: the pieces of recent_
     // thinking: the last tokens and their pieces' lengths (as many as hold the longest tag's start)
     std::vector<std::pair<llama_token, size_t>> recent_;

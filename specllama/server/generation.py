@@ -69,7 +69,16 @@ async def _admit(st: ServerState, request: Request, kind: str, body: Any = None
     """The checked request, its prompt's tokens and its options."""
     if st.decoder.lost is not None:
         raise model_lost(st.decoder.lost)
-    req = completions.parse(await read_json(request) if body is None else body, kind, st.config.defaults)
+    req = checked_request(st, await read_json(request) if body is None else body, kind)
+    check_model(st, req.model)
+    tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template,
+                                     st.config.n_batch)
+    return req, tokens, completions.options_for(st.slots[0], req, len(tokens))
+
+
+def checked_request(st: ServerState, body: Any, kind: str) -> completions.Request:
+    """The checked request of body, with the server's settings where it gives none of its own."""
+    req = completions.parse(body, kind, st.config.defaults)
     if req.reasoning_format is None:
         req.reasoning_format = st.config.reasoning_format
     if req.reasoning_budget in (None, -1):  # (-1 asks for the server's, as llama-server reads it)
@@ -77,10 +86,7 @@ async def _admit(st: ServerState, request: Request, kind: str, body: Any = None
     if req.reasoning_budget_message is None:
         req.reasoning_budget_message = st.config.reasoning_budget_message
     req.template_kwargs = {**st.config.template_kwargs, **req.template_kwargs}
-    check_model(st, req.model)
-    tokens = await run_in_threadpool(completions.prompt_tokens, st.slots[0], req, st.config.chat_template,
-                                     st.config.n_batch)
-    return req, tokens, completions.options_for(st.slots[0], req, len(tokens))
+    return req
 
 
 async def _slot(st: ServerState, tokens: List[int]) -> int:

@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from .._version import __version__
-from .. import completions, reasoning
+from .. import completions
 from ..completions import RequestError
 from ..templates import ChatTemplateError
-from . import native_generation
+from . import generation, native_generation
 from .errors import answer_error
 from .request_checks import read_json
 from .state import server_state
@@ -95,11 +95,10 @@ async def apply_template(request: Request):
     chat_template_kwargs, reasoning_effort and the server's own); nothing is generated."""
     st = server_state(request)
     try:
-        req = completions.parse(await read_json(request), "chat", st.config.defaults)
-        variables = reasoning.with_effort({**st.config.template_kwargs, **req.template_kwargs}, req.reasoning_effort)
+        req = generation.checked_request(st, await read_json(request), "chat")
         try:
             prompt = await run_in_threadpool(st.decoder.apply_chat_template, req.messages, True,
-                                             st.config.chat_template, **variables)
+                                             st.config.chat_template, **completions.template_variables(req))
         except ChatTemplateError as exc:
             raise RequestError(str(exc), "messages", "chat_template_error") from None
         except ValueError as exc:
