@@ -60,15 +60,16 @@ template <typename At> bool ends_mid_character(const llama_vocab * vocab, At at,
         const int32_t n = llama_token_to_piece(vocab, at(i), buf, sizeof(buf), 0, true);
         tail.insert(0, buf, n > 0 ? (size_t) n : 0);
     }
-    // the last byte that is not a continuation byte (10xxxxxx), within the last four
+    // the last byte that is not a continuation byte (10xxxxxx), within the last four; its length as
+    // llama.cpp's grammar decodes it (by the high four bits: 0xF8-0xFF lead four bytes too), so that a
+    // closing tag is not forced where a grammar still waits for the character's bytes
     for (int32_t k = 1; k <= std::min<int32_t>(4, (int32_t) tail.size()); ++k) {
         const auto c = (unsigned char) tail[tail.size() - k];
         if ((c & 0xC0) != 0x80) {
             const int32_t len = c < 0x80                ? 1
                                 : (c & 0xE0) == 0xC0 ? 2
                                 : (c & 0xF0) == 0xE0 ? 3
-                                : (c & 0xF8) == 0xF0 ? 4
-                                                     : 1;
+                                                     : 4;
             return k < len;
         }
     }
