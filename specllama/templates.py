@@ -27,7 +27,7 @@ import operator
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import _core
+from . import _core, tools
 
 MAX_STEPS = 1_000_000  # loop iterations, calls and look-ups in one rendering
 MAX_CHARS = 16 * 1024 * 1024  # characters of the rendered prompt, and of any string or list built on the way
@@ -78,7 +78,19 @@ def _sized(value: Any) -> Any:
 
 
 _LOOP_FILTER = "__specllama_loop"
-_BINOPS = {"*": operator.mul, "**": operator.pow, "+": operator.add, "%": operator.mod}
+def _add(left: Any, right: Any) -> Any:
+    # as llama.cpp's Jinja engine adds: a string and none or an undefined value make the string
+    # (gpt-oss's template writes "// " + tool.description for a tool that may have none)
+    from jinja2 import Undefined
+
+    if isinstance(left, str) and (right is None or isinstance(right, Undefined)):
+        return left
+    if isinstance(right, str) and (left is None or isinstance(left, Undefined)):
+        return right
+    return left + right
+
+
+_BINOPS = {"*": operator.mul, "**": operator.pow, "+": _add, "%": operator.mod}
 
 
 def _counted(iterable):
@@ -310,7 +322,7 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
         pairs = [(m["role"], m["content"] or "") for m in msgs]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
     source = template_source(model, template)
-    msgs = _thinking_blocks(source, msgs)
+    msgs = _harmony_thinking(source, _thinking_blocks(source, msgs))
     text = render_jinja(source, msgs, add_generation_prompt, _special_text(model, model.bos),
                         _special_text(model, model.eos), **variables)
     return _model_turn_opened(source, text) if add_generation_prompt else text
@@ -331,6 +343,26 @@ def _thinking_blocks(source: str, messages: List[dict]) -> List[dict]:
                 [{"type": "text", "text": content}] if isinstance(content, str) and content else []
             m = {k: v for k, v in m.items() if k != "reasoning_content"}
             m["content"] = [{"type": "thinking", "thinking": thought}] + blocks
+        out.append(m)
+    return out
+
+
+def _harmony_thinking(source: str, messages: List[dict]) -> List[dict]:
+    """messages with an assistant's reasoning_content as its thinking, where the template writes
+    gpt-oss's harmony format (which reads it there, as llama.cpp's chat code gives it), and without
+    the content of a turn of calls where it has thinking or none (the template takes one or the
+    other as the calls' analysis, and fails on null)."""
+    if not tools.harmony.is_harmony(source):
+        return messages
+    out = []
+    for m in messages:
+        if m.get("role") == "assistant":
+            thought, calls = m.get("reasoning_content"), m.get("tool_calls")
+            m = {k: v for k, v in m.items() if k != "reasoning_content"}
+            if isinstance(thought, str):
+                m["thinking"] = thought
+            if calls and (isinstance(thought, str) or m.get("content") is None):
+                m.pop("content", None)
         out.append(m)
     return out
 
