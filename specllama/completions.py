@@ -114,6 +114,7 @@ class Request:
     # chat with tools: the call tags that also end a thinking block (the format's ENDS_THINKING, where
     # the template thinks in <think>; prompt_tokens)
     thinking_calls: Tuple[str, ...] = ()
+    harmony: bool = False  # chat: the template writes gpt-oss's harmony format (tools.harmony reads the reply)
 
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
@@ -506,6 +507,7 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
             source = template_source(dec.target_model, template)
             req.template_markup = reasoning.template_markup(source)
             req.tool_format = tools.format_of(source)
+            req.harmony = req.tool_format is tools.harmony
             if req.tools and (req.thinking_open or req.template_markup) == reasoning.MARKUPS[0]:
                 req.thinking_calls = req.tool_format.ENDS_THINKING
         elif req.suffix:
@@ -553,8 +555,11 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
     opts.max_tokens = req.max_tokens if req.max_tokens is not None else max(1, dec.n_ctx - n_prompt)
     if req.tool_call is not None:
         _tool_grammar(req, opts)
-    markup = req.thinking_open or req.template_markup
-    if req.splits_reasoning() and markup and opts.grammar:
+    markup = req.thinking_open or req.template_markup or (tools.harmony.MARKUP if req.harmony else None)
+    if req.harmony:
+        if req.answer_grammar and req.tool_call is None:  # (a schema's answer, in a final message)
+            opts.grammar, opts.grammar_root = tools.harmony.answer_grammar(opts.grammar, opts.grammar_root)
+    elif req.splits_reasoning() and markup and opts.grammar:
         # a reasoning model may think before the answer its grammar holds, as llama-server lets it; a
         # lazy grammar (tool calls, "auto") reads the reply from after the thinking, so that a call's
         # tag inside the thinking does not start it
@@ -684,17 +689,23 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     """The whole (non-streamed) answer; with req.return_tokens its choice holds tokens; logprobs:
     logprobs_json's object."""
     if req.kind == "chat":
-        thought, text = (reasoning.split(text, req.thinking_open, req.thinking_calls, req.channels())
-                         if req.splits_reasoning() else (None, text))
+        calls: List[Dict[str, Any]] = []
+        if req.harmony:
+            thought, text, calls = tools.harmony.read(text, req.splits_reasoning(), _tools(req))
+            content = text or None
+        elif req.splits_reasoning():
+            thought, text = reasoning.split(text, req.thinking_open, req.thinking_calls, req.channels())
+        else:
+            thought = None
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
                   "logprobs": logprobs, "finish_reason": FINISH.get(finish_reason, finish_reason)}
         if thought is not None:
             choice["message"]["reasoning_content"] = thought
-        if req.tools:
-            content, calls = req.tool_format.parse(text, req.template_kwargs.get("tools"))
-            if calls:
-                choice["message"].update(content=content, tool_calls=calls)
-                choice["finish_reason"] = "tool_calls"
+        if req.tools and not req.harmony:
+            content, calls = req.tool_format.parse(text, _tools(req))
+        if calls:
+            choice["message"].update(content=content, tool_calls=calls)
+            choice["finish_reason"] = "tool_calls"
         obj = "chat.completion"
     else:
         choice = {"index": 0, "text": text, "logprobs": logprobs,
@@ -705,6 +716,11 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     return {"id": rid, "object": obj, "created": created, "model": model,
             "system_fingerprint": f"specllama-{__version__}", "choices": [choice], "usage": usage(stats),
             "timings": timings(stats)}
+
+
+def _tools(req: Request) -> Optional[List[Dict[str, Any]]]:
+    """The tools whose calls are read from req's reply (None: it gave none)."""
+    return req.template_kwargs.get("tools") if req.tools else None
 
 
 class ChunkWriter:
@@ -718,9 +734,11 @@ class ChunkWriter:
         self.created = first.created if first is not None else int(time.time())
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
-        self.splitter = req.tool_format.StreamSplitter(req.template_kwargs.get("tools")) if req.tools else None
-        self.thinking = (reasoning.StreamSplitter(req.thinking_open, req.thinking_calls, req.channels())
-                         if req.splits_reasoning() else None)
+        harmony = tools.harmony.Reader(req.splits_reasoning(), _tools(req)) if req.harmony else None
+        self.harmony = harmony  # (reads the thinking, the answer and the calls of gpt-oss's replies)
+        self.splitter = req.tool_format.StreamSplitter(_tools(req)) if req.tools and not harmony else None
+        self.thinking = harmony or (reasoning.StreamSplitter(req.thinking_open, req.thinking_calls, req.channels())
+                                    if req.splits_reasoning() else None)
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:
         obj = "chat.completion.chunk" if self.req.kind == "chat" else "text_completion"
@@ -769,15 +787,19 @@ class ChunkWriter:
         """The choice's last chunks; with_usage (and include_usage): then the usage chunk of stats."""
         out = self.text("") if self.req.kind == "chat" and not self.started else []
         fr = FINISH.get(finish_reason, finish_reason)
-        if self.thinking is not None:
+        calls: List[Dict[str, Any]] = []
+        if self.harmony is not None:
+            pieces, calls = self.harmony.finish()
+            out += [self._delta(d) for d in self._chat_deltas(pieces)]
+        elif self.thinking is not None:
             out += [self._delta(d) for d in self._chat_deltas(self.thinking.finish())]
         if self.splitter is not None:
             rest, calls = self.splitter.finish()
             if rest:
                 out.append(self._delta({"content": rest}))
-            if calls:
-                out.append(self._delta({"tool_calls": [dict(c, index=i) for i, c in enumerate(calls)]}))
-                fr = "tool_calls"
+        if calls:
+            out.append(self._delta({"tool_calls": [dict(c, index=i) for i, c in enumerate(calls)]}))
+            fr = "tool_calls"
         if self.req.kind == "chat":
             out.append(self._delta({}, finish=fr, timings=timings(stats)))
         else:

@@ -56,6 +56,39 @@ def random_weights(n_vocab: int, seed: int, n_embd: int = 64, n_layer: int = 2, 
     return t
 
 
+def steered(weights: Dict[str, np.ndarray], follows: Dict[int, Dict[int, float]], after_text: Dict[int, float],
+            seed: int, text: float = 4.0) -> Dict[str, np.ndarray]:
+    """The same model made to follow a table: after token u (a key of follows), token v's logit is
+    about follows[u][v] (0 for the tokens not named); after any other token, v's is raised by about
+    after_text[v]. Each named token gets its own direction of the embedding space, which the other
+    tokens' embeddings and the output's rows otherwise leave out, and the layers' output projections
+    are made small, so that the last token decides the next one's logits (a model that writes a
+    format's markup, say, where a random one would not)."""
+    rng = np.random.default_rng(seed)
+    out = {k: v.copy() for k, v in weights.items()}
+    emb, head = out["token_embd.weight"], out["output.weight"]
+    n_embd = emb.shape[1]
+    named = sorted(follows)
+    basis, _ = np.linalg.qr(rng.standard_normal((n_embd, len(named) + 1)))
+    dirs, text_dir = basis[:, :-1].T, basis[:, -1]
+    emb -= (emb @ basis) @ basis.T
+    head -= (head @ basis) @ basis.T
+    scale = np.sqrt(n_embd)  # (an embedding of this norm has an RMS of 1)
+    others = np.setdiff1d(np.arange(len(emb)), named)
+    emb[others] += text * text_dir
+    for i, u in enumerate(named):
+        emb[u] = scale * dirs[i]
+        for v, logit in follows[u].items():
+            head[v] += logit / scale * dirs[i]
+    rms = np.sqrt(np.mean(emb[others] ** 2, axis=1)).mean()
+    for v, logit in after_text.items():
+        head[v] += logit * rms / text * text_dir
+    for name in out:
+        if name.endswith(("attn_output.weight", "ffn_down.weight")):
+            out[name] *= 0.05
+    return {k: v.astype(np.float32) for k, v in out.items()}
+
+
 def deepened(weights: Dict[str, np.ndarray], n_extra: int, seed: int, std: float) -> Dict[str, np.ndarray]:
     """The same model with n_extra more layers whose output projections are small (std): it
     costs more per token and mostly agrees with the original, which can then be its cheap draft."""
@@ -126,11 +159,12 @@ def _write_tensors(writer: "gguf.GGUFWriter", weights: Dict[str, np.ndarray], pa
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
                 n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
                 chat_template: Optional[str] = CHATML, add_bos: bool = True, eos: int = 2,
-                user_defined: Sequence[str] = (), control: Sequence[str] = ()) -> Path:
+                user_defined: Sequence[str] = (), control: Sequence[str] = (), space_prefix: bool = True) -> Path:
     """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests);
     chat_template None leaves the template out; add_bos and eos set the tokenizer's BOS rule and
     end-of-sequence token; user_defined: token texts rendered always, control: control tokens
-    (_add_tokenizer)."""
+    (_add_tokenizer); space_prefix False: text is tokenized without a space put before it (as a
+    BPE vocabulary's is), so that a word after a special token is the word's token."""
     n_vocab, n_embd = weights["token_embd.weight"].shape
     n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
     n_ff = weights["blk.0.ffn_up.weight"].shape[0]
@@ -149,6 +183,8 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
 
     _add_tokenizer(writer, tokens, add_bos, eos, user_defined, control)
     writer.add_add_eos_token(False)
+    if not space_prefix:
+        writer.add_add_space_prefix(False)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
     for key, value in (extra_u32 or {}).items():

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from fastapi.responses import JSONResponse
 
-from .. import reasoning, templates
+from .. import reasoning, templates, tools
 from .._version import __version__
 from ..completions import RequestError
 from .responses import check_fields
@@ -347,9 +347,10 @@ def running(name: str, decoder) -> Dict[str, Any]:
 
 def thinks(decoder, template: Optional[str] = None) -> bool:
     """Whether the chat template served with (the model's own where template is None) has a
-    thinking mode."""
+    thinking mode (gpt-oss's harmony format thinks in its analysis channel)."""
     try:
-        return reasoning.template_markup(templates.template_source(decoder.target_model, template)) is not None
+        source = templates.template_source(decoder.target_model, template)
+        return reasoning.template_markup(source) is not None or tools.harmony.is_harmony(source)
     except templates.ChatTemplateError:
         return False
 

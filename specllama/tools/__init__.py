@@ -10,9 +10,12 @@ module of this package:
 - mistral: [TOOL_CALLS]name[ARGS]{...} (Mistral Small 3.x, Devstral, Ministral 3, Magistral; with
   [CALL_ID]id, Mistral Small 3.2) or [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]
   (Mistral Nemo): a flavour per template (mistral.Flavour), with a module's functions
+- harmony: gpt-oss's messages, <|start|>assistant to=functions.name<|channel|>commentary json
+  <|message|>{...}: a whole reply format (its thinking, answer and calls read together by
+  harmony.read and harmony.Reader, which the chat API uses in place of the splitters)
 
 Each has parse(text, tools) -> (content, calls), a StreamSplitter(tools) that holds a stream's
-text back from a call's start, forced_grammar (tool_choice "required" or a named tool: every
+text back from a call's start (harmony: its Reader), forced_grammar (tool_choice "required" or a named tool: every
 output is calls, the arguments by the tools' schemas) and lazy_grammar (tool_choice "auto": the
 grammar and the patterns that trigger it), on what common.py holds for all of them. format_of
 picks one by the chat template."""
@@ -22,14 +25,16 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from . import gemma4, hermes, mistral, qwen3_coder
+from . import gemma4, harmony, hermes, mistral, qwen3_coder
 
 
 def format_of(template_source: Optional[str]) -> Any:
-    """The call format a chat template teaches (a module, or a mistral.Flavour): gemma4 where it
-    writes Gemma 4's call tag, qwen3_coder where it writes <function=...> and <parameter=...>
+    """The call format a chat template teaches (a module, or a mistral.Flavour): harmony where it
+    writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, qwen3_coder where it writes <function=...> and <parameter=...>
     blocks, mistral's flavour where it writes [TOOL_CALLS], else hermes."""
     source = template_source or ""
+    if harmony.is_harmony(source):
+        return harmony
     if gemma4.OPEN in source:
         return gemma4
     if "<function=" in source and "<parameter=" in source:
