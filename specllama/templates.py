@@ -78,6 +78,8 @@ def _sized(value: Any) -> Any:
 
 
 _LOOP_FILTER = "__specllama_loop"
+
+
 def _add(left: Any, right: Any) -> Any:
     # as llama.cpp's Jinja engine adds: a string and none or an undefined value make the string
     # (gpt-oss's template writes "// " + tool.description for a tool that may have none)

@@ -90,6 +90,18 @@ def test_replies_are_read_as_llama_cpp_reads_them(text, reasoning, given, want):
     assert _read(text, reasoning, given) == want
 
 
+def test_parse_reads_the_calls_as_the_other_formats_do():
+    """parse(text, tools), as each call format has it: the calls and the content before them (the
+    thinking read as content here: read() takes it apart); a text without a call whole."""
+    text = THOUGHT + '<|channel|>commentary to=functions.special_function json<|message|>{"arg1": 5}'
+    content, calls = harmony.parse(text, [SPECIAL])
+    assert content == "<|channel|>analysis<|message|>I'm\nthinking<|end|>"
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
+        [("special_function", {"arg1": 5})]
+    plain = THOUGHT + "<|channel|>final<|message|>" + HELLO
+    assert harmony.parse(plain, [SPECIAL]) == (plain, [])
+
+
 PIECES = ["<|start|>assistant", "<|channel|>", "analysis", "final", "commentary", "<|message|>", "<|end|>", "<|e",
           "<|constrain|>json", " to=functions.special_function", " to=python", " to=assistant", '{"arg1": 1}',
           "Hi ", "\n", "<", "|", "<|start|>", " to", "=f"]

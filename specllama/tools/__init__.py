@@ -15,10 +15,10 @@ module of this package:
   harmony.read and harmony.Reader, which the chat API uses in place of the splitters)
 
 Each has parse(text, tools) -> (content, calls), a StreamSplitter(tools) that holds a stream's
-text back from a call's start (harmony: its Reader), forced_grammar (tool_choice "required" or a named tool: every
-output is calls, the arguments by the tools' schemas) and lazy_grammar (tool_choice "auto": the
-grammar and the patterns that trigger it), on what common.py holds for all of them. format_of
-picks one by the chat template."""
+text back from a call's start (harmony: its Reader), forced_grammar (tool_choice "required" or a
+named tool: every output is calls, the arguments by the tools' schemas) and lazy_grammar
+(tool_choice "auto": the grammar and the patterns that trigger it), on what common.py holds for
+all of them. format_of picks one by the chat template."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ from . import gemma4, harmony, hermes, mistral, qwen3_coder
 
 def format_of(template_source: Optional[str]) -> Any:
     """The call format a chat template teaches (a module, or a mistral.Flavour): harmony where it
-    writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, qwen3_coder where it writes <function=...> and <parameter=...>
-    blocks, mistral's flavour where it writes [TOOL_CALLS], else hermes."""
+    writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, qwen3_coder where it
+    writes <function=...> and <parameter=...> blocks, mistral's flavour where it writes
+    [TOOL_CALLS], else hermes."""
     source = template_source or ""
     if harmony.is_harmony(source):
         return harmony

@@ -78,8 +78,10 @@ class Reader:
     def __init__(self, reasoning: bool = True, tools: Optional[List[Dict[str, Any]]] = None) -> None:
         self.reasoning, self.tools = reasoning, tools
         self.held = ""  # from the current message's start (header), or the text not yet passed on (body)
-        self.kind: Optional[str] = None  # the current message's: None (its header is being read), REASONING,
-        self.header = ""  # CONTENT, "analysis" (as written), "call", "drop", or "text" (not a message)
+        # the current message's kind: None (its header is being read), REASONING, CONTENT, "analysis"
+        # (as written), "call", "drop", or "text" (the rest is not a message)
+        self.kind: Optional[str] = None
+        self.message = ""  # the current message as written, from its header (a call's, until it ends)
         self.name = ""  # a call's function
         self.calls: List[Dict[str, Any]] = []
 
@@ -123,16 +125,16 @@ class Reader:
                 return False
             self.kind = "text"
             return True
-        self.header, self.held = head[:m + len(MESSAGE)], head[m + len(MESSAGE):]
-        recipient = next((r for r in reversed(_RECIPIENT.findall(self.header)) if r != "assistant"), None)
-        channel = (_CHANNEL.findall(self.header) or [""])[-1]
+        self.message, self.held = head[:m + len(MESSAGE)], head[m + len(MESSAGE):]
+        recipient = next((r for r in reversed(_RECIPIENT.findall(self.message)) if r != "assistant"), None)
+        channel = (_CHANNEL.findall(self.message) or [""])[-1]
         if recipient is not None:
             self.name = recipient[len("functions."):] if recipient.startswith("functions.") else ""
             self.kind = "call" if self.name and self.tools is not None else "drop"
         elif channel == "analysis":
             self.kind = REASONING if self.reasoning else "analysis"
             if not self.reasoning:
-                out.append((CONTENT, self.header))
+                out.append((CONTENT, self.message))
         else:
             self.kind = CONTENT
         return True
@@ -140,7 +142,7 @@ class Reader:
     def _body(self, text: str, out: List[Piece]) -> None:
         """Pass on text of the current message's body (a call's is held)."""
         if self.kind == "call":
-            self.header += text
+            self.message += text
         elif self.kind != "drop" and text:
             out.append((REASONING if self.kind == REASONING else CONTENT, text))
 
@@ -149,12 +151,12 @@ class Reader:
         if self.kind == "analysis" and tag:
             out.append((CONTENT, tag))
         if self.kind == "call":
-            body = self.header[self.header.index(MESSAGE) + len(MESSAGE):]
+            body = self.message[self.message.index(MESSAGE) + len(MESSAGE):]
             arguments = _arguments(body)
             if arguments is not None:
                 self.calls.append(common.openai_call(self.name, arguments))
             else:  # (not a call after all: its text is content)
-                out.append((CONTENT, self.header + tag))
+                out.append((CONTENT, self.message + tag))
 
     def finish(self) -> Tuple[List[Piece], List[Dict[str, Any]]]:
         """The pieces still held once the reply is complete, and the calls it made."""
