@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import gbnf, schemas
 from . import common
@@ -158,14 +158,19 @@ _P = "xml"
 _REFUSED = ("pattern", "minLength", "maxLength")
 
 
-class _Rules:
-    def __init__(self) -> None:
-        self.rules: List[str] = [f"{_P}-text ::= {_P}-chars-0", *gbnf.text_without(f"{_P}-chars", _VALUE_END + "\n")]
+class Rules:
+    """The rules of a grammar of calls whose values stand between tags (this format's, GLM's): a
+    rule per value's kind, named with prefix; a text value is any text without end (its closing
+    tag, and what follows it where the text may hold the tag otherwise)."""
+
+    def __init__(self, prefix: str = _P, end: str = _VALUE_END + "\n") -> None:
+        self.prefix = prefix
+        self.rules: List[str] = [f"{prefix}-text ::= {prefix}-chars-0", *gbnf.text_without(f"{prefix}-chars", end)]
         self.n = 0
 
     def add(self, body: str) -> str:
         self.n += 1
-        name = f"{_P}-r{self.n}"
+        name = f"{self.prefix}-r{self.n}"
         self.rules.append(f"{name} ::= {body}")
         return name
 
@@ -188,21 +193,25 @@ class _Rules:
             elif types and "string" not in types:
                 schemas.check(schema)
                 self.n += 1
-                prefix = f"{_P}-v{self.n}-"
+                prefix = f"{self.prefix}-v{self.n}-"
                 self.rules.append(gbnf.renamed(schemas.to_grammar(schema).strip(), prefix))
                 return prefix + "root"
-        return f"{_P}-text"
+        return f"{self.prefix}-text"
 
 
-def _arguments(rules: _Rules, fn: Dict[str, Any], where: str) -> str:
+def _parameter(key: str, value: str) -> str:
+    return f"{gbnf.literal(f'<parameter={key}>' + chr(10))} {value} {gbnf.literal(_VALUE_END + chr(10))}"
+
+
+def arguments(rules: Rules, fn: Dict[str, Any], where: str, parameter: Callable[[str, str], str] = _parameter) -> str:
+    """A GBNF expression for a call's parameters, each parameter(key, its value's expression): the
+    required ones in any order (in the schema's order beyond six), then optional ones."""
     params = fn.get("parameters") or {}
     props = params.get("properties") or {}
     if not isinstance(props, dict):
         raise ValueError(f"{where}.properties must be an object of schemas")
     required = [k for k in props if k in set(params.get("required") or ())]
-    arg = {k: rules.add(f"{gbnf.literal(f'<parameter={k}>' + chr(10))} "
-                        f"{rules.value(props[k], f'{where}.properties.{k}')} {gbnf.literal(_VALUE_END + chr(10))}")
-           for k in props}
+    arg = {k: rules.add(parameter(k, rules.value(props[k], f"{where}.properties.{k}"))) for k in props}
     if len(required) <= _PERMUTED:
         made: Dict[frozenset, str] = {}
 
@@ -226,10 +235,10 @@ def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, para
     form to the checked tools (or to the one named), each call's values by its tool's schema:
     tool_choice "required" or a named function. bare: the first call may leave out its
     <tool_call> tags. ValueError where a schema cannot be followed."""
-    rules = _Rules()
+    rules = Rules()
     alts = []
     for i, fn in common.chosen(tools, name):
-        args = _arguments(rules, fn, f"tools[{i}].function.parameters")
+        args = arguments(rules, fn, f"tools[{i}].function.parameters")
         alts.append(f"{gbnf.literal('<function=' + fn['name'] + '>' + chr(10))} {args}".rstrip())
     function = f"{_P}-function ::= {' | '.join(alts)}"
     end = gbnf.literal("</function>")
