@@ -504,7 +504,7 @@ def test_template_variables_for_every_request(tiny, tmp_path):
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-32B",
                       "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "google-gemma-4-31B-it", "Qwen-Qwen3.5-4B",
-                      "mistralai-Ministral-3-14B-Reasoning-2512"]
+                      "mistralai-Ministral-3-14B-Reasoning-2512", "GLM-4.6", "GLM-4.7-Flash"]
 
 
 def _render(name, messages, **variables):
