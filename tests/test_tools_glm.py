@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import specllama
 from specllama import reasoning, templates, tools
 from specllama.tools import glm
 from test_server import running
