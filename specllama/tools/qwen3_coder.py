@@ -203,9 +203,11 @@ def _parameter(key: str, value: str) -> str:
     return f"{gbnf.literal(f'<parameter={key}>' + chr(10))} {value} {gbnf.literal(_VALUE_END + chr(10))}"
 
 
-def arguments(rules: Rules, fn: Dict[str, Any], where: str, parameter: Callable[[str, str], str] = _parameter) -> str:
+def arguments(rules: Rules, fn: Dict[str, Any], where: str, parameter: Callable[[str, str], str] = _parameter,
+              sep: str = "") -> str:
     """A GBNF expression for a call's parameters, each parameter(key, its value's expression): the
-    required ones in any order (in the schema's order beyond six), then optional ones."""
+    required ones in any order (in the schema's order beyond six), then optional ones; sep (GBNF)
+    between each two of them."""
     params = fn.get("parameters") or {}
     props = params.get("properties") or {}
     if not isinstance(props, dict):
@@ -217,16 +219,22 @@ def arguments(rules: Rules, fn: Dict[str, Any], where: str, parameter: Callable[
 
         def rest(left: frozenset) -> str:
             if left not in made:
-                alts = [f"{arg[k]} {rest(left - {k})}" if len(left) > 1 else arg[k] for k in required if k in left]
+                alts = [" ".join(x for x in (arg[k], sep, rest(left - {k})) if x) if len(left) > 1 else arg[k]
+                        for k in required if k in left]
                 made[left] = rules.add(" | ".join(alts))
             return made[left]
 
         ordered = rest(frozenset(required)) if required else ""
     else:
-        ordered = " ".join(arg[k] for k in required)
-    optional = [arg[k] for k in props if k not in required]
-    more = f"( {' | '.join(optional)} )*" if optional else ""
-    return " ".join(x for x in (ordered, more) if x)
+        ordered = (f" {sep} " if sep else " ").join(arg[k] for k in required)
+    optional = " | ".join(arg[k] for k in props if k not in required)
+    if not optional:
+        return ordered
+    if not sep:
+        return f"{ordered} ( {optional} )*".strip()
+    if ordered:
+        return f"{ordered} ( {sep} ( {optional} ) )*"
+    return f"( ( {optional} ) ( {sep} ( {optional} ) )* )?"
 
 
 def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True,
