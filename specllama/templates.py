@@ -324,7 +324,7 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
         pairs = [(m["role"], m["content"] or "") for m in msgs]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
     source = template_source(model, template)
-    msgs = _harmony_thinking(source, _thinking_blocks(source, msgs))
+    msgs = _thinking_field(source, _thinking_blocks(source, msgs))
     text = render_jinja(source, msgs, add_generation_prompt, _special_text(model, model.bos),
                         _special_text(model, model.eos), **variables)
     return _model_turn_opened(source, text) if add_generation_prompt else text
@@ -349,12 +349,13 @@ def _thinking_blocks(source: str, messages: List[dict]) -> List[dict]:
     return out
 
 
-def _harmony_thinking(source: str, messages: List[dict]) -> List[dict]:
-    """messages with an assistant's reasoning_content as its thinking, where the template writes
-    gpt-oss's harmony format (which reads it there, as llama.cpp's chat code gives it), and without
-    the content of a turn of calls where it has thinking or none (the template takes one or the
-    other as the calls' analysis, and fails on null)."""
-    if not tools.harmony.is_harmony(source):
+def _thinking_field(source: str, messages: List[dict]) -> List[dict]:
+    """messages with an assistant's reasoning_content as its thinking, where the template reads past
+    thinking from there (gpt-oss's harmony format, LFM2's), as llama.cpp's chat code gives it; under
+    gpt-oss's, without the content of a turn of calls where it has thinking or none (the template
+    takes one or the other as the calls' analysis, and fails on null)."""
+    harmony = tools.harmony.is_harmony(source)
+    if not (harmony or tools.lfm2.is_lfm2(source)):
         return messages
     out = []
     for m in messages:
@@ -363,7 +364,7 @@ def _harmony_thinking(source: str, messages: List[dict]) -> List[dict]:
             m = {k: v for k, v in m.items() if k != "reasoning_content"}
             if isinstance(thought, str):
                 m["thinking"] = thought
-            if calls and (isinstance(thought, str) or m.get("content") is None):
+            if harmony and calls and (isinstance(thought, str) or m.get("content") is None):
                 m.pop("content", None)
         out.append(m)
     return out

@@ -134,7 +134,7 @@ def test_the_template_gets_the_format():
 def _template_turn(thought, name, arguments):
     """What gpt-oss's template writes for a past turn of thinking and a call, as the reply after the
     generation prompt (<|start|>assistant) up to the call's end (<|call|>, an end-of-generation token)."""
-    msgs = templates._harmony_thinking(GPT_OSS.read_text(), [
+    msgs = templates._thinking_field(GPT_OSS.read_text(), [
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": None, "reasoning_content": thought, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": name, "arguments": arguments}}]}])
