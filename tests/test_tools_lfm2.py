@@ -132,6 +132,8 @@ CALL = f'{S}[get_time(zone="UTC", hours=3)]{E}'
     ("Sure." + CALL, False),  # (forced: calls only)
     (f'{S}[get_weather(city="Paris", days=2, detailed=True, note=None)]{E}', True),
     (f'{S}[get_weather(city="Paris", days=2,)]{E}', False),
+    (f"{S}[get_weather(city='Paris', days=2, note='x')]{E}", True),  # (of a string's type or null: any literal)
+    (f"{S}[get_weather(city='Paris', days=2, note=[1, {{'a': None}}])]{E}", True),
 ])
 def test_the_forced_grammar_holds_calls_to_the_schemas(grammar_text, text, admitted):
     assert grammar_text.admits(lfm2.forced_grammar(tools.check_tools([CLOCK, WEATHER])), text) == admitted

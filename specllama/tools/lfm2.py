@@ -151,9 +151,9 @@ class _Rules(qwen3_coder.Rules):
             self.rules.append(gbnf.renamed(_python_literals(schemas.to_grammar(schema)).strip(), prefix))
             return prefix + "root"
         if not self.any_json:  # (a value of no type, or of a string's and others: any literal)
-            self.rules.append(gbnf.renamed(schemas.to_grammar({}).strip(), f"{_P}-json-"))
+            self.rules.append(gbnf.renamed(_python_literals(schemas.to_grammar({})).strip(), f"{_P}-json-"))
             self.any_json = True
-        return f'( {_P}-string | {_P}-json-root | "True" | "False" | "None" )'
+        return f"{_P}-json-value"
 
 
 def _argument(key: str, value: str) -> str:
