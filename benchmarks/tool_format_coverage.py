@@ -77,7 +77,7 @@ def main():
             print(f"  {r['template']} ({r['format']}): {r['result']}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"provenance": provenance({}, 1), "source": str(root.parent.parent.name), "summary": summary,
+    report = {"provenance": provenance({}, 1), "source": root.parents[2].name, "summary": summary,
               "templates": rows}
     (out / "tool_format_coverage.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out / 'tool_format_coverage.json'}")
