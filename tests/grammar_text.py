@@ -1,6 +1,7 @@
 """Whether llama.cpp's own grammar engine admits a text: the text fed one character at a time, each
-as the one-character token of a byte-level vocabulary (the default pair's), each checked allowed
-before it is accepted (llama.cpp throws on a token its grammar rejects)."""
+as the one-character token of a byte-level vocabulary (the default pair's; a character it has no
+token for as its bytes' tokens), each checked allowed before it is accepted (llama.cpp throws on a
+token its grammar rejects)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ class GrammarText:
             self._tokens[ch] = out[0]
         return self._tokens[ch]
 
+    def tokens(self, ch: str):
+        """The tokens of one character: its own, or its bytes' where the vocabulary has none (the
+        grammar reads a character's bytes one token at a time)."""
+        raw = ch.encode()
+        out = (llama_cpp.llama_token * 8)()
+        n = llama_cpp.llama_tokenize(self.vocab, raw, len(raw), out, 8, False, False)
+        assert 1 <= n <= len(raw), f"{ch!r} is {n} tokens in this vocabulary"
+        return list(out[:n])
+
     def _allowed(self, smpl, token: int) -> bool:
         d = (llama_cpp.llama_token_data * 1)()
         d[0].id, d[0].logit, d[0].p = token, 0.0, 0.0
@@ -57,10 +67,10 @@ class GrammarText:
         smpl = self.sampler(gbnf)
         try:
             for ch in text:
-                t = self.token(ch)
-                if not self._allowed(smpl, t):
-                    return False
-                llama_cpp.llama_sampler_accept(smpl, t)
+                for t in (self.token(ch),) if ch.isascii() else self.tokens(ch):
+                    if not self._allowed(smpl, t):
+                        return False
+                    llama_cpp.llama_sampler_accept(smpl, t)
             return self._allowed(smpl, self.eos) if complete else True
         finally:
             llama_cpp.llama_sampler_free(smpl)

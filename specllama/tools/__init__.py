@@ -10,6 +10,9 @@ module of this package:
 - glm: <tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>, GLM-4.5 to
   4.7's (and Ling 3.0's, Laguna's)
 - lfm2: <|tool_call_start|>[name(key="value", n=3)]<|tool_call_end|>, Liquid's LFM2 and LFM2.5's
+- deepseek: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name, the arguments in a
+  ```json block (DeepSeek-R1 and its distills) or name<｜tool▁sep｜>{...} (DeepSeek V3.1): a flavour
+  per template (deepseek.Flavour)
 - mistral: [TOOL_CALLS]name[ARGS]{...} (Mistral Small 3.x, Devstral, Ministral 3, Magistral; with
   [CALL_ID]id, Mistral Small 3.2) or [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]
   (Mistral Nemo): a flavour per template (mistral.Flavour), with a module's functions
@@ -28,14 +31,15 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from . import gemma4, glm, harmony, hermes, lfm2, mistral, qwen3_coder
+from . import deepseek, gemma4, glm, harmony, hermes, lfm2, mistral, qwen3_coder
 
 
 def format_of(template_source: Optional[str]) -> Any:
     """The call format a chat template teaches (a module, or a mistral.Flavour): harmony where it
     writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, qwen3_coder where it
     writes <function=...> and <parameter=...> blocks, glm where it writes <arg_key>, lfm2 where it
-    lists its tools as LFM2's do, mistral's flavour where it writes [TOOL_CALLS], else hermes."""
+    lists its tools as LFM2's do, deepseek's flavour where it writes <｜tool▁calls▁begin｜>, mistral's
+    flavour where it writes [TOOL_CALLS], else hermes."""
     source = template_source or ""
     if harmony.is_harmony(source):
         return harmony
@@ -47,6 +51,8 @@ def format_of(template_source: Optional[str]) -> Any:
         return glm
     if lfm2.is_lfm2(source):
         return lfm2
+    if deepseek.OPEN in source:
+        return deepseek.flavour_of(source)
     if mistral.OPEN in source:
         return mistral.flavour_of(source)
     return hermes
