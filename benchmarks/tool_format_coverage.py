@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-CALL = {"id": "abcdefghi", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "UTC", "hours": 3}}}
+CALL = {"id": "abcdefghi", "type": "function",
+        "function": {"name": "get_time", "arguments": {"zone": "UTC", "hours": 3}}}
 TOOLS = [{"type": "function", "function": {"name": "get_time", "description": "The time in a zone.", "parameters": {
     "type": "object", "properties": {"zone": {"type": "string"}, "hours": {"type": "integer"}},
     "required": ["zone", "hours"]}}}]
@@ -69,7 +70,8 @@ def main():
             row.update(result="read" if got == [("get_time", CALL["function"]["arguments"])] else "not read",
                        reply=reply[:160])
         rows.append(row)
-    summary = {k: sum(r["result"] == k for r in rows) for k in ("read", "not read", "writes no call", "does not render")}
+    kinds = ("read", "not read", "writes no call", "does not render")
+    summary = {k: sum(r["result"] == k for r in rows) for k in kinds}
     for k, v in summary.items():
         print(f"{v:4d}  {k}")
     for r in rows:

@@ -32,7 +32,8 @@ def _calls(text):
 
 
 @pytest.mark.parametrize("text, want", [  # llama.cpp's tests/test-chat.cpp cases for DeepSeek R1's templates
-    (f'{B}{C}function{SEP}special_function\n```json\n{{"arg1": 1}}```{CE}{E}', (None, [("special_function", {"arg1": 1})])),
+    (f'{B}{C}function{SEP}special_function\n```json\n{{"arg1": 1}}```{CE}{E}',
+     (None, [("special_function", {"arg1": 1})])),
     # and beyond them: V3.1's plain form, several calls, content first, cut off, not an object
     (f'{B}{C}special_function{SEP}{{"arg1": 1}}{CE}{E}', (None, [("special_function", {"arg1": 1})])),
     (f'{B}{C}function{SEP}f\n```json\n{{"a": 1}}\n```{CE}\n{C}function{SEP}g\n```json\n{{}}\n```{CE}{E}',
@@ -71,8 +72,8 @@ def _template_calls(template, calls):
 
 _CALLS = st.lists(st.one_of(
     st.tuples(st.just("get_weather"), st.builds(lambda c, d: {"city": c, "days": d},
-                                                st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12),
-                                                st.integers(1, 14))),
+                                                st.text(st.characters(min_codepoint=32, max_codepoint=126),
+                                                        max_size=12), st.integers(1, 14))),
     st.tuples(st.just("get_time"), st.builds(lambda z, h: {"zone": z, "hours": h}, st.sampled_from(["UTC", "CET"]),
                                              st.integers(-99, 99)))), min_size=1, max_size=3)
 
