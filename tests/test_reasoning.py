@@ -505,7 +505,8 @@ TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-32B",
                       "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "google-gemma-4-31B-it", "Qwen-Qwen3.5-4B",
                       "mistralai-Ministral-3-14B-Reasoning-2512", "GLM-4.6", "GLM-4.7-Flash",
-                      "LFM2.5-8B-A1B", "deepseek-ai-DeepSeek-V3.1"]
+                      "LFM2.5-8B-A1B", "deepseek-ai-DeepSeek-V3.1", "NVIDIA-Nemotron-Nano-v2",
+                      "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Apertus-8B-Instruct"]
 
 
 def _render(name, messages, **variables):

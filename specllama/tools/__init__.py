@@ -13,6 +13,9 @@ module of this package:
 - deepseek: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name, the arguments in a
   ```json block (DeepSeek-R1 and its distills) or name<｜tool▁sep｜>{...} (DeepSeek V3.1): a flavour
   per template (deepseek.Flavour)
+- json_calls: JSON after a family's own tag (<TOOLCALL>[...], <tool_calls>[...], <|START_ACTION|>[...],
+  functools[...], <|function_call|>{...}, <|tools_prefix|>[...]): Nemotron Nano 2's, Apriel's,
+  MiniMax-M1's, Command R7B's, Firefunction's, GigaChat 3.1's, Apertus' (json_calls.Flavour)
 - mistral: [TOOL_CALLS]name[ARGS]{...} (Mistral Small 3.x, Devstral, Ministral 3, Magistral; with
   [CALL_ID]id, Mistral Small 3.2) or [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]
   (Mistral Nemo): a flavour per template (mistral.Flavour), with a module's functions
@@ -31,15 +34,16 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from . import deepseek, gemma4, glm, harmony, hermes, lfm2, mistral, qwen3_coder
+from . import deepseek, gemma4, glm, harmony, hermes, json_calls, lfm2, mistral, qwen3_coder
 
 
 def format_of(template_source: Optional[str]) -> Any:
     """The call format a chat template teaches (a module, or a mistral.Flavour): harmony where it
     writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, qwen3_coder where it
     writes <function=...> and <parameter=...> blocks, glm where it writes <arg_key>, lfm2 where it
-    lists its tools as LFM2's do, deepseek's flavour where it writes <｜tool▁calls▁begin｜>, mistral's
-    flavour where it writes [TOOL_CALLS], else hermes."""
+    lists its tools as LFM2's do, deepseek's flavour where it writes <｜tool▁calls▁begin｜>,
+    json_calls' flavour where it writes that family's tag, mistral's flavour where it writes
+    [TOOL_CALLS], else hermes."""
     source = template_source or ""
     if harmony.is_harmony(source):
         return harmony
@@ -53,6 +57,8 @@ def format_of(template_source: Optional[str]) -> Any:
         return lfm2
     if deepseek.OPEN in source:
         return deepseek.flavour_of(source)
+    if json_calls.flavour_of(source) is not None:
+        return json_calls.flavour_of(source)
     if mistral.OPEN in source:
         return mistral.flavour_of(source)
     return hermes

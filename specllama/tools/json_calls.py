@@ -1,0 +1,171 @@
+"""Tool calls as JSON after a family's own tag, as llama.cpp reads them, a flavour per family
+(Flavour; format_of in specllama.tools picks one by the template's marker):
+
+- NEMOTRON: <TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL> (NVIDIA Nemotron Nano 2)
+- APRIEL: <tool_calls>[{"name": ..., "arguments": {...}}, ...]</tool_calls> (ServiceNow Apriel 1.5, 1.6)
+- MINIMAX: <tool_calls>, a call's JSON object a line, </tool_calls> (MiniMax-M1)
+- COMMAND: <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|>
+  (Cohere Command R7B, Command A)
+- FIREFUNCTION: functools[{"name": ..., "arguments": {...}}, ...] (no closing tag; Firefunction v2)
+- GIGACHAT: <|function_call|>{"name": ..., "arguments": {...}} (one call; GigaChat 3.1)
+- APERTUS: <|tools_prefix|>[{"name": {...arguments}}, ...]<|tools_suffix|> (the function's name as
+  the key; Apertus)
+
+The parser reads the JSON after the flavour's opening tag (a list of calls, or calls one after
+another) into OpenAI's tool_calls, the text before it the content; the grammars write the flavour,
+each call an object by the JSON schema converter with the keys in the template's order and the
+arguments by the tool's schema."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from .. import schemas
+from . import common
+
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"[\s,]*")
+
+
+def _escape(text: str) -> str:
+    """text as a regular expression (ECMAScript's, which std::regex reads) that matches it."""
+    return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", text)
+
+
+class Flavour:
+    """One family's form: its tags, how its calls are laid out (a JSON list, a call a line, or one
+    call), the keys of a call's name and arguments (None: the name is the key), and its grammars."""
+
+    ENDS_THINKING: Tuple[str, ...] = ()
+
+    def __init__(self, name: str, open_tag: str, close: str, layout: str, keys: Tuple[Optional[str], ...],
+                 call_id: Optional[str] = None) -> None:
+        self.name, self.open, self.close, self.layout = name, open_tag, close, layout
+        self.name_key, self.args_key = keys
+        self.call_id = call_id  # a key the template writes before the name (Command's "tool_call_id")
+        self.TAGS = tuple(t for t in (open_tag.strip(), close) if t.startswith("<"))
+
+    def __repr__(self) -> str:
+        return f"json_calls.{self.name}"
+
+    def _call(self, item: Any) -> Optional[Dict[str, Any]]:
+        if not isinstance(item, dict):
+            return None
+        if self.name_key is None:  # {"name": {arguments}}
+            if len(item) != 1:
+                return None
+            name, args = next(iter(item.items()))
+        else:
+            name, args = item.get(self.name_key), item.get(self.args_key, {})
+        if isinstance(args, str):  # (arguments given as a JSON string, as OpenAI's own)
+            try:
+                args = json.loads(args)
+            except (ValueError, RecursionError):
+                return None
+        if not isinstance(name, str) or not name or not isinstance(args, dict):
+            return None
+        return common.openai_call(name, args)
+
+    def _read(self, text: str, at: int) -> Tuple[List[Dict[str, Any]], int]:
+        """The calls of the JSON after the tag at at (none where it does not parse), and where they end."""
+        calls: List[Dict[str, Any]] = []
+        i = at + len(self.open)
+        while True:
+            j = _WS.match(text, i).end()
+            try:
+                value, end = _DECODER.raw_decode(text, j)
+            except (ValueError, RecursionError):
+                break
+            items = value if isinstance(value, list) else [value]
+            read = [self._call(v) for v in items]
+            if not read or None in read:
+                return [], at + len(self.open)
+            calls += read
+            i = end
+            if self.layout != "lines":
+                break
+        return calls, i
+
+    def parse(self, text: str, tools: Optional[List[Dict[str, Any]]] = None) -> common.Calls:
+        """(content, tool_calls) of a generated text: the calls after the flavour's tag, the content
+        the text before the first (None where empty); a text with no call that parses is all content."""
+        calls: List[Dict[str, Any]] = []
+        first = at = text.find(self.open)
+        while at >= 0:
+            found, end = self._read(text, at)
+            calls += found
+            at = text.find(self.open, max(end, at + 1))
+        if not calls:
+            return text, []
+        return text[:first].strip() or None, calls
+
+    @property
+    def StreamSplitter(self):  # noqa: N802 (a class, as the other formats' modules have it)
+        flavour = self
+
+        class Splitter(common.StreamSplitter):
+            OPENS = (flavour.open,)
+
+            def parse(self, text: str) -> common.Calls:
+                return flavour.parse(text, self.tools)
+
+        return Splitter
+
+    def forced_grammar(self, tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:
+        """tool_choice "required" (name None) or a named tool: every output is calls of the tools
+        (or the one named) in this form. ValueError where a schema cannot be converted."""
+        calls = []
+        for _, fn in common.chosen(tools, name):
+            params = fn.get("parameters") or {"type": "object"}
+            if self.name_key is None:
+                props = {fn["name"]: params}
+            else:
+                props = {self.name_key: {"const": fn["name"]}, self.args_key: params}
+                if self.call_id is not None:
+                    props = {self.call_id: {"type": "string"}, **props}
+            calls.append({"type": "object", "properties": props, "required": list(props)})
+        rules = schemas.to_grammar(calls[0] if len(calls) == 1 else {"anyOf": calls}, lines=True)
+        rules = re.sub(r"^root ::=", "json-call ::=", rules, flags=re.M)
+        ws = "[ \\t\\n]{0,8}"
+        if self.layout == "one" or (self.layout == "lines" and not parallel):
+            body = f"{ws} json-call"
+        elif self.layout == "lines":
+            body = f'{ws} json-call ( "\\n" json-call )*'
+        else:
+            more = f' ( "," {ws} json-call )*' if parallel else ""
+            body = f'"[" {ws} json-call{more} {ws} "]"'
+        close = f" {ws} {json.dumps(self.close)}" if self.close else ""
+        return f"root ::= {json.dumps(self.open)} {body}{close}\n" + rules
+
+    def lazy_grammar(self, tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
+        """tool_choice "auto": (the grammar, the patterns that start it): calls from their tag on."""
+        return self.forced_grammar(tools, None, parallel), [_escape(self.open)]
+
+
+NEMOTRON = Flavour("NEMOTRON", "<TOOLCALL>", "</TOOLCALL>", "list", ("name", "arguments"))
+APRIEL = Flavour("APRIEL", "<tool_calls>", "</tool_calls>", "list", ("name", "arguments"))
+MINIMAX = Flavour("MINIMAX", "<tool_calls>", "</tool_calls>", "lines", ("name", "arguments"))
+COMMAND = Flavour("COMMAND", "<|START_ACTION|>", "<|END_ACTION|>", "list", ("tool_name", "parameters"),
+                  call_id="tool_call_id")
+FIREFUNCTION = Flavour("FIREFUNCTION", " functools", "", "list", ("name", "arguments"))
+GIGACHAT = Flavour("GIGACHAT", "<|function_call|>", "", "one", ("name", "arguments"))
+APERTUS = Flavour("APERTUS", "<|tools_prefix|>", "<|tools_suffix|>", "list", (None, None))
+
+
+def flavour_of(template_source: str) -> Optional[Flavour]:
+    """The flavour whose marker a template writes, or None."""
+    if "<TOOLCALL>" in template_source:
+        return NEMOTRON
+    if "<tool_calls>" in template_source:
+        return MINIMAX if "<tool_calls>\\n" in template_source and "<tool_calls>[" not in template_source else APRIEL
+    if "<|START_ACTION|>" in template_source:
+        return COMMAND
+    if " functools[" in template_source:
+        return FIREFUNCTION
+    if "<|function_call|>" in template_source:
+        return GIGACHAT
+    if "<|tools_prefix|>" in template_source:
+        return APERTUS
+    return None

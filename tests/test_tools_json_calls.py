@@ -1,0 +1,157 @@
+"""Tool calls as JSON after a family's own tag (specllama.tools.json_calls: Nemotron Nano 2's
+<TOOLCALL>, Apriel's <tool_calls>, MiniMax-M1's lines, Command R7B's <|START_ACTION|>, Firefunction's
+functools, GigaChat 3.1's <|function_call|>, Apertus' <|tools_prefix|>): the parser, the stream
+against the whole text, the flavour each template gets, each flavour's forced grammar against what
+its template writes for a past turn of calls (llama.cpp's grammar engine) and the parser reading it
+back, and forced calls through the Python API, whole and streamed."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specllama import templates, tools
+from specllama.tools import json_calls as jc
+from test_tools import ASK, CLOCK, check_stream, forced_call
+from test_tools_mistral import WEATHER
+
+TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
+BY_TEMPLATE = {"NVIDIA-Nemotron-Nano-v2": jc.NEMOTRON, "unsloth-Apriel-1.5": jc.APRIEL, "MiniMax-M1": jc.MINIMAX,
+               "CohereForAI-c4ai-command-r7b-12-2024-tool_use": jc.COMMAND,
+               "fireworks-ai-llama-3-firefunction-v2": jc.FIREFUNCTION, "GigaChat3.1-10B-A1.8B": jc.GIGACHAT,
+               "Apertus-8B-Instruct": jc.APERTUS}
+
+
+def _calls(fmt, text):
+    content, calls = fmt.parse(text)
+    return content, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+
+
+@pytest.mark.parametrize("fmt, text, want", [
+    (jc.NEMOTRON, '<TOOLCALL>[{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {}}]</TOOLCALL>',
+     (None, [("f", {"a": 1}), ("g", {})])),
+    (jc.APRIEL, 'Let me see.\n<tool_calls>[{"name": "f", "arguments": {"a": 1}}]</tool_calls>',
+     ("Let me see.", [("f", {"a": 1})])),
+    (jc.MINIMAX, '<tool_calls>\n{"name": "f", "arguments": {"a": 1}}\n{"name": "g", "arguments": {"b": 2}}\n'
+     '</tool_calls>', (None, [("f", {"a": 1}), ("g", {"b": 2})])),
+    (jc.COMMAND, '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "f", "parameters": {"a": 1}}\n]'
+     '<|END_ACTION|>', (None, [("f", {"a": 1})])),
+    (jc.FIREFUNCTION, ' functools[{"name": "f", "arguments": {"a": 1}}]', (None, [("f", {"a": 1})])),
+    (jc.GIGACHAT, '<|function_call|>{"name": "f", "arguments": {"a": 1}}', (None, [("f", {"a": 1})])),
+    (jc.APERTUS, '<|tools_prefix|>[{"f": {"a": 1}}, {"g": {}}]<|tools_suffix|>', (None, [("f", {"a": 1}), ("g", {})])),
+    # arguments as a JSON string (as OpenAI's own), and what is not a call: cut off, items that are not calls
+    (jc.NEMOTRON, '<TOOLCALL>[{"name": "f", "arguments": "{\\"a\\": 1}"}]</TOOLCALL>', (None, [("f", {"a": 1})])),
+    (jc.NEMOTRON, '<TOOLCALL>[{"name": "f", "argu', ('<TOOLCALL>[{"name": "f", "argu', [])),
+    (jc.NEMOTRON, '<TOOLCALL>[{"name": "f"}, 3]</TOOLCALL>', ('<TOOLCALL>[{"name": "f"}, 3]</TOOLCALL>', [])),
+    (jc.APERTUS, '<|tools_prefix|>[{"f": {}, "g": {}}]', ('<|tools_prefix|>[{"f": {}, "g": {}}]', [])),
+    (jc.APRIEL, "Hello, world!", ("Hello, world!", [])),
+])
+def test_calls_are_parsed_out_of_the_text(fmt, text, want):
+    assert _calls(fmt, text) == want
+
+
+@pytest.mark.parametrize("fmt", [jc.APRIEL, jc.FIREFUNCTION, jc.MINIMAX])
+def test_a_stream_says_what_the_whole_text_says(fmt):
+    rng = random.Random(9)
+    pieces = [fmt.open, fmt.close or "]", "<", "[", "]", '{"name": "f", "arguments": {"a": 1}}', ", ", "\n", "Hi "]
+    for _ in range(300):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(10)))
+        cuts = sorted(rng.sample(range(len(text) + 1), min(4, len(text) + 1)))
+        check_stream(fmt, text, [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])])
+
+
+def test_each_template_gets_its_flavour():
+    for name, fmt in BY_TEMPLATE.items():
+        assert tools.format_of((TEMPLATES / f"{name}.jinja").read_text()) is fmt, name
+    assert jc.flavour_of((TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()) is None
+
+
+USER = "What-is-the-weather?"  # (longer than any generated city, so found only where the user wrote it)
+
+
+def _template_calls(name, calls):
+    """The text a template writes for a past turn of calls (name, arguments), from its flavour's tag."""
+    fmt = BY_TEMPLATE[name]
+    msgs = [{"role": "user", "content": USER},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": str(i), "type": "function", "function": {"name": n, "arguments": a}}
+                for i, (n, a) in enumerate(calls)]}]
+    text = templates.render_jinja((TEMPLATES / f"{name}.jinja").read_text(), msgs, False, "", "",
+                                  tools=[WEATHER, CLOCK])
+    start = text.rindex(fmt.open, 0, text.index(calls[0][0] + '"', text.rindex(USER)))
+    if fmt.close:
+        return text[start:text.rindex(fmt.close) + len(fmt.close)]
+    _, end = json.JSONDecoder().raw_decode(text, start + len(fmt.open))  # (no closing tag: up to the JSON's end)
+    return text[start:end]
+
+
+_CALLS = st.lists(st.one_of(
+    st.tuples(st.just("get_weather"), st.builds(lambda c, d: {"city": c, "days": d},
+                                                st.text(st.characters(min_codepoint=32, max_codepoint=126),
+                                                        max_size=12), st.integers(1, 14))),
+    st.tuples(st.just("get_time"), st.builds(lambda z, h: {"zone": z, "hours": h}, st.sampled_from(["UTC", "CET"]),
+                                             st.integers(-99, 99)))), min_size=1, max_size=3)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_CALLS, st.sampled_from(sorted(BY_TEMPLATE)))
+def test_the_grammar_admits_what_the_template_writes_and_the_parser_reads_it_back(grammar_text, calls, name):
+    """Random calls written as each template writes a past turn of calls: its flavour's forced
+    grammar admits the text (llama.cpp's engine), the one-call grammar only where there is one (for
+    GigaChat's, which writes one call a turn, the first), and the parser reads them back."""
+    fmt = BY_TEMPLATE[name]
+    calls = calls[:1] if fmt is jc.GIGACHAT else calls
+    text = _template_calls(name, calls)
+    checked = tools.check_tools([WEATHER, CLOCK])
+    assert grammar_text.admits(fmt.forced_grammar(checked), text), text
+    assert grammar_text.admits(fmt.forced_grammar(checked, parallel=False), text) == (len(calls) == 1), text
+    assert _calls(fmt, text) == (None, [(n, a) for n, a in calls])
+
+
+CALL = '<TOOLCALL>[{"name": "get_time", "arguments": {"zone": "UTC", "hours": 3}}]</TOOLCALL>'
+
+
+@pytest.mark.parametrize("text, admitted", [
+    (CALL, True),
+    (CALL.replace("UTC", "PST"), False),  # (not in the enum)
+    (CALL.replace(', "hours": 3', ""), False),  # (a required key left out)
+    (CALL.replace("get_time", "get_date"), False),  # (no such tool)
+    ("Sure." + CALL, False),  # (forced: calls only)
+    (CALL.replace("</TOOLCALL>", ""), False),  # (the closing tag)
+])
+def test_the_forced_grammar_holds_calls_to_the_schemas(grammar_text, text, admitted):
+    assert grammar_text.admits(jc.NEMOTRON.forced_grammar(tools.check_tools([CLOCK, WEATHER])), text) == admitted
+
+
+def test_the_lazy_grammar_starts_at_the_tag():
+    grammar, triggers = jc.COMMAND.lazy_grammar(tools.check_tools([CLOCK]))
+    assert triggers == [r"<\|START_ACTION\|>"] and grammar == jc.COMMAND.forced_grammar(tools.check_tools([CLOCK]))
+    assert jc.FIREFUNCTION.lazy_grammar(tools.check_tools([CLOCK]))[1] == [" functools"]
+
+
+@pytest.mark.parametrize("name", ["NVIDIA-Nemotron-Nano-v2", "Apertus-8B-Instruct"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_in_the_templates_flavour(call_decoder, name, stream):
+    """The tiny pair under each template with a call forced: the reply is a call in the template's
+    flavour, read back into tool_calls by the schema, and the next turn with the call and its result
+    renders. (Asked for no reasoning format: both templates have a thinking mode, in which the
+    grammar would let the tiny model think to max_tokens.)"""
+    template = TEMPLATES / f"{name}.jinja"
+    fields = dict(tools=[CLOCK], tool_choice="required", temperature=0.9, seed=2, max_tokens=300,
+                  parallel_tool_calls=False, reasoning_format="none")
+    calls, finish, _, text = forced_call(call_decoder, template, stream, **fields)
+    if text is not None:
+        assert text.startswith(BY_TEMPLATE[name].open), text
+    assert finish == "tool_calls" and len(calls) == 1
+    args = json.loads(calls[0]["function"]["arguments"])
+    assert calls[0]["function"]["name"] == "get_time" and args["zone"] in ("UTC", "CET")
+    turn = ASK + [{"role": "assistant", "content": None, "tool_calls": calls},
+                  {"role": "tool", "tool_call_id": calls[0]["id"], "content": "12:00"}]
+    prompt = templates.render(call_decoder.target_model, tools.template_messages(turn), template=str(template),
+                              tools=[CLOCK])
+    assert "12:00" in prompt
