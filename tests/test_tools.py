@@ -112,6 +112,31 @@ def forced_call(dec, template, stream: bool, **fields):
             dec.target_model.detokenize(choice["tokens"]))
 
 
+def forced_get_time(dec, template, stream: bool, starts: str, thought=None):
+    """ASK under template (a path) with one call to CLOCK forced and no reasoning format (a
+    template that thinks first would let a tiny model think to max_tokens), streamed or whole: the
+    call (its text starting with starts, where whole; its zone one of the enum), its arguments, and
+    the prompt of the next turn with the call (and thought as its reasoning_content) and its result,
+    which holds the result."""
+    from specllama import templates
+
+    fields = dict(tools=[CLOCK], tool_choice="required", temperature=0.9, seed=2, max_tokens=300,
+                  parallel_tool_calls=False, reasoning_format="none")
+    calls, finish, _, text = forced_call(dec, template, stream, **fields)
+    if text is not None:
+        assert text.startswith(starts), text
+    assert finish == "tool_calls" and len(calls) == 1
+    args = json.loads(calls[0]["function"]["arguments"])
+    assert calls[0]["function"]["name"] == "get_time" and args["zone"] in ("UTC", "CET")
+    turn = ASK + [{"role": "assistant", "content": None, "tool_calls": calls},
+                  {"role": "tool", "tool_call_id": calls[0]["id"], "content": "12:00"}]
+    if thought is not None:
+        turn[1] = dict(turn[1], content="", reasoning_content=thought)
+    prompt = templates.render(dec.target_model, tools.template_messages(turn), template=str(template), tools=[CLOCK])
+    assert "12:00" in prompt
+    return calls[0], args, prompt
+
+
 def check_stream(fmt, text, steps, tools=None):
     """A call format's StreamSplitter, fed text in steps: its content and calls are what the
     format's parse gives for the whole text (the text before the first call's start shown as it

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from specllama import templates, tools
 from specllama.tools import deepseek
-from test_tools import ASK, CLOCK, check_stream, forced_call
+from test_tools import CLOCK, check_stream, forced_get_time
 from test_tools_mistral import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -119,16 +119,6 @@ def test_a_forced_call_in_the_templates_flavour(call_decoder, template, stream):
     flavour, read back into tool_calls by the schema, and the next turn with the call and its result
     renders. (Both templates open the thinking in the prompt, where the grammar would let the tiny
     model think to max_tokens: asked for no reasoning format, the call comes at once.)"""
-    fields = dict(tools=[CLOCK], tool_choice="required", temperature=0.9, seed=2, max_tokens=300,
-                  parallel_tool_calls=False, reasoning_format="none")
-    calls, finish, _, text = forced_call(call_decoder, template, stream, **fields)
-    if text is not None:
-        assert text.startswith(B + C + ("function" + SEP if template == R1 else "") + "get_time"), text
-    assert finish == "tool_calls" and len(calls) == 1
-    args = json.loads(calls[0]["function"]["arguments"])
-    assert calls[0]["function"]["name"] == "get_time" and args["zone"] in ("UTC", "CET")
-    turn = ASK + [{"role": "assistant", "content": None, "tool_calls": calls},
-                  {"role": "tool", "tool_call_id": calls[0]["id"], "content": "12:00"}]
-    prompt = templates.render(call_decoder.target_model, tools.template_messages(turn), template=str(template),
-                              tools=[CLOCK])
-    assert SEP in prompt and "12:00" in prompt
+    starts = B + C + ("function" + SEP if template == R1 else "") + "get_time"
+    _, _, prompt = forced_get_time(call_decoder, template, stream, starts)
+    assert SEP in prompt

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from specllama import reasoning, templates, tools
 from specllama.tools import lfm2
 from test_server import running
-from test_tools import ASK, CLOCK, check_stream, forced_call
+from test_tools import ASK, CLOCK, check_stream, forced_get_time
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -153,22 +153,10 @@ def test_a_forced_call_in_the_templates_form(call_decoder, template, stream):
     as its thinking, as llama.cpp gives it). (LFM2.5-8B-A1B thinks in <think> first, where the
     grammar would let the tiny model think to max_tokens: asked for no reasoning format, the call
     comes at once.)"""
-    fields = dict(tools=[CLOCK], tool_choice="required", temperature=0.9, seed=2, max_tokens=300,
-                  parallel_tool_calls=False, reasoning_format="none")
-    calls, finish, _, text = forced_call(call_decoder, template, stream, **fields)
-    if text is not None:
-        assert text.startswith(S + "[get_time("), text
-    assert finish == "tool_calls" and len(calls) == 1
-    for call in calls:
-        args = json.loads(call["function"]["arguments"])
-        assert call["function"]["name"] == "get_time" and args["zone"] in ("UTC", "CET")
-        assert isinstance(args["hours"], int)
-    turn = ASK + [{"role": "assistant", "content": "", "reasoning_content": "It is CET.", "tool_calls": calls}] + \
-        [{"role": "tool", "tool_call_id": c["id"], "content": "12:00"} for c in calls]
-    prompt = templates.render(call_decoder.target_model, tools.template_messages(turn), template=str(template),
-                              tools=[CLOCK])
+    _, args, prompt = forced_get_time(call_decoder, template, stream, S + "[get_time(", thought="It is CET.")
+    assert isinstance(args["hours"], int)
     if template == LFM25_MOE:
-        assert "<think>It is CET.</think>" + S + "[get_time(" in prompt and "12:00" in prompt
+        assert "<think>It is CET.</think>" + S + "[get_time(" in prompt
 
 
 @pytest.fixture(scope="module")

@@ -57,8 +57,9 @@ def format_of(template_source: Optional[str]) -> Any:
         return lfm2
     if deepseek.OPEN in source:
         return deepseek.flavour_of(source)
-    if json_calls.flavour_of(source) is not None:
-        return json_calls.flavour_of(source)
+    json_flavour = json_calls.flavour_of(source)
+    if json_flavour is not None:
+        return json_flavour
     if mistral.OPEN in source:
         return mistral.flavour_of(source)
     return hermes

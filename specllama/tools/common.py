@@ -4,6 +4,7 @@ calls out of a text, and a stream held back from a call's start."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -43,6 +44,54 @@ def read_calls(text: str, next_start: Callable[[str, int], int],
         return text, []
     content = text[:start].strip()
     return content or None, calls
+
+
+def read_call_groups(text: str, tag: str,
+                     read: Callable[[str, int], Tuple[List[Dict[str, Any]], int]]) -> Calls:
+    """(content, tool_calls) of a text whose calls come in groups after a tag: read(text, at) ->
+    (the calls of the group whose tag is at at, none where it does not parse; where it ends), the
+    content the text before the first tag (None where empty). Text with no call that parses comes
+    back whole as content, with no calls."""
+    calls: List[Dict[str, Any]] = []
+    first = at = text.find(tag)
+    while at >= 0:
+        found, end = read(text, at)
+        calls += found
+        at = text.find(tag, max(end, at + 1))
+    if not calls:
+        return text, []
+    return text[:first].strip() or None, calls
+
+
+def regex_literal(text: str) -> str:
+    """text as a regular expression that matches it, as llama.cpp's std::regex (ECMAScript) reads
+    one (Python's re.escape escapes a space, which ECMAScript need not accept)."""
+    return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", text)
+
+
+class Flavour:
+    """One form of a family whose templates write its calls in more than one (Mistral's,
+    DeepSeek's, ...), standing in for a format's module (specllama.tools): its grammars, with the
+    parser and stream splitter its family's module gives it. trigger: the pattern that starts its
+    lazy grammar."""
+
+    ENDS_THINKING: Tuple[str, ...] = ()
+    family = ""
+    trigger = ""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"{self.family}.{self.name}"
+
+    def forced_grammar(self, tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:
+        raise NotImplementedError
+
+    def lazy_grammar(self, tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
+        """tool_choice "auto": (the grammar, the patterns that start it): calls from the flavour's
+        tag on."""
+        return self.forced_grammar(tools, None, parallel), [self.trigger]
 
 
 class StreamSplitter:

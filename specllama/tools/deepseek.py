@@ -76,20 +76,14 @@ class StreamSplitter(common.StreamSplitter):
         return parse(text, self.tools)
 
 
-class Flavour:
+class Flavour(common.Flavour):
     """One of DeepSeek's call forms (FENCED, PLAIN): its grammars, and the parser and stream
     splitter they share, as a call format's module has them (specllama.tools)."""
 
-    ENDS_THINKING: Tuple[str, ...] = ()
+    family, trigger = "deepseek", common.regex_literal(OPEN)
     TAGS = (OPEN, CLOSE, CALL, CALL_END, SEP)  # (special tokens in DeepSeek's vocabularies)
     parse = staticmethod(parse)
     StreamSplitter = StreamSplitter
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"deepseek.{self.name}"
 
     def forced_grammar(self, tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:
         """tool_choice "required" (name None) or a named tool: every output is calls of the tools
@@ -105,11 +99,6 @@ class Flavour:
         more = ' ( "\\n"? deepseek-call )*' if parallel else ""  # (R1's templates put a line break between)
         return "\n".join([f'root ::= "{OPEN}" deepseek-call{more} "{CLOSE}"',
                           f'deepseek-call ::= "{CALL}" ( {" | ".join(alts)} ) "{CALL_END}"', *rules]) + "\n"
-
-    def lazy_grammar(self, tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
-        """tool_choice "auto": (the grammar, the patterns that start it): calls from their opening
-        tag on."""
-        return self.forced_grammar(tools, None, parallel), [re.escape(OPEN)]
 
 
 FENCED, PLAIN = Flavour("FENCED"), Flavour("PLAIN")

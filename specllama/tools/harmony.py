@@ -229,17 +229,12 @@ def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, para
                       *_calls(tools, name)]) + "\n"
 
 
-def _escape(text: str) -> str:
-    """text as a regular expression (ECMAScript's, which std::regex reads) that matches it."""
-    return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", text)
-
-
 def _prefixes(text: str, least: int) -> str:
     """A regular expression of the prefixes of text at least least characters long."""
     rest = ""
     for c in reversed(text[least:]):
-        rest = f"(?:{_escape(c)}{rest})?"
-    return _escape(text[:least]) + rest
+        rest = f"(?:{common.regex_literal(c)}{rest})?"
+    return common.regex_literal(text[:least]) + rest
 
 
 def lazy_grammar(tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
@@ -249,7 +244,7 @@ def lazy_grammar(tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[st
     ends where the text does, the text from its group being the start of a call the grammar
     reads (llama.cpp throws where the grammar refuses the text it is fed)."""
     to = _prefixes(_TO, len(" to=f"))
-    channel, role = _escape(CHANNEL) + "(?:commentary|analysis)", _escape(ROLE)
+    channel, role = common.regex_literal(CHANNEL) + "(?:commentary|analysis)", common.regex_literal(ROLE)
     patterns = [f"^({to})$", f"{role}({to})$", f"^({channel}{to})$", f"{role}({channel}{to})$"]
     return "\n".join(["root ::= harmony-call", *_calls(tools, None)]) + "\n", patterns
 

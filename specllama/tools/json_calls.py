@@ -29,26 +29,20 @@ _DECODER = json.JSONDecoder()
 _WS = re.compile(r"[\s,]*")
 
 
-def _escape(text: str) -> str:
-    """text as a regular expression (ECMAScript's, which std::regex reads) that matches it."""
-    return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", text)
-
-
-class Flavour:
+class Flavour(common.Flavour):
     """One family's form: its tags, how its calls are laid out (a JSON list, a call a line, or one
     call), the keys of a call's name and arguments (None: the name is the key), and its grammars."""
 
-    ENDS_THINKING: Tuple[str, ...] = ()
+    family = "json_calls"
 
     def __init__(self, name: str, open_tag: str, close: str, layout: str, keys: Tuple[Optional[str], ...],
                  call_id: Optional[str] = None) -> None:
-        self.name, self.open, self.close, self.layout = name, open_tag, close, layout
+        super().__init__(name)
+        self.open, self.close, self.layout = open_tag, close, layout
         self.name_key, self.args_key = keys
         self.call_id = call_id  # a key the template writes before the name (Command's "tool_call_id")
         self.TAGS = tuple(t for t in (open_tag.strip(), close) if t.startswith("<"))
-
-    def __repr__(self) -> str:
-        return f"json_calls.{self.name}"
+        self.trigger = common.regex_literal(open_tag)
 
     def _call(self, item: Any) -> Optional[Dict[str, Any]]:
         if not isinstance(item, dict):
@@ -91,15 +85,7 @@ class Flavour:
     def parse(self, text: str, tools: Optional[List[Dict[str, Any]]] = None) -> common.Calls:
         """(content, tool_calls) of a generated text: the calls after the flavour's tag, the content
         the text before the first (None where empty); a text with no call that parses is all content."""
-        calls: List[Dict[str, Any]] = []
-        first = at = text.find(self.open)
-        while at >= 0:
-            found, end = self._read(text, at)
-            calls += found
-            at = text.find(self.open, max(end, at + 1))
-        if not calls:
-            return text, []
-        return text[:first].strip() or None, calls
+        return common.read_call_groups(text, self.open, self._read)
 
     @property
     def StreamSplitter(self):  # noqa: N802 (a class, as the other formats' modules have it)
@@ -138,10 +124,6 @@ class Flavour:
             body = f'"[" {ws} json-call{more} {ws} "]"'
         close = f" {ws} {json.dumps(self.close)}" if self.close else ""
         return f"root ::= {json.dumps(self.open)} {body}{close}\n" + rules
-
-    def lazy_grammar(self, tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
-        """tool_choice "auto": (the grammar, the patterns that start it): calls from their tag on."""
-        return self.forced_grammar(tools, None, parallel), [_escape(self.open)]
 
 
 NEMOTRON = Flavour("NEMOTRON", "<TOOLCALL>", "</TOOLCALL>", "list", ("name", "arguments"))

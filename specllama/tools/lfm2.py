@@ -78,15 +78,7 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
     """(content, tool_calls) of a generated text: the calls of each list in OpenAI's shape, the
     content the text before the first (None where empty). Text with no list that parses comes back
     whole as content, with no calls."""
-    calls: List[Dict[str, Any]] = []
-    first = at = text.find(OPEN)
-    while at >= 0:
-        found, end = _read(text, at)
-        calls += found
-        at = text.find(OPEN, max(end, at + 1))
-    if not calls:
-        return text, []
-    return text[:first].strip() or None, calls
+    return common.read_call_groups(text, OPEN, _read)
 
 
 class StreamSplitter(common.StreamSplitter):
@@ -125,7 +117,9 @@ class _Rules(qwen3_coder.Rules):
     """The rules of the calls' values: Python's literals where they differ from JSON's."""
 
     def __init__(self) -> None:
-        self.prefix, self.rules, self.n, self.any_json = _P, [_STRING], 0, False
+        super().__init__(_P, None)
+        self.rules.append(_STRING)
+        self.any_json = False
 
     def value(self, schema: Any, path: str) -> str:
         types = qwen3_coder._types(schema)

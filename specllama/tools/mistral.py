@@ -61,17 +61,7 @@ def _read(text: str, at: int) -> Tuple[List[Dict[str, Any]], int]:
 
 def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Optional[str], List[Dict[str, Any]]]:
     """(content, tool_calls) of a generated text; a text with no call that parses is all content."""
-    calls: List[Dict[str, Any]] = []
-    start = text.find(OPEN)
-    at = start
-    while at >= 0:
-        found, end = _read(text, at)
-        calls += found
-        at = text.find(OPEN, max(end, at + 1))
-    if not calls:
-        return text, []
-    content = text[:start].strip()
-    return content or None, calls
+    return common.read_call_groups(text, OPEN, _read)
 
 
 class StreamSplitter(common.StreamSplitter):
@@ -83,20 +73,14 @@ class StreamSplitter(common.StreamSplitter):
         return parse(text, self.tools)
 
 
-class Flavour:
+class Flavour(common.Flavour):
     """One of Mistral's call formats (ARGS, IDS, LIST): its grammars, and the parser and stream
     splitter they share, as a call format's module has them (specllama.tools)."""
 
-    ENDS_THINKING: Tuple[str, ...] = ()
+    family, trigger = "mistral", common.regex_literal(OPEN)
     TAGS = (OPEN, ARGS, CALL_ID)  # spelled out in the text (control tokens in Mistral's vocabularies)
     parse = staticmethod(parse)
     StreamSplitter = StreamSplitter
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"mistral.{self.name}"
 
     def forced_grammar(self, tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:
         """tool_choice "required" (name None) or a named tool: every output is calls of the tools
@@ -117,10 +101,6 @@ class Flavour:
         else:
             root = f'root ::= "{OPEN}" mistral-call' + (f' ( "{OPEN}" mistral-call )*' if parallel else "")
         return "\n".join([root, f"mistral-call ::= {' | '.join(alts)}", "mistral-id ::= [a-zA-Z0-9]{9}", *rules]) + "\n"
-
-    def lazy_grammar(self, tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
-        """tool_choice "auto": (the grammar, the patterns that start it): calls from [TOOL_CALLS] on."""
-        return self.forced_grammar(tools, None, parallel), [re.escape(OPEN)]
 
 
 ARGS_FLAVOUR, IDS_FLAVOUR, LIST_FLAVOUR = Flavour("ARGS"), Flavour("IDS"), Flavour("LIST")

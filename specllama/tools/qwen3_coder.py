@@ -161,11 +161,13 @@ _REFUSED = ("pattern", "minLength", "maxLength")
 class Rules:
     """The rules of a grammar of calls whose values stand between tags (this format's, GLM's): a
     rule per value's kind, named with prefix; a text value is any text without end (its closing
-    tag, and what follows it where the text may hold the tag otherwise)."""
+    tag, and what follows it where the text may hold the tag otherwise; None: a format whose text
+    values are of another kind writes their rule itself)."""
 
-    def __init__(self, prefix: str = _P, end: str = _VALUE_END + "\n") -> None:
+    def __init__(self, prefix: str = _P, end: Optional[str] = _VALUE_END + "\n") -> None:
         self.prefix = prefix
-        self.rules: List[str] = [f"{prefix}-text ::= {prefix}-chars-0", *gbnf.text_without(f"{prefix}-chars", end)]
+        self.rules: List[str] = [] if end is None else [f"{prefix}-text ::= {prefix}-chars-0",
+                                                        *gbnf.text_without(f"{prefix}-chars", end)]
         self.n = 0
 
     def add(self, body: str) -> str:
