@@ -26,9 +26,9 @@ def reply_of(source: str):
     from specllama import templates
 
     msgs = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "tool_calls": [CALL]}]
-    whole = templates.render_jinja(source, templates._thinking_field(source, templates.normalize_messages(msgs)),
-                                   False, "<s>", "</s>", tools=TOOLS)
-    prompt = templates.render_jinja(source, templates.normalize_messages(msgs[:1]), True, "<s>", "</s>", tools=TOOLS)
+    whole = templates.render_jinja(source, templates.template_messages(source, msgs), False, "<s>", "</s>", tools=TOOLS)
+    prompt = templates.render_jinja(source, templates.template_messages(source, msgs[:1]), True, "<s>", "</s>",
+                                    tools=TOOLS)
     reply = whole[len(prompt):] if whole.startswith(prompt) else whole[whole.rfind("Hi") + 2:]
     if "get_time" not in reply:
         return None

@@ -84,7 +84,8 @@ def template_kwargs_option(fn):
         click.option("--reasoning", "thinking", type=click.Choice(["on", "off", "auto"]), default="auto",
                      show_default=True,
                      help="As llama.cpp's: ask the chat template to think (on: enable_thinking true) or not (off), "
-                          "or leave it to the template (auto)."),
+                          "or as llama-server decides (auto: on where the template's switch changes how the "
+                          "reply starts)."),
         click.option("--reasoning-effort", "effort", default=None, metavar="LEVEL",
                      help="As llama.cpp's: the reasoning level given to the chat template (reasoning_effort), such "
                           "as low, medium or high, which the templates that take one read (gpt-oss's, ...); none "

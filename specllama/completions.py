@@ -388,7 +388,7 @@ def _chat_prompt(body: dict, req: Request) -> None:
     if not isinstance(messages, list) or not messages:
         raise RequestError("'messages' must be a non-empty list of messages", "messages",
                            "invalid_value" if isinstance(messages, list) else "invalid_type")
-    req.messages = tools.template_messages(messages)
+    req.messages = messages
     if body.get("reasoning_format") is not None:
         try:
             req.reasoning_format = reasoning.check_format(body["reasoning_format"])

@@ -1,30 +1,36 @@
 """Chat templates: messages rendered as a prompt the way the model defines it.
 
 The default is the GGUF's own template (`tokenizer.chat_template`), a Jinja program, rendered
-with jinja2 as Hugging Face transformers and llama-cpp-python render it, so a conversation gives
-the same prompt here as in those tools and in llama-server. A template can also be one of
-llama.cpp's built-in templates by name (rendered natively by llama_chat_apply_template) or a
-Jinja file.
+with jinja2 as llama-server renders it (llama.cpp's Jinja engine and chat code), so a
+conversation gives the same prompt here as there. A template can also be one of llama.cpp's
+built-in templates by name (rendered natively by llama_chat_apply_template) or a Jinja file.
 
 A template is untrusted input read from a file. It runs in jinja2's immutable sandbox (no access
-to files, to Python objects' internals, or to mutating methods) with a budget: each rendering may
-take at most MAX_STEPS loop iterations, calls and attribute look-ups, and build strings of at
-most MAX_CHARS characters. A template that raises, exceeds its budget or is not valid Jinja gives
-a ChatTemplateError (a ValueError) with a one-line message.
+to files, to Python objects' internals, or to mutating methods but a list's append and pop, on
+its own copies of the messages) with a budget: each rendering may take at most MAX_STEPS loop
+iterations, calls and attribute look-ups, and build strings of at most MAX_CHARS characters. A
+template that raises, exceeds its budget or is not valid Jinja gives a ChatTemplateError (a
+ValueError) with a one-line message.
 
-The variables a template sees are those the ecosystem provides: messages, add_generation_prompt,
-bos_token, eos_token, raise_exception, strftime_now, and tools / documents (and any further
-keyword, such as tool_choice) when given.
+The variables a template sees are those llama-server gives it (render): messages,
+add_generation_prompt, bos_token, eos_token, raise_exception, strftime_now, enable_thinking
+(true unless asked otherwise), the past turns' thinking kept (preserve_thinking true;
+clear_thinking, truncate_history_thinking and drop_thinking false, unless preserve_reasoning is
+given false), today's date (date_string, datetime), and tools (undefined when none) with any
+further variable given, such as a request's chat_template_kwargs. render_jinja alone gives a
+template what transformers gives it (tools and documents none when not given).
 """
 
 from __future__ import annotations
 
 import contextvars
+import copy
 import datetime
 import functools
 import json
 import operator
 import os
+import types
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import _core, tools
@@ -78,17 +84,21 @@ def _sized(value: Any) -> Any:
 
 
 _LOOP_FILTER = "__specllama_loop"
+_LIST_METHODS = frozenset({"append", "pop"})
 
 
 def _add(left: Any, right: Any) -> Any:
     # as llama.cpp's Jinja engine adds: a string and none or an undefined value make the string
-    # (gpt-oss's template writes "// " + tool.description for a tool that may have none)
+    # (gpt-oss's template writes "// " + tool.description for a tool that may have none), and a
+    # string and any other value join as text, the value written as Python writes it (True,
+    # [1, 'a'], {'k': 1}) (Functionary 3.2's template adds a schema's enum values, numbers among
+    # them, to text)
     from jinja2 import Undefined
 
-    if isinstance(left, str) and (right is None or isinstance(right, Undefined)):
-        return left
-    if isinstance(right, str) and (left is None or isinstance(left, Undefined)):
-        return right
+    if isinstance(left, str) and not isinstance(right, str):
+        return left if right is None or isinstance(right, Undefined) else left + str(right)
+    if isinstance(right, str) and not isinstance(left, str):
+        return right if left is None or isinstance(left, Undefined) else str(left) + right
     return left + right
 
 
@@ -104,14 +114,30 @@ def _counted(iterable):
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Optional[int] = None, separators=None,
             sort_keys: bool = False) -> str:
-    # transformers' tojson (not jinja2's HTML-safe one), so tool schemas render as there
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+    # transformers' tojson (not jinja2's HTML-safe one), so tool schemas render as there; a
+    # filter's lazy sequence (tools | map(attribute='function')) is written as the list it yields,
+    # as llama.cpp's Jinja engine writes it
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys,
+                      default=_json_sequence)
+
+
+def _json_sequence(value: Any) -> list:
+    if isinstance(value, (types.GeneratorType, map, filter, range)):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _length(x: Any) -> int:
     # as llama.cpp's Jinja engine counts: none (an assistant's content beside its tool calls, as
     # OpenAI's clients send it) has length 0 (Ministral 3's template counts it)
     return 0 if x is None else len(x)
+
+
+def _safe(value: Any) -> Any:
+    # nothing is escaped here (no autoescape), so |safe leaves a value as it is, as in llama.cpp's
+    # Jinja engine (jinja2's Markup would escape the text added to it: Functionary 3.1's template
+    # adds tool schemas to a |safe string)
+    return value
 
 
 def _raise_exception(message: Any = "") -> None:
@@ -127,7 +153,7 @@ def _environment():
     from jinja2 import nodes
     from jinja2.compiler import CodeGenerator
     from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
     class GenerationTag(Extension):
         """Hugging Face's {% generation %} tag, which marks assistant text and renders its body."""
@@ -170,6 +196,13 @@ def _environment():
             _tick()
             return _sized(super().call(__context, __obj, *args, **kwargs))
 
+        def is_safe_attribute(self, obj, attr, value):
+            # a list's append and pop, which llama.cpp's Jinja engine has (Kimi K2's template
+            # gathers tool call ids with append); the rendering's inputs are its own copies
+            if isinstance(obj, list) and attr in _LIST_METHODS:
+                return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
+            return super().is_safe_attribute(obj, attr, value)
+
         def getattr(self, obj, attribute):
             _tick()
             return super().getattr(obj, attribute)
@@ -180,6 +213,7 @@ def _environment():
 
     env = Environment(trim_blocks=True, lstrip_blocks=True, extensions=[GenerationTag, loopcontrols])
     env.filters["tojson"] = _tojson
+    env.filters["safe"] = _safe
     env.filters["length"] = env.filters["count"] = _length
     env.filters[_LOOP_FILTER] = _counted
     return env
@@ -206,11 +240,14 @@ def render_jinja(source: str, messages: Sequence[dict], add_generation_prompt: b
                  eos_token: str = "", tools: Optional[list] = None, documents: Optional[list] = None,
                  **variables: Any) -> str:
     """Render the Jinja chat template source in the sandbox, with the variables transformers
-    gives it (tools and documents are None when not given, as there) and any further ones."""
+    gives it (tools and documents are None when not given, as there) and any further ones
+    (one given as UNDEFINED is left undefined)."""
     template = _compile(source)
-    context = dict(variables)
-    context.update(messages=[dict(m) for m in messages], add_generation_prompt=bool(add_generation_prompt),
-                   bos_token=bos_token, eos_token=eos_token, tools=tools, documents=documents,
+    context = {"tools": tools, "documents": documents}
+    context.update(variables)
+    context = copy.deepcopy({k: v for k, v in context.items() if v is not UNDEFINED})  # (the template's own copies)
+    context.update(messages=copy.deepcopy([dict(m) for m in messages]),
+                   add_generation_prompt=bool(add_generation_prompt), bos_token=bos_token, eos_token=eos_token,
                    raise_exception=_raise_exception, strftime_now=_strftime_now)
     token = _budget.set(_Budget())
     try:
@@ -319,15 +356,149 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
            template: Optional[str] = None, **variables: Any) -> str:
     """Messages as a prompt for model: with its own template (template None), a built-in one by
     name, or a Jinja file by path. variables (tools, documents, ...) reach Jinja templates."""
-    msgs = normalize_messages(messages)
     if template is not None and template in builtin_names():
-        pairs = [(m["role"], m["content"] or "") for m in msgs]
+        pairs = [(m["role"], m["content"] or "") for m in normalize_messages(messages)]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
     source = template_source(model, template)
-    msgs = _thinking_field(source, _thinking_blocks(source, msgs))
+    msgs = template_messages(source, messages)
     text = render_jinja(source, msgs, add_generation_prompt, _special_text(model, model.bos),
-                        _special_text(model, model.eos), **variables)
+                        _special_text(model, model.eos), **llama_cpp_variables(source, variables))
     return _model_turn_opened(source, text) if add_generation_prompt else text
+
+
+UNDEFINED = object()  # a variable given as this is left undefined in the template
+
+
+def llama_cpp_variables(source: str, variables: Dict[str, Any]) -> Dict[str, Any]:
+    """The variables llama-server gives the template source (see the module's doc) under those
+    given; tools and documents undefined where not given (or no tools), as there."""
+    preserve = variables.get("preserve_reasoning", True)
+    now = datetime.datetime.now()
+    out: Dict[str, Any] = {"enable_thinking": _switches_thinking(source), "date_string": now.strftime("%d %b %Y"),
+                           "datetime": now.strftime("%b %d %Y"), "documents": UNDEFINED}
+    if isinstance(preserve, bool):
+        out.update(preserve_thinking=preserve, clear_thinking=not preserve, truncate_history_thinking=not preserve,
+                   drop_thinking=not preserve)
+    out.update(variables)
+    if not out.get("tools"):
+        out["tools"] = UNDEFINED
+    return out
+
+
+def template_messages(source: str, messages: Sequence[Any]) -> List[Dict[str, Any]]:
+    """Checked messages (normalize_messages) as the Jinja template source takes them, as llama.cpp's
+    chat code gives them to it: a developer message as a system message (gpt-oss's template reads
+    both alike); a system message put before the next where the template has no system role; an
+    assistant's call arguments as an object, or as the JSON text OpenAI sends where the template
+    writes them as they are; the content of an assistant's turn of calls an empty string where it
+    is null; its reasoning_content where the template reads past thinking; under Gemma 4's first
+    template, tool responses in the model's turn."""
+    msgs = tools.call_arguments(normalize_messages(messages), as_text=_writes_arguments_as_text(source))
+    msgs = [dict(m, role="system") if m["role"] == "developer" else m for m in msgs]
+    if msgs and msgs[0]["role"] == "system" and not _takes_system_role(source):
+        msgs = _system_merged(msgs)
+    if _GEMMA4_CALL in source and _GEMMA4_OPENAI not in source:
+        msgs = _gemma4_model_turns(msgs)
+    msgs = _thinking_field(source, _thinking_blocks(source, msgs))
+    return [dict(m, content="") if m.get("tool_calls") and "content" in m and m["content"] is None else m
+            for m in msgs]
+
+
+@functools.lru_cache(maxsize=32)
+def _takes_system_role(source: str) -> bool:
+    """Whether the template writes a system message's text (Gemma 2's refuses the role)."""
+    try:
+        text = render_jinja(source, [{"role": "system", "content": _PROBE}, {"role": "user", "content": "Hi"}],
+                            tools=[])
+    except ChatTemplateError:
+        return False
+    return _PROBE in text
+
+
+def _system_merged(messages: List[dict]) -> List[dict]:
+    """messages with the system message's text put before the next message's (or dropped where
+    it is the only one), as llama.cpp's chat code gives them to a template without a system role."""
+    system, rest = messages[0], messages[1:]
+    if rest:
+        rest[0] = dict(rest[0], content=f"{system['content'] or ''}\n{rest[0]['content'] or ''}")
+    return rest
+
+
+_GEMMA4_CALL, _GEMMA4_OPENAI = "'<|tool_call>call:'", "{#- OpenAI Chat Completions:"
+
+
+def _gemma4_model_turns(messages: List[dict]) -> List[dict]:
+    """messages as Gemma 4's first templates take them (those that read no tool messages): an
+    assistant's calls, the tool messages after them as its tool_responses ({"name", "response"},
+    a response's JSON text parsed) and the assistant's text after them as its content, one model
+    turn, as llama.cpp's chat code gives them."""
+    out, i = [], 0
+    while i < len(messages):
+        m = messages[i]
+        if m["role"] != "assistant" or not isinstance(m.get("tool_calls"), list) or not m["tool_calls"]:
+            out.append(m)
+            i += 1
+            continue
+        calls, responses = m["tool_calls"], []
+        i += 1
+        while i < len(messages) and messages[i]["role"] == "tool":
+            tool = messages[i]
+            try:
+                response = json.loads(tool["content"])
+            except (TypeError, ValueError, RecursionError):
+                response = tool["content"]
+            fn = calls[len(responses)].get("function") if len(responses) < len(calls) else None
+            name = fn.get("name") if isinstance(fn, dict) else None
+            responses.append({"name": name or tool.get("tool_call_id", ""), "response": response})
+            i += 1
+        turn = {"role": "assistant", "tool_calls": calls}
+        if responses:
+            turn["tool_responses"] = responses
+        if i < len(messages) and messages[i]["role"] == "assistant" and not messages[i].get("tool_calls") \
+                and messages[i].get("content"):
+            turn["content"] = messages[i]["content"]
+            i += 1
+        if isinstance(m.get("reasoning_content"), str):
+            turn["reasoning_content"] = m["reasoning_content"]
+        out.append(turn)
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _switches_thinking(source: str) -> bool:
+    """Whether enable_thinking changes how the template starts the reply (the text after the
+    user's message), llama-server's test of a template's thinking mode: enable_thinking is true
+    by default where it does (Qwen3's, DeepSeek's, Gemma 4's, ...), false where it does not
+    (Apertus' writes the switch into its system turn)."""
+    if "enable_thinking" not in source:
+        return False
+    tails = []
+    for on in (True, False):
+        try:
+            text = render_jinja(source, [{"role": "user", "content": _PROBE}], True, tools=[], enable_thinking=on)
+        except ChatTemplateError:
+            return False
+        tails.append(text[text.rfind(_PROBE):])
+    return tails[0] != tails[1]
+
+
+_PROBE = "specllama-probe"
+_PROBE_ARGUMENTS = {"arg": _PROBE}
+
+
+@functools.lru_cache(maxsize=32)
+def _writes_arguments_as_text(source: str) -> bool:
+    """Whether the template writes a call's arguments as they are given (Functionary 3.2's
+    '\n' + arguments), where an object would come out as Python's repr of it."""
+    call = {"id": "call00001", "type": "function", "function": {"name": "tool1", "arguments": _PROBE_ARGUMENTS}}
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    probe_tools = [{"type": "function", "function": {"name": "tool1", "description": "A tool", "parameters": {
+        "type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]}}}]
+    try:
+        text = render_jinja(source, messages, False, tools=probe_tools)
+    except ChatTemplateError:
+        return False
+    return str(_PROBE_ARGUMENTS) in text
 
 
 def _thinking_blocks(source: str, messages: List[dict]) -> List[dict]:

@@ -506,7 +506,9 @@ THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-3
                       "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "google-gemma-4-31B-it", "Qwen-Qwen3.5-4B",
                       "mistralai-Ministral-3-14B-Reasoning-2512", "GLM-4.6", "GLM-4.7-Flash",
                       "LFM2.5-8B-A1B", "deepseek-ai-DeepSeek-V3.1", "NVIDIA-Nemotron-Nano-v2",
-                      "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Apertus-8B-Instruct"]
+                      "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Apertus-8B-Instruct",
+                      "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
+                      "google-gemma-4-31B-it-interleaved", "llama-cpp-deepseek-r1"]
 
 
 def _render(name, messages, **variables):

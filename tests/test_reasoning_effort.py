@@ -16,12 +16,12 @@ from specllama.templates import render_jinja
 from test_server import running
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
-# a template that writes what it is given about reasoning before the conversation
+# a template that writes what it is given about reasoning: a level before the conversation, the
+# thinking switch where the reply starts (so that, as llama-server, thinking is on by default)
 TEMPLATE = ("{% if reasoning_effort is defined %}Effort {{ reasoning_effort }}/{{ reasoning_strength }}.\n{% endif %}"
-            "{% if enable_thinking is defined %}"
-            "{{ 'Think first.' if enable_thinking else 'Answer at once.' }}\n{% endif %}"
             "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is defined %}"
+            "{{ 'Think first.' if enable_thinking else 'Answer at once.' }}\n{% endif %}{% endif %}")
 MESSAGES = [{"role": "user", "content": "the cat"}]
 TURN = "<|im_start|>user\nthe cat<|im_end|>\n<|im_start|>assistant\n"
 
@@ -80,7 +80,7 @@ def test_a_chat_request_with_an_effort(tiny, template_file):
 @pytest.fixture(scope="module")
 def effort_server(tiny, template_file):
     with running(["-m", tiny.target, "-d", tiny.draft, "-c", "256", "--chat-template", template_file,
-                  "--alias", "tiny", "--reasoning-effort", "high"]) as s:
+                  "--alias", "tiny", "--reasoning-effort", "high", "--reasoning", "off"]) as s:
         yield s
 
 
@@ -91,17 +91,19 @@ def _prompt(server, **body) -> str:
 
 
 def test_the_servers_effort_and_a_requests(effort_server):
-    """/apply-template shows the prompt a chat request renders: --reasoning-effort high unless the
-    request gives its own level (reasoning_effort over chat_template_kwargs'), "none" asks for no
-    thinking; bad values are 400s naming the field."""
+    """/apply-template shows the prompt a chat request renders: --reasoning-effort high and
+    --reasoning off unless the request gives its own level (reasoning_effort over
+    chat_template_kwargs') or asks for thinking, "none" asks for no thinking and drops the level;
+    bad values are 400s naming the field."""
     s = effort_server
-    assert _prompt(s) == "Effort high/high.\n" + TURN
-    assert _prompt(s, reasoning_effort="low") == "Effort low/low.\n" + TURN
-    assert _prompt(s, reasoning_effort="none") == "Answer at once.\n" + TURN
-    assert _prompt(s, chat_template_kwargs={"reasoning_effort": "medium"}) == "Effort medium/high.\n" + TURN
-    assert _prompt(s, chat_template_kwargs={"enable_thinking": False}) == "Effort high/high.\nAnswer at once.\n" + TURN
+    no, yes = "Answer at once.\n", "Think first.\n"
+    assert _prompt(s) == "Effort high/high.\n" + TURN + no
+    assert _prompt(s, reasoning_effort="low") == "Effort low/low.\n" + TURN + no
+    assert _prompt(s, reasoning_effort="none") == TURN + no
+    assert _prompt(s, chat_template_kwargs={"reasoning_effort": "medium"}) == "Effort medium/high.\n" + TURN + no
+    assert _prompt(s, chat_template_kwargs={"enable_thinking": True}) == "Effort high/high.\n" + TURN + yes
     assert _prompt(s, reasoning_effort="low", chat_template_kwargs={"enable_thinking": True}) == \
-        "Effort low/low.\nThink first.\n" + TURN
+        "Effort low/low.\n" + TURN + yes
     for bad in (7, "", {"level": "low"}):
         r = s.post("/apply-template", {"messages": MESSAGES, "reasoning_effort": bad})
         assert r.status_code == 400 and r.json()["error"]["param"] == "reasoning_effort", r.text

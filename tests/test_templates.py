@@ -1,9 +1,12 @@
 """Chat templates rendered as the model defines them: the GGUF's own Jinja program in a sandbox.
 
 The reference strings in data/chat_templates/references.json were rendered by Hugging Face
-transformers (scripts/chat_template_references.py); these tests never run transformers.
+transformers (scripts/chat_template_references.py), those in llama_cpp_references.json by
+llama-server's /apply-template (benchmarks/template_parity.py --references); these tests run
+neither.
 """
 
+import datetime
 import json
 import os
 from pathlib import Path
@@ -38,6 +41,70 @@ def test_render_equals_transformers(name, case):
         assert expected["error"] in str(err.value) and "\n" not in str(err.value)
 
 
+LLAMA_CPP = json.loads((DATA / "llama_cpp_references.json").read_text(encoding="utf-8"))
+LLAMA_CPP_CASES = [(name, case) for name, t in LLAMA_CPP["templates"].items() for case in t]
+# where llama-server's prompt loses what the template writes, specllama keeps it: llama.cpp gives
+# an assistant's thinking and text to this template as content parts, and it writes the first
+# part's text only (the answer is lost)
+KEPT_HERE = {("unsloth-mistral-Devstral-Small-2507", "past_reasoning"): "[INST]Hi[/INST]Hello.<|im_end|>[INST]Bye"}
+
+
+def _today(text: str, rendered_on: str) -> str:
+    """text with the dates a template wrote on rendered_on (ISO) as it writes them today."""
+    then, now = datetime.date.fromisoformat(rendered_on), datetime.date.today()
+    for fmt in ("%d %b %Y", "%b %d %Y", "%Y-%m-%d"):
+        text = text.replace(then.strftime(fmt), now.strftime(fmt))
+    return text
+
+
+@pytest.fixture(scope="module")
+def smollm2(default_pair):
+    return specllama._core.Model(default_pair[0])
+
+
+@pytest.mark.default_pair
+@pytest.mark.parametrize("name, case", LLAMA_CPP_CASES, ids=[f"{n}-{c}" for n, c in LLAMA_CPP_CASES])
+def test_render_equals_llama_server(smollm2, name, case):
+    """Each template renders each conversation (one message; a system message and turns; a
+    developer message (a system message but to gpt-oss); tools; a
+    turn of two calls with their results; a past turn's thinking) as llama-server renders it with
+    the same model, or refuses it where llama-server does: the variables it gives (enable_thinking
+    where the template switches thinking, the past thinking kept, today's date, no tools
+    undefined), a system message merged into the next where the template has no system role,
+    content null as empty, call arguments as JSON text where the template writes them as they
+    are, Gemma 4's first template's tool responses in the model's turn."""
+    from specllama import templates
+
+    body = LLAMA_CPP["cases"][case]
+    expected = LLAMA_CPP["templates"][name][case]
+    path = str(DATA / f"{name}.jinja")
+    if "error" in expected:
+        with pytest.raises(ChatTemplateError):
+            templates.render(smollm2, body["messages"], True, path, tools=body.get("tools"))
+        return
+    ours = templates.render(smollm2, body["messages"], True, path, tools=body.get("tools"))
+    if (name, case) in KEPT_HERE:
+        assert ours != expected["text"] and KEPT_HERE[name, case] in ours
+    else:
+        assert ours == _today(expected["text"], LLAMA_CPP["rendered_on"])
+
+
+def test_llama_cpp_variables():
+    """The variables llama-server gives a template, under those a request gives."""
+    from specllama.templates import llama_cpp_variables
+
+    source = ("{{ tools is defined }} {{ documents is defined }} {{ enable_thinking }} {{ preserve_thinking }} "
+              "{{ clear_thinking }} {{ truncate_history_thinking }} {{ drop_thinking }} {{ date_string }}")
+    today = datetime.date.today().strftime("%d %b %Y")
+    assert render_jinja(source, MESSAGES, **llama_cpp_variables(source, {})) == \
+        f"False False False True False False False {today}"
+    assert render_jinja(source, MESSAGES, **llama_cpp_variables(source, {"tools": []})).startswith("False False")
+    given = {"tools": [{"type": "function"}], "documents": [], "enable_thinking": True,
+             "preserve_reasoning": False, "date_string": "1 Jan 2000"}
+    assert render_jinja(source, MESSAGES, **llama_cpp_variables(source, given)) == \
+        "True True True False True True True 1 Jan 2000"
+
+
 def test_every_family_is_covered():
     """The references hold a template with a tools section that uses the tools (and a default
     system message, a family without a system role, one refusing roles out of order)."""
@@ -59,11 +126,25 @@ MESSAGES = [{"role": "user", "content": "hi"}]
     "{{ ''.__class__.__mro__[1].__subclasses__() }}",
     "{{ raise_exception.__globals__.os }}",
     "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
-    "{% set x = messages.append(1) %}{{ messages }}",  # no mutation of what the template was given
+    "{% set x = messages[0].update(role='system') %}",  # a dict's mutators, and a list's
+    "{% set x = messages.extend([1]) %}",  # other than append and pop, are not llama.cpp's either
 ])
 def test_escapes_are_refused(source):
     with pytest.raises(ChatTemplateError, match="the chat template failed: SecurityError"):
         render_jinja(source, MESSAGES)
+
+
+def test_lists_take_append_and_pop_on_copies():
+    """A list's append and pop work, as in llama.cpp's Jinja engine (Kimi K2's template gathers
+    call ids with them); the caller's messages and tools are left as they were."""
+    msgs = [{"role": "user", "content": "hi", "tags": ["a"]}]
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    source = ("{% set ids = [] %}{% set _ = ids.append(1) %}{% set _ = ids.append(2) %}{{ ids.pop() }}{{ ids }}"
+              "{% set _ = messages.append({'role': 'x'}) %}{% set _ = messages[0].tags.pop() %}"
+              "{% set _ = tools.pop() %}{{ messages | length }}{{ messages[0].tags }}{{ tools }}")
+    assert render_jinja(source, msgs, tools=tools) == "2[1]2[][]"
+    assert msgs == [{"role": "user", "content": "hi", "tags": ["a"]}]
+    assert tools == [{"type": "function", "function": {"name": "f"}}]
 
 
 def test_internals_render_as_nothing():

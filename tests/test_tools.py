@@ -55,10 +55,10 @@ def test_a_stream_holds_back_from_the_first_call_on():
     assert s.feed("``") == "" and s.feed("`python\nx = 1") == "```python\nx = 1"
 
 
-def test_template_messages_pass_arguments_as_objects():
+def test_call_arguments_as_objects():
     msgs = [{"role": "assistant", "content": None, "tool_calls": [
         {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]}]
-    out = tools.template_messages(msgs)
+    out = tools.call_arguments(msgs)
     assert out[0]["tool_calls"][0]["function"]["arguments"] == {"x": 1}
     assert msgs[0]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'  # the request's own is left alone
 
@@ -132,7 +132,7 @@ def forced_get_time(dec, template, stream: bool, starts: str, thought=None):
                   {"role": "tool", "tool_call_id": calls[0]["id"], "content": "12:00"}]
     if thought is not None:
         turn[1] = dict(turn[1], content="", reasoning_content=thought)
-    prompt = templates.render(dec.target_model, tools.template_messages(turn), template=str(template), tools=[CLOCK])
+    prompt = templates.render(dec.target_model, turn, template=str(template), tools=[CLOCK])
     assert "12:00" in prompt
     return calls[0], args, prompt
 
@@ -365,5 +365,5 @@ def test_a_reply_nested_deeper_than_python_recurses_is_no_call(fmt, text):
     s = module.StreamSplitter([])
     s.feed(deep)
     assert s.finish()[1] == calls or fmt == "qwen3_coder"
-    assert tools.template_messages([{"role": "assistant", "tool_calls": [
+    assert tools.call_arguments([{"role": "assistant", "tool_calls": [
         {"function": {"name": "f", "arguments": "[" * 100_000}}]}])

@@ -368,13 +368,13 @@ def test_the_next_turn_shows_the_thinking_before_the_call(harmony_decoder):
             "function": {"name": "get_time", "arguments": '{"zone": "CET", "hours": 1}'}}
     turn = ASK + [{"role": "assistant", "content": None, "reasoning_content": "Berlin is CET.", "tool_calls": [call]},
                   {"role": "tool", "tool_call_id": "c1", "content": "12:00"}]
-    prompt = templates.render(dec.target_model, tools.template_messages(turn), template=str(GPT_OSS), tools=[CLOCK])
+    prompt = templates.render(dec.target_model, turn, template=str(GPT_OSS), tools=[CLOCK])
     assert prompt.endswith('<|start|>assistant<|channel|>analysis<|message|>Berlin is CET.<|end|><|start|>assistant '
                            'to=functions.get_time<|channel|>commentary json<|message|>{"zone": "CET", "hours": 1}'
                            '<|call|><|start|>functions.get_time to=assistant<|channel|>commentary<|message|>"12:00"'
                            '<|end|><|start|>assistant')
     with pytest.raises(specllama.ChatTemplateError):
-        templates.render_jinja(GPT_OSS.read_text(), templates.normalize_messages(tools.template_messages(turn)),
+        templates.render_jinja(GPT_OSS.read_text(), templates.normalize_messages(tools.call_arguments(turn)),
                                True, "", "", tools=[CLOCK])
 
 

@@ -167,7 +167,7 @@ def test_a_forced_call_in_the_templates_flavour(call_decoder, template, stream):
         assert len(call["id"]) == 9 and call["id"].isalnum()
     turn = ASK + [{"role": "assistant", "content": None, "tool_calls": calls}] + \
         [{"role": "tool", "tool_call_id": c["id"], "content": "12:00"} for c in calls]
-    call_decoder.chat_tokens(specllama.tools.template_messages(turn), template=str(template))
+    call_decoder.chat_tokens(turn, template=str(template))
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +272,7 @@ def test_past_thinking_reaches_ministrals_template(call_decoder):
              {"role": "user", "content": "Time?"},
              {"role": "assistant", "content": None, "reasoning_content": "Look it up.", "tool_calls": calls},
              {"role": "tool", "tool_call_id": "abcdefghi", "content": "12:00"}]
-    text = call_decoder.apply_chat_template(tools.template_messages(turns), template=str(MINISTRAL))
+    text = call_decoder.apply_chat_template(turns, template=str(MINISTRAL))
     assert "[THINK]They greet me.[/THINK]Hello.</s>" in text
     assert '[THINK]Look it up.[/THINK][TOOL_CALLS]get_time[ARGS]{"zone": "UTC"}</s>' in text
     assert templates._thinking_blocks(NEMO.read_text(), turns) is turns

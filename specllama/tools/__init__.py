@@ -82,23 +82,29 @@ def check_tools(tools: Any) -> List[Dict[str, Any]]:
     return tools
 
 
-def template_messages(messages: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Messages as chat templates take them: an assistant's tool_calls with their arguments as
-    objects (OpenAI sends a JSON string, which a template's tojson would quote again)."""
+def call_arguments(messages: List[Dict[str, Any]], as_text: bool = False) -> List[Dict[str, Any]]:
+    """Messages with an assistant's tool call arguments as objects (OpenAI sends a JSON string,
+    which a template's tojson would quote again), or with as_text as JSON text (for a template
+    that writes them as they are)."""
     out = []
     for m in messages:
         calls = m.get("tool_calls") if isinstance(m, dict) else None
         if isinstance(calls, list):
-            m = dict(m, tool_calls=[_with_object_arguments(c) for c in calls])
+            m = dict(m, tool_calls=[_arguments(c, as_text) for c in calls])
         out.append(m)
     return out
 
 
-def _with_object_arguments(call: Any) -> Any:
+def _arguments(call: Any, as_text: bool) -> Any:
     fn = call.get("function") if isinstance(call, dict) else None
-    if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+    if not isinstance(fn, dict):
+        return call
+    args = fn.get("arguments")
+    if as_text and isinstance(args, dict):
+        return dict(call, function=dict(fn, arguments=json.dumps(args, ensure_ascii=False)))
+    if not as_text and isinstance(args, str):
         try:
-            return dict(call, function=dict(fn, arguments=json.loads(fn["arguments"])))
+            return dict(call, function=dict(fn, arguments=json.loads(args)))
         except (ValueError, RecursionError):
             pass
     return call
