@@ -269,8 +269,10 @@ def harmony_decoder(tmp_path_factory):
 
 def test_a_forced_call_after_thinking_whole_and_streamed(harmony_decoder):
     """tool_choice "required": each reply is a call by the schema (unless max_tokens cuts it off),
-    after the thinking where the model thinks first; the whole answer and the stream (same seed)
-    give the same thinking, text and call."""
+    after the thinking where the model thinks first; the whole answer and the stream give the same
+    thinking, text and call (the same tokens: both decoded without a draft, since past a few
+    hundred positions llama.cpp's batched and one-token logits part, so a seed's speculative reply
+    can differ at a near tie with the draft lengths, which follow measured times)."""
     dec, _ = harmony_decoder
     fields = dict(tools=[CLOCK], tool_choice="required", temperature=0.9, max_tokens=300, chat_template=str(GPT_OSS))
     thought = called = 0
@@ -286,7 +288,9 @@ def test_a_forced_call_after_thinking_whole_and_streamed(harmony_decoder):
             assert call["function"]["name"] == "get_time" and args["zone"] in ("UTC", "CET")
             called += 1
             thought += bool(msg.get("reasoning_content"))
-        chunks = list(dec.create_chat_completion(ASK, seed=seed, stream=True, **fields))
+        whole = dec.create_chat_completion(ASK, seed=seed, speculative=False, **fields)["choices"][0]
+        msg = whole["message"]
+        chunks = list(dec.create_chat_completion(ASK, seed=seed, stream=True, speculative=False, **fields))
         deltas = [ch["choices"][0]["delta"] for ch in chunks if ch["choices"]]
         assert "".join(d.get("reasoning_content") or "" for d in deltas) == (msg.get("reasoning_content") or "")
         assert "".join(d.get("content") or "" for d in deltas) == (msg["content"] or "")
@@ -311,7 +315,8 @@ def test_an_auto_call_is_held_to_the_schema_from_its_header(harmony_decoder):
         out = dec.generate(tokens, opts)
         text = out.text
         _, _, calls = harmony.read(text, True, [CLOCK])
-        if out.finish_reason == "stop" and harmony._TO in text.split(harmony.MESSAGE + "{")[0].split(harmony.END)[-1]:
+        header = text.split(harmony.END)[-1].split(harmony.MESSAGE)[0]  # (the last message's)
+        if out.finish_reason == "stop" and harmony._TO in header:
             assert [c["function"]["name"] for c in calls] == ["get_time"], text
             assert json.loads(calls[0]["function"]["arguments"])["zone"] in ("UTC", "CET")
             called += 1
@@ -353,10 +358,39 @@ def test_the_thinking_budget_ends_the_analysis(harmony_decoder):
         for budget in longest:
             toks = dec.create_chat_completion(ASK, seed=seed, reasoning_budget_tokens=budget, **fields)["choices"][0][
                 "tokens"] + [ids["<|end|>"]]  # (one cut off by max_tokens ends there)
-            for at in (k for k in range(len(toks) - 2) if toks[k:k + 3] == [ids["<|channel|>"], ids["analysis"],
-                                                                           ids["<|message|>"]]):
+            heads = (k for k in range(len(toks) - 2) if toks[k:k + 3] == [ids["<|channel|>"], ids["analysis"],
+                                                                          ids["<|message|>"]])
+            for at in (k for k in heads if k == 0 or toks[k - 2:k] == [ids["<|start|>"], ids["assistant"]]):
+                # (an analysis message's; not a call's written on the analysis channel)
                 longest[budget] = max(longest[budget], toks.index(ids["<|end|>"], at) - at - 3)
     assert longest[2] <= 2 + 3 < longest[-1], longest  # (and up to three that finish a character's bytes)
+
+
+def test_the_thinking_budget_leaves_a_call_on_the_analysis_channel(harmony_decoder, monkeypatch):
+    """A call written on the analysis channel (to=functions.get_time<|channel|>analysis<|message|>,
+    which the reader takes as a call) is no thinking: the budget does not cut its arguments. The
+    model is biased to open its reply with such a call. Negative control: counted from the
+    channel's markup alone, the budget forces <|end|> into the arguments, which the grammar
+    refuses."""
+    dec, ids = harmony_decoder
+    fields = dict(tools=[CLOCK], tool_choice="required", temperature=0.9, max_tokens=120, chat_template=str(GPT_OSS),
+                  logit_bias={str(ids[" to=functions."]): 12.0, str(ids["analysis"]): 12.0, **{
+                      str(t): -30.0 for t in dec.target_model.tokenize("<", add_special=False)}},  # (markup as tags)
+                  return_tokens=True, reasoning_budget_tokens=2)
+    for seed in range(4):
+        choice = dec.create_chat_completion(ASK, seed=seed, **fields)["choices"][0]
+        toks = choice["tokens"]
+        at = toks.index(ids["<|channel|>"])  # (the markup as the tokens the budget counts from)
+        assert toks[0] == ids[" to=functions."] and toks[at:at + 3] == [ids["<|channel|>"], ids["analysis"],
+                                                                       ids["<|message|>"]], toks
+        assert dec.target_model.detokenize(toks[:at], special=True) == " to=functions.get_time"
+        assert choice["finish_reason"] in ("tool_calls", "length")
+        if choice["finish_reason"] == "tool_calls":
+            assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"])["zone"] in ("UTC", "CET")
+    monkeypatch.setattr(harmony, "BUDGET_START", harmony.MARKUP[0])
+    with pytest.raises(ValueError, match="the grammar allows no token here"):
+        for seed in range(4):
+            dec.create_chat_completion(ASK, seed=seed, **fields)
 
 
 def test_the_next_turn_shows_the_thinking_before_the_call(harmony_decoder):

@@ -85,10 +85,11 @@ llama_token thinking_budget_forces(const thinking_budget & b, const llama_token 
     }
     const int32_t n  = n_before + n_after;
     const auto    at = [&](int32_t i) { return i < n_before ? before[i] : after[i - n_before]; };
-    // whether seq ends at position i (inclusive) of the history, within the reply
+    // whether seq ends at position i (inclusive) of the history, within the reply (it may begin in
+    // the prompt: gpt-oss's first analysis message opens on the prompt's <|start|>assistant)
     const auto ends_with = [&](const std::vector<llama_token> & seq, int32_t i) {
         const int32_t k = (int32_t) seq.size();
-        if (k == 0 || i + 1 - k < b.reply_start) {
+        if (k == 0 || i < b.reply_start || i + 1 - k < 0) {
             return false;
         }
         for (int32_t j = 0; j < k; ++j) {
