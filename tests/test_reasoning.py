@@ -508,7 +508,7 @@ THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-3
                       "LFM2.5-8B-A1B", "deepseek-ai-DeepSeek-V3.1", "NVIDIA-Nemotron-Nano-v2",
                       "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Apertus-8B-Instruct",
                       "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
-                      "google-gemma-4-31B-it-interleaved", "llama-cpp-deepseek-r1"]
+                      "google-gemma-4-31B-it-interleaved", "llama-cpp-deepseek-r1", "openbmb-MiniCPM5-1B"]
 
 
 def _render(name, messages, **variables):

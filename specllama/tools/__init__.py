@@ -9,6 +9,8 @@ module of this package:
 - gemma4: <|tool_call>call:name{key:<|"|>text<|"|>,...}<tool_call|>, Gemma 4's
 - glm: <tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>, GLM-4.5 to
   4.7's (and Ling 3.0's, Laguna's)
+- minicpm5: <function name="name"><param name="key">value</param></function>, MiniCPM5's (a text
+  value in a CDATA block where it holds "<", "&" or a line break)
 - lfm2: <|tool_call_start|>[name(key="value", n=3)]<|tool_call_end|>, Liquid's LFM2 and LFM2.5's
 - deepseek: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name, the arguments in a
   ```json block (DeepSeek-R1 and its distills) or name<｜tool▁sep｜>{...} (DeepSeek V3.1): a flavour
@@ -34,12 +36,13 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from . import deepseek, gemma4, glm, harmony, hermes, json_calls, lfm2, mistral, qwen3_coder
+from . import deepseek, gemma4, glm, harmony, hermes, json_calls, lfm2, minicpm5, mistral, qwen3_coder
 
 
 def format_of(template_source: Optional[str]) -> Any:
     """The call format a chat template teaches (a module, or a mistral.Flavour): harmony where it
-    writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, qwen3_coder where it
+    writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, minicpm5 where it teaches
+    <function name="..."> with <param name="...">, qwen3_coder where it
     writes <function=...> and <parameter=...> blocks, glm where it writes <arg_key>, lfm2 where it
     lists its tools as LFM2's do, deepseek's flavour where it writes <｜tool▁calls▁begin｜>,
     json_calls' flavour where it writes that family's tag, mistral's flavour where it writes
@@ -49,6 +52,8 @@ def format_of(template_source: Optional[str]) -> Any:
         return harmony
     if gemma4.OPEN in source:
         return gemma4
+    if minicpm5.is_minicpm5(source):
+        return minicpm5
     if "<function=" in source and "<parameter=" in source:
         return qwen3_coder
     if glm.KEY in source:
