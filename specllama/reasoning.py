@@ -2,7 +2,8 @@
 
 Reasoning models (Qwen3, DeepSeek-R1 and its distills, SmolLM3, Granite, ...) write their
 thinking between <think> and </think> before the answer (Gemma 4 between <|channel>thought and
-<channel|>, Magistral between [THINK] and [/THINK]: MARKUPS), or the chat template opens the
+<channel|>, Magistral between [THINK] and [/THINK], Seed-OSS between <seed:think> and
+</seed:think>: MARKUPS), or the chat template opens the
 thinking at the end of the prompt and the reply starts inside it. With the reasoning format
 "auto" (or "deepseek", the same here) a chat reply that starts with an opening tag, or whose
 prompt ended with one, comes back with that text as the message's reasoning_content and the rest
@@ -26,12 +27,13 @@ from typing import List, Optional, Sequence, Tuple, Union
 from . import gbnf as _gbnf
 
 # the opening and closing tags of a thinking block, by model family: <think> (Qwen3, DeepSeek-R1,
-# SmolLM3, ...), Gemma 4's thought channel, and [THINK] (Magistral, Ministral 3's reasoning models)
+# SmolLM3, ...), Gemma 4's thought channel, [THINK] (Magistral, Ministral 3's reasoning models) and
+# <seed:think> (ByteDance's Seed-OSS)
 MARKUPS: Tuple[Tuple[str, str], ...] = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"),
-                                        ("[THINK]", "[/THINK]"))
+                                        ("[THINK]", "[/THINK]"), ("<seed:think>", "</seed:think>"))
 Markup = Tuple[str, str]
 # the markups' tags as tokens: spelled out in the text where a vocabulary has them as control tokens
-TAGS = ("<think>", "</think>", "<|channel>", "<channel|>", "[THINK]", "[/THINK]")
+TAGS = ("<think>", "</think>", "<|channel>", "<channel|>", "[THINK]", "[/THINK]", "<seed:think>", "</seed:think>")
 FORMATS = ("auto", "deepseek", "none")
 REASONING, CONTENT = "reasoning", "content"
 

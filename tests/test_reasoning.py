@@ -390,7 +390,7 @@ def _shaped(open_tag, close):
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
-@pytest.mark.parametrize("markup", reasoning.MARKUPS, ids=["think", "gemma4", "mistral"])
+@pytest.mark.parametrize("markup", reasoning.MARKUPS, ids=["think", "gemma4", "mistral", "seed"])
 def test_the_thinking_grammar_admits_a_thinking_block_then_the_answer(grammar_text, markup, data):
     text = data.draw(st.one_of(_shaped(*markup), _fragments(10)))
     opened = data.draw(st.booleans())
@@ -508,7 +508,8 @@ THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-3
                       "LFM2.5-8B-A1B", "deepseek-ai-DeepSeek-V3.1", "NVIDIA-Nemotron-Nano-v2",
                       "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Apertus-8B-Instruct",
                       "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
-                      "google-gemma-4-31B-it-interleaved", "llama-cpp-deepseek-r1", "openbmb-MiniCPM5-1B"]
+                      "google-gemma-4-31B-it-interleaved", "llama-cpp-deepseek-r1", "openbmb-MiniCPM5-1B",
+                      "ByteDance-Seed-OSS"]
 
 
 def _render(name, messages, **variables):
@@ -596,7 +597,7 @@ def _lazy_grammar_admits(text: bytes) -> bool:
     return True
 
 
-@pytest.fixture(scope="module", params=reasoning.MARKUPS, ids=["think", "gemma4", "mistral"])
+@pytest.fixture(scope="module", params=reasoning.MARKUPS, ids=["think", "gemma4", "mistral", "seed"])
 def thinking_vocab(tmp_path_factory, request):
     """The tiny target and the far draft with two words renamed as a markup's opening and closing
     tags: (target, draft, vocabulary, markup)."""

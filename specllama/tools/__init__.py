@@ -6,6 +6,8 @@ module of this package:
   templates' (and a reply that is a call's JSON object alone, as small models and Llama 3 write)
 - qwen3_coder: <tool_call><function=name><parameter=key>value</parameter></function></tool_call>
   over lines, the Qwen3-Coder and Qwen3.5 templates'
+- seed_oss: <seed:tool_call><function=name><parameter=key>value</parameter></function></seed:tool_call>
+  over lines, ByteDance's Seed-OSS's
 - gemma4: <|tool_call>call:name{key:<|"|>text<|"|>,...}<tool_call|>, Gemma 4's
 - glm: <tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>, GLM-4.5 to
   4.7's (and Ling 3.0's, Laguna's)
@@ -36,13 +38,14 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from . import deepseek, gemma4, glm, harmony, hermes, json_calls, lfm2, minicpm5, mistral, qwen3_coder
+from . import deepseek, gemma4, glm, harmony, hermes, json_calls, lfm2, minicpm5, mistral, qwen3_coder, seed_oss
 
 
 def format_of(template_source: Optional[str]) -> Any:
     """The call format a chat template teaches (a module, or a mistral.Flavour): harmony where it
     writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, minicpm5 where it teaches
-    <function name="..."> with <param name="...">, qwen3_coder where it
+    <function name="..."> with <param name="...">, seed_oss where it writes <seed:tool_call>,
+    qwen3_coder where it
     writes <function=...> and <parameter=...> blocks, glm where it writes <arg_key>, lfm2 where it
     lists its tools as LFM2's do, deepseek's flavour where it writes <｜tool▁calls▁begin｜>,
     json_calls' flavour where it writes that family's tag, mistral's flavour where it writes
@@ -54,6 +57,8 @@ def format_of(template_source: Optional[str]) -> Any:
         return gemma4
     if minicpm5.is_minicpm5(source):
         return minicpm5
+    if seed_oss.OPEN in source:
+        return seed_oss
     if "<function=" in source and "<parameter=" in source:
         return qwen3_coder
     if glm.KEY in source:
