@@ -3,12 +3,12 @@
 Reasoning models (Qwen3, DeepSeek-R1 and its distills, SmolLM3, Granite, ...) write their
 thinking between <think> and </think> before the answer (Gemma 4 between <|channel>thought and
 <channel|>, Magistral between [THINK] and [/THINK], Seed-OSS between <seed:think> and
-</seed:think>: MARKUPS), or the chat template opens the
-thinking at the end of the prompt and the reply starts inside it. With the reasoning format
-"auto" (or "deepseek", the same here) a chat reply that starts with an opening tag, or whose
-prompt ended with one, comes back with that text as the message's reasoning_content and the rest
-as its content, as llama-server's --reasoning-format deepseek answers; "none" leaves every reply's text whole in
-content. The split moves text only: the tokens generated are the same with any format.
+</seed:think>, Command R7B between <|START_THINKING|> and <|END_THINKING|>: MARKUPS), or the chat
+template opens the thinking at the end of the prompt and the reply starts inside it. With the
+reasoning format "auto" (or "deepseek", the same here) a chat reply that starts with an opening
+tag, or whose prompt ended with one, comes back with that text as the message's reasoning_content
+and the rest as its content, as llama-server's --reasoning-format deepseek answers; "none" leaves
+every reply's text whole in content. The split moves text only: the tokens generated are the same with any format.
 
 The thinking is stripped of the whitespace around it and the answer of the whitespace before
 it. A reply cut off inside its thinking (max_tokens, a stop string) is all reasoning, with empty
@@ -27,13 +27,15 @@ from typing import List, Optional, Sequence, Tuple, Union
 from . import gbnf as _gbnf
 
 # the opening and closing tags of a thinking block, by model family: <think> (Qwen3, DeepSeek-R1,
-# SmolLM3, ...), Gemma 4's thought channel, [THINK] (Magistral, Ministral 3's reasoning models) and
-# <seed:think> (ByteDance's Seed-OSS)
+# SmolLM3, ...), Gemma 4's thought channel, [THINK] (Magistral, Ministral 3's reasoning models),
+# <seed:think> (ByteDance's Seed-OSS) and <|START_THINKING|> (Cohere's Command R7B, Command A)
 MARKUPS: Tuple[Tuple[str, str], ...] = (("<think>", "</think>"), ("<|channel>thought", "<channel|>"),
-                                        ("[THINK]", "[/THINK]"), ("<seed:think>", "</seed:think>"))
+                                        ("[THINK]", "[/THINK]"), ("<seed:think>", "</seed:think>"),
+                                        ("<|START_THINKING|>", "<|END_THINKING|>"))
 Markup = Tuple[str, str]
 # the markups' tags as tokens: spelled out in the text where a vocabulary has them as control tokens
-TAGS = ("<think>", "</think>", "<|channel>", "<channel|>", "[THINK]", "[/THINK]", "<seed:think>", "</seed:think>")
+TAGS = ("<think>", "</think>", "<|channel>", "<channel|>", "[THINK]", "[/THINK]", "<seed:think>", "</seed:think>",
+        "<|START_THINKING|>", "<|END_THINKING|>")
 FORMATS = ("auto", "deepseek", "none")
 REASONING, CONTENT = "reasoning", "content"
 

@@ -390,7 +390,7 @@ def _shaped(open_tag, close):
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
-@pytest.mark.parametrize("markup", reasoning.MARKUPS, ids=["think", "gemma4", "mistral", "seed"])
+@pytest.mark.parametrize("markup", reasoning.MARKUPS, ids=["think", "gemma4", "mistral", "seed", "command"])
 def test_the_thinking_grammar_admits_a_thinking_block_then_the_answer(grammar_text, markup, data):
     text = data.draw(st.one_of(_shaped(*markup), _fragments(10)))
     opened = data.draw(st.booleans())
@@ -597,7 +597,7 @@ def _lazy_grammar_admits(text: bytes) -> bool:
     return True
 
 
-@pytest.fixture(scope="module", params=reasoning.MARKUPS, ids=["think", "gemma4", "mistral", "seed"])
+@pytest.fixture(scope="module", params=reasoning.MARKUPS, ids=["think", "gemma4", "mistral", "seed", "command"])
 def thinking_vocab(tmp_path_factory, request):
     """The tiny target and the far draft with two words renamed as a markup's opening and closing
     tags: (target, draft, vocabulary, markup)."""

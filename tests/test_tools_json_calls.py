@@ -71,6 +71,33 @@ def test_each_template_gets_its_flavour():
     assert jc.flavour_of((TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()) is None
 
 
+@pytest.mark.parametrize("text, thought", [  # llama.cpp's Command R7B cases with reasoning_format deepseek
+    ("<|START_THINKING|>I'm\nthinking<|END_THINKING|><|START_ACTION|>[\n"
+     '    {"tool_call_id": "0", "tool_name": "special_function", "parameters": {"arg1": 1}}\n]<|END_ACTION|>',
+     "I'm\nthinking"),
+    ("<|START_THINKING|><|END_THINKING|><|START_ACTION|>[\n"
+     '    {"tool_call_id": "0", "tool_name": "special_function", "parameters": {"arg1": 1}}\n]<|END_ACTION|>', None),
+])
+def test_command_r7b_thinks_in_its_own_markup_then_calls(text, thought):
+    """Command R7B's thinking between <|START_THINKING|> and <|END_THINKING|> is reasoning, whole
+    and streamed; the call after it is read. Its template asks for that markup, and opens no
+    thinking in the prompt when thinking is on (llama-server's default)."""
+    from specllama import reasoning
+
+    source = (TEMPLATES / "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja").read_text()
+    markup = reasoning.template_markup(source)
+    assert markup == ("<|START_THINKING|>", "<|END_THINKING|>")
+    got, rest = reasoning.split(text)
+    assert got == thought and _calls(jc.COMMAND, rest) == (None, [("special_function", {"arg1": 1})])
+    s = reasoning.StreamSplitter()
+    pieces = [p for k in range(0, len(text), 7) for p in s.feed(text[k:k + 7])] + s.finish()
+    assert "".join(t for k, t in pieces if k == reasoning.REASONING) == (thought or "")
+    assert "".join(t for k, t in pieces if k == reasoning.CONTENT) == rest
+    prompt = templates.render_jinja(source, [{"role": "user", "content": "Hi"}], True, "", "",
+                                    **templates.llama_cpp_variables(source, {}))
+    assert reasoning.opened_by(prompt) is None and not prompt.endswith("<|END_THINKING|>")
+
+
 USER = "What-is-the-weather?"  # (longer than any generated city, so found only where the user wrote it)
 
 
