@@ -8,6 +8,7 @@ module of this package:
   over lines, the Qwen3-Coder and Qwen3.5 templates'
 - seed_oss: <seed:tool_call><function=name><parameter=key>value</parameter></function></seed:tool_call>
   over lines, ByteDance's Seed-OSS's
+- functionary: <function=name>{...}</function>, MeetKai's Functionary v3.1's
 - gemma4: <|tool_call>call:name{key:<|"|>text<|"|>,...}<tool_call|>, Gemma 4's
 - glm: <tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>, GLM-4.5 to
   4.7's (and Ling 3.0's, Laguna's)
@@ -38,18 +39,19 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from . import deepseek, gemma4, glm, harmony, hermes, json_calls, lfm2, minicpm5, mistral, qwen3_coder, seed_oss
+from . import (deepseek, functionary, gemma4, glm, harmony, hermes, json_calls, lfm2, minicpm5, mistral,
+               qwen3_coder, seed_oss)
 
 
 def format_of(template_source: Optional[str]) -> Any:
     """The call format a chat template teaches (a module, or a mistral.Flavour): harmony where it
     writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, minicpm5 where it teaches
     <function name="..."> with <param name="...">, seed_oss where it writes <seed:tool_call>,
-    qwen3_coder where it
-    writes <function=...> and <parameter=...> blocks, glm where it writes <arg_key>, lfm2 where it
-    lists its tools as LFM2's do, deepseek's flavour where it writes <｜tool▁calls▁begin｜>,
-    json_calls' flavour where it writes that family's tag, mistral's flavour where it writes
-    [TOOL_CALLS], else hermes."""
+    qwen3_coder where it writes <function=...> and <parameter=...> blocks, functionary where it
+    writes <function=...> with JSON arguments, glm where it writes <arg_key>, lfm2 where it lists
+    its tools as LFM2's do, deepseek's flavour where it writes <｜tool▁calls▁begin｜>, json_calls'
+    flavour where it writes that family's tag, mistral's flavour where it writes [TOOL_CALLS], else
+    hermes."""
     source = template_source or ""
     if harmony.is_harmony(source):
         return harmony
@@ -61,6 +63,8 @@ def format_of(template_source: Optional[str]) -> Any:
         return seed_oss
     if "<function=" in source and "<parameter=" in source:
         return qwen3_coder
+    if functionary.is_functionary(source):
+        return functionary
     if glm.KEY in source:
         return glm
     if lfm2.is_lfm2(source):
