@@ -38,7 +38,8 @@ CASES = {
     "system_and_turns": {"messages": [
         {"role": "system", "content": "You answer in one line."}, {"role": "user", "content": "Hello!"},
         {"role": "assistant", "content": "Hi. How can I help?"}, {"role": "user", "content": "What is 2 + 2?"}]},
-    "developer": {"messages": [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "Hi"}]},
+    "developer": {"messages": [{"role": "developer", "content": "Answer in French."},
+                               {"role": "user", "content": "Hi"}]},
     "tools": {"messages": [{"role": "user", "content": "What time is it in Zürich?"}], "tools": TOOLS},
     "calls_and_results": {"messages": [
         {"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Time in UTC+3 and CET?"},

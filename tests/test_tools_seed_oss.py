@@ -41,7 +41,8 @@ def _calls(text, given=(SPECIAL, OPTIONAL, TODO, EDIT)):
 
 def _wrap(*calls):
     return "\n".join(f"<seed:tool_call>\n<function={name}>\n" + "".join(
-        f"<parameter={k}>{v}</parameter>\n" for k, v in args) + "</function>\n</seed:tool_call>" for name, args in calls)
+        f"<parameter={k}>{v}</parameter>\n" for k, v in args) + "</function>\n</seed:tool_call>"
+        for name, args in calls)
 
 
 @pytest.mark.parametrize("text, want", [  # llama.cpp's tests/test-chat.cpp cases for Seed-OSS
