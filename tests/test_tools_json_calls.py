@@ -24,7 +24,7 @@ TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 BY_TEMPLATE = {"NVIDIA-Nemotron-Nano-v2": jc.NEMOTRON, "unsloth-Apriel-1.5": jc.APRIEL, "MiniMax-M1": jc.MINIMAX,
                "CohereForAI-c4ai-command-r7b-12-2024-tool_use": jc.COMMAND,
                "fireworks-ai-llama-3-firefunction-v2": jc.FIREFUNCTION, "GigaChat3.1-10B-A1.8B": jc.GIGACHAT,
-               "Apertus-8B-Instruct": jc.APERTUS}
+               "Apertus-8B-Instruct": jc.APERTUS, "GigaChat3-10B-A1.8B": jc.GIGACHAT3}
 
 
 def _calls(fmt, text):
@@ -44,6 +44,12 @@ def _calls(fmt, text):
     (jc.FIREFUNCTION, ' functools[{"name": "f", "arguments": {"a": 1}}]', (None, [("f", {"a": 1})])),
     (jc.GIGACHAT, '<|function_call|>{"name": "f", "arguments": {"a": 1}}', (None, [("f", {"a": 1})])),
     (jc.APERTUS, '<|tools_prefix|>[{"f": {"a": 1}}, {"g": {}}]<|tools_suffix|>', (None, [("f", {"a": 1}), ("g", {})])),
+    # (llama.cpp's GigaChat 3 cases)
+    (jc.GIGACHAT3, '<|message_sep|>\n\nfunction call<|role_sep|>\n'
+     '{"name": "special_function", "arguments": {"arg1": 1}}', (None, [("special_function", {"arg1": 1})])),
+    (jc.GIGACHAT3, "Hello, world!\nWhat's up?<|message_sep|>\n\nfunction call<|role_sep|>\n"
+     '{"name": "special_function", "arguments": {"arg1": 1}}',
+     ("Hello, world!\nWhat's up?", [("special_function", {"arg1": 1})])),
     # arguments as a JSON string (as OpenAI's own), and what is not a call: cut off, items that are not calls
     (jc.NEMOTRON, '<TOOLCALL>[{"name": "f", "arguments": "{\\"a\\": 1}"}]</TOOLCALL>', (None, [("f", {"a": 1})])),
     (jc.NEMOTRON, '<TOOLCALL>[{"name": "f", "argu', ('<TOOLCALL>[{"name": "f", "argu', [])),
@@ -130,9 +136,9 @@ _CALLS = st.lists(st.one_of(
 def test_the_grammar_admits_what_the_template_writes_and_the_parser_reads_it_back(grammar_text, calls, name):
     """Random calls written as each template writes a past turn of calls: its flavour's forced
     grammar admits the text (llama.cpp's engine), the one-call grammar only where there is one (for
-    GigaChat's, which writes one call a turn, the first), and the parser reads them back."""
+    GigaChat's, which write one call a turn, the first), and the parser reads them back."""
     fmt = BY_TEMPLATE[name]
-    calls = calls[:1] if fmt is jc.GIGACHAT else calls
+    calls = calls[:1] if fmt in (jc.GIGACHAT, jc.GIGACHAT3) else calls
     text = _template_calls(name, calls)
     checked = tools.check_tools([WEATHER, CLOCK])
     assert grammar_text.admits(fmt.forced_grammar(checked), text), text

@@ -8,6 +8,8 @@
   (Cohere Command R7B, Command A)
 - FIREFUNCTION: functools[{"name": ..., "arguments": {...}}, ...] (no closing tag; Firefunction v2)
 - GIGACHAT: <|function_call|>{"name": ..., "arguments": {...}} (one call; GigaChat 3.1)
+- GIGACHAT3: <|message_sep|>, a blank line, function call<|role_sep|>, a line break and
+  {"name": ..., "arguments": {...}} (one call, the message of a role of its own; GigaChat 3)
 - APERTUS: <|tools_prefix|>[{"name": {...arguments}}, ...]<|tools_suffix|> (the function's name as
   the key; Apertus)
 
@@ -133,6 +135,8 @@ COMMAND = Flavour("COMMAND", "<|START_ACTION|>", "<|END_ACTION|>", "list", ("too
                   call_id="tool_call_id")
 FIREFUNCTION = Flavour("FIREFUNCTION", " functools", "", "list", ("name", "arguments"))
 GIGACHAT = Flavour("GIGACHAT", "<|function_call|>", "", "one", ("name", "arguments"))
+GIGACHAT3 = Flavour("GIGACHAT3", "<|message_sep|>\n\nfunction call<|role_sep|>\n", "", "one", ("name", "arguments"))
+GIGACHAT3.TAGS = ("<|message_sep|>", "<|role_sep|>")
 APERTUS = Flavour("APERTUS", "<|tools_prefix|>", "<|tools_suffix|>", "list", (None, None))
 
 
@@ -148,6 +152,8 @@ def flavour_of(template_source: str) -> Optional[Flavour]:
         return FIREFUNCTION
     if "<|function_call|>" in template_source:
         return GIGACHAT
+    if "<|role_sep|>" in template_source and "<|message_sep|>" in template_source:
+        return GIGACHAT3
     if "<|tools_prefix|>" in template_source:
         return APERTUS
     return None
