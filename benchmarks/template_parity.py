@@ -1,6 +1,7 @@
 """Chat templates rendered as llama.cpp renders them: every template llama.cpp bundles
 (models/templates in the pinned sdist) renders a set of conversations (one message; a system
-message and turns; a developer message; tools offered; a turn of two calls sent back with their results; a past turn's
+message and turns; a developer message; tools offered; a turn of two calls sent back with their
+results; an assistant's message to continue, llama-server's prefill; a past turn's
 reasoning_content) through llama-server's /apply-template (--jinja --chat-template-file) and
 through specllama's sandbox (specllama.templates.render) with the same model, and the two prompts
 are compared. Both refusing a conversation counts as agreeing.
@@ -46,6 +47,8 @@ CASES = {
         {"role": "assistant", "content": None, "tool_calls": CALLS},
         {"role": "tool", "tool_call_id": "abcdefghi", "content": "15:00"},
         {"role": "tool", "tool_call_id": "jklmnopqr", "content": "13:00"}], "tools": TOOLS},
+    "prefill": {"messages": [{"role": "user", "content": "Name a river."},
+                             {"role": "assistant", "content": "The longest is "}]},
     "past_reasoning": {"messages": [
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello.", "reasoning_content": "They greet me."},
@@ -133,7 +136,9 @@ def main():
         print(f"{agree}/{len(CASES)}  {path.stem}" + "".join(
             f"\n      {k}: {v['result']}" for k, v in cases.items() if v["result"] not in ("same", "both refuse")))
     summary = {"templates": len(rows), "all cases agree": sum(r["agree"] == len(CASES) for r in rows),
-               "cases": len(rows) * len(CASES), "cases agree": sum(r["agree"] for r in rows)}
+               "cases": len(rows) * len(CASES), "cases agree": sum(r["agree"] for r in rows),
+               "templates agreeing, by case": {case: sum(r["cases"][case]["result"] in ("same", "both refuse")
+                                                         for r in rows) for case in CASES}}
     print(json.dumps(summary))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

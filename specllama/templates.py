@@ -31,7 +31,7 @@ import json
 import operator
 import os
 import types
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _core, tools
 
@@ -361,9 +361,43 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
     source = template_source(model, template)
     msgs = template_messages(source, messages)
-    text = render_jinja(source, msgs, add_generation_prompt, _special_text(model, model.bos),
-                        _special_text(model, model.eos), **llama_cpp_variables(source, variables))
+    special = (_special_text(model, model.bos), _special_text(model, model.eos))
+    variables = llama_cpp_variables(source, variables)
+    if add_generation_prompt and _continues(msgs):
+        return _continued(source, msgs, special, variables)
+    text = render_jinja(source, msgs, add_generation_prompt, *special, **variables)
     return _model_turn_opened(source, text) if add_generation_prompt else text
+
+
+_SENTINEL = "specllamacontinuesfromhere"
+
+
+def _continues(messages: List[dict]) -> bool:
+    """Whether a reply continues the conversation's last message, as llama-server's prefill does:
+    an assistant's message without calls (ChatTemplateError where two assistant messages end it)."""
+    if not messages or messages[-1]["role"] != "assistant" or messages[-1].get("tool_calls"):
+        return False
+    if len(messages) >= 2 and messages[-2]["role"] == "assistant":
+        raise ChatTemplateError("cannot have 2 or more assistant messages at the end of the conversation")
+    return True
+
+
+def _continued(source: str, messages: List[dict], special: Tuple[str, str], variables: Dict[str, Any]) -> str:
+    """The prompt that has the reply continue the last (assistant's) message, as llama-server's
+    prefill has it: the conversation rendered up to where that message's text starts (its content,
+    or its reasoning_content where it has thinking and no content yet, the thinking then left open),
+    the text as given after it. Where the template does not write the message, the earlier ones
+    with the generation prompt and the text after them."""
+    last = messages[-1]
+    thinking = bool(last.get("reasoning_content")) and not last.get("content")
+    field = "reasoning_content" if thinking else "content"
+    marked = dict(last, **{field: _SENTINEL})
+    text = render_jinja(source, messages[:-1] + [marked], False, *special, **variables)
+    at = text.rfind(_SENTINEL)
+    if at < 0:
+        text = _model_turn_opened(source, render_jinja(source, messages[:-1], True, *special, **variables))
+        at = len(text)
+    return text[:at] + (last.get(field) or "")
 
 
 UNDEFINED = object()  # a variable given as this is left undefined in the template

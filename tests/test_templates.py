@@ -9,6 +9,7 @@ neither.
 import datetime
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,20 @@ LLAMA_CPP_CASES = [(name, case) for name, t in LLAMA_CPP["templates"].items() fo
 KEPT_HERE = {("unsloth-mistral-Devstral-Small-2507", "past_reasoning"): "[INST]Hi[/INST]Hello.<|im_end|>[INST]Bye"}
 
 
+# where llama-server's autoparser finds a thinking mode it puts an empty thinking block before a
+# message it continues (and before Command R+'s, the template's closing instructions), which the
+# template's own rendering of the message has not: there the prompt is checked as the template's
+# (test_a_last_assistant_message_is_continued)
+PREFILL_AS_THE_TEMPLATE = {
+    "ByteDance-Seed-OSS", "CohereForAI-c4ai-command-r-plus-tool_use", "CohereForAI-c4ai-command-r7b-12-2024-tool_use",
+    "GLM-4.6", "GLM-4.7-Flash", "HuggingFaceTB-SmolLM3-3B", "Kimi-K2-Instruct", "LFM2-8B-A1B", "LFM2.5-8B-A1B",
+    "LFM2.5-Instruct", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "NVIDIA-Nemotron-Nano-v2", "Qwen-QwQ-32B",
+    "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+    "google-gemma-4-31B-it-interleaved", "google-gemma-4-31B-it", "llama-cpp-deepseek-r1",
+    "mistralai-Ministral-3-14B-Reasoning-2512", "openai-gpt-oss-120b", "openbmb-MiniCPM5-1B",
+    "unsloth-mistral-Devstral-Small-2507"}
+
+
 def _today(text: str, rendered_on: str) -> str:
     """text with the dates a template wrote on rendered_on (ISO) as it writes them today."""
     then, now = datetime.date.fromisoformat(rendered_on), datetime.date.today()
@@ -85,8 +100,55 @@ def test_render_equals_llama_server(smollm2, name, case):
     ours = templates.render(smollm2, body["messages"], True, path, tools=body.get("tools"))
     if (name, case) in KEPT_HERE:
         assert ours != expected["text"] and KEPT_HERE[name, case] in ours
+    elif case == "prefill" and name in PREFILL_AS_THE_TEMPLATE:
+        text = body["messages"][-1]["content"]
+        assert ours != expected["text"] and ours.endswith(text) and expected["text"].endswith(text)
     else:
         assert ours == _today(expected["text"], LLAMA_CPP["rendered_on"])
+
+
+@pytest.mark.default_pair
+@pytest.mark.parametrize("name", sorted(LLAMA_CPP["templates"]))
+def test_a_last_assistant_message_is_continued(smollm2, name):
+    """A conversation that ends with an assistant's message (llama-server's prefill) gives the
+    prompt the template writes for that message finished, up to where the reply goes on: its text
+    as given (trailing space kept) and nothing after it. Where a reasoning model's message has
+    thinking and no text yet, the thinking is left open. Two assistant messages at the end are
+    refused, as llama-server refuses them."""
+    from specllama import templates
+
+    path = str(DATA / f"{name}.jinja")
+    first = [{"role": "user", "content": "Name a river."}]
+    ours = templates.render(smollm2, first + [{"role": "assistant", "content": "The longest is "}], True, path)
+    assert ours.endswith("The longest is ")
+    finished = first + [{"role": "assistant", "content": "The longest is the Nile."}]
+    assert templates.render(smollm2, finished, False, path).startswith(ours)
+    assert templates.render(smollm2, finished, True, path).startswith(ours)  # (the prefill itself)
+    with pytest.raises(ChatTemplateError, match="2 or more assistant messages"):
+        templates.render(smollm2, finished + finished[1:], True, path)
+    thinking = first + [{"role": "assistant", "content": "", "reasoning_content": "The user asks "}]
+    source = (DATA / f"{name}.jinja").read_text()
+    if specllama.reasoning.template_markup(source) == ("<think>", "</think>") and "reasoning_content" in source:
+        assert re.search(r"<think>\n?The user asks $", templates.render(smollm2, thinking, True, path))
+
+
+def test_a_template_that_writes_no_assistant_text_is_continued_after_its_prompt(tiny, tmp_path):
+    """Where the template does not write the last assistant message at all, the continued message
+    goes after the generation prompt."""
+    from specllama import templates
+
+    path = tmp_path / "users.jinja"
+    path.write_text("{% for m in messages %}{% if m.role == 'user' %}U:{{ m.content }}\n{% endif %}{% endfor %}"
+                    "{% if add_generation_prompt %}A:{% endif %}")
+    msgs = [{"role": "user", "content": "Name a river."}, {"role": "assistant", "content": "The longest is "}]
+    model = specllama.Model(tiny.target)
+    assert templates.render(model, msgs, True, str(path)) == "U:Name a river.\nA:The longest is "
+    # an assistant's turn of calls is not continued: the reply starts a turn of its own
+    qwen = str(DATA / "Qwen-Qwen2.5-7B-Instruct.jinja")
+    calls = msgs[:1] + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]
+    closed = templates.render(model, calls, False, qwen)
+    assert templates.render(model, calls, True, qwen) == closed + "<|im_start|>assistant\n"
 
 
 def test_llama_cpp_variables():
