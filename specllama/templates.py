@@ -355,7 +355,10 @@ def _file_text(path: str, mtime_ns: int, size: int) -> str:
 def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt: bool = True,
            template: Optional[str] = None, **variables: Any) -> str:
     """Messages as a prompt for model: with its own template (template None), a built-in one by
-    name, or a Jinja file by path. variables (tools, documents, ...) reach Jinja templates."""
+    name, or a Jinja file by path. variables (tools, documents, ...) reach Jinja templates, with
+    those llama-server gives them (llama_cpp_variables), and the messages as llama.cpp's chat code
+    shapes them (template_messages). With add_generation_prompt, a last assistant message without
+    calls is continued (_continued), as llama-server's prefill continues it."""
     if template is not None and template in builtin_names():
         pairs = [(m["role"], m["content"] or "") for m in normalize_messages(messages)]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
