@@ -592,7 +592,7 @@ def _thinking_budget(dec, req: Request, opts: GenerateOptions, markup) -> None:
 
     opts.thinking_budget = req.reasoning_budget
     opts.thinking_budget_opened = req.thinking_open is not None
-    opts.thinking_budget_start = tokens(tools.harmony.BUDGET_START if markup == tools.harmony.MARKUP else markup[0])
+    opts.thinking_budget_start = tokens(markup[0])
     opts.thinking_budget_ends = [tokens(markup[1])] + [tokens(t) for t in req.thinking_calls]
     opts.thinking_budget_forced = tokens(req.reasoning_budget_message or "") + tokens(markup[1])
 

@@ -444,12 +444,8 @@ def template_messages(source: str, messages: Sequence[Any]) -> List[Dict[str, An
 @functools.lru_cache(maxsize=32)
 def _takes_system_role(source: str) -> bool:
     """Whether the template writes a system message's text (Gemma 2's refuses the role)."""
-    try:
-        text = render_jinja(source, [{"role": "system", "content": _PROBE}, {"role": "user", "content": "Hi"}],
-                            tools=[])
-    except ChatTemplateError:
-        return False
-    return _PROBE in text
+    text = _probe(source, [{"role": "system", "content": _PROBE}, {"role": "user", "content": "Hi"}], True)
+    return text is not None and _PROBE in text
 
 
 def _system_merged(messages: List[dict]) -> List[dict]:
@@ -509,18 +505,21 @@ def _switches_thinking(source: str) -> bool:
     (Apertus' writes the switch into its system turn)."""
     if "enable_thinking" not in source:
         return False
-    tails = []
-    for on in (True, False):
-        try:
-            text = render_jinja(source, [{"role": "user", "content": _PROBE}], True, tools=[], enable_thinking=on)
-        except ChatTemplateError:
-            return False
-        tails.append(text[text.rfind(_PROBE):])
-    return tails[0] != tails[1]
+    on, off = (_probe(source, [{"role": "user", "content": _PROBE}], True, enable_thinking=v) for v in (True, False))
+    return on is not None and off is not None and on[on.rfind(_PROBE):] != off[off.rfind(_PROBE):]
 
 
 _PROBE = "specllama-probe"
 _PROBE_ARGUMENTS = {"arg": _PROBE}
+
+
+def _probe(source: str, messages: List[dict], add_generation_prompt: bool, **variables: Any) -> Optional[str]:
+    """What the template writes for a probe of its ways (tools an empty list unless given, as
+    llama.cpp's probes give them), or None where it refuses."""
+    try:
+        return render_jinja(source, messages, add_generation_prompt, **{"tools": [], **variables})
+    except ChatTemplateError:
+        return None
 
 
 @functools.lru_cache(maxsize=32)
@@ -531,11 +530,8 @@ def _writes_arguments_as_text(source: str) -> bool:
     messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
     probe_tools = [{"type": "function", "function": {"name": "tool1", "description": "A tool", "parameters": {
         "type": "object", "properties": {"arg": {"type": "string"}}, "required": ["arg"]}}}]
-    try:
-        text = render_jinja(source, messages, False, tools=probe_tools)
-    except ChatTemplateError:
-        return False
-    return str(_PROBE_ARGUMENTS) in text
+    text = _probe(source, messages, False, tools=probe_tools)
+    return text is not None and str(_PROBE_ARGUMENTS) in text
 
 
 def _thinking_blocks(source: str, messages: List[dict]) -> List[dict]:

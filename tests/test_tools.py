@@ -137,6 +137,62 @@ def forced_get_time(dec, template, stream: bool, starts: str, thought=None):
     return calls[0], args, prompt
 
 
+def openai_forced_call(url: str, extra_body=None) -> None:
+    """Through a real server at url with the openai client: a call to CLOCK forced comes back by
+    the schema (hours an integer), whole and streamed alike, and the next turn with its result is
+    served. Whole and streamed are compared decoded without a draft: past a few hundred positions
+    (these templates' tool prompts) batched and one-token logits part, and a seed's speculative
+    replies with them at a near tie, as the draft lengths follow measured times."""
+    from openai import OpenAI
+
+    with OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
+        fields = dict(model=client.models.list().data[0].id, messages=ASK, tools=[CLOCK], temperature=0.7, seed=5,
+                      max_tokens=200, tool_choice="required", parallel_tool_calls=False,
+                      extra_body=dict(extra_body or {}))
+        out = client.chat.completions.create(**fields)
+        calls = out.choices[0].message.tool_calls
+        assert out.choices[0].finish_reason == "tool_calls" and calls[0].function.name == "get_time"
+        assert all(isinstance(json.loads(c.function.arguments)["hours"], int) for c in calls)
+        plain = dict(fields, extra_body={**fields["extra_body"], "speculative": False})
+        whole = client.chat.completions.create(**plain).choices[0].message.tool_calls
+        chunks = list(client.chat.completions.create(stream=True, **plain))
+        assert [t.function.arguments for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []] == \
+            [c.function.arguments for c in whole]
+        messages = ASK + [out.choices[0].message.model_dump(exclude_none=True),
+                          {"role": "tool", "tool_call_id": calls[0].id, "content": "12:00"}]
+        again = client.chat.completions.create(**dict(fields, messages=messages, tool_choice="auto"))
+        assert again.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def calls_strategy(cities, optional=("units", "detailed")):
+    """Hypothesis: lists of one to three calls (name, arguments) to WEATHER (a city drawn from
+    cities, days, and some of its optional keys, in the schema's order after the required ones, as
+    the grammars hold them) and CLOCK."""
+    from hypothesis import strategies as st
+
+    more = {"units": st.sampled_from(["celsius", "fahrenheit"]), "detailed": st.booleans()}
+    weather = st.builds(lambda city, days, extra: {"city": city, "days": days, **extra}, cities, st.integers(1, 14),
+                        st.fixed_dictionaries({}, optional={k: more[k] for k in optional}))
+    clock = st.builds(lambda z, h: {"zone": z, "hours": h}, st.sampled_from(["UTC", "CET"]), st.integers(-99, 99))
+    return st.lists(st.one_of(st.tuples(st.just("get_weather"), weather), st.tuples(st.just("get_time"), clock)),
+                    min_size=1, max_size=3)
+
+
+def template_calls(template, calls, open_tag: str, close: str, turn: str, tools=None) -> str:
+    """The text a template (a path) writes for a past turn of calls (name, arguments), as its
+    messages reach it (specllama.templates.template_messages): from the first open_tag after the
+    last turn header (the system prompt may show the form too) to the last close."""
+    from specllama import templates
+
+    msgs = [{"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}]
+    source = template.read_text()
+    text = templates.render_jinja(source, templates.template_messages(source, msgs), False, "", "", tools=tools)
+    start = text.index(open_tag, text.rindex(turn))
+    return text[start:text.rindex(close) + len(close)]
+
+
 def check_stream(fmt, text, steps, tools=None):
     """A call format's StreamSplitter, fed text in steps: its content and calls are what the
     format's parse gives for the whole text (the text before the first call's start shown as it

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specllama import templates, tools
+from specllama import tools
 from specllama.tools import functionary
 from test_server import running
-from test_tools import ASK, CLOCK, check_stream, forced_get_time
+from test_tools import CLOCK, calls_strategy, check_stream, forced_get_time, openai_forced_call, template_calls
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -61,25 +61,11 @@ def test_the_template_gets_the_format():
 
 def _template_calls(calls):
     """The text the template writes for a past turn of calls (name, arguments)."""
-    msgs = [{"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}]
-    source = V31.read_text()
-    text = templates.render_jinja(source, templates.template_messages(source, msgs), False, "", "",
-                                  tools=[WEATHER, CLOCK])
-    start = text.index(functionary.OPEN, text.rindex("assistant<|end_header_id|>"))
-    return text[start:text.rindex(functionary.CLOSE) + len(functionary.CLOSE)]
+    return template_calls(V31, calls, functionary.OPEN, functionary.CLOSE, "assistant<|end_header_id|>",
+                          [WEATHER, CLOCK])
 
 
-# (keys in the schema's order, as the JSON schema converter holds them)
-_ARGS = st.builds(lambda city, days, more: {"city": city, "days": days, **more},
-                  st.text(st.sampled_from([chr(c) for c in range(32, 127)]), max_size=12), st.integers(1, 14),
-                  st.fixed_dictionaries({}, optional={"units": st.sampled_from(["celsius", "fahrenheit"])}))
-_CALLS = st.lists(st.one_of(st.tuples(st.just("get_weather"), _ARGS),
-                            st.tuples(st.just("get_time"), st.builds(lambda z, h: {"zone": z, "hours": h},
-                                                                     st.sampled_from(["UTC", "CET"]),
-                                                                     st.integers(-99, 99)))),
-                  min_size=1, max_size=3)
+_CALLS = calls_strategy(st.text(st.sampled_from([chr(c) for c in range(32, 127)]), max_size=12), ("units",))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -135,24 +121,4 @@ def functionary_server(tiny):
 def test_the_openai_client_gets_a_call_and_sends_it_back(functionary_server):
     """Through a real server with the openai client, under Functionary v3.1's template: a forced
     call comes back by the schema, whole and streamed alike, and the next turn is served."""
-    from openai import OpenAI
-
-    with OpenAI(base_url=functionary_server.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
-        fields = dict(model=client.models.list().data[0].id, messages=ASK, tools=[CLOCK], temperature=0.7, seed=5,
-                      max_tokens=200, tool_choice="required", parallel_tool_calls=False)
-        out = client.chat.completions.create(**fields)
-        call = out.choices[0].message.tool_calls[0]
-        assert out.choices[0].finish_reason == "tool_calls" and call.function.name == "get_time"
-        assert isinstance(json.loads(call.function.arguments)["hours"], int)
-        # whole and streamed alike: both without a draft, since past a few hundred positions (this
-        # template's tools) batched and one-token logits part, and a seed's speculative replies with
-        # it at a near tie (the draft lengths follow measured times)
-        plain = dict(fields, extra_body={**fields.get("extra_body", {}), "speculative": False})
-        whole = client.chat.completions.create(**plain).choices[0].message.tool_calls[0].function.arguments
-        chunks = list(client.chat.completions.create(stream=True, **plain))
-        assert [t.function.arguments for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []] == \
-            [whole]
-        messages = ASK + [out.choices[0].message.model_dump(exclude_none=True),
-                          {"role": "tool", "tool_call_id": call.id, "content": "12:00"}]
-        again = client.chat.completions.create(**dict(fields, messages=messages, tool_choice="auto"))
-        assert again.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    openai_forced_call(functionary_server.url)

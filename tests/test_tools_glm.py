@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specllama import reasoning, templates, tools
+from specllama import reasoning, tools
 from specllama.tools import glm
 from test_server import running
-from test_tools import ASK, CLOCK, check_stream, forced_get_time
+from test_tools import CLOCK, calls_strategy, check_stream, forced_get_time, openai_forced_call, template_calls
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -87,25 +87,11 @@ def test_each_template_gets_the_format():
 
 def _template_calls(template, calls):
     """The text the template writes for a past turn of calls (name, arguments)."""
-    msgs = [{"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}]
-    text = templates.render_jinja(template.read_text(), msgs, False, "", "", tools=[WEATHER, CLOCK])
-    start = text.index(glm.OPEN, text.rindex("<|assistant|>"))  # (the system prompt shows the form too)
-    return text[start:text.rindex(glm.CLOSE) + len(glm.CLOSE)]
+    return template_calls(template, calls, glm.OPEN, glm.CLOSE, "<|assistant|>", [WEATHER, CLOCK])
 
 
-# (keys in the schema's order beyond the required ones, as the grammar holds them)
-_ARGS = st.builds(lambda city, days, more: {"city": city, "days": days, **more},
-                  st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12).filter(
-                      lambda t: "<" not in t and t.strip() == t and t), st.integers(1, 14),
-                  st.fixed_dictionaries({}, optional={"units": st.sampled_from(["celsius", "fahrenheit"]),
-                                                      "detailed": st.booleans()}))
-_CALLS = st.lists(st.one_of(st.tuples(st.just("get_weather"), _ARGS),
-                            st.tuples(st.just("get_time"), st.builds(lambda z, h: {"zone": z, "hours": h},
-                                                                     st.sampled_from(["UTC", "CET"]),
-                                                                     st.integers(-99, 99)))),
-                  min_size=1, max_size=3)
+_CALLS = calls_strategy(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12).filter(
+    lambda t: "<" not in t and t.strip() == t and t))  # (a city as GLM's templates write it back unchanged)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -166,25 +152,4 @@ def glm_server(tiny):
 def test_the_openai_client_gets_a_call_and_sends_it_back(glm_server):
     """Through a real server with the openai client, under GLM-4.6's template: a forced call comes
     back typed by the schema, whole and streamed alike, and the next turn is served."""
-    from openai import OpenAI
-
-    with OpenAI(base_url=glm_server.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
-        fields = dict(model=client.models.list().data[0].id, messages=ASK, tools=[CLOCK], temperature=0.7, seed=5,
-                      max_tokens=200, tool_choice="required", parallel_tool_calls=False,
-                      extra_body={"reasoning_format": "none"})  # (no thinking first: the call at once)
-        out = client.chat.completions.create(**fields)
-        call = out.choices[0].message.tool_calls[0]
-        assert out.choices[0].finish_reason == "tool_calls" and call.function.name == "get_time"
-        assert isinstance(json.loads(call.function.arguments)["hours"], int)
-        # whole and streamed alike: both without a draft, since past a few hundred positions (this
-        # template's tools) batched and one-token logits part, and a seed's speculative replies with
-        # it at a near tie (the draft lengths follow measured times)
-        plain = dict(fields, extra_body={**fields.get("extra_body", {}), "speculative": False})
-        whole = client.chat.completions.create(**plain).choices[0].message.tool_calls[0].function.arguments
-        chunks = list(client.chat.completions.create(stream=True, **plain))
-        assert [t.function.arguments for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []] == \
-            [whole]
-        messages = ASK + [out.choices[0].message.model_dump(exclude_none=True),
-                          {"role": "tool", "tool_call_id": call.id, "content": "12:00"}]
-        again = client.chat.completions.create(**dict(fields, messages=messages, tool_choice="auto"))
-        assert again.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    openai_forced_call(glm_server.url, {"reasoning_format": "none"})

@@ -387,7 +387,7 @@ def test_the_thinking_budget_leaves_a_call_on_the_analysis_channel(harmony_decod
         assert choice["finish_reason"] in ("tool_calls", "length")
         if choice["finish_reason"] == "tool_calls":
             assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"])["zone"] in ("UTC", "CET")
-    monkeypatch.setattr(harmony, "BUDGET_START", harmony.MARKUP[0])
+    monkeypatch.setattr(harmony, "MARKUP", (harmony.CHANNEL + "analysis" + harmony.MESSAGE, harmony.END))
     with pytest.raises(ValueError, match="the grammar allows no token here"):
         for seed in range(4):
             dec.create_chat_completion(ASK, seed=seed, **fields)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from specllama import reasoning, templates, tools
 from specllama.tools import lfm2
 from test_server import running
-from test_tools import ASK, CLOCK, check_stream, forced_get_time
+from test_tools import CLOCK, check_stream, forced_get_time, openai_forced_call
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -167,21 +167,5 @@ def lfm2_server(tiny):
 
 def test_the_openai_client_gets_calls(lfm2_server):
     """Through a real server with the openai client, under LFM2.5's template: a forced call comes
-    back typed by the schema, whole and streamed alike."""
-    from openai import OpenAI
-
-    with OpenAI(base_url=lfm2_server.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
-        fields = dict(model=client.models.list().data[0].id, messages=ASK, tools=[CLOCK], temperature=0.7, seed=5,
-                      max_tokens=200, tool_choice="required", parallel_tool_calls=False)
-        out = client.chat.completions.create(**fields)
-        calls = out.choices[0].message.tool_calls
-        assert out.choices[0].finish_reason == "tool_calls" and calls[0].function.name == "get_time"
-        assert all(isinstance(json.loads(c.function.arguments)["hours"], int) for c in calls)
-        # whole and streamed alike: both without a draft, since past a few hundred positions (this
-        # template's tools) batched and one-token logits part, and a seed's speculative replies with
-        # it at a near tie (the draft lengths follow measured times)
-        plain = dict(fields, extra_body={**fields.get("extra_body", {}), "speculative": False})
-        whole = client.chat.completions.create(**plain).choices[0].message.tool_calls
-        chunks = list(client.chat.completions.create(stream=True, **plain))
-        assert [t.function.arguments for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []] == \
-            [c.function.arguments for c in whole]
+    back typed by the schema, whole and streamed alike, and the next turn is served."""
+    openai_forced_call(lfm2_server.url)

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specllama import reasoning, templates, tools
+from specllama import reasoning, tools
 from specllama.tools import seed_oss
 from test_server import running
-from test_tools import ASK, CLOCK, check_stream, forced_get_time
+from test_tools import CLOCK, calls_strategy, check_stream, forced_get_time, openai_forced_call, template_calls
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -109,28 +109,12 @@ def test_the_template_gets_the_format_and_the_markup():
 
 def _template_calls(calls):
     """The text the template writes for a past turn of calls (name, arguments)."""
-    msgs = [{"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls]}]
-    source = SEED.read_text()
-    text = templates.render_jinja(source, templates.template_messages(source, msgs), False, "", "",
-                                  tools=[WEATHER, CLOCK])
-    start = text.index(seed_oss.OPEN, text.rindex("<seed:bos>assistant"))  # (the system prompt shows the form)
-    return text[start:text.rindex(seed_oss.CLOSE) + len(seed_oss.CLOSE)]
+    return template_calls(SEED, calls, seed_oss.OPEN, seed_oss.CLOSE, "<seed:bos>assistant", [WEATHER, CLOCK])
 
 
-# (keys in the schema's order beyond the required ones, as the grammar holds them; city any text
-# without </parameter>, line breaks and all, as the template writes it as it is)
-_ARGS = st.builds(lambda city, days, more: {"city": city, "days": days, **more},
-                  st.text(st.sampled_from([chr(c) for c in range(32, 127)] + ["\n"]), min_size=1, max_size=12).filter(
-                      lambda t: "</parameter>" not in t), st.integers(1, 14),
-                  st.fixed_dictionaries({}, optional={"units": st.sampled_from(["celsius", "fahrenheit"]),
-                                                      "detailed": st.booleans()}))
-_CALLS = st.lists(st.one_of(st.tuples(st.just("get_weather"), _ARGS),
-                            st.tuples(st.just("get_time"), st.builds(lambda z, h: {"zone": z, "hours": h},
-                                                                     st.sampled_from(["UTC", "CET"]),
-                                                                     st.integers(-99, 99)))),
-                  min_size=1, max_size=3)
+# (a city any text without </parameter>, line breaks and all, as the template writes it as it is)
+_CITIES = st.text(st.sampled_from([chr(c) for c in range(32, 127)] + ["\n"]), min_size=1, max_size=12)
+_CALLS = calls_strategy(_CITIES.filter(lambda t: "</parameter>" not in t))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -189,25 +173,4 @@ def seed_server(tiny):
 def test_the_openai_client_gets_a_call_and_sends_it_back(seed_server):
     """Through a real server with the openai client, under Seed-OSS's template: a forced call comes
     back typed by the schema, whole and streamed alike, and the next turn is served."""
-    from openai import OpenAI
-
-    with OpenAI(base_url=seed_server.url + "/v1", api_key="none", max_retries=0, timeout=600) as client:
-        fields = dict(model=client.models.list().data[0].id, messages=ASK, tools=[CLOCK], temperature=0.7, seed=5,
-                      max_tokens=200, tool_choice="required", parallel_tool_calls=False,
-                      extra_body={"reasoning_format": "none"})  # (no thinking first: the call at once)
-        out = client.chat.completions.create(**fields)
-        call = out.choices[0].message.tool_calls[0]
-        assert out.choices[0].finish_reason == "tool_calls" and call.function.name == "get_time"
-        assert isinstance(json.loads(call.function.arguments)["hours"], int)
-        # whole and streamed alike: both without a draft, since past a few hundred positions (this
-        # template's tools) batched and one-token logits part, and a seed's speculative replies with
-        # it at a near tie (the draft lengths follow measured times)
-        plain = dict(fields, extra_body={**fields.get("extra_body", {}), "speculative": False})
-        whole = client.chat.completions.create(**plain).choices[0].message.tool_calls[0].function.arguments
-        chunks = list(client.chat.completions.create(stream=True, **plain))
-        assert [t.function.arguments for c in chunks if c.choices for t in c.choices[0].delta.tool_calls or []] == \
-            [whole]
-        messages = ASK + [out.choices[0].message.model_dump(exclude_none=True),
-                          {"role": "tool", "tool_call_id": call.id, "content": "12:00"}]
-        again = client.chat.completions.create(**dict(fields, messages=messages, tool_choice="auto"))
-        assert again.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    openai_forced_call(seed_server.url, {"reasoning_format": "none"})

@@ -145,3 +145,16 @@ class StreamSplitter:
         if not calls:
             return held, []
         return content or "", calls
+
+
+def splitter(parse: Callable[[str, Optional[List[Dict[str, Any]]]], Calls], *opens: str) -> type:
+    """A format's StreamSplitter: a streamed reply's text held back from the first of opens (how a
+    call starts) on until finish() reads it with parse(text, the request's tools)."""
+
+    class Splitter(StreamSplitter):
+        OPENS = opens
+
+        def parse(self, text: str) -> Calls:
+            return parse(text, self.tools)
+
+    return Splitter

@@ -66,14 +66,7 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
     return text[:start].strip() or None, calls
 
 
-class StreamSplitter(common.StreamSplitter):
-    """A streamed reply's text, held back from the first <｜tool▁calls▁begin｜> (or call) on until
-    finish() parses it."""
-
-    OPENS = (OPEN, CALL)
-
-    def parse(self, text: str) -> common.Calls:
-        return parse(text, self.tools)
+StreamSplitter = common.splitter(parse, OPEN, CALL)
 
 
 class Flavour(common.Flavour):

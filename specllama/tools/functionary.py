@@ -53,13 +53,7 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
     return common.read_calls(text, lambda t, at: t.find(OPEN, at), _call)
 
 
-class StreamSplitter(common.StreamSplitter):
-    """A streamed reply's text, held back from the first <function= on until finish() parses it."""
-
-    OPENS = (OPEN,)
-
-    def parse(self, text: str) -> common.Calls:
-        return parse(text, self.tools)
+StreamSplitter = common.splitter(parse, OPEN)
 
 
 def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:

@@ -40,10 +40,10 @@ BREAKS = ENDS + (START,)  # (and the next message's start, where the model leave
 # the tags spelled out in the text (llama.cpp's preserved tokens for gpt-oss)
 TAGS = (CHANNEL, CONSTRAIN, MESSAGE, START, END)
 ENDS_THINKING: Tuple[str, ...] = ()  # (a call is a message of its own, after the thinking's)
-MARKUP = (CHANNEL + "analysis" + MESSAGE, END)  # the thinking's
-# where the thinking budget starts counting: an analysis message to no recipient (a call may be
-# written on the analysis channel); the prompt's <|start|>assistant opens the reply's first
-BUDGET_START = ROLE + MARKUP[0]
+# the thinking's opening and closing (where the thinking budget counts): an analysis message to no
+# recipient (a call may be written on the analysis channel); the prompt's <|start|>assistant opens
+# the reply's first
+MARKUP = (ROLE + CHANNEL + "analysis" + MESSAGE, END)
 HEADER_MAX = 256  # a header longer than this without <|message|> is text, not a header
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL = re.compile(re.escape(CHANNEL) + r"([^\s<]+)")

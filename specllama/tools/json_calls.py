@@ -38,12 +38,13 @@ class Flavour(common.Flavour):
     family = "json_calls"
 
     def __init__(self, name: str, open_tag: str, close: str, layout: str, keys: Tuple[Optional[str], ...],
-                 call_id: Optional[str] = None) -> None:
+                 call_id: Optional[str] = None, tags: Optional[Tuple[str, ...]] = None) -> None:
         super().__init__(name)
         self.open, self.close, self.layout = open_tag, close, layout
         self.name_key, self.args_key = keys
         self.call_id = call_id  # a key the template writes before the name (Command's "tool_call_id")
-        self.TAGS = tuple(t for t in (open_tag.strip(), close) if t.startswith("<"))
+        # the control tokens spelled out in the text: the tags (given where the opening is more than one)
+        self.TAGS = tags if tags is not None else tuple(t for t in (open_tag.strip(), close) if t.startswith("<"))
         self.trigger = common.regex_literal(open_tag)
 
     def _call(self, item: Any) -> Optional[Dict[str, Any]]:
@@ -91,15 +92,7 @@ class Flavour(common.Flavour):
 
     @property
     def StreamSplitter(self):  # noqa: N802 (a class, as the other formats' modules have it)
-        flavour = self
-
-        class Splitter(common.StreamSplitter):
-            OPENS = (flavour.open,)
-
-            def parse(self, text: str) -> common.Calls:
-                return flavour.parse(text, self.tools)
-
-        return Splitter
+        return common.splitter(self.parse, self.open)
 
     def forced_grammar(self, tools: List[Dict[str, Any]], name: Optional[str] = None, parallel: bool = True) -> str:
         """tool_choice "required" (name None) or a named tool: every output is calls of the tools
@@ -135,8 +128,8 @@ COMMAND = Flavour("COMMAND", "<|START_ACTION|>", "<|END_ACTION|>", "list", ("too
                   call_id="tool_call_id")
 FIREFUNCTION = Flavour("FIREFUNCTION", " functools", "", "list", ("name", "arguments"))
 GIGACHAT = Flavour("GIGACHAT", "<|function_call|>", "", "one", ("name", "arguments"))
-GIGACHAT3 = Flavour("GIGACHAT3", "<|message_sep|>\n\nfunction call<|role_sep|>\n", "", "one", ("name", "arguments"))
-GIGACHAT3.TAGS = ("<|message_sep|>", "<|role_sep|>")
+GIGACHAT3 = Flavour("GIGACHAT3", "<|message_sep|>\n\nfunction call<|role_sep|>\n", "", "one", ("name", "arguments"),
+                    tags=("<|message_sep|>", "<|role_sep|>"))
 APERTUS = Flavour("APERTUS", "<|tools_prefix|>", "<|tools_suffix|>", "list", (None, None))
 
 

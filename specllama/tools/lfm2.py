@@ -81,14 +81,7 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
     return common.read_call_groups(text, OPEN, _read)
 
 
-class StreamSplitter(common.StreamSplitter):
-    """A streamed reply's text, held back from the first <|tool_call_start|> on until finish()
-    parses it."""
-
-    OPENS = (OPEN,)
-
-    def parse(self, text: str) -> common.Calls:
-        return parse(text, self.tools)
+StreamSplitter = common.splitter(parse, OPEN)
 
 
 # --- grammars -----------------------------------------------------------------------------------

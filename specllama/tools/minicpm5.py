@@ -72,13 +72,7 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
     return common.read_calls(text, lambda t, at: t.find(OPEN, at), lambda t, at: _call(t, at, params))
 
 
-class StreamSplitter(common.StreamSplitter):
-    """A streamed reply's text, held back from the first <function name=" on until finish() parses it."""
-
-    OPENS = (OPEN,)
-
-    def parse(self, text: str) -> common.Calls:
-        return parse(text, self.tools)
+StreamSplitter = common.splitter(parse, OPEN)
 
 
 _P = "minicpm5"

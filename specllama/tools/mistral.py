@@ -64,13 +64,7 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
     return common.read_call_groups(text, OPEN, _read)
 
 
-class StreamSplitter(common.StreamSplitter):
-    """A stream's content, held back from [TOOL_CALLS] on."""
-
-    OPENS = (OPEN,)
-
-    def parse(self, text: str) -> common.Calls:
-        return parse(text, self.tools)
+StreamSplitter = common.splitter(parse, OPEN)
 
 
 class Flavour(common.Flavour):

@@ -141,15 +141,7 @@ def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Opti
     return common.read_calls(text, _start, lambda t, at: _call(t, at, params))
 
 
-class StreamSplitter(common.StreamSplitter):
-    """A streamed reply's text split into what can be shown as content now and what may be a tool
-    call: everything from the first <tool_call> or <function= on is held back (and a tail that could
-    be the start of one) until finish() parses it, values typed by the tools' schemas."""
-
-    OPENS = (OPEN, BARE)
-
-    def parse(self, text: str) -> common.Calls:
-        return parse(text, self.tools)
+StreamSplitter = common.splitter(parse, OPEN, BARE)
 
 
 # --- grammars -----------------------------------------------------------------------------------
