@@ -21,7 +21,7 @@ from . import infill, reasoning, schemas, tools
 from ._version import __version__
 from .decoder import SpeculativeDecoder
 from .options import GenerateOptions, PromptTooLong, make_options
-from .templates import ChatTemplateError, template_source
+from .templates import ChatTemplateError, continued_text, template_source
 
 
 class RequestError(ValueError):
@@ -115,6 +115,7 @@ class Request:
     # the template thinks in <think>; prompt_tokens)
     thinking_calls: Tuple[str, ...] = ()
     harmony: bool = False  # chat: the template writes gpt-oss's harmony format (tools.harmony reads the reply)
+    harmony_opened: Optional[str] = None  # the header of the harmony message the prompt ends inside
 
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
@@ -502,12 +503,15 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
     fill-in-the-middle prompt cut as /infill cuts it with n_batch (llama-server's -b)."""
     try:
         if req.kind == "chat":
-            tokens = dec.chat_tokens(req.messages, template=template, **template_variables(req))
-            req.thinking_open = reasoning.opened_by(dec.target_model.detokenize(tokens[-8:], special=True))
+            text, tokens = dec._chat_prompt(req.messages, True, template, **template_variables(req))
+            req.thinking_open = reasoning.opened_by(text, continued_text(req.messages) or "")
             source = template_source(dec.target_model, template)
             req.template_markup = reasoning.template_markup(source)
             req.tool_format = tools.format_of(source)
             req.harmony = req.tool_format is tools.harmony
+            if req.harmony:
+                req.harmony_opened = tools.harmony.opened_by(text)
+                req.thinking_open = tools.harmony.MARKUP if tools.harmony.analysis(req.harmony_opened) else None
             if req.tools and (req.thinking_open or req.template_markup) == reasoning.MARKUPS[0]:
                 req.thinking_calls = req.tool_format.ENDS_THINKING
         elif req.suffix:
@@ -691,7 +695,7 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     if req.kind == "chat":
         calls: List[Dict[str, Any]] = []
         if req.harmony:
-            thought, text, calls = tools.harmony.read(text, req.splits_reasoning(), _tools(req))
+            thought, text, calls = tools.harmony.read(text, req.splits_reasoning(), _tools(req), req.harmony_opened)
             content = text or None
         elif req.splits_reasoning():
             thought, text = reasoning.split(text, req.thinking_open, req.thinking_calls, req.channels())
@@ -734,7 +738,7 @@ class ChunkWriter:
         self.created = first.created if first is not None else int(time.time())
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
-        harmony = tools.harmony.Reader(req.splits_reasoning(), _tools(req)) if req.harmony else None
+        harmony = tools.harmony.Reader(req.splits_reasoning(), _tools(req), req.harmony_opened) if req.harmony else None
         self.harmony = harmony  # (reads the thinking, the answer and the calls of gpt-oss's replies)
         self.splitter = req.tool_format.StreamSplitter(_tools(req)) if req.tools and not harmony else None
         self.thinking = harmony or (reasoning.StreamSplitter(req.thinking_open, req.thinking_calls, req.channels())

@@ -13,7 +13,7 @@ import os
 import queue
 import threading
 import warnings
-from typing import Any, Callable, Iterator, List, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _core
 from . import placement
@@ -359,11 +359,15 @@ class SpeculativeDecoder:
         """The prompt tokens of a conversation: apply_chat_template's text, tokenized with its
         special tokens and with the BOS token once where the model takes one (the tokens
         llama-server and llama-cpp-python build for the same messages)."""
+        return self._chat_prompt(messages, add_generation_prompt, template, **variables)[1]
+
+    def _chat_prompt(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                     template: Optional[str] = None, **variables) -> Tuple[str, List[int]]:
+        """A conversation's rendered prompt (apply_chat_template) and its tokens (chat_tokens)."""
         from .templates import prompt_text
 
-        text = prompt_text(self.target_model, self.apply_chat_template(messages, add_generation_prompt, template,
-                                                                        **variables))
-        return self._tokenize_prompt(text, True, "the conversation")
+        text = self.apply_chat_template(messages, add_generation_prompt, template, **variables)
+        return text, self._tokenize_prompt(prompt_text(self.target_model, text), True, "the conversation")
 
     def cached_tokens(self) -> List[int]:
         """Tokens in the target's KV cache; a prompt that starts with them skips their prefill."""

@@ -47,11 +47,19 @@ def check_format(value: object, param: str = "reasoning_format") -> str:
     return str(value)
 
 
-def opened_by(prompt_text: str) -> Optional[Markup]:
-    """The markup of the thinking block a rendered prompt ends inside (its template opened it for
-    the reply, as DeepSeek-R1's does), or None."""
-    end = prompt_text.rstrip()
-    return next((m for m in MARKUPS if end.endswith(m[0])), None)
+def opened_by(prompt_text: str, continued: str = "") -> Optional[Markup]:
+    """The markup of the thinking block a rendered prompt ends inside, or None: the template opened
+    it for the reply (DeepSeek-R1's does), or, where the prompt ends with the text of an assistant's
+    message the reply continues (continued: templates.continued_text), it was opened before or in
+    that text and not closed in it."""
+    if not prompt_text.endswith(continued):
+        raise ValueError("the prompt does not end with the message it continues")
+    before = prompt_text[:len(prompt_text) - len(continued)].rstrip()
+    for m in MARKUPS:
+        opened, closed = continued.rfind(m[0]), continued.rfind(m[1])
+        if opened > closed or (closed < 0 and before.endswith(m[0])):
+            return m
+    return None
 
 
 def template_markup(source: str) -> Optional[Markup]:

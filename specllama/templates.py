@@ -363,12 +363,12 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
         pairs = [(m["role"], m["content"] or "") for m in normalize_messages(messages)]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
     source = template_source(model, template)
-    msgs = template_messages(source, messages)
+    checked = normalize_messages(messages)
     special = (_special_text(model, model.bos), _special_text(model, model.eos))
     variables = llama_cpp_variables(source, variables)
-    if add_generation_prompt and _continues(msgs):
-        return _continued(source, msgs, special, variables)
-    text = render_jinja(source, msgs, add_generation_prompt, *special, **variables)
+    if add_generation_prompt and _continues(checked):
+        return _continued(source, checked, special, variables)
+    text = render_jinja(source, template_messages(source, checked), add_generation_prompt, *special, **variables)
     return _model_turn_opened(source, text) if add_generation_prompt else text
 
 
@@ -385,20 +385,34 @@ def _continues(messages: List[dict]) -> bool:
     return True
 
 
+def continued_text(messages: Sequence[Any]) -> Optional[str]:
+    """The text a reply continues where the conversation ends with an assistant's message without
+    calls (llama-server's prefill): that message's content, or its reasoning_content where it has
+    thinking and no content yet; None where the reply starts a turn of its own."""
+    checked = normalize_messages(messages)
+    return checked[-1].get(_continued_field(checked[-1])) or "" if _continues(checked) else None
+
+
+def _continued_field(last: dict) -> str:
+    return "reasoning_content" if last.get("reasoning_content") and not last.get("content") else "content"
+
+
 def _continued(source: str, messages: List[dict], special: Tuple[str, str], variables: Dict[str, Any]) -> str:
-    """The prompt that has the reply continue the last (assistant's) message, as llama-server's
-    prefill has it: the conversation rendered up to where that message's text starts (its content,
-    or its reasoning_content where it has thinking and no content yet, the thinking then left open),
-    the text as given after it. Where the template does not write the message, the earlier ones
-    with the generation prompt and the text after them."""
+    """The prompt that has the reply continue the last (assistant's) message of checked messages, as
+    llama-server's prefill has it: the conversation rendered up to where that message's text starts
+    (its content, or its reasoning_content where it has thinking and no content yet, the thinking
+    then left open), the text as given after it. The message is marked before the messages are
+    shaped for the template (template_messages), so that the text is found wherever they move it.
+    Where the template does not write the message, the earlier ones with the generation prompt and
+    the text after them."""
     last = messages[-1]
-    thinking = bool(last.get("reasoning_content")) and not last.get("content")
-    field = "reasoning_content" if thinking else "content"
-    marked = dict(last, **{field: _SENTINEL})
-    text = render_jinja(source, messages[:-1] + [marked], False, *special, **variables)
+    field = _continued_field(last)
+    marked = template_messages(source, messages[:-1] + [dict(last, **{field: _SENTINEL})])
+    text = render_jinja(source, marked, False, *special, **variables)
     at = text.rfind(_SENTINEL)
     if at < 0:
-        text = _model_turn_opened(source, render_jinja(source, messages[:-1], True, *special, **variables))
+        earlier = template_messages(source, messages[:-1])
+        text = _model_turn_opened(source, render_jinja(source, earlier, True, *special, **variables))
         at = len(text)
     return text[:at] + (last.get(field) or "")
 

@@ -55,6 +55,17 @@ def test_a_prompt_that_opens_the_thinking():
     assert not reasoning.opened_by("<|turn>model\n<|channel>thought\n<channel|>")  # Gemma 4, thinking off
     assert not reasoning.opened_by("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # thinking turned off
     assert not reasoning.opened_by("<|im_start|>assistant\n")
+    # a prompt that continues an assistant's message: open where it was opened before or in the
+    # message's text and not closed in it
+    assert reasoning.opened_by("assistant\n<think>\nThe user", "The user") == ("<think>", "</think>")
+    assert reasoning.opened_by("assistant\n<think>The user", "<think>The user") == ("<think>", "</think>")
+    assert reasoning.opened_by("assistant\n[THINK]a[/THINK]b[THINK]c", "[THINK]a[/THINK]b[THINK]c") == \
+        ("[THINK]", "[/THINK]")
+    assert not reasoning.opened_by("assistant\n<think>\nHm.</think>The", "Hm.</think>The")
+    assert not reasoning.opened_by("assistant\n<think>a</think>The", "<think>a</think>The")
+    assert not reasoning.opened_by("user\nWhy <think>?\nassistant\nThe", "The")  # (opened in the user's text)
+    with pytest.raises(ValueError):
+        reasoning.opened_by("assistant\n<think>\n", "The user")
 
 
 def _streamed(text, cuts, opened):
@@ -197,6 +208,43 @@ def test_a_reply_inside_a_thinking_block_the_template_opened(tiny, tmp_path):
         # the same text without the template's opening tag is an answer with no thinking
         msg = dec.create_chat_completion(msgs, **dict(kw, chat_template=None))["choices"][0]["message"]
         assert "reasoning_content" not in msg and "</think>" in msg["content"]
+
+
+CONTINUING_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m.role }}\n"
+                       "{% if m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
+                       "{{ m.content }}<|im_end|>\n{% endfor %}"
+                       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.mark.parametrize("last, opens", [({"content": "", "reasoning_content": "so"}, True),
+                                         ({"content": "<think>so"}, True),
+                                         ({"content": "<think>so</think>it"}, False),
+                                         ({"content": "so"}, False)],
+                         ids=["reasoning_content", "opened_in_content", "closed_in_content", "content"])
+def test_a_continued_message_goes_on_thinking_where_its_thinking_is_open(tiny, tmp_path, last, opens):
+    """A conversation that ends with an assistant's message is continued from it: where the message
+    has thinking and no text yet (or its text opens a thinking block it does not close), the reply
+    goes on inside the thinking, which comes back as reasoning_content up to the closing tag, whole
+    and streamed alike; the continuation only, not the message given. Negative controls: a message
+    whose thinking is closed, or that has none, is continued as text."""
+    template = tmp_path / "continues.jinja"
+    template.write_text(CONTINUING_TEMPLATE)
+    grammar = 'root ::= [a-z]{2,8} "</think>" [a-z]{2,8}'
+    msgs = [{"role": "user", "content": "the cat"}, dict(last, role="assistant")]
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as dec:
+        for seed in range(3):
+            kw = dict(grammar=grammar, temperature=1.0, seed=seed, max_tokens=40, chat_template=str(template))
+            text = dec.create_chat_completion(msgs, reasoning_format="none", **kw)["choices"][0]["message"]["content"]
+            thought, answer = text.split("</think>")
+            msg = dec.create_chat_completion(msgs, **kw)["choices"][0]["message"]
+            if opens:
+                assert (msg.get("reasoning_content"), msg["content"]) == (thought, answer)
+            else:
+                assert "reasoning_content" not in msg and msg["content"] == text
+            deltas = [c["choices"][0]["delta"] for c in dec.create_chat_completion(msgs, stream=True, **kw)
+                      if c["choices"]]
+            assert "".join(d.get("reasoning_content", "") for d in deltas) == msg.get("reasoning_content", "")
+            assert "".join(d.get("content") or "" for d in deltas) == msg["content"]
 
 
 def test_a_tool_call_after_the_thinking(tiny):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import specllama
+from specllama import tools
 from specllama.chat import ChatSession
 from specllama.templates import ChatTemplateError, render_jinja
 
@@ -127,9 +128,18 @@ def test_a_last_assistant_message_is_continued(smollm2, name):
     with pytest.raises(ChatTemplateError, match="2 or more assistant messages"):
         templates.render(smollm2, finished + finished[1:], True, path)
     thinking = first + [{"role": "assistant", "content": "", "reasoning_content": "The user asks "}]
+    assert templates.continued_text(thinking) == "The user asks "
     source = (DATA / f"{name}.jinja").read_text()
-    if specllama.reasoning.template_markup(source) == ("<think>", "</think>") and "reasoning_content" in source:
-        assert re.search(r"<think>\n?The user asks $", templates.render(smollm2, thinking, True, path))
+    past = first + [{"role": "assistant", "content": "The Nile.", "reasoning_content": "Rivers"}]
+    if "Rivers" in templates.render(smollm2, past, False, path):  # (a template that writes past thinking)
+        prompt = templates.render(smollm2, thinking, True, path)
+        assert prompt.endswith("The user asks ")
+        if tools.harmony.is_harmony(source):
+            assert tools.harmony.opened_by(prompt) == "<|channel|>analysis<|message|>"
+        else:
+            markup = specllama.reasoning.template_markup(source)
+            assert markup and specllama.reasoning.opened_by(prompt, "The user asks ") == markup
+            assert re.search(re.escape(markup[0]) + r"\n?The user asks $", prompt)
 
 
 def test_a_template_that_writes_no_assistant_text_is_continued_after_its_prompt(tiny, tmp_path):

@@ -90,6 +90,43 @@ def test_replies_are_read_as_llama_cpp_reads_them(text, reasoning, given, want):
     assert _read(text, reasoning, given) == want
 
 
+ANALYSIS, FINAL = "<|channel|>analysis<|message|>", "<|channel|>final<|message|>"
+
+
+@pytest.mark.parametrize("text, opened, reasoning, want", [
+    ("more<|end|><|start|>assistant" + FINAL + HELLO, ANALYSIS, True, ("more", HELLO, [])),
+    ("more<|end|><|start|>assistant" + FINAL + HELLO, ANALYSIS, False, (None, "more<|end|>" + HELLO, [])),
+    ("more", ANALYSIS, True, ("more", "", [])),
+    ("the Nile.", FINAL, True, (None, "the Nile.", [])),
+    ('<|start|>assistant to=functions.special_function<|channel|>commentary<|message|>{"arg1": 1}', ANALYSIS, True,
+     (None, "", [("special_function", {"arg1": 1})])),
+    # negative controls: the same replies read as starting a message of their own
+    ("more<|end|><|start|>assistant" + FINAL + HELLO, None, True,
+     (None, "more<|end|><|start|>assistant" + FINAL + HELLO, [])),
+])
+def test_a_reply_that_continues_a_message_is_read_from_inside_it(text, opened, reasoning, want):
+    """Where the prompt ends inside a message (a continued, prefilled one), the reply is read from
+    inside it: an analysis message's text is thinking, a final one's the answer."""
+    thought, content, calls = harmony.read(text, reasoning, [SPECIAL], opened)
+    assert (thought, content, [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]) == want
+
+
+def test_the_message_a_prompt_ends_inside(tiny):
+    """opened_by: the header of the message a rendered prompt ends inside (gpt-oss's template,
+    continuing an assistant's thinking or answer), None where the reply starts a message."""
+    model = specllama.Model(tiny.target)
+    first = [{"role": "user", "content": "Name a river."}]
+    thinking = templates.render(model, first + [{"role": "assistant", "content": "", "reasoning_content": "The user"}],
+                                True, str(GPT_OSS))
+    assert thinking.endswith(ANALYSIS + "The user") and harmony.opened_by(thinking) == ANALYSIS
+    answer = templates.render(model, first + [{"role": "assistant", "content": "The longest is "}], True, str(GPT_OSS))
+    assert answer.endswith(FINAL + "The longest is ") and harmony.opened_by(answer) == FINAL
+    assert harmony.analysis(ANALYSIS) and not harmony.analysis(FINAL)
+    assert not harmony.analysis("<|channel|>analysis to=functions.f<|message|>")  # (a call's)
+    assert harmony.opened_by(templates.render(model, first, True, str(GPT_OSS))) is None  # (<|start|>assistant)
+    assert harmony.opened_by(thinking + "<|end|><|start|>assistant") is None
+
+
 def test_parse_reads_the_calls_as_the_other_formats_do():
     """parse(text, tools), as each call format has it: the calls and the content before them (the
     thinking read as content here: read() takes it apart); a text without a call whole."""
@@ -115,11 +152,12 @@ def test_a_stream_says_what_the_whole_text_says():
         text = "".join(rng.choice(PIECES) for _ in range(rng.randrange(14)))
         cuts = sorted(rng.sample(range(len(text) + 1), min(5, len(text) + 1)))
         reasoning, given = rng.random() < 0.7, rng.choice([None, [SPECIAL]])
-        r = harmony.Reader(reasoning, given)
+        opened = rng.choice([None, None, ANALYSIS, FINAL])
+        r = harmony.Reader(reasoning, given, opened)
         pieces = [p for a, b in zip([0] + cuts, cuts + [len(text)]) for p in r.feed(text[a:b])]
         rest, calls = r.finish()
         pieces += rest
-        thought, content, want = harmony.read(text, reasoning, given)
+        thought, content, want = harmony.read(text, reasoning, given, opened)
         assert "".join(t for k, t in pieces if k == "reasoning") == (thought or ""), text
         assert "".join(t for k, t in pieces if k == "content") == content, text
         assert [c["function"]["arguments"] for c in calls] == [c["function"]["arguments"] for c in want], text
@@ -391,6 +429,44 @@ def test_the_thinking_budget_leaves_a_call_on_the_analysis_channel(harmony_decod
     with pytest.raises(ValueError, match="the grammar allows no token here"):
         for seed in range(4):
             dec.create_chat_completion(ASK, seed=seed, **fields)
+
+
+def test_a_continued_analysis_message_goes_on_as_thinking(harmony_decoder):
+    """A conversation that ends with an assistant's thinking (reasoning_content, no content) is
+    continued inside its analysis message: the reply's text up to that message's <|end|> is
+    reasoning_content, the final message after it the content, whole and streamed alike; a thinking
+    budget counts from the reply's start. Negative controls: read as starting a message of its own,
+    the same replies have no thinking; without the budget the first message runs longer."""
+    dec, ids = harmony_decoder
+    msgs = ASK + [{"role": "assistant", "content": "", "reasoning_content": "Berlin is"}]
+    fields = dict(temperature=0.9, max_tokens=120, speculative=False)
+    req = completions.parse(dict(messages=msgs, **fields), "chat")
+    fields["chat_template"] = str(GPT_OSS)
+    tokens = completions.prompt_tokens(dec, req, str(GPT_OSS))
+    assert req.harmony_opened == ANALYSIS and req.thinking_open == harmony.MARKUP
+    differs = 0
+    for seed in range(8):
+        opts = completions.options_for(dec, req, len(tokens))
+        opts.seed = seed
+        text = dec.generate(tokens, opts).text
+        msg = dec.create_chat_completion(msgs, seed=seed, **fields)["choices"][0]["message"]
+        thought, content, _ = harmony.read(text, True, None, ANALYSIS)
+        assert (msg.get("reasoning_content"), msg["content"]) == (thought, content)
+        first = min([text.find(t) for t in harmony.BREAKS if t in text] + [len(text)])
+        assert (thought or "").startswith(text[:first])  # (the continued message's text, then later analyses')
+        differs += harmony.read(text, True, None)[:2] != (thought, content)
+        deltas = [c["choices"][0]["delta"] for c in dec.create_chat_completion(msgs, seed=seed, stream=True, **fields)
+                  if c["choices"]]
+        assert "".join(d.get("reasoning_content") or "" for d in deltas) == (msg.get("reasoning_content") or "")
+        assert "".join(d.get("content") or "" for d in deltas) == msg["content"]
+    assert differs >= 6, differs
+    longest = {2: 0, -1: 0}
+    for seed in range(6):
+        for budget in longest:
+            toks = dec.create_chat_completion(msgs, seed=seed, reasoning_budget_tokens=budget, return_tokens=True,
+                                              logit_bias={str(ids["<|end|>"]): -4.0}, **fields)["choices"][0]["tokens"]
+            longest[budget] = max(longest[budget], (toks + [ids["<|end|>"]]).index(ids["<|end|>"]))
+    assert longest[2] <= 2 + 3 < longest[-1], longest  # (and up to three that finish a character's bytes)
 
 
 def test_the_next_turn_shows_the_thinking_before_the_call(harmony_decoder):

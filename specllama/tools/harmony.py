@@ -58,6 +58,25 @@ def is_harmony(template_source: str) -> bool:
     return CHANNEL in template_source and MESSAGE in template_source
 
 
+def opened_by(prompt_text: str) -> Optional[str]:
+    """The header (<|channel|>...<|message|>) of the message a rendered prompt ends inside (one it
+    continues, an assistant's prefilled message), or None where the reply starts a message."""
+    start = prompt_text.rfind(ROLE)
+    if start < 0:
+        return None
+    tail = prompt_text[start + len(ROLE):]
+    at = tail.find(MESSAGE)
+    if at < 0 or any(end in tail[at:] for end in ENDS):
+        return None
+    return tail[:at + len(MESSAGE)]
+
+
+def analysis(header: Optional[str]) -> bool:
+    """Whether a message's header (opened_by's) opens thinking: the analysis channel, no recipient."""
+    return header is not None and (_CHANNEL.findall(header) or [""])[-1] == "analysis" and \
+        not _RECIPIENT.findall(header)
+
+
 def _tail(text: str, tags: Sequence[str]) -> int:
     """The length of text's longest end that starts one of tags."""
     return max((k for tag in tags for k in range(min(len(tag) - 1, len(text)), 0, -1)
@@ -78,7 +97,8 @@ class Reader:
     until its message ends, and an end that may start <|end|>. reasoning: analysis messages are
     thinking (else content as written); tools: the request's (None: calls are dropped)."""
 
-    def __init__(self, reasoning: bool = True, tools: Optional[List[Dict[str, Any]]] = None) -> None:
+    def __init__(self, reasoning: bool = True, tools: Optional[List[Dict[str, Any]]] = None,
+                 opened: Optional[str] = None) -> None:
         self.reasoning, self.tools = reasoning, tools
         self.held = ""  # from the current message's start (header), or the text not yet passed on (body)
         # the current message's kind: None (its header is being read), REASONING, CONTENT, "analysis"
@@ -87,6 +107,9 @@ class Reader:
         self.message = ""  # the current message as written, from its header (a call's, until it ends)
         self.name = ""  # a call's function
         self.calls: List[Dict[str, Any]] = []
+        if opened is not None:  # (the reply starts inside the message whose header the prompt ends with)
+            self.held = opened
+            self._header([])
 
     def feed(self, text: str) -> List[Piece]:
         self.held += text
@@ -174,10 +197,10 @@ class Reader:
         return out, self.calls
 
 
-def read(text: str, reasoning: bool = True,
-         tools: Optional[List[Dict[str, Any]]] = None) -> Tuple[Optional[str], str, List[Dict[str, Any]]]:
+def read(text: str, reasoning: bool = True, tools: Optional[List[Dict[str, Any]]] = None,
+         opened: Optional[str] = None) -> Tuple[Optional[str], str, List[Dict[str, Any]]]:
     """(reasoning_content or None, content, tool_calls) of a whole reply (Reader's)."""
-    r = Reader(reasoning, tools)
+    r = Reader(reasoning, tools, opened)
     pieces = r.feed(text)
     rest, calls = r.finish()
     pieces += rest
