@@ -24,6 +24,10 @@ class Model:
         """
     def is_eog(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> bool:
         ...
+    def named_chat_template(self, name: str) -> str:
+        """
+        The GGUF's chat template of that name (tokenizer.chat_template.NAME: 'tool_use', 'rag', ...); '' where it has none.
+        """
     def token_text(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> str:
         ...
     def token_to_piece(self, token: typing.SupportsInt | typing.SupportsIndex, special: bool = False) -> bytes:

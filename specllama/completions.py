@@ -505,7 +505,7 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
         if req.kind == "chat":
             text, tokens = dec._chat_prompt(req.messages, True, template, **template_variables(req))
             req.thinking_open = reasoning.opened_by(text, continued_text(req.messages) or "")
-            source = template_source(dec.target_model, template)
+            source = template_source(dec.target_model, template, req.tools)
             req.template_markup = reasoning.template_markup(source)
             req.tool_format = tools.format_of(source)
             req.harmony = req.tool_format is tools.harmony

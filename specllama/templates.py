@@ -323,11 +323,14 @@ def _special_text(model: "_core.Model", token: int) -> str:
     return model.token_text(token) if 0 <= token < model.n_vocab else ""
 
 
-def template_source(model: "_core.Model", template: Optional[str] = None) -> str:
+def template_source(model: "_core.Model", template: Optional[str] = None, tools: Any = None) -> str:
     """The Jinja source of the model's own template (template None) or of a template file; a
-    built-in template name is returned as it is."""
+    built-in template name is returned as it is. The model's own is its tool_use template where
+    tools are given and it has one (Hermes 2 Pro's and Hermes 3's GGUFs, Command R's), or where it
+    has no other, as llama.cpp picks."""
     if template is None:
-        source = model.chat_template
+        tool_use = model.named_chat_template("tool_use")
+        source = tool_use if tool_use and (tools or not model.chat_template) else model.chat_template
         if not source:
             raise ChatTemplateError(f"{model.path} has no chat template; give one (--chat-template NAME|FILE), "
                                     f"for example one of: {', '.join(builtin_names())}")
@@ -362,7 +365,7 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
     if template is not None and template in builtin_names():
         pairs = [(m["role"], m["content"] or "") for m in normalize_messages(messages)]
         return _core.chat_apply_template(template, pairs, add_generation_prompt)
-    source = template_source(model, template)
+    source = template_source(model, template, variables.get("tools"))
     checked = normalize_messages(messages)
     special = (_special_text(model, model.bos), _special_text(model, model.eos))
     variables = llama_cpp_variables(source, variables)

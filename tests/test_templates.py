@@ -142,6 +142,77 @@ def test_a_last_assistant_message_is_continued(smollm2, name):
             assert re.search(re.escape(markup[0]) + r"\n?The user asks $", prompt)
 
 
+@pytest.fixture(scope="module")
+def tool_use_models(tmp_path_factory):
+    """Tiny models whose GGUFs carry a tool_use template (Hermes 3's) beside the default (Mistral
+    Nemo's, of another call format), and a tool_use template alone, as converted from a
+    tokenizer_config that lists named templates: (both, alone)."""
+    from tiny_models import random_weights, vocab, write_model
+
+    d, toks = tmp_path_factory.mktemp("tool_use"), vocab()
+    default, tool_use = NEMO.read_text(), HERMES3_TOOL_USE.read_text()
+    w = random_weights(len(toks), seed=1)
+    both = write_model(d / "both.gguf", toks, w, chat_template=[{"name": "default", "template": default},
+                                                                {"name": "tool_use", "template": tool_use}])
+    alone = write_model(d / "alone.gguf", toks, w, chat_template=[{"name": "tool_use", "template": tool_use}])
+    return str(both), str(alone)
+
+
+NEMO = DATA / "mistralai-Mistral-Nemo-Instruct-2407.jinja"
+HERMES3_TOOL_USE = DATA / "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja"
+
+
+def test_a_gguf_s_tool_use_template_renders_the_requests_with_tools(tool_use_models):
+    """Where the GGUF has a tool_use template (Hermes 2 Pro's, Hermes 3's, Command R's), a request
+    with tools is rendered with it and its calls read and held in its format, and one without tools
+    with the default template, as llama.cpp picks; a GGUF with only a tool_use template uses it for
+    every request; a template given by the user is used for both. Negative control: with the
+    default template the same request renders and reads calls in the default's format."""
+    from specllama import completions, templates
+    from test_tools import ASK, CLOCK
+
+    both, alone = tool_use_models
+    model = specllama.Model(both)
+    tool_use = HERMES3_TOOL_USE.read_text()
+    assert model.named_chat_template("tool_use") == tool_use and model.named_chat_template("rag") == ""
+    assert templates.template_source(model, None, [CLOCK]) == tool_use
+    assert templates.template_source(model) == model.chat_template == NEMO.read_text()
+    assert templates.template_source(specllama.Model(alone)) == tool_use
+    assert "<tools>" in templates.render(model, ASK, tools=[CLOCK])
+    assert templates.render(model, ASK) == templates.render(model, ASK, template=str(NEMO))
+    assert "[AVAILABLE_TOOLS]" in templates.render(model, ASK, template=str(NEMO), tools=[CLOCK])
+    with specllama.SpeculativeDecoder(both, both, n_ctx=2048) as dec:
+        fields = dict(messages=ASK, tools=[CLOCK], tool_choice="required", max_tokens=120)
+        for template, want in ((None, tools.hermes), (str(NEMO), tools.mistral.LIST_FLAVOUR)):
+            req = completions.parse(fields, "chat")
+            completions.prompt_tokens(dec, req, template)
+            assert req.tool_format is want
+        out = dec.create_chat_completion(ASK, tools=[CLOCK], tool_choice="required", temperature=0.9, seed=1,
+                                         max_tokens=120, return_tokens=True)["choices"][0]
+        assert out["finish_reason"] == "tool_calls", out
+        assert dec.target_model.detokenize(out["tokens"]).lstrip().startswith("<tool_call>")
+        assert json.loads(out["message"]["tool_calls"][0]["function"]["arguments"])["zone"] in ("UTC", "CET")
+
+
+def test_the_server_serves_a_gguf_s_tool_use_template(tool_use_models):
+    """A real server on a GGUF with a tool_use template: /props reports both templates, as
+    llama-server's does, and an openai client's forced call comes back read in the tool_use
+    template's format, whole and streamed, with the next turn served; with --chat-template that
+    template is the one reported."""
+    from test_server import running
+    from test_tools import openai_forced_call
+
+    both, _ = tool_use_models
+    with running(["-m", both, "-d", both, "-c", "2048"]) as s:
+        props = s.http.get("/props").json()
+        assert (props["chat_template"], props["chat_template_tool_use"]) == \
+            (NEMO.read_text(), HERMES3_TOOL_USE.read_text())
+        openai_forced_call(s.url)
+    with running(["-m", both, "-d", both, "-c", "2048", "--chat-template", str(HERMES3_TOOL_USE)]) as s:
+        props = s.http.get("/props").json()
+        assert props["chat_template"] == HERMES3_TOOL_USE.read_text() and "chat_template_tool_use" not in props
+
+
 def test_a_template_that_writes_no_assistant_text_is_continued_after_its_prompt(tiny, tmp_path):
     """Where the template does not write the last assistant message at all, the continued message
     goes after the generation prompt."""

@@ -8,7 +8,7 @@ weights, so the pair agrees often but not always, as real pairs do.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Union
 
 import gguf
 import numpy as np
@@ -158,10 +158,11 @@ def _write_tensors(writer: "gguf.GGUFWriter", weights: Dict[str, np.ndarray], pa
 
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
                 n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
-                chat_template: Optional[str] = CHATML, add_bos: bool = True, eos: int = 2,
+                chat_template: Union[None, str, List[Dict[str, str]]] = CHATML, add_bos: bool = True, eos: int = 2,
                 user_defined: Sequence[str] = (), control: Sequence[str] = (), space_prefix: bool = True) -> Path:
     """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests);
-    chat_template None leaves the template out; add_bos and eos set the tokenizer's BOS rule and
+    chat_template None leaves the template out (a list of {"name", "template"}: a default and named
+    ones, as a tokenizer_config lists them); add_bos and eos set the tokenizer's BOS rule and
     end-of-sequence token; user_defined: token texts rendered always, control: control tokens
     (_add_tokenizer); space_prefix False: text is tokenized without a space put before it (as a
     BPE vocabulary's is), so that a word after a special token is the word's token."""

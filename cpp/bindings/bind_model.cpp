@@ -54,7 +54,10 @@ void register_model(py::module_ & m) {
         .def_property_readonly("path", [](const model & mdl) { return mdl.path; })
         .def_property_readonly("n_vocab", [](const model & mdl) { return mdl.n_vocab; })
         .def_property_readonly("description", &model_describe)
-        .def_property_readonly("chat_template", &model_chat_template)
+        .def_property_readonly("chat_template", [](const model & mdl) { return model_chat_template(mdl); })
+        .def("named_chat_template", &model_chat_template, py::arg("name"),
+             "The GGUF's chat template of that name (tokenizer.chat_template.NAME: 'tool_use', 'rag', ...); '' "
+             "where it has none.")
         .def_property_readonly("bos", [](const model & mdl) { return llama_vocab_bos(mdl.vocab); })
         .def_property_readonly("eos", [](const model & mdl) { return llama_vocab_eos(mdl.vocab); })
         .def_property_readonly(

@@ -103,8 +103,8 @@ std::string model_describe(const model & mdl) {
     return std::string(buf);
 }
 
-std::string model_chat_template(const model & mdl) {
-    const char * tmpl = llama_model_chat_template(mdl.get(), nullptr);
+std::string model_chat_template(const model & mdl, const std::string & name) {
+    const char * tmpl = llama_model_chat_template(mdl.get(), name.empty() ? nullptr : name.c_str());
     return tmpl ? std::string(tmpl) : std::string();
 }
 

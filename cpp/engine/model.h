@@ -61,7 +61,8 @@ bool kv_interchangeable(const model & target, const model & draft);
 // one-line description: architecture, size, parameters
 std::string model_describe(const model & mdl);
 
-// the model's built-in chat template, or "" when it has none
-std::string model_chat_template(const model & mdl);
+// the GGUF's chat template (name ""), or its template of that name (tokenizer.chat_template.NAME,
+// "tool_use" say); "" where it has none
+std::string model_chat_template(const model & mdl, const std::string & name = "");
 
 }  // namespace specllama

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from .._version import __version__
 from .. import completions
 from ..completions import RequestError
-from ..templates import ChatTemplateError
+from ..templates import ChatTemplateError, template_source
 from . import generation, native_generation
 from .errors import answer_error
 from .request_checks import read_json
@@ -83,9 +83,17 @@ async def props(request: Request):
     settings = {"n_ctx": dec.n_ctx, "model": st.config.model_name,
                 "params": {"temperature": d.temperature, "top_k": d.top_k, "top_p": d.top_p, "min_p": d.min_p,
                            "n_predict": -1, "speculative.n_max": d.n_draft if d.n_draft is not None else dec.n_draft}}
-    return {"default_generation_settings": settings, "total_slots": len(st.slots),
-            "model_alias": st.config.model_name, "model_path": os.path.basename(dec.model_path),
-            "chat_template": dec.target_model.chat_template or "", "build_info": f"specllama {__version__}"}
+    out = {"default_generation_settings": settings, "total_slots": len(st.slots),
+           "model_alias": st.config.model_name, "model_path": os.path.basename(dec.model_path),
+           "chat_template": dec.target_model.chat_template or "", "build_info": f"specllama {__version__}"}
+    if st.config.chat_template is not None:  # (--chat-template: the one template used)
+        try:
+            out["chat_template"] = await run_in_threadpool(template_source, dec.target_model, st.config.chat_template)
+        except ChatTemplateError:  # (its file gone since the server started: the requests say why)
+            out["chat_template"] = ""
+    elif dec.target_model.named_chat_template("tool_use"):  # (used for the requests with tools)
+        out["chat_template_tool_use"] = dec.target_model.named_chat_template("tool_use")
+    return out
 
 
 @router.post("/apply-template")
