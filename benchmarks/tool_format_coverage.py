@@ -62,8 +62,8 @@ def main():
         if reply is None:
             row["result"] = "writes no call"
         else:
-            if fmt is tools.harmony:
-                calls = tools.harmony.read(reply, True, TOOLS)[2]
+            if fmt in tools.WHOLE_REPLY:
+                calls = fmt.read(reply, True, TOOLS)[2]
             else:
                 calls = fmt.parse(reply, TOOLS)[1]
             got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]

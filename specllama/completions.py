@@ -114,8 +114,11 @@ class Request:
     # chat with tools: the call tags that also end a thinking block (the format's ENDS_THINKING, where
     # the template thinks in <think>; prompt_tokens)
     thinking_calls: Tuple[str, ...] = ()
-    harmony: bool = False  # chat: the template writes gpt-oss's harmony format (tools.harmony reads the reply)
-    harmony_opened: Optional[str] = None  # the header of the harmony message the prompt ends inside
+    harmony: bool = False  # chat: the template writes gpt-oss's harmony format
+    # chat: the call format whose Reader reads the whole reply (tools.WHOLE_REPLY: harmony's,
+    # Functionary v3.2's), or None; and how the message the prompt ends inside opened (its opened_by)
+    reader: Any = None
+    opened: Optional[str] = None
 
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
@@ -509,9 +512,11 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
             req.template_markup = reasoning.template_markup(source)
             req.tool_format = tools.format_of(source)
             req.harmony = req.tool_format is tools.harmony
-            if req.harmony:
-                req.harmony_opened = tools.harmony.opened_by(text)
-                req.thinking_open = tools.harmony.MARKUP if tools.harmony.analysis(req.harmony_opened) else None
+            req.reader = req.tool_format if req.tool_format in tools.WHOLE_REPLY else None
+            if req.reader is not None:
+                req.opened = req.reader.opened_by(text)
+                analysis = req.harmony and tools.harmony.analysis(req.opened)
+                req.thinking_open = tools.harmony.MARKUP if analysis else None
             if req.tools and (req.thinking_open or req.template_markup) == reasoning.MARKUPS[0]:
                 req.thinking_calls = req.tool_format.ENDS_THINKING
         elif req.suffix:
@@ -560,9 +565,9 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
     if req.tool_call is not None:
         _tool_grammar(req, opts)
     markup = req.thinking_open or req.template_markup or (tools.harmony.MARKUP if req.harmony else None)
-    if req.harmony:
-        if req.answer_grammar and req.tool_call is None:  # (a schema's answer, in a final message)
-            opts.grammar, opts.grammar_root = tools.harmony.answer_grammar(opts.grammar, opts.grammar_root)
+    if req.reader is not None:
+        if req.answer_grammar and req.tool_call is None:  # (a schema's answer, in the message for the user)
+            opts.grammar, opts.grammar_root = req.reader.answer_grammar(opts.grammar, opts.grammar_root)
     elif req.splits_reasoning() and markup and opts.grammar:
         # a reasoning model may think before the answer its grammar holds, as llama-server lets it; a
         # lazy grammar (tool calls, "auto") reads the reply from after the thinking, so that a call's
@@ -694,8 +699,8 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
     logprobs_json's object."""
     if req.kind == "chat":
         calls: List[Dict[str, Any]] = []
-        if req.harmony:
-            thought, text, calls = tools.harmony.read(text, req.splits_reasoning(), _tools(req), req.harmony_opened)
+        if req.reader is not None:
+            thought, text, calls = req.reader.read(text, req.splits_reasoning(), _tools(req), req.opened)
             content = text or None
         elif req.splits_reasoning():
             thought, text = reasoning.split(text, req.thinking_open, req.thinking_calls, req.channels())
@@ -705,7 +710,7 @@ def response(req: Request, rid: str, model: str, created: int, text: str, finish
                   "logprobs": logprobs, "finish_reason": FINISH.get(finish_reason, finish_reason)}
         if thought is not None:
             choice["message"]["reasoning_content"] = thought
-        if req.tools and not req.harmony:
+        if req.tools and req.reader is None:
             content, calls = req.tool_format.parse(text, _tools(req))
         if calls:
             choice["message"].update(content=content, tool_calls=calls)
@@ -738,10 +743,10 @@ class ChunkWriter:
         self.created = first.created if first is not None else int(time.time())
         self.started = False
         self.n_text = 0  # characters of text sent (completions' text_offset)
-        harmony = tools.harmony.Reader(req.splits_reasoning(), _tools(req), req.harmony_opened) if req.harmony else None
-        self.harmony = harmony  # (reads the thinking, the answer and the calls of gpt-oss's replies)
-        self.splitter = req.tool_format.StreamSplitter(_tools(req)) if req.tools and not harmony else None
-        self.thinking = harmony or (reasoning.StreamSplitter(req.thinking_open, req.thinking_calls, req.channels())
+        reader = req.reader.Reader(req.splits_reasoning(), _tools(req), req.opened) if req.reader else None
+        self.reader = reader  # (reads the thinking, the answer and the calls of a whole reply format's replies)
+        self.splitter = req.tool_format.StreamSplitter(_tools(req)) if req.tools and not reader else None
+        self.thinking = reader or (reasoning.StreamSplitter(req.thinking_open, req.thinking_calls, req.channels())
                                     if req.splits_reasoning() else None)
 
     def _chunk(self, choice: Optional[dict], **extra) -> Dict[str, Any]:
@@ -792,8 +797,8 @@ class ChunkWriter:
         out = self.text("") if self.req.kind == "chat" and not self.started else []
         fr = FINISH.get(finish_reason, finish_reason)
         calls: List[Dict[str, Any]] = []
-        if self.harmony is not None:
-            pieces, calls = self.harmony.finish()
+        if self.reader is not None:
+            pieces, calls = self.reader.finish()
             out += [self._delta(d) for d in self._chat_deltas(pieces)]
         elif self.thinking is not None:
             out += [self._delta(d) for d in self._chat_deltas(self.thinking.finish())]

@@ -6,7 +6,7 @@ token its grammar rejects)."""
 from __future__ import annotations
 
 import ctypes
-from typing import Dict, Sequence
+from typing import Dict, Sequence, Tuple
 
 import llama_cpp
 
@@ -72,5 +72,20 @@ class GrammarText:
                         return False
                     llama_cpp.llama_sampler_accept(smpl, t)
             return self._allowed(smpl, self.eos) if complete else True
+        finally:
+            llama_cpp.llama_sampler_free(smpl)
+
+    def lazy_admits(self, gbnf: str, patterns: Sequence[str], text: str) -> Tuple[bool, bool]:
+        """Whether llama.cpp's lazy grammar of gbnf with the trigger patterns lets text through, one
+        character at a time (and the end after it); and whether it triggered."""
+        smpl = self.sampler(gbnf, patterns)
+        try:
+            for ch in text:
+                t = self.token(ch)
+                if not self._allowed(smpl, t):
+                    return False, True
+                llama_cpp.llama_sampler_accept(smpl, t)
+            nul = self.token("\0")  # (refused whenever the grammar is active)
+            return self._allowed(smpl, self.eos), not self._allowed(smpl, nul)
         finally:
             llama_cpp.llama_sampler_free(smpl)

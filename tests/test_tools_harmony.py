@@ -10,7 +10,6 @@ import json
 import random
 from pathlib import Path
 
-import llama_cpp
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -221,22 +220,6 @@ def test_the_forced_grammar_holds_a_call_to_the_schemas(grammar_text, text, admi
     assert grammar_text.admits(harmony.forced_grammar(tools.check_tools([CLOCK, SPECIAL])), text) == admitted
 
 
-def _lazy_admits(grammar_text, gbnf, patterns, text):
-    """Whether llama.cpp's lazy grammar of gbnf with the trigger patterns lets text through, one
-    character at a time (and the end after it); and whether it triggered."""
-    smpl = grammar_text.sampler(gbnf, patterns)
-    try:
-        for ch in text:
-            t = grammar_text.token(ch)
-            if not grammar_text._allowed(smpl, t):
-                return False, True
-            llama_cpp.llama_sampler_accept(smpl, t)
-        nul = grammar_text.token("\0")  # (refused whenever the grammar is active)
-        return grammar_text._allowed(smpl, grammar_text.eos), not grammar_text._allowed(smpl, nul)
-    finally:
-        llama_cpp.llama_sampler_free(smpl)
-
-
 @pytest.mark.parametrize("text, admitted, triggered", [
     (CALL, True, True),
     (THOUGHT + CALL, True, True),
@@ -253,7 +236,7 @@ def test_the_lazy_grammar_starts_at_a_calls_header(grammar_text, text, admitted,
     recipient or a recipient written in the thinking's text; from there the call follows the
     schema."""
     gbnf, patterns = harmony.lazy_grammar(tools.check_tools([CLOCK]))
-    assert _lazy_admits(grammar_text, gbnf, patterns, text) == (admitted, triggered)
+    assert grammar_text.lazy_admits(gbnf, patterns, text) == (admitted, triggered)
 
 
 @pytest.mark.parametrize("text, admitted", [
@@ -443,7 +426,7 @@ def test_a_continued_analysis_message_goes_on_as_thinking(harmony_decoder):
     req = completions.parse(dict(messages=msgs, **fields), "chat")
     fields["chat_template"] = str(GPT_OSS)
     tokens = completions.prompt_tokens(dec, req, str(GPT_OSS))
-    assert req.harmony_opened == ANALYSIS and req.thinking_open == harmony.MARKUP
+    assert req.opened == ANALYSIS and req.thinking_open == harmony.MARKUP
     differs = 0
     for seed in range(8):
         opts = completions.options_for(dec, req, len(tokens))

@@ -9,6 +9,8 @@ module of this package:
 - seed_oss: <seed:tool_call><function=name><parameter=key>value</parameter></function></seed:tool_call>
   over lines, ByteDance's Seed-OSS's
 - functionary: <function=name>{...}</function>, MeetKai's Functionary v3.1's
+- functionary_v32: >>>name followed by a line break and {...} after the text to >>>all, MeetKai's
+  Functionary v3.2's: a whole reply format (read by functionary_v32.read and .Reader, as harmony's)
 - gemma4: <|tool_call>call:name{key:<|"|>text<|"|>,...}<tool_call|>, Gemma 4's
 - glm: <tool_call>name<arg_key>key</arg_key><arg_value>value</arg_value></tool_call>, GLM-4.5 to
   4.7's (and Ling 3.0's, Laguna's)
@@ -28,6 +30,11 @@ module of this package:
   <|message|>{...}: a whole reply format (its thinking, answer and calls read together by
   harmony.read and harmony.Reader, which the chat API uses in place of the splitters)
 
+A whole reply format (WHOLE_REPLY) has read(text, reasoning, tools, opened) and a Reader(reasoning,
+tools, opened) that read a reply's thinking, text and calls together, opened_by(prompt) (how the
+message the prompt ends inside opened, where it continues one) and answer_grammar(grammar, root)
+(a JSON schema's answer in the format's message for the user).
+
 Each has parse(text, tools) -> (content, calls), a StreamSplitter(tools) that holds a stream's
 text back from a call's start (harmony: its Reader), forced_grammar (tool_choice "required" or a
 named tool: every output is calls, the arguments by the tools' schemas) and lazy_grammar
@@ -39,8 +46,10 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from . import (deepseek, functionary, gemma4, glm, harmony, hermes, json_calls, lfm2, minicpm5, mistral,
-               qwen3_coder, seed_oss)
+from . import (deepseek, functionary, functionary_v32, gemma4, glm, harmony, hermes, json_calls, lfm2, minicpm5,
+               mistral, qwen3_coder, seed_oss)
+
+WHOLE_REPLY = (harmony, functionary_v32)  # the formats whose Reader reads a reply (its thinking, text, calls)
 
 
 def format_of(template_source: Optional[str]) -> Any:
@@ -48,10 +57,10 @@ def format_of(template_source: Optional[str]) -> Any:
     writes gpt-oss's channels, gemma4 where it writes Gemma 4's call tag, minicpm5 where it teaches
     <function name="..."> with <param name="...">, seed_oss where it writes <seed:tool_call>,
     qwen3_coder where it writes <function=...> and <parameter=...> blocks, functionary where it
-    writes <function=...> with JSON arguments, glm where it writes <arg_key>, lfm2 where it lists
-    its tools as LFM2's do, deepseek's flavour where it writes <｜tool▁calls▁begin｜>, json_calls'
-    flavour where it writes that family's tag, mistral's flavour where it writes [TOOL_CALLS], else
-    hermes."""
+    writes <function=...> with JSON arguments, functionary_v32 where it teaches >>>${recipient},
+    glm where it writes <arg_key>, lfm2 where it lists its tools as LFM2's do, deepseek's flavour
+    where it writes <｜tool▁calls▁begin｜>, json_calls' flavour where it writes that family's tag,
+    mistral's flavour where it writes [TOOL_CALLS], else hermes."""
     source = template_source or ""
     if harmony.is_harmony(source):
         return harmony
@@ -65,6 +74,8 @@ def format_of(template_source: Optional[str]) -> Any:
         return qwen3_coder
     if functionary.is_functionary(source):
         return functionary
+    if functionary_v32.is_functionary_v32(source):
+        return functionary_v32
     if glm.KEY in source:
         return glm
     if lfm2.is_lfm2(source):
