@@ -145,9 +145,10 @@ def test_a_last_assistant_message_is_continued(smollm2, name):
 @pytest.fixture(scope="module")
 def tool_use_models(tmp_path_factory):
     """Tiny models whose GGUFs carry a tool_use template (Hermes 3's) beside the default (Mistral
-    Nemo's, of another call format), and a tool_use template alone, as converted from a
-    tokenizer_config that lists named templates: (both, alone)."""
-    from tiny_models import random_weights, vocab, write_model
+    Nemo's, of another call format), a tool_use template alone, and one beside ChatML (which shows
+    no tools), as converted from a tokenizer_config that lists named templates: (both, alone,
+    chatml)."""
+    from tiny_models import CHATML, random_weights, vocab, write_model
 
     d, toks = tmp_path_factory.mktemp("tool_use"), vocab()
     default, tool_use = NEMO.read_text(), HERMES3_TOOL_USE.read_text()
@@ -155,7 +156,9 @@ def tool_use_models(tmp_path_factory):
     both = write_model(d / "both.gguf", toks, w, chat_template=[{"name": "default", "template": default},
                                                                 {"name": "tool_use", "template": tool_use}])
     alone = write_model(d / "alone.gguf", toks, w, chat_template=[{"name": "tool_use", "template": tool_use}])
-    return str(both), str(alone)
+    chatml = write_model(d / "chatml.gguf", toks, w, chat_template=[{"name": "default", "template": CHATML},
+                                                                    {"name": "tool_use", "template": tool_use}])
+    return str(both), str(alone), str(chatml)
 
 
 NEMO = DATA / "mistralai-Mistral-Nemo-Instruct-2407.jinja"
@@ -171,7 +174,7 @@ def test_a_gguf_s_tool_use_template_renders_the_requests_with_tools(tool_use_mod
     from specllama import completions, templates
     from test_tools import ASK, CLOCK
 
-    both, alone = tool_use_models
+    both, alone, _ = tool_use_models
     model = specllama.Model(both)
     tool_use = HERMES3_TOOL_USE.read_text()
     assert model.named_chat_template("tool_use") == tool_use and model.named_chat_template("rag") == ""
@@ -198,11 +201,12 @@ def test_the_server_serves_a_gguf_s_tool_use_template(tool_use_models):
     """A real server on a GGUF with a tool_use template: /props reports both templates, as
     llama-server's does, and an openai client's forced call comes back read in the tool_use
     template's format, whole and streamed, with the next turn served; with --chat-template that
-    template is the one reported."""
+    template is the one reported. Ollama's /api/show says the model takes tools where the tool_use
+    template shows them and the default (ChatML) does not."""
     from test_server import running
     from test_tools import openai_forced_call
 
-    both, _ = tool_use_models
+    both, _, chatml = tool_use_models
     with running(["-m", both, "-d", both, "-c", "2048"]) as s:
         props = s.http.get("/props").json()
         assert (props["chat_template"], props["chat_template_tool_use"]) == \
@@ -211,6 +215,9 @@ def test_the_server_serves_a_gguf_s_tool_use_template(tool_use_models):
     with running(["-m", both, "-d", both, "-c", "2048", "--chat-template", str(HERMES3_TOOL_USE)]) as s:
         props = s.http.get("/props").json()
         assert props["chat_template"] == HERMES3_TOOL_USE.read_text() and "chat_template_tool_use" not in props
+    with running(["-m", chatml, "-d", chatml, "-c", "2048", "--alias", "tiny"]) as s:
+        shown = s.http.post("/api/show", json={"model": "tiny"}).json()
+        assert "tools" in shown["capabilities"] and "tools" not in shown["template"]
 
 
 def test_a_template_that_writes_no_assistant_text_is_continued_after_its_prompt(tiny, tmp_path):

@@ -357,14 +357,18 @@ def thinks(decoder, template: Optional[str] = None) -> bool:
 
 def show(name: str, decoder, n_ctx: int, template_used: Optional[str] = None) -> Dict[str, Any]:
     """/api/show: the model's details, its chat template (Jinja, not a Go template), what it can do
-    (tools where the template takes them, thinking where the template served with has a thinking
-    mode, insert where the vocabulary has fill-in-the-middle tokens) and the context this server
-    serves as its context length."""
+    (tools where the template a request with tools gets takes them, thinking where the template
+    served with has a thinking mode, insert where the vocabulary has fill-in-the-middle tokens) and
+    the context this server serves as its context length."""
     model = decoder.target_model
     d = details(decoder)
     template = model.chat_template or ""
+    try:  # (the template a request with tools is rendered with: a GGUF's tool_use template, say)
+        with_tools = templates.template_source(model, template_used, tools=True)
+    except templates.ChatTemplateError:
+        with_tools = ""
     fim = model.fim_tokens
-    capabilities = ["completion"] + (["tools"] if "tools" in template else []) + \
+    capabilities = ["completion"] + (["tools"] if "tools" in with_tools else []) + \
         (["thinking"] if thinks(decoder, template_used) else [])
     if fim["pre"] >= 0 and fim["suf"] >= 0 and fim["mid"] >= 0:
         capabilities.append("insert")
