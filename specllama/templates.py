@@ -361,10 +361,13 @@ def render(model: "_core.Model", messages: Sequence[dict], add_generation_prompt
     name, or a Jinja file by path. variables (tools, documents, ...) reach Jinja templates, with
     those llama-server gives them (llama_cpp_variables), and the messages as llama.cpp's chat code
     shapes them (template_messages). With add_generation_prompt, a last assistant message without
-    calls is continued (_continued), as llama-server's prefill continues it."""
+    calls is continued (_continued; under a built-in template, after the generation prompt), as
+    llama-server's prefill continues it."""
     if template is not None and template in builtin_names():
-        pairs = [(m["role"], m["content"] or "") for m in normalize_messages(messages)]
-        return _core.chat_apply_template(template, pairs, add_generation_prompt)
+        checked = normalize_messages(messages)
+        continued = continued_text(checked) if add_generation_prompt else None
+        pairs = [(m["role"], m["content"] or "") for m in (checked if continued is None else checked[:-1])]
+        return _core.chat_apply_template(template, pairs, add_generation_prompt) + (continued or "")
     source = template_source(model, template, variables.get("tools"))
     checked = normalize_messages(messages)
     special = (_special_text(model, model.bos), _special_text(model, model.eos))

@@ -221,8 +221,8 @@ def test_the_server_serves_a_gguf_s_tool_use_template(tool_use_models):
 
 
 def test_a_template_that_writes_no_assistant_text_is_continued_after_its_prompt(tiny, tmp_path):
-    """Where the template does not write the last assistant message at all, the continued message
-    goes after the generation prompt."""
+    """Where the template does not write the last assistant message at all (or is one of llama.cpp's
+    built-in templates), the continued message goes after the generation prompt."""
     from specllama import templates
 
     path = tmp_path / "users.jinja"
@@ -231,6 +231,12 @@ def test_a_template_that_writes_no_assistant_text_is_continued_after_its_prompt(
     msgs = [{"role": "user", "content": "Name a river."}, {"role": "assistant", "content": "The longest is "}]
     model = specllama.Model(tiny.target)
     assert templates.render(model, msgs, True, str(path)) == "U:Name a river.\nA:The longest is "
+    # under a built-in template (llama.cpp's own), after the generation prompt
+    assert templates.render(model, msgs, True, "chatml") == \
+        "<|im_start|>user\nName a river.<|im_end|>\n<|im_start|>assistant\nThe longest is "
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.target_q, n_ctx=256) as dec:
+        reply = dec.create_chat_completion(msgs, chat_template="chatml", max_tokens=4, temperature=0)
+        assert reply["choices"][0]["message"]["content"] is not None
     # an assistant's turn of calls is not continued: the reply starts a turn of its own
     qwen = str(DATA / "Qwen-Qwen2.5-7B-Instruct.jinja")
     calls = msgs[:1] + [{"role": "assistant", "content": None, "tool_calls": [
