@@ -95,7 +95,8 @@ class Reader:
     """A reply's text, step by step, as (REASONING or CONTENT, text) pieces, the calls at the end
     (finish): what is certain is passed on, a message's header is held until it is whole, a call
     until its message ends, and an end that may start <|end|>. reasoning: analysis messages are
-    thinking (else content as written); tools: the request's (None: calls are dropped)."""
+    thinking (else content as written); tools: the request's (None: calls are dropped); opened: the
+    header of the message the prompt ends inside (opened_by), where the reply continues one."""
 
     def __init__(self, reasoning: bool = True, tools: Optional[List[Dict[str, Any]]] = None,
                  opened: Optional[str] = None) -> None:
