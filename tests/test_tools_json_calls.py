@@ -44,6 +44,8 @@ def _calls(fmt, text):
     (jc.FIREFUNCTION, ' functools[{"name": "f", "arguments": {"a": 1}}]', (None, [("f", {"a": 1})])),
     (jc.GIGACHAT, '<|function_call|>{"name": "f", "arguments": {"a": 1}}', (None, [("f", {"a": 1})])),
     (jc.APERTUS, '<|tools_prefix|>[{"f": {"a": 1}}, {"g": {}}]<|tools_suffix|>', (None, [("f", {"a": 1}), ("g", {})])),
+    (jc.GRANITE, '<|tool_call|>[{"name": "f", "arguments": {"a": 1}}, {"arguments": {}, "name": "g"}]',
+     (None, [("f", {"a": 1}), ("g", {})])),
     # (llama.cpp's GigaChat 3 cases)
     (jc.GIGACHAT3, '<|message_sep|>\n\nfunction call<|role_sep|>\n'
      '{"name": "special_function", "arguments": {"arg1": 1}}', (None, [("special_function", {"arg1": 1})])),
@@ -71,8 +73,11 @@ def test_a_stream_says_what_the_whole_text_says(fmt):
         check_stream(fmt, text, [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])])
 
 
+GRANITE33 = TEMPLATES / "ibm-granite-granite-3.3-2B-Instruct.jinja"
+
+
 def test_each_template_gets_its_flavour():
-    for name, fmt in BY_TEMPLATE.items():
+    for name, fmt in {**BY_TEMPLATE, GRANITE33.stem: jc.GRANITE}.items():
         assert tools.format_of((TEMPLATES / f"{name}.jinja").read_text()) is fmt, name
     assert jc.flavour_of((TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()) is None
 
@@ -146,6 +151,23 @@ def test_the_grammar_admits_what_the_template_writes_and_the_parser_reads_it_bac
     assert _calls(fmt, text) == (None, [(n, a) for n, a in calls])
 
 
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_CALLS)
+def test_granites_grammar_admits_the_form_its_template_teaches(grammar_text, calls):
+    """Granite 3.x's template writes no past calls; its system prompt teaches the form
+    (<|tool_call|> followed by a JSON list): random calls in it, as the template's tojson lays out
+    JSON, are admitted by the forced grammar (the one-call grammar only where there is one) and
+    read back."""
+    prompt = templates.render_jinja(GRANITE33.read_text(), [{"role": "user", "content": "Hi"}], True, "", "",
+                                    tools=[CLOCK])
+    assert "respond only with <|tool_call|> followed by a JSON list of tools used" in prompt
+    text = "<|tool_call|>" + json.dumps([{"name": n, "arguments": a} for n, a in calls], ensure_ascii=False)
+    checked = tools.check_tools([WEATHER, CLOCK])
+    assert grammar_text.admits(jc.GRANITE.forced_grammar(checked), text), text
+    assert grammar_text.admits(jc.GRANITE.forced_grammar(checked, parallel=False), text) == (len(calls) == 1), text
+    assert _calls(jc.GRANITE, text) == (None, [(n, a) for n, a in calls])
+
+
 CALL = '<TOOLCALL>[{"name": "get_time", "arguments": {"zone": "UTC", "hours": 3}}]</TOOLCALL>'
 
 
@@ -167,11 +189,12 @@ def test_the_lazy_grammar_starts_at_the_tag():
     assert jc.FIREFUNCTION.lazy_grammar(tools.check_tools([CLOCK]))[1] == [" functools"]
 
 
-@pytest.mark.parametrize("name", ["NVIDIA-Nemotron-Nano-v2", "Apertus-8B-Instruct"])
+@pytest.mark.parametrize("name", ["NVIDIA-Nemotron-Nano-v2", "Apertus-8B-Instruct", GRANITE33.stem])
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_forced_call_in_the_templates_flavour(call_decoder, name, stream):
     """The tiny pair under each template with a call forced: the reply is a call in the template's
     flavour, read back into tool_calls by the schema, and the next turn with the call and its result
-    renders. (Asked for no reasoning format: both templates have a thinking mode, in which the
+    renders. (Asked for no reasoning format: the templates have a thinking mode, in which the
     grammar would let the tiny model think to max_tokens.)"""
-    forced_get_time(call_decoder, TEMPLATES / f"{name}.jinja", stream, BY_TEMPLATE[name].open)
+    fmt = tools.format_of((TEMPLATES / f"{name}.jinja").read_text())
+    forced_get_time(call_decoder, TEMPLATES / f"{name}.jinja", stream, fmt.open)

@@ -21,8 +21,9 @@ module of this package:
   ```json block (DeepSeek-R1 and its distills) or name<｜tool▁sep｜>{...} (DeepSeek V3.1): a flavour
   per template (deepseek.Flavour)
 - json_calls: JSON after a family's own tag (<TOOLCALL>[...], <tool_calls>[...], <|START_ACTION|>[...],
-  functools[...], <|function_call|>{...}, <|tools_prefix|>[...]): Nemotron Nano 2's, Apriel's,
-  MiniMax-M1's, Command R7B's, Firefunction's, GigaChat 3.1's, Apertus' (json_calls.Flavour)
+  functools[...], <|function_call|>{...}, <|tools_prefix|>[...], <|tool_call|>[...]): Nemotron Nano 2's,
+  Apriel's, MiniMax-M1's, Command R7B's, Firefunction's, GigaChat 3.1's, Apertus', Granite 3.x's
+  (json_calls.Flavour)
 - mistral: [TOOL_CALLS]name[ARGS]{...} (Mistral Small 3.x, Devstral, Ministral 3, Magistral; with
   [CALL_ID]id, Mistral Small 3.2) or [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]
   (Mistral Nemo): a flavour per template (mistral.Flavour), with a module's functions

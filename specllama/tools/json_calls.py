@@ -12,6 +12,8 @@
   {"name": ..., "arguments": {...}} (one call, the message of a role of its own; GigaChat 3)
 - APERTUS: <|tools_prefix|>[{"name": {...arguments}}, ...]<|tools_suffix|> (the function's name as
   the key; Apertus)
+- GRANITE: <|tool_call|>[{"name": ..., "arguments": {...}}, ...] (no closing tag; IBM Granite 3.x,
+  whose template teaches the form in its system prompt and writes no past calls)
 
 The parser reads the JSON after the flavour's opening tag (a list of calls, or calls one after
 another) into OpenAI's tool_calls, the text before it the content; the grammars write the flavour,
@@ -131,6 +133,7 @@ GIGACHAT = Flavour("GIGACHAT", "<|function_call|>", "", "one", ("name", "argumen
 GIGACHAT3 = Flavour("GIGACHAT3", "<|message_sep|>\n\nfunction call<|role_sep|>\n", "", "one", ("name", "arguments"),
                     tags=("<|message_sep|>", "<|role_sep|>"))
 APERTUS = Flavour("APERTUS", "<|tools_prefix|>", "<|tools_suffix|>", "list", (None, None))
+GRANITE = Flavour("GRANITE", "<|tool_call|>", "", "list", ("name", "arguments"))
 
 
 def flavour_of(template_source: str) -> Optional[Flavour]:
@@ -149,4 +152,6 @@ def flavour_of(template_source: str) -> Optional[Flavour]:
         return GIGACHAT3
     if "<|tools_prefix|>" in template_source:
         return APERTUS
+    if "<|tool_call|>" in template_source:
+        return GRANITE
     return None
