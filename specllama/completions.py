@@ -506,9 +506,10 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
     fill-in-the-middle prompt cut as /infill cuts it with n_batch (llama-server's -b)."""
     try:
         if req.kind == "chat":
-            text, tokens = dec._chat_prompt(req.messages, True, template, **template_variables(req))
+            variables = template_variables(req)
+            text, tokens = dec._chat_prompt(req.messages, True, template, **variables)
             req.thinking_open = reasoning.opened_by(text, continued_text(req.messages) or "")
-            source = template_source(dec.target_model, template, req.tools)
+            source = template_source(dec.target_model, template, variables.get("tools"))  # (the one rendered)
             req.template_markup = reasoning.template_markup(source)
             req.tool_format = tools.format_of(source)
             req.harmony = req.tool_format is tools.harmony
