@@ -185,6 +185,30 @@ def test_a_forced_call_in_the_templates_form(call_decoder, stream):
     assert ">>>get_time\n{" in prompt
 
 
+def test_an_auto_call_is_held_from_its_recipient_line(call_decoder):
+    """tool_choice "auto": a reply whose recipient line starts as a tool's name does (the tiny model
+    pushed to begin with g) is held from there to a call by the schema and comes back as the call;
+    unpushed replies stay text. Negative control: the pushed replies without the grammar read as
+    no call."""
+    model = call_decoder.target_model
+    g = model.tokenize("g", add_special=False, parse_special=False)[-1]
+    req = completions.parse(dict(messages=ASK, tools=[CLOCK], temperature=0.9, max_tokens=80), "chat")
+    tokens = completions.prompt_tokens(call_decoder, req, str(V32))
+    for seed in range(4):
+        for bias in ({}, {g: 30.0}):
+            opts = completions.options_for(call_decoder, req, len(tokens))
+            opts.seed, opts.logit_bias = seed, bias
+            text = call_decoder.generate(tokens, opts).text
+            _, _, calls = v32.read(text, True, [CLOCK])
+            if bias:
+                assert text.startswith("get_time\n") and len(calls) == 1, text
+                assert json.loads(calls[0]["function"]["arguments"])["zone"] in ("UTC", "CET")
+                opts.grammar, opts.grammar_trigger_patterns = "", []
+                assert not v32.read(call_decoder.generate(tokens, opts).text, True, [CLOCK])[2]
+            else:
+                assert not calls, text
+
+
 GRAMMAR = 'root ::= "all\\n" [a-z]{2,8} " " [a-z]{2,8}'
 
 
