@@ -114,11 +114,15 @@ class Request:
     # chat with tools: the call tags that also end a thinking block (the format's ENDS_THINKING, where
     # the template thinks in <think>; prompt_tokens)
     thinking_calls: Tuple[str, ...] = ()
-    harmony: bool = False  # chat: the template writes gpt-oss's harmony format
     # chat: the call format whose Reader reads the whole reply (tools.WHOLE_REPLY: harmony's,
     # Functionary v3.2's), or None; and how the message the prompt ends inside opened (its opened_by)
     reader: Any = None
     opened: Optional[str] = None
+
+    @property
+    def harmony(self) -> bool:
+        """Whether the chat template writes gpt-oss's harmony format."""
+        return self.reader is tools.harmony
 
     def splits_reasoning(self) -> bool:
         return self.kind == "chat" and self.reasoning_format != "none"
@@ -512,12 +516,10 @@ def prompt_tokens(dec, req: Request, template: Optional[str] = None, n_batch: in
             source = template_source(dec.target_model, template, variables.get("tools"))  # (the one rendered)
             req.template_markup = reasoning.template_markup(source)
             req.tool_format = tools.format_of(source)
-            req.harmony = req.tool_format is tools.harmony
             req.reader = req.tool_format if req.tool_format in tools.WHOLE_REPLY else None
             if req.reader is not None:
                 req.opened = req.reader.opened_by(text)
-                analysis = req.harmony and tools.harmony.analysis(req.opened)
-                req.thinking_open = tools.harmony.MARKUP if analysis else None
+                req.thinking_open = req.reader.opened_thinking(req.opened)
             if req.tools and (req.thinking_open or req.template_markup) == reasoning.MARKUPS[0]:
                 req.thinking_calls = req.tool_format.ENDS_THINKING
         elif req.suffix:

@@ -394,8 +394,9 @@ def _continues(messages: List[dict]) -> bool:
 def continued_text(messages: Sequence[Any]) -> Optional[str]:
     """The text a reply continues where the conversation ends with an assistant's message without
     calls (llama-server's prefill): that message's content, or its reasoning_content where it has
-    thinking and no content yet; None where the reply starts a turn of its own."""
-    checked = normalize_messages(messages)
+    thinking and no content yet; None where the reply starts a turn of its own. (Only the last two
+    messages are looked at: whether one continues follows from them.)"""
+    checked = normalize_messages(list(messages[-2:]))
     return checked[-1].get(_continued_field(checked[-1])) or "" if _continues(checked) else None
 
 

@@ -127,6 +127,8 @@ def test_a_last_assistant_message_is_continued(smollm2, name):
     assert templates.render(smollm2, finished, True, path).startswith(ours)  # (the prefill itself)
     with pytest.raises(ChatTemplateError, match="2 or more assistant messages"):
         templates.render(smollm2, finished + finished[1:], True, path)
+    with pytest.raises(ChatTemplateError, match="2 or more assistant messages"):
+        templates.continued_text(finished + finished[1:])
     thinking = first + [{"role": "assistant", "content": "", "reasoning_content": "The user asks "}]
     assert templates.continued_text(thinking) == "The user asks "
     source = (DATA / f"{name}.jinja").read_text()

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from specllama import completions, templates, tools
 from specllama.tools import functionary_v32 as v32
 from test_server import running
-from test_tools import ASK, CLOCK, calls_strategy, forced_get_time, openai_forced_call
+from test_tools import ASK, CLOCK, forced_get_time, openai_forced_call
+from test_tools_functionary import CALLS
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -108,11 +108,8 @@ def _template_turn(calls):
     return text[turn:text.rindex("<|eot_id|>")]
 
 
-_CALLS = calls_strategy(st.text(st.sampled_from([chr(c) for c in range(32, 127)]), max_size=12), ("units",))
-
-
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(_CALLS)
+@given(CALLS)
 def test_the_grammar_admits_what_the_template_writes_and_the_reader_reads_it_back(grammar_text, calls):
     """Random calls written as the template writes a past turn of calls: the forced grammar admits
     the text (llama.cpp's engine), the one-call grammar only where there is one, and the reader
@@ -243,6 +240,7 @@ def test_a_schemas_answer_and_a_continued_message(call_decoder):
     req = completions.parse(dict(messages=msgs), "chat")
     tokens = completions.prompt_tokens(call_decoder, req, str(V32))
     assert call_decoder.target_model.detokenize(tokens).endswith(">>>all\nIt is") and req.opened == v32.ALL
+    assert req.thinking_open is None  # (no message of this format is thinking)
     grammar = 'root ::= " " [a-z]{2,8} ">>>" [a-z]{2,8}'
     out = call_decoder.create_chat_completion(msgs, chat_template=str(V32), grammar=grammar, temperature=1.0, seed=1,
                                               max_tokens=40, return_tokens=True)["choices"][0]

@@ -120,8 +120,9 @@ def test_the_message_a_prompt_ends_inside(tiny):
     assert thinking.endswith(ANALYSIS + "The user") and harmony.opened_by(thinking) == ANALYSIS
     answer = templates.render(model, first + [{"role": "assistant", "content": "The longest is "}], True, str(GPT_OSS))
     assert answer.endswith(FINAL + "The longest is ") and harmony.opened_by(answer) == FINAL
-    assert harmony.analysis(ANALYSIS) and not harmony.analysis(FINAL)
-    assert not harmony.analysis("<|channel|>analysis to=functions.f<|message|>")  # (a call's)
+    assert harmony.opened_thinking(ANALYSIS) == harmony.MARKUP and harmony.opened_thinking(FINAL) is None
+    assert harmony.opened_thinking("<|channel|>analysis to=functions.f<|message|>") is None  # (a call's)
+    assert harmony.opened_thinking(None) is None
     assert harmony.opened_by(templates.render(model, first, True, str(GPT_OSS))) is None  # (<|start|>assistant)
     assert harmony.opened_by(thinking + "<|end|><|start|>assistant") is None
 

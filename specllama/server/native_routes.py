@@ -91,8 +91,8 @@ async def props(request: Request):
             out["chat_template"] = await run_in_threadpool(template_source, dec.target_model, st.config.chat_template)
         except ChatTemplateError:  # (its file gone since the server started: the requests say why)
             out["chat_template"] = ""
-    elif dec.target_model.named_chat_template("tool_use"):  # (used for the requests with tools)
-        out["chat_template_tool_use"] = dec.target_model.named_chat_template("tool_use")
+    elif tool_use := dec.target_model.named_chat_template("tool_use"):  # (used for the requests with tools)
+        out["chat_template_tool_use"] = tool_use
     return out
 
 

@@ -32,9 +32,10 @@ module of this package:
   harmony.read and harmony.Reader, which the chat API uses in place of the splitters)
 
 A whole reply format (WHOLE_REPLY) has read(text, reasoning, tools, opened) and a Reader(reasoning,
-tools, opened) that read a reply's thinking, text and calls together, opened_by(prompt) (how the
-message the prompt ends inside opened, where it continues one) and answer_grammar(grammar, root)
-(a JSON schema's answer in the format's message for the user).
+tools, opened) that read a reply's thinking, text and calls together (common.read_whole),
+opened_by(prompt) (how the message the prompt ends inside opened, where it continues one),
+opened_thinking(opened) (the thinking markup where that message is thinking) and
+answer_grammar(grammar, root) (a JSON schema's answer in the format's message for the user).
 
 Each has parse(text, tools) -> (content, calls), a StreamSplitter(tools) that holds a stream's
 text back from a call's start (harmony: its Reader), forced_grammar (tool_choice "required" or a

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..reasoning import CONTENT, REASONING
 
 Calls = Tuple[Optional[str], List[Dict[str, Any]]]
 
@@ -67,6 +69,55 @@ def regex_literal(text: str) -> str:
     """text as a regular expression that matches it, as llama.cpp's std::regex (ECMAScript) reads
     one (Python's re.escape escapes a space, which ECMAScript need not accept)."""
     return re.sub(r"([\\^$.|?*+()\[\]{}])", r"\\\1", text)
+
+
+def regex_prefixes(text: str, least: int) -> str:
+    """A regular expression (regex_literal's dialect) of the prefixes of text at least least
+    characters long."""
+    rest = ""
+    for c in reversed(text[least:]):
+        rest = f"(?:{regex_literal(c)}{rest})?"
+    return regex_literal(text[:least]) + rest
+
+
+# --- what the whole reply formats (harmony's, Functionary v3.2's) share -------------------------
+
+_DECODER = json.JSONDecoder()
+
+
+def json_object(body: str) -> Optional[Dict[str, Any]]:
+    """body (whitespace around it aside) as a JSON object, or None where it is not one."""
+    try:
+        value, end = _DECODER.raw_decode(body.strip())
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) and end == len(body.strip()) else None
+
+
+def tail(text: str, tags: Sequence[str]) -> int:
+    """The length of text's longest end that starts one of tags (text a stream holds back)."""
+    return max((k for tag in tags for k in range(min(len(tag) - 1, len(text)), 0, -1)
+                if tag.startswith(text[-k:])), default=0)
+
+
+def read_whole(reader: Any, text: str) -> Tuple[Optional[str], str, List[Dict[str, Any]]]:
+    """(reasoning_content or None, content, tool_calls) of a whole reply read by a whole reply
+    format's Reader (feed, then finish)."""
+    pieces = reader.feed(text)
+    rest, calls = reader.finish()
+    pieces += rest
+    thought = "".join(t for kind, t in pieces if kind == REASONING)
+    return thought or None, "".join(t for kind, t in pieces if kind == CONTENT), calls
+
+
+def whole_calls(text: str, read: Tuple[Optional[str], str, List[Dict[str, Any]]]) -> Calls:
+    """(content, tool_calls) of a generated text from what read_whole read of it (its thinking read
+    as content): the calls and the content before them (None where empty); a text without a call
+    whole."""
+    _, content, calls = read
+    if not calls:
+        return text, []
+    return content or None, calls
 
 
 class Flavour:

@@ -18,7 +18,6 @@ start or after >>>); a JSON schema's answer, a message to all."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -31,7 +30,6 @@ ENDS_THINKING: Tuple[str, ...] = ()
 TAGS: Tuple[str, ...] = ()  # (plain text in Llama 3's vocabulary)
 HEAD_MAX = 256  # a recipient line longer than this is text
 _NAME_CHARS = re.compile(r"[^\s>]*")
-_DECODER = json.JSONDecoder()
 
 Piece = Tuple[str, str]
 
@@ -41,6 +39,11 @@ def is_functionary_v32(source: str) -> bool:
     return ">>>all" in source and ">>>${recipient}" in source
 
 
+def opened_thinking(header: Optional[str]) -> None:
+    """None: no message of this format opens thinking."""
+    return None
+
+
 def opened_by(prompt_text: str) -> Optional[str]:
     """The recipient line (all\\n) of the message a rendered prompt ends inside (a continued
     assistant's message), or None where the reply starts with a recipient."""
@@ -48,19 +51,6 @@ def opened_by(prompt_text: str) -> Optional[str]:
     if at < 0 or prompt_text.endswith(RECIPIENT):
         return None
     return ALL if prompt_text[at + len(RECIPIENT):].startswith(ALL) else None
-
-
-def _arguments(body: str) -> Optional[Dict[str, Any]]:
-    try:
-        value, end = _DECODER.raw_decode(body.strip())
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) and end == len(body.strip()) else None
-
-
-def _tail(text: str) -> int:
-    """The length of text's longest end that starts >>>."""
-    return next((k for k in range(min(len(RECIPIENT) - 1, len(text)), 0, -1) if RECIPIENT.startswith(text[-k:])), 0)
 
 
 class Reader:
@@ -90,7 +80,7 @@ class Reader:
                     break
             elif self.kind == CONTENT and self.tools is not None:
                 at = self.held.find(RECIPIENT)
-                cut = at if at >= 0 else len(self.held) - _tail(self.held)
+                cut = at if at >= 0 else len(self.held) - common.tail(self.held, (RECIPIENT,))
                 if cut:
                     out.append((CONTENT, self.held[:cut]))
                 self.held = self.held[cut:]
@@ -100,11 +90,11 @@ class Reader:
             elif self.kind == "call":
                 at = self.held.find(RECIPIENT)
                 if at < 0:
-                    cut = len(self.held) - _tail(self.held)
+                    cut = len(self.held) - common.tail(self.held, (RECIPIENT,))
                     self.body, self.held = self.body + self.held[:cut], self.held[cut:]
                     break
                 self.body, self.held = self.body + self.held[:at], self.held[at:]
-                if _arguments(self.body) is None:  # (>>> inside the arguments' text: not an end)
+                if common.json_object(self.body) is None:  # (>>> inside the arguments' text: not an end)
                     self.body, self.held = self.body + RECIPIENT, self.held[len(RECIPIENT):]
                     continue
                 self._close(out)
@@ -137,7 +127,7 @@ class Reader:
     def _close(self, out: List[Piece]) -> None:
         """The current call's message ended: a call where its arguments are a JSON object, else
         its text as written."""
-        arguments = _arguments(self.body)
+        arguments = common.json_object(self.body)
         if arguments is not None:
             self.calls.append(common.openai_call(self.head.removeprefix(RECIPIENT)[:-1], arguments))
         else:
@@ -161,19 +151,13 @@ class Reader:
 def read(text: str, reasoning: bool = True, tools: Optional[List[Dict[str, Any]]] = None,
          opened: Optional[str] = None) -> Tuple[Optional[str], str, List[Dict[str, Any]]]:
     """(None: no thinking, content, tool_calls) of a whole reply (Reader's)."""
-    r = Reader(reasoning, tools, opened)
-    pieces = r.feed(text)
-    rest, calls = r.finish()
-    return None, "".join(t for _, t in pieces + rest), calls
+    return common.read_whole(Reader(reasoning, tools, opened), text)
 
 
 def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> common.Calls:
     """(content, tool_calls) of a generated text: the calls and the text to all before them (None
     where empty); a text without a call whole."""
-    _, content, calls = read(text, tools=tools if tools is not None else [])
-    if not calls:
-        return text, []
-    return content or None, calls
+    return common.whole_calls(text, read(text, tools=tools if tools is not None else []))
 
 
 # --- grammars ------------------------------------------------------------------------------------
@@ -196,14 +180,6 @@ def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, para
     return "\n".join([f"root ::= functionary-call{more}", *_calls(tools, name)]) + "\n"
 
 
-def _prefixes(text: str, least: int) -> str:
-    """A regular expression of the prefixes of text at least least characters long."""
-    rest = ""
-    for c in reversed(text[least:]):
-        rest = f"(?:{common.regex_literal(c)}{rest})?"
-    return common.regex_literal(text[:least]) + rest
-
-
 def lazy_grammar(tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
     """tool_choice "auto": (the grammar, the patterns that start it): calls from a recipient line
     on, at the reply's start or after >>>, once it can only name a tool (not all). Each pattern
@@ -213,7 +189,7 @@ def lazy_grammar(tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[st
         line = t["function"]["name"] + "\n"
         same = next((k for k, (a, b) in enumerate(zip(line, ALL)) if a != b), min(len(line), len(ALL)))
         if line != ALL:
-            lines.append(_prefixes(line, same + 1))
+            lines.append(common.regex_prefixes(line, same + 1))
     names = "|".join(lines)
     patterns = [f"^((?:{names}))$", f"{common.regex_literal(RECIPIENT)}((?:{names}))$"] if lines else []
     return forced_grammar(tools, None, parallel), patterns

@@ -24,9 +24,8 @@ arguments by the tool's schema, or a final message by the answer's schema."""
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import gbnf, schemas
 from ..reasoning import CONTENT, REASONING
@@ -48,7 +47,6 @@ HEADER_MAX = 256  # a header longer than this without <|message|> is text, not a
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL = re.compile(re.escape(CHANNEL) + r"([^\s<]+)")
 _TO = " to=functions."
-_DECODER = json.JSONDecoder()
 
 Piece = Tuple[str, str]
 
@@ -71,24 +69,12 @@ def opened_by(prompt_text: str) -> Optional[str]:
     return tail[:at + len(MESSAGE)]
 
 
-def analysis(header: Optional[str]) -> bool:
-    """Whether a message's header (opened_by's) opens thinking: the analysis channel, no recipient."""
-    return header is not None and (_CHANNEL.findall(header) or [""])[-1] == "analysis" and \
+def opened_thinking(header: Optional[str]) -> Optional[Tuple[str, str]]:
+    """The thinking's markup (MARKUP) where a message's header (opened_by's) opens thinking (the
+    analysis channel, no recipient), else None."""
+    thinking = header is not None and (_CHANNEL.findall(header) or [""])[-1] == "analysis" and \
         not _RECIPIENT.findall(header)
-
-
-def _tail(text: str, tags: Sequence[str]) -> int:
-    """The length of text's longest end that starts one of tags."""
-    return max((k for tag in tags for k in range(min(len(tag) - 1, len(text)), 0, -1)
-                if tag.startswith(text[-k:])), default=0)
-
-
-def _arguments(body: str) -> Optional[Dict[str, Any]]:
-    try:
-        value, end = _DECODER.raw_decode(body.strip())
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) and end == len(body.strip()) else None
+    return MARKUP if thinking else None
 
 
 class Reader:
@@ -126,7 +112,7 @@ class Reader:
                 at = [(i, tag) for i, tag in ((self.held.find(t), t) for t in BREAKS) if i >= 0]
                 if not at:
                     if self.kind != "call":  # (a call's text is held until its message ends)
-                        cut = len(self.held) - _tail(self.held, BREAKS)
+                        cut = len(self.held) - common.tail(self.held, BREAKS)
                         self._body(self.held[:cut], out)
                         self.held = self.held[cut:]
                     break
@@ -179,7 +165,7 @@ class Reader:
             out.append((CONTENT, tag))
         if self.kind == "call":
             body = self.message[self.message.index(MESSAGE) + len(MESSAGE):]
-            arguments = _arguments(body)
+            arguments = common.json_object(body)
             if arguments is not None:
                 self.calls.append(common.openai_call(self.name, arguments))
             else:  # (not a call after all: its text is content)
@@ -201,20 +187,12 @@ class Reader:
 def read(text: str, reasoning: bool = True, tools: Optional[List[Dict[str, Any]]] = None,
          opened: Optional[str] = None) -> Tuple[Optional[str], str, List[Dict[str, Any]]]:
     """(reasoning_content or None, content, tool_calls) of a whole reply (Reader's)."""
-    r = Reader(reasoning, tools, opened)
-    pieces = r.feed(text)
-    rest, calls = r.finish()
-    pieces += rest
-    thought = "".join(t for kind, t in pieces if kind == REASONING)
-    return thought or None, "".join(t for kind, t in pieces if kind == CONTENT), calls
+    return common.read_whole(Reader(reasoning, tools, opened), text)
 
 
 def parse(text: str, tools: Optional[List[Dict[str, Any]]] = None) -> common.Calls:
     """(content, tool_calls) of a generated text, its thinking read as content (read() splits it)."""
-    _, content, calls = read(text, reasoning=False, tools=tools if tools is not None else [])
-    if not calls:
-        return text, []
-    return content or None, calls
+    return common.whole_calls(text, read(text, reasoning=False, tools=tools if tools is not None else []))
 
 
 # --- grammars ------------------------------------------------------------------------------------
@@ -256,21 +234,13 @@ def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, para
                       *_calls(tools, name)]) + "\n"
 
 
-def _prefixes(text: str, least: int) -> str:
-    """A regular expression of the prefixes of text at least least characters long."""
-    rest = ""
-    for c in reversed(text[least:]):
-        rest = f"(?:{common.regex_literal(c)}{rest})?"
-    return common.regex_literal(text[:least]) + rest
-
-
 def lazy_grammar(tools: List[Dict[str, Any]], parallel: bool = True) -> Tuple[str, List[str]]:
     """tool_choice "auto": (the grammar, the patterns that start it): a call from its header on,
     where a message opens with one (the reply's first, or after <|start|>assistant), started once
     its recipient reads " to=f" (so that a stray to=assistant does not start it). Each pattern
     ends where the text does, the text from its group being the start of a call the grammar
     reads (llama.cpp throws where the grammar refuses the text it is fed)."""
-    to = _prefixes(_TO, len(" to=f"))
+    to = common.regex_prefixes(_TO, len(" to=f"))
     channel, role = common.regex_literal(CHANNEL) + "(?:commentary|analysis)", common.regex_literal(ROLE)
     patterns = [f"^({to})$", f"{role}({to})$", f"^({channel}{to})$", f"{role}({channel}{to})$"]
     return "\n".join(["root ::= harmony-call", *_calls(tools, None)]) + "\n", patterns
