@@ -62,10 +62,7 @@ def main():
         if reply is None:
             row["result"] = "writes no call"
         else:
-            if fmt in tools.WHOLE_REPLY:
-                calls = fmt.read(reply, True, TOOLS)[2]
-            else:
-                calls = fmt.parse(reply, TOOLS)[1]
+            calls = fmt.parse(reply, TOOLS)[1]
             got = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
             row.update(result="read" if got == [("get_time", CALL["function"]["arguments"])] else "not read",
                        reply=reply[:160])
