@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_set_level', 'model_footprint', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_set_level', 'model_footprint', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -110,8 +110,10 @@ class Context:
         """
         Keep the first n_keep cached tokens and drop the rest (a recurrent or hybrid model: back to the last checkpoint at or before n_keep, then the tokens from there decoded again)
         """
-    def set_n_threads(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
+    def set_n_threads(self, n_threads: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Decode on n_threads threads from now on; 0: the count the context was made with, which where none was given and the model runs on the CPU alone is tuned by measuring the decodes.
+        """
     @property
     def can_reuse(self) -> bool:
         """
@@ -142,9 +144,24 @@ class Context:
         tokens decoded again after restoring a checkpoint, or from the start where none was saved
         """
     @property
+    def n_thread_probes(self) -> int:
+        """
+        decodes run at another thread count than the tuned one, to compare
+        """
+    @property
+    def n_threads(self) -> int:
+        """
+        the CPU threads decodes use now (the tuned count, where tuned)
+        """
+    @property
     def recurrent(self) -> bool:
         """
         whether the model's memory is recurrent or hybrid (every rollback by checkpoint)
+        """
+    @property
+    def threads_tuned(self) -> bool:
+        """
+        whether the thread count is tuned by measuring the decodes (ThreadTuner): no count given, and the model on the CPU alone
         """
     @property
     def tokens(self) -> list[int]:
@@ -153,6 +170,38 @@ class Context:
     def window_only(self) -> bool:
         """
         whether a sliding-window model's window layers keep only the window (swa_full=False): rollback further back than the window goes back to a checkpoint
+        """
+class ThreadTuner:
+    """
+    How many CPU threads a context's decodes use where no count is given: the decodes run at the current count, and now and then one runs at another (a quarter fewer, or the full count); one that beats the current count's running mean cost for decodes of its size by 15%, twice in a row, moves the count there (engine/thread_tuner.h).
+    """
+    def __init__(self, max_threads: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    def next(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> int:
+        """
+        The thread count for the next decode, of n_tokens.
+        """
+    def record(self, n_tokens: typing.SupportsInt | typing.SupportsIndex, threads: typing.SupportsInt | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex) -> None:
+        """
+        A decode of n_tokens tokens on threads threads took ms.
+        """
+    @property
+    def max_threads(self) -> int:
+        ...
+    @property
+    def n_moves(self) -> int:
+        """
+        changes of the current count
+        """
+    @property
+    def n_probes(self) -> int:
+        """
+        decodes run at another count to compare
+        """
+    @property
+    def threads(self) -> int:
+        """
+        the current count
         """
 class BatchDrafting:
     """
@@ -1008,6 +1057,21 @@ class Stats:
         target verification passes
         """
     @property
+    def n_thread_probes(self) -> int:
+        """
+        decodes of either model run at another thread count than the tuned one, to compare
+        """
+    @property
+    def n_threads(self) -> int:
+        """
+        the CPU threads the target's decodes used at the end (the tuned count, where tuned; 0 with mode dsi, whose DSIStats has its counts)
+        """
+    @property
+    def n_threads_draft(self) -> int:
+        """
+        the same for the draft model (0 where it did not run)
+        """
+    @property
     def n_window_catch_ups(self) -> int:
         """
         probes of a paused draft model that caught up on the last tokens alone, not on everything since the pause
@@ -1081,6 +1145,11 @@ class Stats:
     def t_vocab_ms(self) -> float:
         """
         of t_draft_ms, pairing a draft of another vocabulary with the target: masking the tokens they do not share and converting tokens
+        """
+    @property
+    def threads_tuned(self) -> bool:
+        """
+        whether a model's thread count was tuned by measuring its decodes (no count given, and the model on the CPU alone): fewer threads where another process keeps a core busy
         """
     @property
     def tokens_per_second(self) -> float:

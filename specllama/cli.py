@@ -187,6 +187,14 @@ def _cache_options():
     ]
 
 
+def _thread_options() -> list:
+    return [click.option("-t", "--threads", type=click.IntRange(0), default=0,
+                         help="CPU threads (0 = tuned: at most the physical cores, fewer while fewer decode faster, "
+                              "as where another process keeps a core busy)."),
+            click.option("--threads-draft", type=click.IntRange(0), default=0,
+                         help="CPU threads for the draft (0 = --threads; tuned on its own where that is 0).")]
+
+
 def model_options(fn):
     """Options every model-running command shares (llama.cpp's names where it has one)."""
     opts = [
@@ -206,8 +214,7 @@ def model_options(fn):
         *_drafting_options(),
         click.option("-c", "--ctx-size", type=click.IntRange(0), default=DECODER_DEFAULTS["n_ctx"], show_default=True,
                      help="Context size in tokens (0 = the model's)."),
-        click.option("-t", "--threads", type=click.IntRange(0), default=0, help="CPU threads (0 = the physical cores)."),
-        click.option("--threads-draft", type=click.IntRange(0), default=0, help="CPU threads for the draft (0 = --threads)."),
+        *_thread_options(),
         click.option("-ngl", "--n-gpu-layers", "n_gpu_layers", type=int, default=None,
                      help="Target layers to offload (-1 = all, 0 = none; default: all when -dev or --rpc names a "
                           "device, else as many as fit in the GPUs' free memory, after the draft's; none without a "

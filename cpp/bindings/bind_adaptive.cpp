@@ -1,5 +1,6 @@
 // bindings/bind_adaptive.cpp: the draft-length rules on their own (the adaptive length of one
-// generation, the slots' shared cap), to check them with given costs and to replay recorded traces.
+// generation, the slots' shared cap) and the thread count's tuner, to check them with given costs
+// and to replay recorded traces.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -7,6 +8,7 @@
 
 #include "batching/batch_drafting.h"
 #include "bindings.h"
+#include "engine/thread_tuner.h"
 #include "speculative/draft_length.h"
 
 namespace py = pybind11;
@@ -15,6 +17,20 @@ using namespace specllama;
 namespace specllama_py {
 
 void register_adaptive(py::module_ & m) {
+    // the tuner of a context's thread count on its own, to check it with given costs
+    py::class_<thread_tuner>(m, "ThreadTuner",
+                             "How many CPU threads a context's decodes use where no count is given: the decodes "
+                             "run at the current count, and now and then one runs at another (a quarter fewer, or "
+                             "the full count); one that beats the current count's running mean cost for decodes of "
+                             "its size by 15%, twice in a row, moves the count there (engine/thread_tuner.h).")
+        .def(py::init<int32_t>(), py::arg("max_threads"))
+        .def("next", &thread_tuner::next, py::arg("n_tokens"), "The thread count for the next decode, of n_tokens.")
+        .def("record", &thread_tuner::record, py::arg("n_tokens"), py::arg("threads"), py::arg("ms"),
+             "A decode of n_tokens tokens on threads threads took ms.")
+        .def_property_readonly("threads", &thread_tuner::threads, "the current count")
+        .def_property_readonly("max_threads", &thread_tuner::max_threads)
+        .def_property_readonly("n_probes", &thread_tuner::n_probes, "decodes run at another count to compare")
+        .def_property_readonly("n_moves", &thread_tuner::n_moves, "changes of the current count");
     // the slots' shared draft-length rule on its own, to check it with given costs
     py::class_<batch_drafting>(m, "BatchDrafting",
                                "How many tokens slots that share their decodes draft while several generate: "

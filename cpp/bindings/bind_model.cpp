@@ -322,11 +322,32 @@ void register_model(py::module_ & m) {
             },
             "A recurrent, hybrid or window-only memory: save its state now in a checkpoint that checkpoint() "
             "leaves in place (where a prompt ends); a no-op for a KV cache.")
-        .def("set_n_threads", [](py_context & c, int32_t n) {
+        .def(
+            "set_n_threads",
+            [](py_context & c, int32_t n) {
+                py::gil_scoped_release      nogil;
+                std::lock_guard<std::mutex> lock(c.mutex);
+                c.cache.set_n_threads(n);
+            },
+            py::arg("n_threads"),
+            "Decode on n_threads threads from now on; 0: the count the context was made with, which where none was "
+            "given and the model runs on the CPU alone is tuned by measuring the decodes.")
+        .def_property_readonly("n_threads", [](py_context & c) {
             py::gil_scoped_release      nogil;
             std::lock_guard<std::mutex> lock(c.mutex);
-            c.cache.set_n_threads(n);
-        });
+            return c.cache.n_threads();
+        }, "the CPU threads decodes use now (the tuned count, where tuned)")
+        .def_property_readonly("threads_tuned", [](py_context & c) {
+            py::gil_scoped_release      nogil;
+            std::lock_guard<std::mutex> lock(c.mutex);
+            return c.cache.tuning_threads();
+        }, "whether the thread count is tuned by measuring the decodes (ThreadTuner): no count given, and the "
+           "model on the CPU alone")
+        .def_property_readonly("n_thread_probes", [](py_context & c) {
+            py::gil_scoped_release      nogil;
+            std::lock_guard<std::mutex> lock(c.mutex);
+            return c.cache.n_thread_probes();
+        }, "decodes run at another thread count than the tuned one, to compare");
 }
 
 }  // namespace specllama_py

@@ -129,6 +129,16 @@ void register_stats(py::module_ & m) {
                       "candidates and their logits)")
         .def_readonly("n_draft_calls", &gs::n_draft_calls,
                       "after the prompt, the draft model's llama_decode calls (not counted with mode dsi)")
+        .def_readonly("n_threads", &gs::n_threads,
+                      "the CPU threads the target's decodes used at the end (the tuned count, where tuned; 0 with "
+                      "mode dsi, whose DSIStats has its counts)")
+        .def_readonly("n_threads_draft", &gs::n_threads_draft,
+                      "the same for the draft model (0 where it did not run)")
+        .def_readonly("threads_tuned", &gs::threads_tuned,
+                      "whether a model's thread count was tuned by measuring its decodes (no count given, and the "
+                      "model on the CPU alone): fewer threads where another process keeps a core busy")
+        .def_readonly("n_thread_probes", &gs::n_thread_probes,
+                      "decodes of either model run at another thread count than the tuned one, to compare")
         .def_readonly("sampling", &gs::sampling,
                       "where the rows were sampled (GenerateOptions.device_sampling): 'device', 'host', or "
                       "'device (target), host (draft)' and the reverse")

@@ -58,9 +58,10 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     const bool spare        = !recurrent_ && llama_model_n_swa(mdl_->get()) == 0;
     cparams.n_seq_max       = spare ? 2 : 1;
     cparams.kv_unified      = spare;
-    int32_t n_threads       = params.n_threads > 0 ? params.n_threads : default_threads();
-    cparams.n_threads       = n_threads;
-    cparams.n_threads_batch = n_threads;
+    n_threads_              = params.n_threads > 0 ? params.n_threads : default_threads();
+    n_threads_given_        = params.n_threads;
+    cparams.n_threads       = n_threads_;
+    cparams.n_threads_batch = n_threads_;
     cparams.no_perf         = true;
 
     llama_context * raw = init_context(mdl_->get(), cparams, "a llama.cpp context for " + mdl_->path + " (n_ctx " +
@@ -70,6 +71,10 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     n_ctx_   = (int32_t) llama_n_ctx(raw);
     n_batch_ = (int32_t) llama_n_batch(raw);
     batch_   = llama_batch_init(n_batch_, 0, 1);
+    if (params.n_threads == 0 && !mdl_->offloaded) {
+        tuner_  = std::make_unique<thread_tuner>(n_threads_);
+        tuning_ = true;
+    }
 }
 
 kv_cache::kv_cache(std::shared_ptr<shared_context> shared, llama_seq_id seq, int32_t n_ctx)
@@ -153,8 +158,20 @@ void kv_cache::set_n_threads(int32_t n_threads) {
     if (shared_) {
         return;  // a slot's context keeps the slot group's threads: other slots decode on it too
     }
-    int32_t n = n_threads > 0 ? n_threads : default_threads();
-    llama_set_n_threads(ctx_.get(), n, n);
+    tuning_ = n_threads == 0 && tuner_;
+    if (tuning_) {
+        apply_threads(tuner_->threads());
+        return;
+    }
+    const int32_t given = n_threads > 0 ? n_threads : n_threads_given_;
+    apply_threads(given > 0 ? given : default_threads());
+}
+
+void kv_cache::apply_threads(int32_t n) {
+    if (n != n_threads_) {
+        llama_set_n_threads(ctx_.get(), n, n);
+        n_threads_ = n;
+    }
 }
 
 void kv_cache::set_abort_flag(const std::atomic<bool> * flag) {
@@ -225,10 +242,17 @@ void kv_cache::launch_outputs(const llama_token * toks, int32_t n, int32_t n_out
             batch_.seq_id[i][0] = 0;
             batch_.logits[i]    = start + i >= first_out;
         }
+        if (tuning_) {
+            apply_threads(tuner_->next(n_chunk));
+        }
         const auto    t_decode = std::chrono::steady_clock::now();
         const int32_t ret      = llama_decode(ctx_.get(), batch_);
-        decode_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_decode).count();
+        const double  ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_decode).count();
+        decode_ms_ += ms;
         n_calls_ += 1;
+        if (tuning_ && ret == 0) {  // (a model on the CPU alone: llama_decode has computed the batch)
+            tuner_->record(n_chunk, n_threads_, ms);
+        }
         if (ret != 0) {
             n_outputs_ = 0;
             if (recurrent_) {  // a state stopped mid-batch is neither before nor after it

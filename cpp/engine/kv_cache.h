@@ -14,6 +14,7 @@
 
 #include "engine/context_params.h"
 #include "engine/model.h"
+#include "engine/thread_tuner.h"
 #include "batching/slot_batcher.h"
 #include "sampling/device_sampling.h"
 
@@ -175,7 +176,17 @@ class kv_cache {
     // cache emptied, when llama.cpp refuses the copy.
     bool copy_from(const kv_cache & src);
 
+    // decode on n_threads threads from now on; 0: the count given at construction, which where none
+    // was given (context_params::n_threads 0) and the model runs on the CPU alone is tuned by
+    // measuring the decodes (thread_tuner.h), at most default_threads(). A slot's cache keeps its
+    // slot group's count
     void set_n_threads(int32_t n_threads);
+    // the thread count decodes use now (the tuned count, where tuned)
+    int32_t n_threads() const { return tuning_ ? tuner_->threads() : n_threads_; }
+    // whether the thread count is tuned now
+    bool tuning_threads() const { return tuning_; }
+    // decodes so far run at another thread count than the tuned one, to compare (thread_tuner.h)
+    int64_t n_thread_probes() const { return tuner_ ? tuner_->n_probes() : 0; }
     // while *flag is true, llama_decode stops early and decode throws decode_aborted (the cache
     // keeps exactly what it held before the call). nullptr: never abort. A slot's cache stops
     // before its next chunk's decode (the decodes it shares with other slots run to the end).
@@ -183,6 +194,8 @@ class kv_cache {
     llama_context * get() const { return shared_ ? shared_->ctx.get() : ctx_.get(); }
 
   private:
+    // the thread count llama_decode uses from now on
+    void apply_threads(int32_t n);
     void decode_slot(const llama_token * toks, int32_t n, int32_t n_out, float * out,
                      const std::function<void()> & between_chunks);
 
@@ -197,6 +210,10 @@ class kv_cache {
     bool                     pending_   = false;  // the last decode is launched, not yet waited for (finish)
     int32_t                  out_base_  = 0;  // batch index of the first of them in the last chunk
     std::vector<uint8_t>     state_buf_;      // copy_from's staging buffer, reused
+    int32_t                  n_threads_ = 0;  // the count llama_decode uses now
+    int32_t                  n_threads_given_ = 0;  // context_params::n_threads (0: none given)
+    std::unique_ptr<thread_tuner> tuner_;      // where the count may be tuned
+    bool                     tuning_    = false;  // it is tuned now (set_n_threads)
     struct saved_state {
         std::vector<uint8_t> data;      // llama.cpp's partial sequence state
         int32_t              pos = -1;  // the tokens it follows (-1: none saved)

@@ -480,6 +480,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto    decode_ms   = [&] { return tgt_cache_->decode_ms() + (dft_cache_ ? dft_cache_->decode_ms() : 0.0); };
     const auto    logits_bytes = [&] { return tgt_cache_->logits_bytes() + (dft_cache_ ? dft_cache_->logits_bytes() : 0); };
     const auto    draft_calls  = [&] { return dft_cache_ ? dft_cache_->n_calls() : (int64_t) 0; };
+    const int64_t probes0      = thread_probes();
     place_sampling(params, plan, st);
     lengths_.set_sampled(!params.sampling.greedy());  // (each kind has its own acceptance and pause)
     // a padded verification: every drafting step's batch is one length, the plan's n_draft + 1;
@@ -601,6 +602,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.t_decode_ms    = decode_ms() - decode_ms0;
     st.logits_bytes   = logits_bytes() - logits_bytes0;
     st.n_draft_calls  = draft_calls() - draft_calls0;
+    report_threads(st, plan.use_model, probes0);
     return res;
 }
 

@@ -306,6 +306,13 @@ struct generate_stats {
     int64_t logits_bytes = 0;
     // after the prompt, the draft model's decodes (llama_decode calls: its catch-ups and drafts)
     int64_t n_draft_calls = 0;
+    // the CPU threads each model's decodes used at the end (kv_cache::n_threads; the draft's 0 where
+    // no draft model ran), whether a count was tuned (none given and the model on the CPU alone:
+    // thread_tuner.h), and the decodes of either model run at another count to compare
+    int32_t n_threads       = 0;
+    int32_t n_threads_draft = 0;
+    bool    threads_tuned   = false;
+    int64_t n_thread_probes = 0;
     // where the models' rows were sampled (generate_params::device_sampling): "device", "host", or
     // "device (target), host (draft)" and the reverse; host_sampling_reason says why the host did
     // ("" where it did not): "grammar", "logit bias or penalties", "top_k 0 ...", ...
@@ -483,6 +490,10 @@ class decoder {
     // attach the chains this generation samples with on the device, or detach them where the host
     // samples (sets st.sampling, st.host_sampling_reason)
     void place_sampling(const generate_params & params, const run_plan & plan, generate_stats & st);
+    // decodes of both models run at another thread count to compare, so far (decoder_threads.cpp)
+    int64_t thread_probes() const;
+    // st's thread counts, and its probes since probes0 (from thread_probes())
+    void    report_threads(generate_stats & st, bool used_model, int64_t probes0) const;
     // the steps of generate_si, in order:
     // prefill: the target's cache holds all of seq but its last token, or the first verification
     // decodes the tokens it lacks with that token (prompt_rest_); the target's pass prices a

@@ -1,0 +1,18 @@
+// speculative/decoder_threads.cpp: the CPU threads a generation's decodes used, for its Stats. The
+// counts themselves are chosen per context (engine/thread_tuner.h, kv_cache::set_n_threads).
+#include "speculative/decoder.h"
+
+namespace specllama {
+
+int64_t decoder::thread_probes() const {
+    return tgt_cache_->n_thread_probes() + (dft_cache_ ? dft_cache_->n_thread_probes() : 0);
+}
+
+void decoder::report_threads(generate_stats & st, bool used_model, int64_t probes0) const {
+    st.n_threads       = tgt_cache_->n_threads();
+    st.n_threads_draft = used_model ? dft_cache_->n_threads() : 0;
+    st.threads_tuned   = tgt_cache_->tuning_threads() || (used_model && dft_cache_->tuning_threads());
+    st.n_thread_probes = thread_probes() - probes0;
+}
+
+}  // namespace specllama
