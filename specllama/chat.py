@@ -39,6 +39,19 @@ def paused_note(stats) -> str:
     return f"; draft model left out of {stats.n_paused_steps} of {stats.n_steps} steps (drafting did not pay)"
 
 
+def threads_note(stats, physical: int) -> str:
+    """The stats line's note on tuned thread counts below the machine's physical cores (a Stats);
+    empty where the counts were given, or stayed at the full count."""
+    if not getattr(stats, "threads_tuned", False):
+        return ""
+    counts = [stats.n_threads] + ([stats.n_threads_draft] if stats.n_threads_draft else [])
+    if all(c >= physical for c in counts):
+        return ""
+    draft = f" (draft {stats.n_threads_draft})" if stats.n_threads_draft else ""
+    return (f"; {stats.n_threads}{draft} of {physical} CPU threads, where the decodes measured faster "
+            "(another process may be keeping a core busy)")
+
+
 @dataclass
 class SessionStats:
     turns: int = 0

@@ -20,7 +20,7 @@ import click
 
 from . import _core, encoding, placement, reasoning
 from ._core import CACHE_TYPES, DECODER_DEFAULTS, MAX_DRAFT, GenerateOptions, quantize_types
-from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note
+from .chat import ChatInput, ChatSession, chat_turn, echo_stream, lookup_note, paused_note, threads_note
 from .decoder import CACHE_TYPE_SETTINGS, SpeculativeDecoder, as_dict, make_options
 from .models import DEFAULT_PAIR, PAIRS
 
@@ -526,7 +526,7 @@ def _stats_line(stats) -> str:
         line += f"; sampled on the {stats.sampling} ({stats.logits_bytes_per_token:.0f} bytes of logits per token)"
     elif stats.host_sampling_reason and not stats.host_sampling_reason.startswith(("auto", "device sampling off")):
         line += f"; sampled on the host ({stats.host_sampling_reason})"
-    return line + paused_note(stats)
+    return line + paused_note(stats) + threads_note(stats, _core.cpu_cores()[0])
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)

@@ -5,6 +5,7 @@ are bitwise the same on any number of threads, so outputs are too."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 import specllama
 from specllama import _core
 from specllama._core import ThreadTuner
+from specllama.chat import threads_note
 
 IDLE = {1: 46.0, 2: 30.0}  # ms of a one-token decode by thread count: the full count is fastest
 BUSY = {1: 31.0, 2: 66.0}  # another process keeps one of the two cores busy
@@ -38,10 +40,13 @@ def test_an_idle_machine_keeps_the_full_count_and_probes_rarely(seed, sizes):
     t = ThreadTuner(2)
     used = drive(t, by_size(IDLE), 2000, random.Random(seed), sizes)
     assert t.threads == 2 and t.n_moves == 0
-    # gaps double from 8 to 128 decodes while probes lose: at most 20 probes in 2000 decodes
-    assert 5 <= t.n_probes <= 20
+    # the first probe after the fifth decode (a size's first decode is not measured, the second sets
+    # its mean, two more count), then gaps that double from 8 to 128 decodes while probes lose:
+    # at most 21 probes in 2000 decodes
+    assert 5 <= t.n_probes <= 21
     assert used.count(1) == t.n_probes
-    assert used[:8] == [2] * 8
+    if sizes == (1,):
+        assert used[:5] == [2, 2, 2, 2, 1] and used[5:13] == [2] * 8
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -120,11 +125,16 @@ def test_many_cores_step_down_to_the_fastest_count_and_ignore_small_differences(
     # than twelve): the probes take turns below the count and at the full count
     drive(t, lambda th, k: 30.0 * 16 / th, 1500, random.Random(2))
     assert t.threads == 16
-    # an idle many-core machine where fifteen threads are within noise of sixteen: no move
-    for seed in range(5):
-        t = ThreadTuner(16)
-        drive(t, lambda th, k: 30.0 * (16 / th) ** 0.05, 2000, random.Random(seed), noise=0.15)
-        assert t.threads == 16 and t.n_moves == 0
+    # an idle many-core machine where twelve threads are within noise of sixteen (1.5% slower): a
+    # move needs two probes 15% below the mean in a row, which noise of +-10% never gives, and
+    # +-15% rarely; wherever the count goes, the decodes cost no more than 1% beyond sixteen's
+    flat = lambda th, k: 30.0 * (16 / th) ** 0.05  # noqa: E731
+    for noise, most_moves in ((0.1, 0), (0.15, 2)):
+        for seed in range(5):
+            t = ThreadTuner(16)
+            used = drive(t, flat, 2000, random.Random(seed), noise=noise)
+            assert t.n_moves <= most_moves, (noise, seed)
+            assert sum(flat(th, 1) for th in used) <= 1.01 * 2000 * flat(16, 1), (noise, seed)
 
 
 def test_large_decodes_and_a_single_thread_are_never_probed():
@@ -215,3 +225,15 @@ def test_dsi_sets_its_own_counts_and_tuning_resumes_after_it(default_pair):
         assert out.dsi.n_threads_draft >= 1 and out.dsi.n_threads_server >= 1
         after = dec.generate(prompt, max_tokens=12, temperature=0).stats
         assert after.threads_tuned and after.n_threads >= 1
+
+
+def test_the_stats_line_says_where_fewer_threads_were_used():
+    def stats(tuned, n, nd):
+        return SimpleNamespace(threads_tuned=tuned, n_threads=n, n_threads_draft=nd)
+
+    assert threads_note(stats(True, 1, 1), 2) == ("; 1 (draft 1) of 2 CPU threads, where the decodes measured "
+                                                  "faster (another process may be keeping a core busy)")
+    assert threads_note(stats(True, 2, 1), 2).startswith("; 2 (draft 1) of 2 CPU threads")
+    assert threads_note(stats(True, 3, 0), 4).startswith("; 3 of 4 CPU threads")
+    assert threads_note(stats(True, 2, 2), 2) == threads_note(stats(True, 2, 0), 2) == ""
+    assert threads_note(stats(False, 1, 1), 2) == ""  # counts given: the user knows them

@@ -83,7 +83,7 @@ void thread_tuner::record(int32_t n_tokens, int32_t threads, double ms) {
     }
     wins_      = 0;
     trying_    = 0;
-    gap_       = std::min(2 * gap_, k_max_gap);
+    gap_       = std::min(std::max(2 * gap_, k_min_gap), k_max_gap);
     down_next_ = !down_next_;
 }
 

@@ -2,16 +2,17 @@
 // llama.cpp's CPU backend splits every operation of a decode among its threads and waits for
 // the last one at each step. Where another process occupies one of the cores (a busy
 // workstation, a small VM), the thread that shares a core is descheduled for whole time slices
-// and every step waits for it: on a 2-core CPU with one core busy, a one-token decode of the
-// default pair's draft ran 2.2x faster on one thread than on two, the Qwen2.5-Coder target's 1.9x.
-// On an idle machine the full count is fastest. So the tuner runs the decodes at the current
-// count, and now and then runs one (a probe) at another: a quarter fewer (at least one fewer), or
-// the full count again. A probe that beats the current count's running mean cost for decodes of the
+// and every step waits for it: on a 2-core CPU with one core kept busy, plain decoding of the
+// Qwen2.5-Coder-1.5B target ran 1.9x as fast on one thread as on two (docs/benchmarks.md). On an
+// idle machine the full count is fastest. So the tuner runs the decodes at the current count,
+// and now and then runs one (a probe) at another: a quarter fewer (at least one fewer), or the
+// full count again. A probe that beats the current count's running mean cost for decodes of the
 // same size by k_win, twice in a row, moves the count there. Probes come at gaps that double
-// from k_first_gap to k_max_gap decodes while they lose, and come again soon where the current
-// count's cost for a size moves by k_drift from where the last probe left it (the machine got
-// busier or quieter). The thread count changes no result: each output of llama.cpp's CPU
-// kernels is computed by one thread, whatever the count (tests/test_threads.py).
+// from k_min_gap to k_max_gap decodes while they lose (the first after k_first_gap), and come
+// again soon where the current count's mean cost for a size moves by k_drift from where the
+// last probe left it (the machine got busier or quieter). The count changes no result: each
+// output of llama.cpp's CPU kernels is computed by one thread, whatever the count
+// (tests/test_threads.py compares logits bitwise).
 // Not here: applying the count (kv_cache.cpp), which tunes a context of its own whose model runs
 // on the CPU alone, when no thread count was given.
 #pragma once
@@ -26,7 +27,9 @@ class thread_tuner {
     // decodes of at most this many tokens are measured (verifications and one-token decodes;
     // prompt chunks run at the current count)
     static constexpr int32_t k_max_tokens = 16;
-    static constexpr int32_t k_first_gap  = 8;    // measured decodes before the first probe
+    // measured decodes before the first probe: soon, as a draft model that the adaptive rule leaves
+    // out of most steps (where its decodes cost too much at the wrong count) decodes little
+    static constexpr int32_t k_first_gap  = 2;
     static constexpr int32_t k_min_gap    = 8;    // after a move, or after the cost drifted
     static constexpr int32_t k_max_gap    = 128;  // the longest gap between probes
     static constexpr double  k_win        = 0.85; // a probe wins at this share of the mean cost or less
