@@ -1059,7 +1059,7 @@ class Stats:
     @property
     def n_thread_probes(self) -> int:
         """
-        decodes of either model run at another thread count than the tuned one, to compare
+        decodes of either model run at another thread count than the tuned one, to compare (a slot's: those of all slots, whose decodes share the contexts)
         """
     @property
     def n_threads(self) -> int:

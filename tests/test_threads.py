@@ -237,3 +237,25 @@ def test_the_stats_line_says_where_fewer_threads_were_used():
     assert threads_note(stats(True, 3, 0), 4).startswith("; 3 of 4 CPU threads")
     assert threads_note(stats(True, 2, 2), 2) == threads_note(stats(True, 2, 0), 2) == ""
     assert threads_note(stats(False, 1, 1), 2) == ""  # counts given: the user knows them
+
+
+def test_slots_tune_their_shared_contexts(default_pair):
+    if _core.cpu_cores()[0] < 2:
+        pytest.skip("one core: nothing to tune")
+    messages = [{"role": "user", "content": "Write a short poem about the sea."}]
+    outs = {}
+    for n in (0, 2):
+        with specllama.SpeculativeDecoder(*default_pair, n_threads=n) as dec:
+            slots = dec.slots(2)
+            try:
+                out = slots[0].generate(slots[0].chat_tokens(messages), max_tokens=64, temperature=0)
+            finally:
+                for s in slots:
+                    s.close()
+        outs[n] = out.tokens
+        assert out.stats.threads_tuned == (n == 0)
+        if n == 0:
+            assert out.stats.n_thread_probes >= 1 and 1 <= out.stats.n_threads <= _core.cpu_cores()[0]
+        else:
+            assert out.stats.n_thread_probes == 0 and out.stats.n_threads == 2
+    assert outs[0] == outs[2]

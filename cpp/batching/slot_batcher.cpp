@@ -36,6 +36,10 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     cparams.kv_unified      = llama_model_n_swa(sc->mdl->get()) == 0;
     cparams.swa_full        = params.swa_full;
     const int32_t threads   = params.n_threads > 0 ? params.n_threads : default_threads();
+    sc->n_threads           = threads;
+    if (params.n_threads == 0 && !sc->mdl->offloaded) {
+        sc->tuner = std::make_unique<thread_tuner>(threads);
+    }
     cparams.n_threads       = threads;
     cparams.n_threads_batch = threads;
     cparams.no_perf         = true;
@@ -262,12 +266,22 @@ int32_t slot_batcher::decode_jobs(shared_context * sc, const std::vector<job *> 
     if (last_end_ && gap_slots_ >= 2) {  // the slots' own work since the last decode
         drafting_.observe_gap(sc->rank == 0, std::chrono::duration<double, std::milli>(t0 - *last_end_).count());
     }
+    const int32_t threads = sc->tuner ? sc->tuner->next(n_tokens) : sc->n_threads.load();
+    if (threads != sc->n_threads) {
+        llama_set_n_threads(sc->ctx.get(), threads, threads);
+        sc->n_threads = threads;
+    }
+    const auto    t1  = std::chrono::steady_clock::now();
     const int32_t ret = llama_decode(sc->ctx.get(), batch_);
     if (ret == 0) {
         llama_synchronize(sc->ctx.get());  // on a GPU the decode was only queued
-        drafting_.observe_decode(sc->rank == 0, n_tokens,
-                                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+        const auto t2 = std::chrono::steady_clock::now();
+        drafting_.observe_decode(sc->rank == 0, n_tokens, std::chrono::duration<double, std::milli>(t2 - t0).count(),
                                  (int32_t) jobs.size(), gap_slots_);
+        if (sc->tuner) {
+            sc->tuner->record(n_tokens, threads, std::chrono::duration<double, std::milli>(t2 - t1).count());
+            sc->n_probes = sc->tuner->n_probes();
+        }
     }
     const int32_t n_vocab = sc->mdl->n_vocab;
     for (size_t k = 0; k < jobs.size(); ++k) {

@@ -26,6 +26,7 @@
 #include "batching/batch_drafting.h"
 #include "engine/context_params.h"
 #include "engine/model.h"
+#include "engine/thread_tuner.h"
 
 namespace specllama {
 
@@ -43,6 +44,11 @@ struct shared_context {
     // when slots wait on both contexts, the lower rank's decodes run first (the draft's: they are
     // cheap, and the slots that finish drafting then verify together)
     int32_t                       rank = 0;
+    // the thread count of the merged decodes, tuned by measuring them (thread_tuner.h) where no count
+    // was given and the model runs on the CPU alone (tuner: used on the batcher's thread only)
+    std::unique_ptr<thread_tuner> tuner;
+    std::atomic<int32_t>          n_threads{ 0 };  // the count decodes use now (the tuned one, where tuned)
+    std::atomic<int64_t>          n_probes{ 0 };   // decodes run at another count to compare
 };
 
 // a context of params.n_ctx positions for each of n_seq slots on mdl, run by batcher (params'

@@ -138,7 +138,8 @@ void register_stats(py::module_ & m) {
                       "whether a model's thread count was tuned by measuring its decodes (no count given, and the "
                       "model on the CPU alone): fewer threads where another process keeps a core busy")
         .def_readonly("n_thread_probes", &gs::n_thread_probes,
-                      "decodes of either model run at another thread count than the tuned one, to compare")
+                      "decodes of either model run at another thread count than the tuned one, to compare (a "
+                      "slot's: those of all slots, whose decodes share the contexts)")
         .def_readonly("sampling", &gs::sampling,
                       "where the rows were sampled (GenerateOptions.device_sampling): 'device', 'host', or "
                       "'device (target), host (draft)' and the reverse")

@@ -167,6 +167,20 @@ void kv_cache::set_n_threads(int32_t n_threads) {
     apply_threads(given > 0 ? given : default_threads());
 }
 
+int32_t kv_cache::n_threads() const {
+    if (shared_) {
+        return shared_->n_threads;
+    }
+    return tuning_ ? tuner_->threads() : n_threads_;
+}
+
+int64_t kv_cache::n_thread_probes() const {
+    if (shared_) {
+        return shared_->n_probes;
+    }
+    return tuner_ ? tuner_->n_probes() : 0;
+}
+
 void kv_cache::apply_threads(int32_t n) {
     if (n != n_threads_) {
         llama_set_n_threads(ctx_.get(), n, n);

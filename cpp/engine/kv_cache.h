@@ -181,12 +181,13 @@ class kv_cache {
     // measuring the decodes (thread_tuner.h), at most default_threads(). A slot's cache keeps its
     // slot group's count
     void set_n_threads(int32_t n_threads);
-    // the thread count decodes use now (the tuned count, where tuned)
-    int32_t n_threads() const { return tuning_ ? tuner_->threads() : n_threads_; }
+    // the thread count decodes use now (the tuned count, where tuned; a slot's: its shared context's)
+    int32_t n_threads() const;
     // whether the thread count is tuned now
-    bool tuning_threads() const { return tuning_; }
-    // decodes so far run at another thread count than the tuned one, to compare (thread_tuner.h)
-    int64_t n_thread_probes() const { return tuner_ ? tuner_->n_probes() : 0; }
+    bool tuning_threads() const { return shared_ ? shared_->tuner != nullptr : tuning_; }
+    // decodes so far run at another thread count than the tuned one, to compare (thread_tuner.h; a
+    // slot's: all slots' decodes on its shared context)
+    int64_t n_thread_probes() const;
     // while *flag is true, llama_decode stops early and decode throws decode_aborted (the cache
     // keeps exactly what it held before the call). nullptr: never abort. A slot's cache stops
     // before its next chunk's decode (the decodes it shares with other slots run to the end).
