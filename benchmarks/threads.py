@@ -7,7 +7,8 @@ decoder in turn (the order alternating), a speculative and a plain (`speculative
 of each prompt, greedy; the wall time of each (prompt included) is kept, and medians over rounds are
 reported with their ratios. --busy K starts K processes that spin on a core each for the whole run.
 --fresh makes both decoders anew every round (a command-line run's first generation; otherwise the
-tuner keeps what it measured, as in a server). Greedy outputs of the two decoders are compared.
+tuner keeps what it measured, as in a server). Greedy outputs of the two decoders are compared,
+plain and speculative apart.
 
     python benchmarks/threads.py --pair smollm2 --busy 1 --out threads_busy.json
 """
@@ -84,8 +85,11 @@ def main() -> None:
     rows = {}
     for p in names:
         med = {(c, m): statistics.median(x["s"] for x in runs[(c, p, m)]) for c in configs for m in ("spec", "plain")}
-        same = all(a["tokens"] == b["tokens"] for m in ("spec", "plain")
-                   for a, b in zip(runs[("tuned", p, m)], runs[("fixed", p, m)]))
+        # plain decoding's greedy output is the same on any thread count (bitwise logits); a speculative
+        # one can differ from it where a batched verification and a one-token decode round a near-tie
+        # apart (docs/how-it-works.md#exactness), and tuned and fixed runs verify in batches of other sizes
+        same = {m: all(a["tokens"] == b["tokens"] for a, b in zip(runs[("tuned", p, m)], runs[("fixed", p, m)]))
+                for m in ("spec", "plain")}
         last = {c: runs[(c, p, "spec")][-1] for c in configs}
         rows[p] = {
             "median_s": {f"{c} {m}": round(v, 3) for (c, m), v in med.items()},
@@ -104,7 +108,8 @@ def main() -> None:
         print(f"{p}: tuned/fixed speed spec {row['tuned_over_fixed_speed']['spec']:.2f}x plain "
               f"{row['tuned_over_fixed_speed']['plain']:.2f}x; spec/plain tuned {row['spec_over_plain_speed']['tuned']:.2f}x "
               f"fixed {row['spec_over_plain_speed']['fixed']:.2f}x; tuned threads {row['tuned_threads_last']}; "
-              f"probes/generation {row['tuned_probes_per_generation']}; outputs equal {row['greedy_outputs_equal']}")
+              f"probes/generation {row['tuned_probes_per_generation']}; tuned and fixed outputs equal "
+              f"{row['greedy_outputs_equal']}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=1)

@@ -571,7 +571,8 @@ class decoder {
     // record one step's costs and outcomes (record_) and, where price, feed them to the adaptive
     // draft length (prev_n: tokens drafted in the step before, -1 for the first step after
     // prefill; n_prompt: prompt tokens its verification's decode took in first); prices replace
-    // the measured times
+    // the measured times. A step in which a decode ran at another thread count to compare it
+    // (thread_tuner.h) is fed to nothing: its times are not the count's the next steps run at
     void observe_step(int32_t n_model, int32_t n, const acceptance_result & acc, llama_token probe, double draft_ms,
                       double verify_ms, int32_t prev_n, int32_t n_prompt, const std::optional<step_prices> & prices,
                       bool price);
@@ -632,6 +633,7 @@ class decoder {
     std::vector<llama_token>  lookup_seq_;
     std::vector<llama_token>  batch_;
     step_record               record_;
+    int64_t                   probes_seen_ = 0;  // thread_probes() at the end of the last step
     acceptance_scratch        scratch_;
     logit_editor              editor_;  // generate_params::controls on the target's logits
     std::vector<token_logprob> step_logprobs_;  // of the step's emitted tokens (generate_params::logprobs)

@@ -231,7 +231,10 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
         r.draft_ms    = n_model > 0 ? (n_catch_up + r.n_decodes) * prices->draft_ms : 0.0;
         r.verify_ms   = prices->verify_ms + (r.n_verified - 1) * prices->verify_token_ms;
     }
-    if (price) {
+    const int64_t probes = thread_probes();
+    const bool    probed = probes != probes_seen_ && !prices;
+    probes_seen_         = probes;
+    if (price && !probed) {
         lengths_.observe(r);
     }
 }
