@@ -177,6 +177,10 @@ class ThreadTuner:
     """
     def __init__(self, max_threads: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
+    def move_to(self, threads: typing.SupportsInt | typing.SupportsIndex) -> None:
+        """
+        Move the current count to threads (clamped to 1..max_threads) without measuring it, as another model's tuner on the same cores found; probes go on from there.
+        """
     def next(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> int:
         """
         The thread count for the next decode, of n_tokens.

@@ -259,3 +259,17 @@ def test_slots_tune_their_shared_contexts(default_pair):
         else:
             assert out.stats.n_thread_probes == 0 and out.stats.n_threads == 2
     assert outs[0] == outs[2]
+
+
+def test_a_count_moved_from_outside_is_probed_from_there():
+    # the draft follows the target's count (both share the cores); its own probes correct it: on an
+    # idle machine it is back at the full count soon
+    t = ThreadTuner(2)
+    t.move_to(1)
+    assert t.threads == 1 and t.n_moves == 1
+    used = drive(t, by_size(IDLE), 40, random.Random(0))
+    assert t.threads == 2 and used.index(2) < 12
+    t.move_to(5)  # clamped
+    assert t.threads == 2 and t.n_moves == 2
+    t.move_to(0)
+    assert t.threads == 1

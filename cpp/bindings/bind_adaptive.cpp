@@ -27,6 +27,9 @@ void register_adaptive(py::module_ & m) {
         .def("next", &thread_tuner::next, py::arg("n_tokens"), "The thread count for the next decode, of n_tokens.")
         .def("record", &thread_tuner::record, py::arg("n_tokens"), py::arg("threads"), py::arg("ms"),
              "A decode of n_tokens tokens on threads threads took ms.")
+        .def("move_to", &thread_tuner::move_to, py::arg("threads"),
+             "Move the current count to threads (clamped to 1..max_threads) without measuring it, as another "
+             "model's tuner on the same cores found; probes go on from there.")
         .def_property_readonly("threads", &thread_tuner::threads, "the current count")
         .def_property_readonly("max_threads", &thread_tuner::max_threads)
         .def_property_readonly("n_probes", &thread_tuner::n_probes, "decodes run at another count to compare")

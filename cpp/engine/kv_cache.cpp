@@ -167,6 +167,13 @@ void kv_cache::set_n_threads(int32_t n_threads) {
     apply_threads(given > 0 ? given : default_threads());
 }
 
+void kv_cache::follow_threads(int32_t n_threads) {
+    if (tuning_ && !shared_) {
+        tuner_->move_to(n_threads);
+        apply_threads(tuner_->threads());
+    }
+}
+
 int32_t kv_cache::n_threads() const {
     if (shared_) {
         return shared_->n_threads;

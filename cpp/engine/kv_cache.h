@@ -181,6 +181,9 @@ class kv_cache {
     // measuring the decodes (thread_tuner.h), at most default_threads(). A slot's cache keeps its
     // slot group's count
     void set_n_threads(int32_t n_threads);
+    // where the count is tuned: move it to n_threads, as another model's tuner on the same cores found
+    // (thread_tuner::move_to); a no-op elsewhere
+    void follow_threads(int32_t n_threads);
     // the thread count decodes use now (the tuned count, where tuned; a slot's: its shared context's)
     int32_t n_threads() const;
     // whether the thread count is tuned now

@@ -41,6 +41,21 @@ int32_t thread_tuner::next(int32_t n_tokens) {
     return trying_ != 0 ? trying_ : cur_;
 }
 
+void thread_tuner::move_to(int32_t threads) {
+    threads = std::max(1, std::min(max_, threads));
+    if (threads == cur_) {
+        return;
+    }
+    down_next_ = threads < cur_;
+    cur_       = threads;
+    trying_    = 0;
+    wins_      = 0;
+    gap_       = k_min_gap;
+    since_     = 0;
+    n_moves_ += 1;
+    forget();
+}
+
 void thread_tuner::record(int32_t n_tokens, int32_t threads, double ms) {
     if (max_ == 1 || n_tokens < 1 || n_tokens > k_max_tokens || !(ms >= 0)) {
         return;

@@ -43,6 +43,9 @@ class thread_tuner {
     int32_t next(int32_t n_tokens);
     // a decode of n_tokens tokens that ran on threads threads took ms
     void record(int32_t n_tokens, int32_t threads, double ms);
+    // move the current count to threads (1..max_threads) without measuring it, as another model on the
+    // same cores measured; its probes go on from there, the next soon
+    void move_to(int32_t threads);
 
     int32_t threads() const { return cur_; }       // the current count
     int32_t max_threads() const { return max_; }

@@ -494,6 +494,10 @@ class decoder {
     int64_t thread_probes() const;
     // st's thread counts, and its probes since probes0 (from thread_probes())
     void    report_threads(generate_stats & st, bool used_model, int64_t probes0) const;
+    // after a step: where the target's tuned thread count moved, the draft's moves with it (both
+    // share the cores, and a draft the adaptive rule leaves out of most steps decodes too little
+    // to measure its own); its probes go on from there
+    void    follow_target_threads();
     // the steps of generate_si, in order:
     // prefill: the target's cache holds all of seq but its last token, or the first verification
     // decodes the tokens it lacks with that token (prompt_rest_); the target's pass prices a
@@ -634,6 +638,7 @@ class decoder {
     std::vector<llama_token>  batch_;
     step_record               record_;
     int64_t                   probes_seen_ = 0;  // thread_probes() at the end of the last step
+    int32_t                   target_threads_seen_ = 0;  // the target's thread count then
     acceptance_scratch        scratch_;
     logit_editor              editor_;  // generate_params::controls on the target's logits
     std::vector<token_logprob> step_logprobs_;  // of the step's emitted tokens (generate_params::logprobs)

@@ -234,6 +234,7 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     const int64_t probes = thread_probes();
     const bool    probed = probes != probes_seen_ && !prices;
     probes_seen_         = probes;
+    follow_target_threads();
     if (price && !probed) {
         lengths_.observe(r);
     }
