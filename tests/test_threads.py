@@ -1,6 +1,8 @@
 """CPU threads: with no count given, each model on the CPU tunes its own thread count by measuring
-its decodes (ThreadTuner, with given costs here), and the count changes no result: llama.cpp's logits
-are bitwise the same on any number of threads, so outputs are too."""
+its decodes (ThreadTuner, with given costs here). The count changes no batched decode's logits and
+no one-token decode's over up to 256 positions (bitwise), so outputs of that length are the same on
+any count; past that llama.cpp's flash attention splits a one-token decode among the threads, and
+the count changes its rounding."""
 
 from __future__ import annotations
 
@@ -166,6 +168,26 @@ def test_logits_are_bitwise_the_same_on_any_number_of_threads(default_pair, whic
         assert ctx.n_threads == n and not ctx.threads_tuned
     for n in (2, 3):
         assert np.array_equal(rows[n][0], rows[1][0]) and np.array_equal(rows[n][1], rows[1][1]), n
+
+
+def test_past_256_positions_a_one_token_decode_rounds_by_the_thread_count(tiny):
+    # llama.cpp's flash attention on the CPU splits a one-token decode's keys among the threads once
+    # the cache shows 512 cells (more than 256 positions): each thread's part is summed apart, so the
+    # count changes the rounding there (as a batched and a one-token pass round apart: exactness).
+    # Batched decodes, and one-token decodes over fewer positions, stay bitwise the same
+    model = specllama.Model(tiny.target_q)
+    seq = [int(x) for x in np.random.default_rng(0).integers(5, 300, 320)]
+    rows = {}
+    for n in (1, 2):
+        ctx = specllama.Context(model, n_ctx=1024, n_threads=n)
+        short = np.array(ctx.decode(seq[:200], all_logits=True))
+        one_short = np.array(ctx.decode([seq[200]], all_logits=False))
+        ctx.decode(seq[201:300], all_logits=False)
+        one_long = np.array([ctx.decode([t], all_logits=False)[-1] for t in seq[300:320]])
+        rows[n] = (short, one_short, one_long)
+    assert np.array_equal(rows[1][0], rows[2][0]) and np.array_equal(rows[1][1], rows[2][1])
+    assert not np.array_equal(rows[1][2], rows[2][2])
+    np.testing.assert_allclose(rows[1][2], rows[2][2], atol=0.5)
 
 
 def test_a_tuned_context_measures_its_decodes_and_probes(default_pair):

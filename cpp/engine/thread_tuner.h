@@ -10,9 +10,10 @@
 // same size by k_win, twice in a row, moves the count there. Probes come at gaps that double
 // from k_min_gap to k_max_gap decodes while they lose (the first after k_first_gap), and come
 // again soon where the current count's mean cost for a size moves by k_drift from where the
-// last probe left it (the machine got busier or quieter). The count changes no result: each
-// output of llama.cpp's CPU kernels is computed by one thread, whatever the count
-// (tests/test_threads.py compares logits bitwise).
+// last probe left it (the machine got busier or quieter). The count changes no batched decode's
+// logits, nor a one-token decode's over up to 256 positions (tests/test_threads.py compares them
+// bitwise); past that llama.cpp's flash attention splits a one-token decode's keys among the
+// threads, and the count changes its rounding (docs/how-it-works.md#exactness).
 // Not here: applying the count (kv_cache.cpp), which tunes a context of its own whose model runs
 // on the CPU alone, when no thread count was given.
 #pragma once
