@@ -1,8 +1,8 @@
 """Tuned thread counts against a fixed count, on an idle machine and on one where other processes keep
 cores busy: what the tuner (specllama/_core ThreadTuner, engine/thread_tuner.h) gains and costs.
 
-Two decoders of the same pair: one with no thread count given (tuned, at most the physical cores),
-one with the physical cores given (fixed, llama.cpp's default count). Each round runs, for each
+Two decoders of the same pair: one with n_threads -1 (tuned, at most the physical cores), one with
+the physical cores (fixed: the default, and llama.cpp's). Each round runs, for each
 decoder in turn (the order alternating), a speculative and a plain (`speculative=False`) generation
 of each prompt, greedy; the wall time of each (prompt included) is kept, and medians over rounds are
 reported with their ratios. --busy K starts K processes that spin on a core each for the whole run.
@@ -58,7 +58,7 @@ def main() -> None:
     args = ap.parse_args()
     target, draft = pair_from_options(args)
     physical = cpu_cores()[0]
-    configs = {"tuned": 0, "fixed": physical}
+    configs = {"tuned": -1, "fixed": physical}
     names = args.prompts.split(",")
     procs = spinners(args.busy)
     runs = {(c, p, m): [] for c in configs for p in names for m in ("spec", "plain")}

@@ -112,7 +112,7 @@ class Context:
         """
     def set_n_threads(self, n_threads: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
-        Decode on n_threads threads from now on; 0: the count the context was made with, which where none was given and the model runs on the CPU alone is tuned by measuring the decodes.
+        Decode on n_threads threads from now on; 0 or -1: the count the context was made with, which where it was -1 and the model runs on the CPU alone is tuned by measuring the decodes.
         """
     @property
     def can_reuse(self) -> bool:
@@ -161,7 +161,7 @@ class Context:
     @property
     def threads_tuned(self) -> bool:
         """
-        whether the thread count is tuned by measuring the decodes (ThreadTuner): no count given, and the model on the CPU alone
+        whether the thread count is tuned by measuring the decodes (ThreadTuner): n_threads -1, and the model on the CPU alone
         """
     @property
     def tokens(self) -> list[int]:
@@ -173,7 +173,7 @@ class Context:
         """
 class ThreadTuner:
     """
-    How many CPU threads a context's decodes use where no count is given: the decodes run at the current count, and now and then one runs at another (a quarter fewer, or the full count); one that beats the current count's running mean cost for decodes of its size by 15%, twice in a row, moves the count there (engine/thread_tuner.h).
+    How many CPU threads a context's decodes use where n_threads is -1: the decodes run at the current count, and now and then one runs at another (a quarter fewer, or the full count); one that beats the current count's running mean cost for decodes of its size by 15%, twice in a row, moves the count there (engine/thread_tuner.h).
     """
     def __init__(self, max_threads: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -1153,7 +1153,7 @@ class Stats:
     @property
     def threads_tuned(self) -> bool:
         """
-        whether a model's thread count was tuned by measuring its decodes (no count given, and the model on the CPU alone): fewer threads where another process keeps a core busy
+        whether a model's thread count was tuned by measuring its decodes (n_threads -1, and the model on the CPU alone): fewer threads where another process keeps a core busy
         """
     @property
     def tokens_per_second(self) -> float:

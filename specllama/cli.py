@@ -188,11 +188,11 @@ def _cache_options():
 
 
 def _thread_options() -> list:
-    return [click.option("-t", "--threads", type=click.IntRange(0), default=0,
-                         help="CPU threads (0 = tuned: at most the physical cores, fewer while fewer decode faster, "
-                              "as where another process keeps a core busy)."),
-            click.option("--threads-draft", type=click.IntRange(0), default=0,
-                         help="CPU threads for the draft (0 = --threads; tuned on its own where that is 0).")]
+    return [click.option("-t", "--threads", type=click.IntRange(-1), default=0,
+                         help="CPU threads (0 = the physical cores; -1 = tuned: at most those, fewer while fewer "
+                              "decode faster, as where another process keeps a core busy)."),
+            click.option("--threads-draft", type=click.IntRange(-1), default=0,
+                         help="CPU threads for the draft (0 = --threads; -1 = tuned).")]
 
 
 def model_options(fn):

@@ -44,10 +44,10 @@ class SpeculativeDecoder:
     specllama.models). With a model_path and no draft_path, it decodes plainly on the target.
 
     n_ctx: positions the KV caches hold; n_batch: tokens per llama_decode (>= n_draft + 1);
-    n_threads / n_threads_draft: CPU threads (0 = tuned: each model whose layers are all on the
-    CPU starts at the physical cores and now and then measures a decode at another count, fewer or
-    all, and moves where that decodes faster, as where another process keeps a core busy; Stats say
-    what was used. A count is used as given; more threads than the machine's cores warn, as they
+    n_threads / n_threads_draft: CPU threads (0 = the physical cores; -1 = tuned: each model whose
+    layers are all on the CPU starts at the physical cores and now and then measures a decode at
+    another count, fewer or all, and moves where that decodes faster, as where another process
+    keeps a core busy; Stats say what was used. More threads than the machine's cores warn, as they
     make decoding much slower; n_threads_draft 0 follows n_threads); n_gpu_layers / n_gpu_layers_draft:
     layers to offload when llama-cpp-python was built with a GPU backend (-1 = all, 0 = none; a
     warning when the installed build has none). Default: all where the model's device is named;

@@ -1,4 +1,4 @@
-"""CPU threads: with no count given, each model on the CPU tunes its own thread count by measuring
+"""CPU threads: with n_threads -1, each model on the CPU tunes its own thread count by measuring
 its decodes (ThreadTuner, with given costs here). The count changes no batched decode's logits and
 no one-token decode's over up to 256 positions (bitwise), so outputs of that length are the same on
 any count; past that llama.cpp's flash attention splits a one-token decode among the threads, and
@@ -193,17 +193,18 @@ def test_past_256_positions_a_one_token_decode_rounds_by_the_thread_count(tiny):
 def test_a_tuned_context_measures_its_decodes_and_probes(default_pair):
     if _core.cpu_cores()[0] < 2:
         pytest.skip("one core: nothing to tune")
-    ctx = specllama.Context(specllama.Model(default_pair[1]), n_ctx=128)
+    ctx = specllama.Context(specllama.Model(default_pair[1]), n_ctx=128, n_threads=-1)
     ctx.decode(list(range(100, 110)), all_logits=False)
     for tok in range(200, 215):  # the second to the ninth one-token decode are measured; the probe follows
         ctx.decode([tok], all_logits=False)
     assert ctx.n_thread_probes >= 1
 
 
-def test_a_context_tunes_only_where_no_count_is_given(default_pair):
+def test_a_context_tunes_only_where_asked(default_pair):
     model = specllama.Model(default_pair[1])
     physical = _core.cpu_cores()[0]
-    tuned = specllama.Context(model, n_ctx=128)
+    assert not specllama.Context(model, n_ctx=128).threads_tuned  # (the default: the physical cores)
+    tuned = specllama.Context(model, n_ctx=128, n_threads=-1)
     assert tuned.threads_tuned and 1 <= tuned.n_threads <= physical
     tuned.set_n_threads(1)
     assert not tuned.threads_tuned and tuned.n_threads == 1
@@ -227,21 +228,21 @@ def test_outputs_are_the_same_tuned_or_on_any_given_count(default_pair):
     messages = [{"role": "user", "content": "Write a short poem about the sea."}]
     physical = _core.cpu_cores()[0]
     results = {}
-    for n, nd in ((0, 0), (1, 1), (2, 1)):
+    for n, nd in ((-1, 0), (1, 1), (2, 1)):
         with specllama.SpeculativeDecoder(*default_pair, n_threads=n, n_threads_draft=nd) as dec:
             results[(n, nd)], (spec, plain) = _outputs(dec, dec.chat_tokens(messages))
-        if n == 0:
+        if n == -1:
             assert spec.threads_tuned and plain.threads_tuned
             assert 1 <= spec.n_threads <= physical and 1 <= spec.n_threads_draft <= physical
         else:
             assert not spec.threads_tuned and spec.n_thread_probes == 0
             assert (spec.n_threads, spec.n_threads_draft) == (n, nd)
         assert plain.n_threads_draft == 0
-    assert results[(1, 1)] == results[(0, 0)] == results[(2, 1)]
+    assert results[(1, 1)] == results[(-1, 0)] == results[(2, 1)]
 
 
 def test_dsi_sets_its_own_counts_and_tuning_resumes_after_it(default_pair):
-    with specllama.SpeculativeDecoder(*default_pair) as dec:
+    with specllama.SpeculativeDecoder(*default_pair, n_threads=-1) as dec:
         prompt = dec.tokenize("The lighthouse keeper")
         out = dec.generate(prompt, max_tokens=12, temperature=0, mode="dsi", sp=2, lookahead=2)
         assert out.dsi.n_threads_draft >= 1 and out.dsi.n_threads_server >= 1
@@ -266,7 +267,7 @@ def test_slots_tune_their_shared_contexts(default_pair):
         pytest.skip("one core: nothing to tune")
     messages = [{"role": "user", "content": "Write a short poem about the sea."}]
     outs = {}
-    for n in (0, 2):
+    for n in (-1, 2):
         with specllama.SpeculativeDecoder(*default_pair, n_threads=n) as dec:
             slots = dec.slots(2)
             try:
@@ -275,12 +276,12 @@ def test_slots_tune_their_shared_contexts(default_pair):
                 for s in slots:
                     s.close()
         outs[n] = out.tokens
-        assert out.stats.threads_tuned == (n == 0)
-        if n == 0:
+        assert out.stats.threads_tuned == (n == -1)
+        if n == -1:
             assert out.stats.n_thread_probes >= 1 and 1 <= out.stats.n_threads <= _core.cpu_cores()[0]
         else:
             assert out.stats.n_thread_probes == 0 and out.stats.n_threads == 2
-    assert outs[0] == outs[2]
+    assert outs[-1] == outs[2]
 
 
 def test_a_count_moved_from_outside_is_probed_from_there():

@@ -37,7 +37,7 @@ std::shared_ptr<shared_context> make_shared_context(std::shared_ptr<slot_batcher
     cparams.swa_full        = params.swa_full;
     const int32_t threads   = params.n_threads > 0 ? params.n_threads : default_threads();
     sc->n_threads           = threads;
-    if (params.n_threads == 0 && !sc->mdl->offloaded) {
+    if (params.n_threads == -1 && !sc->mdl->offloaded) {
         sc->tuner = std::make_unique<thread_tuner>(threads);
     }
     cparams.n_threads       = threads;

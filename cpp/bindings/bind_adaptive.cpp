@@ -19,7 +19,7 @@ namespace specllama_py {
 void register_adaptive(py::module_ & m) {
     // the tuner of a context's thread count on its own, to check it with given costs
     py::class_<thread_tuner>(m, "ThreadTuner",
-                             "How many CPU threads a context's decodes use where no count is given: the decodes "
+                             "How many CPU threads a context's decodes use where n_threads is -1: the decodes "
                              "run at the current count, and now and then one runs at another (a quarter fewer, or "
                              "the full count); one that beats the current count's running mean cost for decodes of "
                              "its size by 15%, twice in a row, moves the count there (engine/thread_tuner.h).")

@@ -330,8 +330,8 @@ void register_model(py::module_ & m) {
                 c.cache.set_n_threads(n);
             },
             py::arg("n_threads"),
-            "Decode on n_threads threads from now on; 0: the count the context was made with, which where none was "
-            "given and the model runs on the CPU alone is tuned by measuring the decodes.")
+            "Decode on n_threads threads from now on; 0 or -1: the count the context was made with, which where it "
+            "was -1 and the model runs on the CPU alone is tuned by measuring the decodes.")
         .def_property_readonly("n_threads", [](py_context & c) {
             py::gil_scoped_release      nogil;
             std::lock_guard<std::mutex> lock(c.mutex);
@@ -341,7 +341,7 @@ void register_model(py::module_ & m) {
             py::gil_scoped_release      nogil;
             std::lock_guard<std::mutex> lock(c.mutex);
             return c.cache.tuning_threads();
-        }, "whether the thread count is tuned by measuring the decodes (ThreadTuner): no count given, and the "
+        }, "whether the thread count is tuned by measuring the decodes (ThreadTuner): n_threads -1, and the "
            "model on the CPU alone")
         .def_property_readonly("n_thread_probes", [](py_context & c) {
             py::gil_scoped_release      nogil;

@@ -135,7 +135,7 @@ void register_stats(py::module_ & m) {
         .def_readonly("n_threads_draft", &gs::n_threads_draft,
                       "the same for the draft model (0 where it did not run)")
         .def_readonly("threads_tuned", &gs::threads_tuned,
-                      "whether a model's thread count was tuned by measuring its decodes (no count given, and the "
+                      "whether a model's thread count was tuned by measuring its decodes (n_threads -1, and the "
                       "model on the CPU alone): fewer threads where another process keeps a core busy")
         .def_readonly("n_thread_probes", &gs::n_thread_probes,
                       "decodes of either model run at another thread count than the tuned one, to compare (a "

@@ -218,7 +218,7 @@ decoder::dsi_setup decoder::dsi_prepare(const dsi_options & options) {
     for (int32_t s = 0; s + 1 < options.sp; ++s) {
         caches.push_back(dsi_servers_[s].get());
     }
-    const int32_t                 t_draft_after = n_threads_draft_ > 0 ? n_threads_draft_ : ctx_params_.n_threads;
+    const int32_t                 t_draft_after = n_threads_draft_ != 0 ? n_threads_draft_ : ctx_params_.n_threads;
     auto & thread_scopes = out.thread_scopes;
     thread_scopes.push_back(std::make_unique<threads_scope>(*dft_cache_, t_draft, t_draft_after));
     for (kv_cache * c : caches) {

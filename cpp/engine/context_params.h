@@ -14,7 +14,7 @@ namespace specllama {
 struct context_params {
     int32_t n_ctx     = 4096;  // positions the KV cache holds (0 = the model's training context)
     int32_t n_batch   = 512;   // tokens per llama_decode call; verification batches must fit in one
-    int32_t n_threads = 0;     // CPU threads; 0: tuned, at most the physical cores (kv_cache::set_n_threads)
+    int32_t n_threads = 0;     // CPU threads; 0: the physical cores; -1: tuned, at most those (thread_tuner.h)
     // a sliding-window model (Gemma 2/3 style): true keeps every position in its window layers'
     // cache, so rollback drops a tail as for any KV cache; false keeps only the window (less
     // memory), and rollback goes back to a checkpoint of it as for a recurrent state

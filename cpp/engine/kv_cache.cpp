@@ -39,8 +39,9 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     if (params.n_batch < 1) {
         throw std::invalid_argument("n_batch must be >= 1, got " + std::to_string(params.n_batch));
     }
-    if (params.n_threads < 0) {
-        throw std::invalid_argument("n_threads must be >= 0 (0 = all), got " + std::to_string(params.n_threads));
+    if (params.n_threads < -1) {
+        throw std::invalid_argument("n_threads must be >= -1 (0: the physical cores; -1: tuned), got " +
+                                    std::to_string(params.n_threads));
     }
     recurrent_ = llama_model_is_recurrent(mdl_->get()) || llama_model_is_hybrid(mdl_->get());
     window_    = params.swa_full ? 0 : std::max<int32_t>(0, llama_model_n_swa(mdl_->get()));
@@ -71,7 +72,7 @@ kv_cache::kv_cache(std::shared_ptr<model> mdl, const context_params & params) : 
     n_ctx_   = (int32_t) llama_n_ctx(raw);
     n_batch_ = (int32_t) llama_n_batch(raw);
     batch_   = llama_batch_init(n_batch_, 0, 1);
-    if (params.n_threads == 0 && !mdl_->offloaded) {
+    if (params.n_threads == -1 && !mdl_->offloaded) {
         tuner_  = std::make_unique<thread_tuner>(n_threads_);
         tuning_ = true;
     }
@@ -158,7 +159,7 @@ void kv_cache::set_n_threads(int32_t n_threads) {
     if (shared_) {
         return;  // a slot's context keeps the slot group's threads: other slots decode on it too
     }
-    tuning_ = n_threads == 0 && tuner_;
+    tuning_ = n_threads <= 0 && tuner_;
     if (tuning_) {
         apply_threads(tuner_->threads());
         return;

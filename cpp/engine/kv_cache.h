@@ -176,10 +176,10 @@ class kv_cache {
     // cache emptied, when llama.cpp refuses the copy.
     bool copy_from(const kv_cache & src);
 
-    // decode on n_threads threads from now on; 0: the count given at construction, which where none
-    // was given (context_params::n_threads 0) and the model runs on the CPU alone is tuned by
-    // measuring the decodes (thread_tuner.h), at most default_threads(). A slot's cache keeps its
-    // slot group's count
+    // decode on n_threads threads from now on; 0 or -1: the count given at construction, which where
+    // it was -1 (context_params::n_threads) and the model runs on the CPU alone is tuned by measuring
+    // the decodes (thread_tuner.h), at most default_threads(). A slot's cache keeps its slot group's
+    // count
     void set_n_threads(int32_t n_threads);
     // where the count is tuned: move it to n_threads, as another model's tuner on the same cores found
     // (thread_tuner::move_to); a no-op elsewhere

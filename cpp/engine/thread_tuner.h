@@ -14,8 +14,8 @@
 // logits, nor a one-token decode's over up to 256 positions (tests/test_threads.py compares them
 // bitwise); past that llama.cpp's flash attention splits a one-token decode's keys among the
 // threads, and the count changes its rounding (docs/how-it-works.md#exactness).
-// Not here: applying the count (kv_cache.cpp), which tunes a context of its own whose model runs
-// on the CPU alone, when no thread count was given.
+// Not here: applying the count (kv_cache.cpp), which tunes a context whose model runs on the CPU
+// alone where it was asked to (n_threads -1).
 #pragma once
 
 #include <array>

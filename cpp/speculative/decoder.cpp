@@ -25,7 +25,7 @@ namespace {
 context_params draft_context(const decoder_params & p, int32_t n_ctx) {
     context_params c = p.ctx;
     c.n_ctx          = n_ctx;
-    c.n_threads      = p.n_threads_draft > 0 ? p.n_threads_draft : p.ctx.n_threads;
+    c.n_threads      = p.n_threads_draft != 0 ? p.n_threads_draft : p.ctx.n_threads;
     c.type_k         = p.type_k_draft;
     c.type_v         = p.type_v_draft;
     return c;
@@ -46,8 +46,8 @@ decoder::decoder(const decoder_params & params, std::shared_ptr<model> target, s
         throw std::invalid_argument("n_draft must be in [1, " + std::to_string(k_max_draft) + "], got " +
                                     std::to_string(params.n_draft));
     }
-    if (params.n_threads_draft < 0) {
-        throw std::invalid_argument("n_threads_draft must be >= 0 (0 = n_threads), got " +
+    if (params.n_threads_draft < -1) {
+        throw std::invalid_argument("n_threads_draft must be >= -1 (0 = n_threads; -1: tuned), got " +
                                     std::to_string(params.n_threads_draft));
     }
     if (draft && !params.draft) {

@@ -307,7 +307,7 @@ struct generate_stats {
     // after the prompt, the draft model's decodes (llama_decode calls: its catch-ups and drafts)
     int64_t n_draft_calls = 0;
     // the CPU threads each model's decodes used at the end (kv_cache::n_threads; the draft's 0 where
-    // no draft model ran), whether a count was tuned (none given and the model on the CPU alone:
+    // no draft model ran), whether a count was tuned (n_threads -1 and the model on the CPU alone:
     // thread_tuner.h), and the decodes of either model run at another count to compare
     int32_t n_threads       = 0;
     int32_t n_threads_draft = 0;
