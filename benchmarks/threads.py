@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 
 import specllama
+from cold_start import busy_spell
 from specllama._core import cpu_cores
 from specllama.models import add_pair_options, pair_from_options
 from specllama.provenance import provenance
@@ -31,10 +31,6 @@ PROMPTS = {
     "story": "Tell me a story about a lighthouse keeper.",
     "code": "Write a Python function that checks whether a string is a palindrome, with tests.",
 }
-
-
-def spinners(k: int):
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(k)]
 
 
 def run_one(dec, prompt, n, speculative):
@@ -60,9 +56,8 @@ def main() -> None:
     physical = cpu_cores()[0]
     configs = {"tuned": -1, "fixed": physical}
     names = args.prompts.split(",")
-    procs = spinners(args.busy)
     runs = {(c, p, m): [] for c in configs for p in names for m in ("spec", "plain")}
-    try:
+    with busy_spell(args.busy):
         decs = {}
         for r in range(args.rounds):
             if args.fresh or not decs:
@@ -79,13 +74,10 @@ def main() -> None:
                         f"{m} {runs[(c, p, m)][-1]['s']:.2f} s" for m in ("spec", "plain")), file=sys.stderr)
         for d in decs.values():
             d.close()
-    finally:
-        for q in procs:
-            q.kill()
     rows = {}
     for p in names:
         med = {(c, m): statistics.median(x["s"] for x in runs[(c, p, m)]) for c in configs for m in ("spec", "plain")}
-        # plain decoding's greedy output is the same on any thread count (bitwise logits); a speculative
+        # plain decoding's greedy output is the same on any thread count up to 256 positions; a speculative
         # one can differ from it where a batched verification and a one-token decode round a near-tie
         # apart (docs/how-it-works.md#exactness), and tuned and fixed runs verify in batches of other sizes
         same = {m: all(a["tokens"] == b["tokens"] for a, b in zip(runs[("tuned", p, m)], runs[("fixed", p, m)]))

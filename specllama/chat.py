@@ -42,7 +42,7 @@ def paused_note(stats) -> str:
 def threads_note(stats, physical: int) -> str:
     """The stats line's note on tuned thread counts below the machine's physical cores (a Stats);
     empty where the counts were given, or stayed at the full count."""
-    if not getattr(stats, "threads_tuned", False):
+    if not stats.threads_tuned:
         return ""
     counts = [stats.n_threads] + ([stats.n_threads_draft] if stats.n_threads_draft else [])
     if all(c >= physical for c in counts):

@@ -46,7 +46,7 @@ void thread_tuner::move_to(int32_t threads) {
     if (threads == cur_) {
         return;
     }
-    down_next_ = threads < cur_;
+    down_next_ = threads < cur_;  // (go on in the direction of the move)
     cur_       = threads;
     trying_    = 0;
     wins_      = 0;
@@ -85,14 +85,8 @@ void thread_tuner::record(int32_t n_tokens, int32_t threads, double ms) {
     c.ref  = c.mean;
     if (ms <= k_win * c.mean) {
         wins_ += 1;
-        if (wins_ >= 2) {  // move, and go on in the direction that paid
-            down_next_ = trying_ < cur_;
-            cur_       = trying_;
-            trying_    = 0;
-            wins_      = 0;
-            gap_       = k_min_gap;
-            n_moves_ += 1;
-            forget();
+        if (wins_ >= 2) {
+            move_to(trying_);
         }
         return;  // (after a first win, the next measured decode tries the same count again)
     }
