@@ -1,15 +1,19 @@
 """A new decoder's first generation against a decoder that has generated before, greedy, in
-interleaved rounds: what a one-shot `specllama generate` pays for the adaptive rule's learning.
+interleaved rounds: what a one-shot `specllama generate` pays for the adaptive rule's learning,
+and what an adaptive memory (specllama.adaptive_memory) saves of it.
 
-Each round runs every --prompts prompt (chat templated) four ways: plain decoding, a fixed draft
+Each round runs every --prompts prompt (chat templated) five ways: plain decoding, a fixed draft
 length and the adaptive rule on one decoder that generated every prompt once before the first round
-("warm"), and the adaptive rule on a decoder made for that generation alone ("new"; its loading is
-not timed). Reported per prompt: decode tokens/s medians over the rounds and the median of each
-round's ratio to plain decoding, and the new decoders' steps as compare.py's step and kept
-patterns (one character a step: the model's drafts, + for ten or more, and under it the drafts
-kept), so that where a new decoder's first steps go is seen.
+("warm"), the adaptive rule on a decoder made for that generation alone ("new"; its loading is
+not timed), and the same on a new decoder that resumes an adaptive memory ("resumed"), as one
+`specllama generate` after another does: a decoder with that memory generated every prompt once
+before the first round, and each resumed decoder writes what it learned back when it closes.
+Reported per prompt: decode tokens/s medians over the rounds and the median of each round's ratio
+to plain decoding, and the new decoders' steps as compare.py's step and kept patterns (one
+character a step: the model's drafts, + for ten or more, p a plain step of a paused draft, P its
+probe, and under it the drafts kept), so that where a new decoder's first steps go is seen.
 
-With --busy N a fifth way runs a new decoder whose prompt pass meets a busy spell: N processes
+With --busy N a sixth way runs a new decoder whose prompt pass meets a busy spell: N processes
 spinning on the CPU from just before the generation until its first step ends (its prompt pass and
 first token), as where another program is busy for a moment, or where the weights are read from
 disk at their first use; --busy-steps K makes the spell last until its K-th step ends (the steps
@@ -29,6 +33,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import specllama
@@ -56,10 +61,10 @@ def busy_spell(n):
         stop()
 
 
-def new_decoder_run(target, draft, tokens, kw, args, busy=0):
+def new_decoder_run(target, draft, tokens, kw, args, busy=0, memory=False):
     """a new decoder's first generation's Stats; busy: processes spinning until its args.busy_steps-th
-    step ends"""
-    with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads) as new:
+    step ends; memory: its adaptive memory's file"""
+    with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads, adaptive_memory=memory) as new:
         with busy_spell(busy) as stop:
             steps = []
 
@@ -84,12 +89,12 @@ def run_round(warm, target, draft, prompts, args) -> dict:
         for way, extra in ways.items():
             warm.reset()
             row[way] = warm.generate(tokens, **kw, **extra).stats.tokens_per_second
-        news = {"adaptive, new decoder": 0}
+        news = {"adaptive, new decoder": (0, False), "adaptive, resumed": (0, args.memory)}
         if args.busy:
-            news[f"adaptive, new decoder, {args.busy} busy"] = args.busy
+            news[f"adaptive, new decoder, {args.busy} busy"] = (args.busy, False)
         steps[name], prompt_ms[name] = {}, {}
-        for way, busy in news.items():
-            s = new_decoder_run(target, draft, tokens, kw, args, busy)
+        for way, (busy, memory) in news.items():
+            s = new_decoder_run(target, draft, tokens, kw, args, busy, memory)
             row[way] = s.tokens_per_second
             steps[name][way] = {"steps": step_pattern(s.steps), "kept": kept_pattern(s.steps)}
             prompt_ms[name][way] = s.t_prefill_ms
@@ -113,6 +118,12 @@ def main() -> None:
     args = ap.parse_args()
     target, draft = pair_from_options(args)
     prompts = {name: PROMPTS[name] for name in args.prompts.split(",")}
+    memory_dir = tempfile.TemporaryDirectory(prefix="specllama-cold-start-")
+    args.memory = Path(memory_dir.name) / "memory.json"
+    with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads, adaptive_memory=args.memory) as first:
+        for text in prompts.values():  # (the run before the resumed ones: it writes the memory on closing)
+            first.generate(first.chat_tokens([{"role": "user", "content": text}]), max_tokens=args.n,
+                           temperature=0, ignore_eos=True)
     rounds = []
     with specllama.SpeculativeDecoder(target, draft, n_threads=args.threads) as warm:
         for text in prompts.values():  # (the warm decoder's rule learns from one generation of each)

@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_set_level', 'model_footprint', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['ADAPTIVE_STATE_FORMAT', 'BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_set_level', 'model_footprint', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -366,6 +366,14 @@ class DraftLengthModel:
         """
         the first n steps of a run of drafting (or plain) steps are transitions: their costs price nothing, and a probe drafts n + 1 steps in a row
         """
+    def set_state(self, state: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        """
+        that state given back (ValueError where it is not one of this format; the model is then unchanged)
+        """
+    def state(self) -> list[float]:
+        """
+        what the model learned (prices, acceptance, rates, pauses, generation lengths), as numbers, the state format first; not its settings
+        """
     @typing.overload
     def verify_ms(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> float:
         """
@@ -394,6 +402,11 @@ class DraftLengthModel:
     @property
     def leave_ms(self) -> float:
         ...
+    @property
+    def lookup_accept_prob(self) -> float:
+        """
+        how often the target keeps a prompt lookup proposal (0.5 before any)
+        """
     @property
     def padded(self) -> int:
         ...
@@ -1352,6 +1365,10 @@ class Decoder:
     """
     def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True, device: typing.Any = None, device_draft: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0, dsi_devices: collections.abc.Sequence[typing.Any] = [], checkpoint_memory: str = 'auto', draft_catch_up: str = 'auto', verify_shape: str = 'auto', settle_steps: typing.SupportsInt | typing.SupportsIndex = -1, cache_types: typing.Annotated[collections.abc.Sequence[str], "FixedSize(4)"] = ['f16', 'f16', 'f16', 'f16'], flash_attn: str = 'auto') -> None:
         ...
+    def adaptive_state(self) -> list[float]:
+        """
+        what the adaptive draft length has learned (DraftLengthModel.state)
+        """
     def cached_tokens(self) -> list[int]:
         ...
     def cost_model(self) -> dict:
@@ -1376,6 +1393,10 @@ class Decoder:
         """
     def reset(self) -> None:
         ...
+    def set_adaptive_state(self, state: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex]) -> None:
+        """
+        start the adaptive draft length from a state an earlier decoder of the same pair, machine and settings learned (ValueError where it is not one of this format; nothing changes then)
+        """
     def sibling(self, **kwargs) -> Decoder:
         """
         a decoder on these models (not loaded again) with caches and an adaptive draft length of its own; keyword arguments change settings (n_ctx, n_batch, n_threads, n_threads_draft, n_draft, share_prefill, swa_full, checkpoint_memory, draft_catch_up, verify_shape, settle_steps), the rest are this one's
@@ -1529,6 +1550,7 @@ def vocab_difference(target: Model, draft: Model) -> str:
     """
     The first difference between draft's vocabulary and target's, in words; '' when they are one (a draft with another vocabulary drafts by token-level intersection).
     """
+ADAPTIVE_STATE_FORMAT: int = 1
 CACHE_TYPES: tuple = ('f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_1', 'iq4_nl', 'q5_0', 'q5_1')
 DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True, 'swa_full': True, 'checkpoint_memory': 'auto', 'draft_catch_up': 'auto', 'verify_shape': 'auto', 'settle_steps': -1, 'cache_type_k': 'f16', 'cache_type_v': 'f16', 'cache_type_k_draft': 'f16', 'cache_type_v_draft': 'f16', 'flash_attn': 'auto'}
 MAX_DRAFT: int = 64

@@ -162,6 +162,12 @@ def _drafting_options():
                           "logits over the whole vocabulary (not with grammars, logit bias, penalties or --top-k 0, "
                           "which sample on the host). Default: for each model offloaded to a GPU. "
                           "The output follows the same distribution either way."),
+        click.option("--adaptive-memory/--no-adaptive-memory", default=True, show_default=True,
+                     envvar="SPECLLAMA_ADAPTIVE_MEMORY",
+                     help="Start the adaptive draft length from what earlier runs of these models on this machine "
+                          "with these settings learned (prices, acceptance, pauses) instead of learning it again, "
+                          "and keep what this run learns (a file in $SPECLLAMA_STATE or the user state directory). "
+                          "bench never uses it. The output follows the same distribution either way."),
     ]
 
 
@@ -257,7 +263,7 @@ def model_options(fn):
                           "is offloaded). The output is the same either way."),
     ]
     names = ["model", "draft", "pair", "target_type", "no_draft", "n_draft", "drafter", "fixed_draft", "forced_drafts",
-             "device_sampling",
+             "device_sampling", "adaptive_memory",
              "ctx_size", "threads", "threads_draft",
              "n_gpu_layers", "n_gpu_layers_draft", "cache_type_k", "cache_type_v", "cache_type_k_draft",
              "cache_type_v_draft", "flash_attn", "share_prefill", "swa_full", "checkpoint_memory", "device",
@@ -442,9 +448,12 @@ def _model_paths(mo: dict) -> Tuple[str, Optional[str]]:
         raise click.BadParameter(str(exc), param_hint="'--target-type'") from None
 
 
-def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1):
+def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1, remember: bool = True,
+                  memory_note: bool = True):
     """The decoder the options ask for, and its banner. n_caches: KV caches of -c positions each
-    model will hold at once (a server's slots), which the layers fitted to the GPUs leave room for."""
+    model will hold at once (a server's slots), which the layers fitted to the GPUs leave room for;
+    remember False: no adaptive memory, whatever the options say (a benchmark's runs); memory_note
+    False: the banner does not say whether it resumed one (the server's slots keep their own)."""
     no_draft, n_draft = mo["no_draft"], mo["n_draft"]
     if no_draft and need_draft:
         raise click.UsageError("this command compares against a draft; drop --no-draft")
@@ -469,13 +478,14 @@ def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1):
                                  device_draft=mo["device_draft"] if draft else None, split_mode=mo["split_mode"],
                                  tensor_split=_tensor_split(mo["tensor_split"]), main_gpu=mo["main_gpu"],
                                  rpc=mo["rpc"], dsi_devices=list(mo["dsi_devices"]) or None,
-                                 flash_attn=mo["flash_attn"], **{k: mo[k] for k in CACHE_TYPE_SETTINGS})
+                                 flash_attn=mo["flash_attn"], adaptive_memory=remember and mo["adaptive_memory"],
+                                 **{k: mo[k] for k in CACHE_TYPE_SETTINGS})
     for w in caught:
         _err(f"specllama: warning: {w.message}")
-    return dec, _describe(dec, mo, draft)
+    return dec, _describe(dec, mo, draft, memory_note)
 
 
-def _describe(dec: SpeculativeDecoder, mo: dict, draft) -> str:
+def _describe(dec: SpeculativeDecoder, mo: dict, draft, memory_note: bool = True) -> str:
     """The banner: the models and who drafts."""
     try:
         drafter = "none" if mo["no_draft"] else dec.drafter_name(drafter=mo["drafter"])
@@ -492,7 +502,10 @@ def _describe(dec: SpeculativeDecoder, mo: dict, draft) -> str:
               ("draft", "cache_type_k_draft", "cache_type_v_draft", "model" in drafter))
     formats = [f"{name}'s KV cache {mo[k]}/{mo[v]}" for name, k, v, used in caches
                if used and (mo[k], mo[v]) != ("f16", "f16")]
+    memory = dec.adaptive_memory
+    resumed = memory_note and drafter != "none" and not mo["fixed_draft"] and memory is not None and memory.resumed
     return (what + (f", n_draft {how} {dec.n_draft}" if drafter != "none" else " (no draft)")
+            + ("; the adaptive rule resumes what earlier runs learned" if resumed else "")
             + "".join(f"; {f}" for f in formats) + (f"; {where}" if where else ""))
 
 
@@ -743,7 +756,7 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
             cache_reuse = 256
     defaults = make_options(**_generate_kwargs(mo, {}, {}), cache_reuse=cache_reuse)
     # the slots' caches, and the first decoder's until they are made
-    dec, what = _open_decoder(mo, n_caches=parallel + 1 if parallel > 1 else 1)
+    dec, what = _open_decoder(mo, n_caches=parallel + 1 if parallel > 1 else 1, memory_note=False)
     with dec:
         if chat_template is not None:
             dec.apply_chat_template([{"role": "user", "content": "hi"}], template=chat_template)  # fails here, not later
@@ -817,7 +830,7 @@ def bench(mo, n_predict, temp, seed, sweep, prompt_names, out_dir, as_json, mode
         prompts = {n: PROMPTS[n] for n in names}
     if mo["no_draft"]:
         raise click.UsageError("bench compares plain decoding with speculative decoding; drop --no-draft")
-    dec, what = _open_decoder(mo, need_draft=mo["drafter"] != "lookup")
+    dec, what = _open_decoder(mo, need_draft=mo["drafter"] != "lookup", remember=False)
     with dec:
         if mode == "dsi":
             dec.options(mode="dsi", drafter=mo["drafter"])  # refuse a DSI setting now, not after the SI runs

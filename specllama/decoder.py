@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Typ
 from . import _core
 from . import placement
 from . import rpc_guard
+from .adaptive_memory import AdaptiveMemory, default_path, identity as memory_identity
 from .options import Completion, DSIStats, GenerateOptions, PromptTooLong, Stats, StepChunk, StepPrices
 from .options import as_dict, make_options, type_error
 from .rpc_guard import Guard, RPCConnectionLost, endpoints_of
@@ -101,6 +102,14 @@ class SpeculativeDecoder:
     speculation keeps the output the target's with that cache, the draft's formats affect only
     how many drafts are kept. flash_attn: "auto" (where the device has the kernels), "on", "off"
     (as llama.cpp's -fa); a quantized V cache needs it.
+    adaptive_memory: True starts the adaptive draft length from what the last decoder of the same
+    models, machine and settings learned (prices, acceptance, pauses), kept in a file in the user's
+    state directory, and writes what this one learns back there (after a generation at most every
+    30 s, and on close()); a path: that file instead; False (default): learn afresh, keep nothing.
+    A new decoder's first generation otherwise spends steps learning (a one-shot command is all
+    first generation). Which draft lengths are chosen changes, the output's distribution does not.
+    specllama.adaptive_memory says what identifies a memory and where it lives; the
+    adaptive_memory property says whether this decoder resumed one.
     """
 
     def __init__(
@@ -133,6 +142,7 @@ class SpeculativeDecoder:
         main_gpu: int = 0,
         rpc: Devices = None,
         dsi_devices: Optional[Sequence[Devices]] = None,
+        adaptive_memory: Union[bool, str, "os.PathLike[str]"] = False,
     ) -> None:
         if model_path is None:
             if draft_path is not None:
@@ -154,6 +164,7 @@ class SpeculativeDecoder:
         for name, value in zip(CACHE_TYPE_SETTINGS, cache_types):  # (before the placement reads the sizes in them)
             if type(value) is not str:
                 raise type_error(name, value, _DEFAULTS[name])
+        _check_memory_arg(adaptive_memory)  # (before the models load)
         self._offload = placement.choose(model_path, draft_path, n_gpu_layers, n_gpu_layers_draft, device,
                                          device_draft, n_ctx, n_batch, cache_types=cache_types)
         n_gpu_layers, n_gpu_layers_draft = self._offload.target, self._offload.draft
@@ -173,12 +184,23 @@ class SpeculativeDecoder:
             if type(value) is not type(_DEFAULTS[name]):
                 raise type_error(name, value, _DEFAULTS[name])
         tensor_split = _placement_args(split_mode, tensor_split, main_gpu, dsi_devices, draft_path, device_draft)
-        self._core = self._call(lambda: _core.Decoder(
-            self.model_path, self.draft_path, **settings, cache_types=cache_types, device=device,
-            device_draft=device_draft, split_mode=split_mode, tensor_split=tensor_split, main_gpu=main_gpu,
-            dsi_devices=list(dsi_devices or [])))
+        placed = dict(device=device, device_draft=device_draft, split_mode=split_mode, tensor_split=tensor_split,
+                      main_gpu=main_gpu, dsi_devices=list(dsi_devices or []))
+        self._core = self._call(lambda: _core.Decoder(self.model_path, self.draft_path, **settings,
+                                                      cache_types=cache_types, **placed))
         if self._guard is not None:
             self._guard.cover(self._core)
+        self._memory = self._open_memory(adaptive_memory, dict(settings, cache_types=cache_types, **placed))
+
+    def _open_memory(self, adaptive_memory, settings: dict) -> Optional[AdaptiveMemory]:
+        """The adaptive memory asked for (True: the state directory's file for this identity; a
+        path; False: none), resumed into the native decoder where it holds a state."""
+        if adaptive_memory is False:
+            return None
+        ident = memory_identity(self.model_path, self.draft_path, {**settings, "slots": 1})
+        memory = AdaptiveMemory(default_path(ident) if adaptive_memory is True else adaptive_memory, ident)
+        memory.load_into(self._native())
+        return memory
 
     def _call(self, fn: Callable[[], "_T"], cancel: Optional[threading.Event] = None) -> "_T":
         """fn(), through the rpc guard where this decoder is on rpc-servers."""
@@ -208,7 +230,9 @@ class SpeculativeDecoder:
         those sent at the same time, so slots generating in parallel threads verify their drafts
         in one llama_decode and draft in one (docs/server.md measures what that gains). A decode is held
         up to max_wait_ms for slots still busy between decodes. This decoder keeps its own caches;
-        close() it when only the slots are used (the models stay loaded while a slot is open)."""
+        close() it when only the slots are used (the models stay loaded while a slot is open).
+        With an adaptive memory, the slots share one of their own (a slot's decodes cost otherwise:
+        they merge with the other slots'), each starting from it and writing to it."""
         if type(n) is not int or n < 1:
             raise ValueError(f"n must be a positive int, got {n!r}")
         if n_ctx is not None and (type(n_ctx) is not int or n_ctx < 1):
@@ -224,6 +248,9 @@ class SpeculativeDecoder:
             slot._core = native
             slot._guard = self._guard
             slot._offload = self._offload
+            slot._memory = self._memory.for_slots(n) if self._memory is not None else None
+            if slot._memory is not None:
+                slot._memory.load_into(native)
             if self._guard is not None:
                 self._guard.cover(native)
             out.append(slot)
@@ -244,10 +271,33 @@ class SpeculativeDecoder:
         sib.model_path, sib.draft_path = self.model_path, self.draft_path
         sib._guard = self._guard
         sib._offload = self._offload
+        sib._memory = None  # (its settings may differ: it learns afresh)
         sib._core = self._call(lambda: native_parent.sibling(**settings))
         if self._guard is not None:
             self._guard.cover(sib._core)
         return sib
+
+    @property
+    def adaptive_memory(self) -> Optional[AdaptiveMemory]:
+        """The memory this decoder's adaptive draft length started from and writes back to (its
+        path; resumed: whether it started from a state there; note: why not), or None where the
+        decoder was made without one (adaptive_memory=False)."""
+        return getattr(self, "_memory", None)
+
+    def save_adaptive_memory(self) -> bool:
+        """Write what the adaptive draft length learned to the adaptive memory now (close() does,
+        and a generation at most every 30 s). False where there is nothing to write: no memory, no
+        generation since the last write, or one priced by given StepPrices."""
+        native = self._native()
+        if self._memory is None:
+            return False
+        with self._lock:
+            return self._memory.save(native)
+
+    def _learned(self, native: _core.Decoder, opts: GenerateOptions) -> None:
+        """After a generation: its adaptive memory written, where it is due."""
+        if self._memory is not None:
+            self._memory.generated(native, priced=opts.prices is not None)
 
     @property
     def slot_batching(self) -> Optional[dict]:
@@ -261,9 +311,12 @@ class SpeculativeDecoder:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Free both models and their caches (waits for a running generation to finish)."""
+        """Free both models and their caches (waits for a running generation to finish); with an
+        adaptive memory, write what was learned since its last write first."""
         def free() -> None:
             with self._lock:
+                if self._core is not None and self._memory is not None:
+                    self._memory.save(self._core)
                 self._core = None
 
         try:
@@ -462,7 +515,9 @@ class SpeculativeDecoder:
         native = self._native()
         if self._guard is None:
             with self._lock:
-                return native.generate(tokens, opts, _wrap_on_step(on_step))
+                out = native.generate(tokens, opts, _wrap_on_step(on_step))
+                self._learned(native, opts)
+                return out
         cancel = threading.Event()  # Ctrl-C, seen by the caller's thread: the generation stops at its next step
         wrapped = _wrap_on_step(on_step)
 
@@ -471,7 +526,9 @@ class SpeculativeDecoder:
 
         def run() -> Completion:
             with self._lock:
-                return native.generate(tokens, opts, step)
+                out = native.generate(tokens, opts, step)
+                self._learned(native, opts)
+                return out
 
         return self._guard.call(run, cancel)
 
@@ -502,7 +559,9 @@ class SpeculativeDecoder:
         def worker():
             try:
                 with self._lock:
-                    chunks.put(native.generate(tokens, opts, on_step))
+                    out = native.generate(tokens, opts, on_step)
+                    self._learned(native, opts)
+                    chunks.put(out)
             except BaseException as exc:  # re-raised in the consumer
                 chunks.put(exc)
             finally:
@@ -559,6 +618,11 @@ def _placement_args(split_mode, tensor_split, main_gpu, dsi_devices, draft_path,
     if draft_path is None and device_draft is not None:
         raise ValueError("device_draft needs a draft model")
     return tensor_split
+
+
+def _check_memory_arg(adaptive_memory) -> None:
+    if not isinstance(adaptive_memory, (bool, str, os.PathLike)):
+        raise TypeError(f"adaptive_memory must be True, False or a file's path, got {adaptive_memory!r}")
 
 
 def _warn_threads(**counts) -> None:

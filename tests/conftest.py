@@ -6,6 +6,7 @@ import importlib.util
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,11 @@ import pytest
 TEST_GPU = os.environ.get("SPECLLAMA_TEST_GPU") == "1"
 if not TEST_GPU:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+# The adaptive memory the CLI and the server keep by default is the session's own, so that no test
+# reads what an earlier run (or the user) learned, nor leaves anything in the user's state directory
+_STATE = tempfile.TemporaryDirectory(prefix="specllama-test-state-")
+os.environ["SPECLLAMA_STATE"] = _STATE.name
 
 import specllama  # noqa: E402
 from tiny_models import deepened, perturbed, random_weights, vocab, write_model  # noqa: E402

@@ -189,6 +189,8 @@ void register_adaptive(py::module_ & m) {
              py::arg("model_drafted") = true, py::arg("steady") = true, py::arg("steady_ms") = -1.0)
         .def_property_readonly("rate", &draft_length_model::rate)
         .def("accept_prob", &draft_length_model::accept_prob, py::arg("conf"))
+        .def_property_readonly("lookup_accept_prob", &draft_length_model::lookup_accept_prob,
+                               "how often the target keeps a prompt lookup proposal (0.5 before any)")
         .def("observe_draft_decode", &draft_length_model::observe_draft_decode, py::arg("ms"))
         .def("observe_catch_up", &draft_length_model::observe_catch_up, py::arg("ms"))
         .def("observe_verify", &draft_length_model::observe_verify, py::arg("n_tokens"), py::arg("ms"))
@@ -200,7 +202,13 @@ void register_adaptive(py::module_ & m) {
              "the kind of the generations from here on; greedy and sampled ones each keep their own "
              "acceptance, calibration, rates and pause (the prices are shared)")
         .def_property_readonly("sampled", &draft_length_model::sampled)
-        .def_property_readonly("acceptance", &draft_length_model::acceptance);
+        .def_property_readonly("acceptance", &draft_length_model::acceptance)
+        .def("state", &draft_length_model::state,
+             "what the model learned (prices, acceptance, rates, pauses, generation lengths), as numbers, the "
+             "state format first; not its settings")
+        .def("set_state", &draft_length_model::set_state, py::arg("state"),
+             "that state given back (ValueError where it is not one of this format; the model is then unchanged)");
+    m.attr("ADAPTIVE_STATE_FORMAT") = draft_length_model::k_state_format;
 }
 
 }  // namespace specllama_py

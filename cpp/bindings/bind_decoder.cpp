@@ -482,6 +482,16 @@ void register_decoder(py::module_ & m) {
              "The adaptive draft length's estimates: ms per draft token, ms per catch-up, ms per "
              "verification batch, the long-run tokens per ms, and the chance of acceptance by draft "
              "confidence.")
+        .def("adaptive_state", [](const decoder & d) {
+            py::gil_scoped_release nogil;  // (it waits for a running generation, whose callbacks need the GIL)
+            return d.adaptive_state();
+        }, "what the adaptive draft length has learned (DraftLengthModel.state)")
+        .def("set_adaptive_state", [](decoder & d, const std::vector<double> & state) {
+            py::gil_scoped_release nogil;
+            d.set_adaptive_state(state);
+        }, py::arg("state"),
+             "start the adaptive draft length from a state an earlier decoder of the same pair, machine and "
+             "settings learned (ValueError where it is not one of this format; nothing changes then)")
         .def("reset", [](decoder & d) {
             py::gil_scoped_release nogil;
             d.reset();

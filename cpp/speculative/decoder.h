@@ -445,6 +445,10 @@ class decoder {
 
     // the adaptive draft length's current estimates
     draft_length_model cost_model() const;
+    // what the adaptive draft length has learned (draft_length_model::state), and that state given
+    // back to this decoder, or another of the same pair on the same machine and settings
+    std::vector<double> adaptive_state() const;
+    void                set_adaptive_state(const std::vector<double> & state);
     // tokens drafted per step when a generation does not say (decoder_params::n_draft)
     int32_t n_draft() const { return n_draft_; }
 

@@ -312,7 +312,20 @@ class draft_length_model {
     // long-run tokens per ms over recent steps (0 before any)
     double rate() const { return o_.step_ms_ > 0.0 ? o_.step_tokens_ / o_.step_ms_ : 0.0; }
 
+    // --- what the model learned, kept across processes (draft_length_state.cpp) ---
+    // everything it measured and judged (prices, acceptance and calibration, rates, pauses and
+    // probes, generation lengths; greedy and sampled apart) as numbers, k_state_format first. Not
+    // its settings (set_decodes_again, set_padded, set_settle_steps, set_sampled): the decoder's
+    std::vector<double> state() const;
+    // that state given back; std::invalid_argument where it is not one of this format (the model
+    // is then unchanged)
+    void set_state(const std::vector<double> & state);
+    // the layout of state(): a field added to the model changes it, and this with it
+    static constexpr int32_t k_state_format = 1;
+
   private:
+    struct state_io;
+    void state_fields(state_io & io);  // each learned field, in state()'s order
     // exponentially weighted estimates; decay keeps them current as the machine's load changes
     static constexpr double k_decay = 0.97;
     // the acceptance assumed before any draft is judged, and its weight in drafts where few are

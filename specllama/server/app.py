@@ -31,6 +31,9 @@ def create_app(decoder: SpeculativeDecoder, config: ServerConfig, stopping: Opti
         yield
         st.stopping.set()  # anything still generating stops within one step
         st.executor.shutdown(wait=True)
+        for slot in st.slots:  # (what each slot's adaptive rule learned, for the next server)
+            if not slot.closed:
+                slot.save_adaptive_memory()
 
     app = FastAPI(title="specllama", version=__version__, docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=lifespan)
@@ -80,9 +83,11 @@ def serve(decoder: SpeculativeDecoder, config: ServerConfig, announce=print, own
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     try:
         where = placement.describe(decoder.n_gpu_layers, decoder.n_gpu_layers_draft)
+        memory = app.state.server.decoder.adaptive_memory
+        resumed = "; the adaptive rule resumes what earlier runs learned" if memory and memory.resumed else ""
         announce(f"specllama serve: http://{shown}:{port}/v1 (OpenAI API; model '{config.model_name}', "
                  f"{config.parallel} slot(s) of {n_ctx} tokens{', API key required' if config.api_key else ''}"
-                 f"{'; ' + where if where else ''})")
+                 f"{'; ' + where if where else ''}{resumed})")
     except BaseException:
         sock.close()
         raise
