@@ -6,7 +6,6 @@
 #include "speculative/draft_length.h"
 
 #include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -43,8 +42,8 @@ struct state_reader {
 
     double get(double & out) { return out = next(); }
 
-    // a count or flag: a whole number in [lo, hi]
-    template <typename T> void get(T & out, double lo = 0.0, double hi = (double) std::numeric_limits<int32_t>::max()) {
+    // a count or flag: a whole number in [lo, hi] (counts far below what overflows when they grow)
+    template <typename T> void get(T & out, double lo = 0.0, double hi = (double) (1 << 30)) {
         const double x = next();
         if (x != std::floor(x) || x < lo || x > hi) {
             throw std::invalid_argument("the adaptive state's number " + std::to_string(at - 1) + " (" +
