@@ -1,7 +1,7 @@
 // speculative/draft_length_state.cpp: what the adaptive draft length learned, as a list of numbers
-// that a later process gives back (specllama/memory.py keeps it in a file per pair and machine), so
-// that a new decoder starts from the prices, acceptance and pauses its predecessor ended with
-// instead of learning them again in its first generation.
+// that a later process gives back (specllama/adaptive_memory.py keeps it in a file per pair,
+// machine and settings), so that a new decoder starts from the prices, acceptance and pauses its
+// predecessor ended with instead of learning them again in its first generation.
 #include "speculative/decoder.h"
 #include "speculative/draft_length.h"
 
