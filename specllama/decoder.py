@@ -287,12 +287,20 @@ class SpeculativeDecoder:
     def save_adaptive_memory(self) -> bool:
         """Write what the adaptive draft length learned to the adaptive memory now (close() does,
         and a generation at most every 30 s). False where there is nothing to write: no memory, no
-        generation since the last write, or one priced by given StepPrices."""
-        native = self._native()
-        if self._memory is None:
+        generation since the last write, or one priced by given StepPrices; on rpc-servers, a
+        connection that broke (the decoder cannot run: lost)."""
+        native, memory = self._native(), self._memory
+        if memory is None:
             return False
-        with self._lock:
-            return self._memory.save(native)
+
+        def save() -> bool:
+            with self._lock:
+                return memory.save(native)
+
+        try:
+            return self._call(save)  # (through the rpc guard: a generation stuck on a dead connection holds the lock)
+        except RPCConnectionLost:
+            return False
 
     def _learned(self, native: _core.Decoder, opts: GenerateOptions) -> None:
         """After a generation: its adaptive memory written, where it is due."""
