@@ -116,6 +116,7 @@ def test_a_resumed_model_answers_every_later_question_as_the_one_it_came_from(se
             twin_prev = dict(prev)
             for ev in events[:cut]:
                 ev(twin)
+            assert twin.state() == a.state()
             for m in (b, fresh):
                 prev[id(m)] = prev.get(id(twin), -1)
             for i, ev in enumerate(events[cut:cut + 120]):
