@@ -67,10 +67,10 @@ def _model_file(path: Optional[str]) -> Optional[Dict[str, Any]]:
 
 
 def _machine() -> Dict[str, Any]:
-    from .provenance import _cpu
+    from .provenance import cpu_model
 
     devices = [{k: d[k] for k in ("name", "description", "type", "memory_total")} for d in _core.list_devices()]
-    return {"host": platform.node(), "cpu": _cpu(), "cores": os.cpu_count(), "devices": devices}
+    return {"host": platform.node(), "cpu": cpu_model(), "cores": os.cpu_count(), "devices": devices}
 
 
 def identity(model_path: str, draft_path: Optional[str], settings: Dict[str, Any]) -> Dict[str, Any]:
@@ -100,8 +100,10 @@ class AdaptiveMemory:
     not (no file yet, another identity's, unreadable); generations: how many generations the
     state has learned from, in every run that kept it."""
 
-    def __init__(self, path: Union[str, os.PathLike], ident: Dict[str, Any]) -> None:
-        self.path = Path(path)
+    def __init__(self, path: Union[str, os.PathLike, None], ident: Dict[str, Any]) -> None:
+        """path None: the state directory's file for ident (default_path)."""
+        self._in_state_dir = path is None
+        self.path = default_path(ident) if path is None else Path(path)
         self.identity = ident
         self.resumed = False
         self.note = ""
@@ -110,7 +112,7 @@ class AdaptiveMemory:
         self._last_save: Optional[float] = None  # time.monotonic() of the last write
         self._dirty = False
         self._write_failed = False
-        self._disabled = ""  # why this memory is not written (a generation priced by given StepPrices)
+        self._priced = False  # a generation was priced by given StepPrices: nothing is written
 
     def for_slots(self, n: int) -> "AdaptiveMemory":
         """The memory of n slots made from this memory's decoder (decoder.slots): its identity with
@@ -118,11 +120,8 @@ class AdaptiveMemory:
         (NAME-slotsN.json)."""
         ident = json.loads(json.dumps(self.identity))
         ident["settings"]["slots"] = n
-        if self.path == default_path(self.identity):
-            path = default_path(ident)
-        else:
-            path = self.path.with_name(f"{self.path.stem}-slots{n}{self.path.suffix}")
-        return AdaptiveMemory(path, ident)
+        named = None if self._in_state_dir else self.path.with_name(f"{self.path.stem}-slots{n}{self.path.suffix}")
+        return AdaptiveMemory(named, ident)
 
     def load_into(self, native: _core.Decoder) -> bool:
         """Start native's adaptive rule from the file, where it holds a state of this identity;
@@ -163,9 +162,9 @@ class AdaptiveMemory:
     def generated(self, native: _core.Decoder, priced: bool) -> None:
         """After a generation of native (priced: by given StepPrices, whose prices are not this
         machine's: nothing is written from then on); writes at most every SAVE_INTERVAL_S."""
-        if priced and not self._disabled:
-            self._disabled = "a generation was priced by given StepPrices"
-            self.note = f"not written: {self._disabled}"
+        if priced and not self._priced:
+            self._priced = True
+            self.note = "not written: a generation was priced by given StepPrices"
         self._dirty = True
         self.generations += 1
         if self._last_save is None or time.monotonic() - self._last_save >= SAVE_INTERVAL_S:
@@ -174,7 +173,7 @@ class AdaptiveMemory:
     def save(self, native: _core.Decoder) -> bool:
         """Write native's state now, where a generation ran since the last write (atomically: a
         reader sees the old file or the new one). False where nothing was written."""
-        if not self._dirty or self._disabled:
+        if not self._dirty or self._priced:
             return False
         saved = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         payload = {"format": FORMAT, "identity": self.identity, "saved": saved, "generations": self.generations,

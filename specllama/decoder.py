@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Typ
 from . import _core
 from . import placement
 from . import rpc_guard
-from .adaptive_memory import AdaptiveMemory, default_path, identity as memory_identity
+from .adaptive_memory import AdaptiveMemory, identity as memory_identity
 from .options import Completion, DSIStats, GenerateOptions, PromptTooLong, Stats, StepChunk, StepPrices
 from .options import as_dict, make_options, type_error
 from .rpc_guard import Guard, RPCConnectionLost, endpoints_of
@@ -198,7 +198,7 @@ class SpeculativeDecoder:
         if adaptive_memory is False:
             return None
         ident = memory_identity(self.model_path, self.draft_path, {**settings, "slots": 1})
-        memory = AdaptiveMemory(default_path(ident) if adaptive_memory is True else adaptive_memory, ident)
+        memory = AdaptiveMemory(None if adaptive_memory is True else adaptive_memory, ident)
         memory.load_into(self._native())
         return memory
 
@@ -282,7 +282,7 @@ class SpeculativeDecoder:
         """The memory this decoder's adaptive draft length started from and writes back to (its
         path; resumed: whether it started from a state there; note: why not), or None where the
         decoder was made without one (adaptive_memory=False)."""
-        return getattr(self, "_memory", None)
+        return self._memory
 
     def save_adaptive_memory(self) -> bool:
         """Write what the adaptive draft length learned to the adaptive memory now (close() does,
@@ -567,9 +567,8 @@ class SpeculativeDecoder:
         def worker():
             try:
                 with self._lock:
-                    out = native.generate(tokens, opts, on_step)
-                    self._learned(native, opts)
-                    chunks.put(out)
+                    chunks.put(native.generate(tokens, opts, on_step))
+                    self._learned(native, opts)  # (after the last chunk is out: a write does not delay it)
             except BaseException as exc:  # re-raised in the consumer
                 chunks.put(exc)
             finally:

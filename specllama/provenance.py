@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 
-def _cpu() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo's, else platform.processor())."""
     try:
         with open("/proc/cpuinfo") as f:
             return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
@@ -48,7 +49,7 @@ def _commit() -> Optional[str]:
 
 def machine_info() -> dict:
     """CPU model, core count, OS and GPU (if nvidia-smi names one)."""
-    return {"cpu": _cpu(), "cores": os.cpu_count(), "system": platform.platform(), "gpu": _gpu()}
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "system": platform.platform(), "gpu": _gpu()}
 
 
 # options that say where a benchmark or `specllama bench` writes its report (left out of the report)
