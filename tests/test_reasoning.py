@@ -557,7 +557,9 @@ THINKING_TEMPLATES = ["Qwen-Qwen3-0.6B", "HuggingFaceTB-SmolLM3-3B", "Qwen-QwQ-3
                       "CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Apertus-8B-Instruct",
                       "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "deepseek-ai-DeepSeek-R1-Distill-Llama-8B",
                       "google-gemma-4-31B-it-interleaved", "llama-cpp-deepseek-r1", "openbmb-MiniCPM5-1B",
-                      "ByteDance-Seed-OSS", "ibm-granite-granite-3.3-2B-Instruct", "Kimi-K2-Thinking"]
+                      "ByteDance-Seed-OSS", "ibm-granite-granite-3.3-2B-Instruct", "Kimi-K2-Thinking",
+                      "deepseek-ai-DeepSeek-V3.2", "deepseek-ai-DeepSeek-V4", "deepseek-ai-DeepSeek-V4-Flash-0731",
+                      "MiniMax-M2"]
 
 
 def _render(name, messages, **variables):

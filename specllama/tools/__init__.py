@@ -17,6 +17,9 @@ module of this package:
 - minicpm5: <function name="name"><param name="key">value</param></function>, MiniCPM5's (a text
   value in a CDATA block where it holds "<", "&" or a line break)
 - lfm2: <|tool_call_start|>[name(key="value", n=3)]<|tool_call_end|>, Liquid's LFM2 and LFM2.5's
+- invoke: <invoke name="..."> blocks of <parameter name="...">value</parameter> in a block of calls:
+  DeepSeek V3.2's and V4's DSML markup (<｜DSML｜function_calls>, a parameter's string="true|false"),
+  MiniMax-M2's (<minimax:tool_call>) (invoke.Flavour)
 - kimi: <|tool_calls_section_begin|><|tool_call_begin|>functions.name:0<|tool_call_argument_begin|>{...}
   <|tool_call_end|><|tool_calls_section_end|>, Kimi K2's (the call's id the model's)
 - deepseek: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name, the arguments in a
@@ -50,8 +53,8 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional
 
-from . import (deepseek, functionary, functionary_v32, gemma4, glm, harmony, hermes, json_calls, kimi, lfm2,
-               minicpm5, mistral, qwen3_coder, seed_oss)
+from . import (deepseek, functionary, functionary_v32, gemma4, glm, harmony, hermes, invoke, json_calls, kimi,
+               lfm2, minicpm5, mistral, qwen3_coder, seed_oss)
 
 WHOLE_REPLY = (harmony, functionary_v32)  # the formats whose Reader reads a reply (its thinking, text, calls)
 
@@ -63,7 +66,8 @@ def format_of(template_source: Optional[str]) -> Any:
     qwen3_coder where it writes <function=...> and <parameter=...> blocks, functionary where it
     writes <function=...> with JSON arguments, functionary_v32 where it teaches >>>${recipient},
     glm where it writes <arg_key>, lfm2 where it lists its tools as LFM2's do, kimi where it writes
-    Kimi K2's call section, deepseek's flavour
+    Kimi K2's call section, invoke's flavour where it writes DeepSeek's DSML or MiniMax-M2's block,
+    deepseek's flavour
     where it writes <｜tool▁calls▁begin｜>, json_calls' flavour where it writes that family's tag,
     mistral's flavour where it writes [TOOL_CALLS], else hermes."""
     source = template_source or ""
@@ -87,6 +91,9 @@ def format_of(template_source: Optional[str]) -> Any:
         return lfm2
     if kimi.is_kimi(source):
         return kimi
+    invoke_flavour = invoke.flavour_of(source)
+    if invoke_flavour is not None:
+        return invoke_flavour
     if deepseek.OPEN in source:
         return deepseek.flavour_of(source)
     json_flavour = json_calls.flavour_of(source)
