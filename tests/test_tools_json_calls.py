@@ -1,5 +1,6 @@
 """Tool calls as JSON after a family's own tag (specllama.tools.json_calls: Nemotron Nano 2's
-<TOOLCALL>, Apriel's <tool_calls>, MiniMax-M1's lines, Command R7B's <|START_ACTION|>, Firefunction's
+<TOOLCALL>, Apriel's <tool_calls>, MiniMax-M1's lines, Command R7B's <|START_ACTION|>, Command R+'s
+Action: block, Firefunction's
 functools, GigaChat 3.1's <|function_call|>, Apertus' <|tools_prefix|>): the parser, the stream
 against the whole text, the flavour each template gets, each flavour's forced grammar against what
 its template writes for a past turn of calls (llama.cpp's grammar engine) and the parser reading it
@@ -23,6 +24,7 @@ from test_tools_mistral import WEATHER
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 BY_TEMPLATE = {"NVIDIA-Nemotron-Nano-v2": jc.NEMOTRON, "unsloth-Apriel-1.5": jc.APRIEL, "MiniMax-M1": jc.MINIMAX,
                "CohereForAI-c4ai-command-r7b-12-2024-tool_use": jc.COMMAND,
+               "CohereForAI-c4ai-command-r-plus-tool_use": jc.COMMAND_R_PLUS,
                "fireworks-ai-llama-3-firefunction-v2": jc.FIREFUNCTION, "GigaChat3.1-10B-A1.8B": jc.GIGACHAT,
                "Apertus-8B-Instruct": jc.APERTUS, "GigaChat3-10B-A1.8B": jc.GIGACHAT3}
 
@@ -42,6 +44,11 @@ def _calls(fmt, text):
     (jc.COMMAND, '<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "f", "parameters": {"a": 1}}\n]'
      '<|END_ACTION|>', (None, [("f", {"a": 1})])),
     (jc.FIREFUNCTION, ' functools[{"name": "f", "arguments": {"a": 1}}]', (None, [("f", {"a": 1})])),
+    (jc.COMMAND_R_PLUS, 'Action:\n```json\n[{"tool_name": "special_function", "parameters": {"arg1": 1}}]\n```',
+     (None, [("special_function", {"arg1": 1})])),  # (llama.cpp's case)
+    (jc.COMMAND_R_PLUS, 'I will look it up.\nAction:\n```json\n[\n    {\n        "tool_name": "f",\n'
+     '        "parameters": {}\n    },\n    {"tool_name": "g", "parameters": {"b": 2}}\n]```',
+     ("I will look it up.", [("f", {}), ("g", {"b": 2})])),
     (jc.GIGACHAT, '<|function_call|>{"name": "f", "arguments": {"a": 1}}', (None, [("f", {"a": 1})])),
     (jc.APERTUS, '<|tools_prefix|>[{"f": {"a": 1}}, {"g": {}}]<|tools_suffix|>', (None, [("f", {"a": 1}), ("g", {})])),
     (jc.GRANITE, '<|tool_call|>[{"name": "f", "arguments": {"a": 1}}, {"arguments": {}, "name": "g"}]',
@@ -63,7 +70,7 @@ def test_calls_are_parsed_out_of_the_text(fmt, text, want):
     assert _calls(fmt, text) == want
 
 
-@pytest.mark.parametrize("fmt", [jc.APRIEL, jc.FIREFUNCTION, jc.MINIMAX])
+@pytest.mark.parametrize("fmt", [jc.APRIEL, jc.FIREFUNCTION, jc.MINIMAX, jc.COMMAND_R_PLUS])
 def test_a_stream_says_what_the_whole_text_says(fmt):
     rng = random.Random(9)
     pieces = [fmt.open, fmt.close or "]", "<", "[", "]", '{"name": "f", "arguments": {"a": 1}}', ", ", "\n", "Hi "]
@@ -122,6 +129,9 @@ def _template_calls(name, calls):
     text = templates.render_jinja((TEMPLATES / f"{name}.jinja").read_text(), msgs, False, "", "",
                                   tools=[WEATHER, CLOCK])
     start = text.rindex(fmt.open, 0, text.index(calls[0][0] + '"', text.rindex(USER)))
+    if fmt is jc.COMMAND_R_PLUS:  # (its closing tag recurs in the system prompt after the calls)
+        _, end = json.JSONDecoder().raw_decode(text, start + len(fmt.open))
+        return text[start:text.index(fmt.close, end) + len(fmt.close)]
     if fmt.close:
         return text[start:text.rindex(fmt.close) + len(fmt.close)]
     _, end = json.JSONDecoder().raw_decode(text, start + len(fmt.open))  # (no closing tag: up to the JSON's end)
@@ -183,13 +193,22 @@ def test_the_forced_grammar_holds_calls_to_the_schemas(grammar_text, text, admit
     assert grammar_text.admits(jc.NEMOTRON.forced_grammar(tools.check_tools([CLOCK, WEATHER])), text) == admitted
 
 
+def test_command_r_plus_grammar_admits_llama_cpps_case(grammar_text):
+    """Command R+'s form as llama.cpp's parser case writes it (the list on one line, a line break
+    before the block's end), and not without the block's closing tag."""
+    text = 'Action:\n```json\n[{"tool_name": "get_time", "parameters": {"zone": "UTC", "hours": 3}}]\n```'
+    grammar = jc.COMMAND_R_PLUS.forced_grammar(tools.check_tools([CLOCK]))
+    assert grammar_text.admits(grammar, text) and not grammar_text.admits(grammar, text[:-3])
+
+
 def test_the_lazy_grammar_starts_at_the_tag():
     grammar, triggers = jc.COMMAND.lazy_grammar(tools.check_tools([CLOCK]))
     assert triggers == [r"<\|START_ACTION\|>"] and grammar == jc.COMMAND.forced_grammar(tools.check_tools([CLOCK]))
     assert jc.FIREFUNCTION.lazy_grammar(tools.check_tools([CLOCK]))[1] == [" functools"]
 
 
-@pytest.mark.parametrize("name", ["NVIDIA-Nemotron-Nano-v2", "Apertus-8B-Instruct", GRANITE33.stem])
+@pytest.mark.parametrize("name", ["NVIDIA-Nemotron-Nano-v2", "Apertus-8B-Instruct", GRANITE33.stem,
+                                  "CohereForAI-c4ai-command-r-plus-tool_use"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_forced_call_in_the_templates_flavour(call_decoder, name, stream):
     """The tiny pair under each template with a call forced: the reply is a call in the template's

@@ -6,6 +6,8 @@
 - MINIMAX: <tool_calls>, a call's JSON object a line, </tool_calls> (MiniMax-M1)
 - COMMAND: <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|>
   (Cohere Command R7B, Command A)
+- COMMAND_R_PLUS: Action: and a ```json block of [{"tool_name": ..., "parameters": {...}}, ...] (Cohere
+  Command R+ and Command R's tool-use template)
 - FIREFUNCTION: functools[{"name": ..., "arguments": {...}}, ...] (no closing tag; Firefunction v2)
 - GIGACHAT: <|function_call|>{"name": ..., "arguments": {...}} (one call; GigaChat 3.1)
 - GIGACHAT3: <|message_sep|>, a blank line, function call<|role_sep|>, a line break and
@@ -128,6 +130,7 @@ APRIEL = Flavour("APRIEL", "<tool_calls>", "</tool_calls>", "list", ("name", "ar
 MINIMAX = Flavour("MINIMAX", "<tool_calls>", "</tool_calls>", "lines", ("name", "arguments"))
 COMMAND = Flavour("COMMAND", "<|START_ACTION|>", "<|END_ACTION|>", "list", ("tool_name", "parameters"),
                   call_id="tool_call_id")
+COMMAND_R_PLUS = Flavour("COMMAND_R_PLUS", "Action:\n```json\n", "```", "list", ("tool_name", "parameters"))
 FIREFUNCTION = Flavour("FIREFUNCTION", " functools", "", "list", ("name", "arguments"))
 GIGACHAT = Flavour("GIGACHAT", "<|function_call|>", "", "one", ("name", "arguments"))
 GIGACHAT3 = Flavour("GIGACHAT3", "<|message_sep|>\n\nfunction call<|role_sep|>\n", "", "one", ("name", "arguments"),
@@ -144,6 +147,8 @@ def flavour_of(template_source: str) -> Optional[Flavour]:
         return MINIMAX if "<tool_calls>\\n" in template_source and "<tool_calls>[" not in template_source else APRIEL
     if "<|START_ACTION|>" in template_source:
         return COMMAND
+    if "Action:\\n```json" in template_source:  # (a Jinja string's line breaks, written \n)
+        return COMMAND_R_PLUS
     if " functools[" in template_source:
         return FIREFUNCTION
     if "<|function_call|>" in template_source:
