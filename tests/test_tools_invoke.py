@@ -207,12 +207,13 @@ def test_a_forced_call_may_follow_deepseeks_thinking_without_its_closing_tag(gra
 
 
 @pytest.mark.parametrize("name", ["deepseek-ai-DeepSeek-V3.2", "MiniMax-M2"])
-def test_a_forced_call_in_the_templates_form(call_decoder, name):
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_call_in_the_templates_form(call_decoder, name, stream):
     """The tiny pair under the template with a call forced: the reply is a block of calls in the
     flavour's form, read back typed by the schema, and the next turn with the call and its result
     renders the call as the template writes calls."""
     fmt = FLAVOURS[name]
-    _, args, prompt = forced_get_time(call_decoder, TEMPLATES / f"{name}.jinja", False, fmt.open)
+    _, args, prompt = forced_get_time(call_decoder, TEMPLATES / f"{name}.jinja", stream, fmt.open)
     assert isinstance(args["hours"], int)
     attr = ' string="true"' if fmt.string_attr else ""
     assert f'{fmt.param}zone"{attr}>{args["zone"]}' in prompt
