@@ -1,5 +1,5 @@
-"""Tool calls in the form of Moonshot's Kimi K2 chat templates (K2 Instruct, K2 Thinking, and the
-models that took their template), which have the model call tools as
+"""Tool calls in the form of Moonshot's Kimi K2 chat templates (K2 Instruct, K2 Thinking, and any
+template that writes their call section), which have the model call tools as
 
     <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>
     {"city": "Paris", "days": 3}<|tool_call_end|><|tool_calls_section_end|>
