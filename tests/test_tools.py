@@ -137,6 +137,12 @@ def forced_get_time(dec, template, stream: bool, starts: str, thought=None):
     return calls[0], args, prompt
 
 
+def template_server(tiny, template):
+    """A real server process (test_server.running) on the tiny Q4_1 pair under a chat template (a
+    path), its context room for the template's tool prompt."""
+    return running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "4096", "--chat-template", str(template)])
+
+
 def openai_forced_call(url: str, extra_body=None) -> None:
     """Through a real server at url with the openai client: a call to CLOCK forced comes back by
     the schema (hours an integer), whole and streamed alike, and the next turn with its result is

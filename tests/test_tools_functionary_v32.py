@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 
 from specllama import completions, templates, tools
 from specllama.tools import functionary_v32 as v32
-from test_server import running
-from test_tools import ASK, CLOCK, forced_get_time, openai_forced_call
+from test_tools import ASK, CLOCK, forced_get_time, openai_forced_call, template_server
 from test_tools_functionary import CALLS
 from test_tools_qwen3_coder import WEATHER
 
@@ -249,7 +248,7 @@ def test_a_schemas_answer_and_a_continued_message(call_decoder):
 
 @pytest.fixture(scope="module")
 def v32_server(tiny):
-    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "4096", "--chat-template", str(V32)]) as s:
+    with template_server(tiny, V32) as s:
         yield s
 
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from specllama import gbnf, reasoning, tools
 from specllama.tools import invoke
-from test_server import running
-from test_tools import CLOCK, calls_strategy, check_stream, forced_get_time, openai_forced_call, template_calls
+from test_tools import (CLOCK, calls_strategy, check_stream, forced_get_time, openai_forced_call, template_calls,
+                        template_server)
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -222,7 +222,7 @@ def test_a_forced_call_in_the_templates_form(call_decoder, name, stream):
 @pytest.fixture(scope="module")
 def minimax_server(tiny):
     template = TEMPLATES / "MiniMax-M2.jinja"
-    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "4096", "--chat-template", str(template)]) as s:
+    with template_server(tiny, template) as s:
         yield s
 
 

@@ -16,8 +16,7 @@ from hypothesis import strategies as st
 
 from specllama import reasoning, templates, tools
 from specllama.tools import lfm2
-from test_server import running
-from test_tools import CLOCK, check_stream, forced_get_time, openai_forced_call
+from test_tools import CLOCK, check_stream, forced_get_time, openai_forced_call, template_server
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -161,7 +160,7 @@ def test_a_forced_call_in_the_templates_form(call_decoder, template, stream):
 
 @pytest.fixture(scope="module")
 def lfm2_server(tiny):
-    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "4096", "--chat-template", str(LFM25)]) as s:
+    with template_server(tiny, LFM25) as s:
         yield s
 
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from specllama import reasoning, tools
 from specllama.tools import minicpm5
-from test_server import running
-from test_tools import CLOCK, calls_strategy, check_stream, forced_get_time, openai_forced_call, template_calls
+from test_tools import (CLOCK, calls_strategy, check_stream, forced_get_time, openai_forced_call, template_calls,
+                        template_server)
 from test_tools_qwen3_coder import WEATHER
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
@@ -149,7 +149,7 @@ def test_a_forced_call_in_the_templates_form(call_decoder, stream):
 
 @pytest.fixture(scope="module")
 def minicpm5_server(tiny):
-    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "4096", "--chat-template", str(MINICPM5)]) as s:
+    with template_server(tiny, MINICPM5) as s:
         yield s
 
 

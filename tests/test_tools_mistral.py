@@ -18,8 +18,7 @@ from hypothesis import strategies as st
 import specllama
 from specllama import reasoning, templates, tools
 from specllama.tools import mistral
-from test_server import running
-from test_tools import ASK, CLOCK, forced_call
+from test_tools import ASK, CLOCK, forced_call, template_server
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 SMALL, DEVSTRAL, NEMO, MINISTRAL = (TEMPLATES / f"{n}.jinja" for n in (
@@ -172,7 +171,7 @@ def test_a_forced_call_in_the_templates_flavour(call_decoder, template, stream):
 
 @pytest.fixture(scope="module")
 def small_server(tiny):
-    with running(["-m", tiny.target_q, "-d", tiny.draft_q, "-c", "4096", "--chat-template", str(SMALL)]) as s:
+    with template_server(tiny, SMALL) as s:
         yield s
 
 

@@ -8,6 +8,7 @@ import re
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .. import gbnf, schemas
 from ..reasoning import CONTENT, REASONING
 
 Calls = Tuple[Optional[str], List[Dict[str, Any]]]
@@ -17,6 +18,13 @@ def openai_call(name: str, arguments: Dict[str, Any]) -> Dict[str, Any]:
     """A call as OpenAI's tool_calls hold it, with a fresh id."""
     return {"id": "call_" + uuid.uuid4().hex[:24], "type": "function",
             "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}
+
+
+def arguments_grammar(fn: Dict[str, Any], prefix: str) -> str:
+    """GBNF rules of a function's JSON arguments by its parameters' schema (any object where it
+    gives none), each rule's name prefixed with prefix, the arguments' rule prefix + "root".
+    ValueError where the schema cannot be converted."""
+    return gbnf.renamed(schemas.to_grammar(fn.get("parameters") or {"type": "object"}), prefix)
 
 
 def chosen(tools: List[Dict[str, Any]], name: Optional[str]) -> List[Tuple[int, Dict[str, Any]]]:

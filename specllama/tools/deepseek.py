@@ -15,7 +15,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import gbnf, schemas
+from .. import gbnf
 from . import common
 
 OPEN, CLOSE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
@@ -83,7 +83,7 @@ class Flavour(common.Flavour):
         (or the one named). ValueError where a schema cannot be converted."""
         rules, alts = [], []
         for i, fn in common.chosen(tools, name):
-            rules.append(gbnf.renamed(schemas.to_grammar(fn.get("parameters") or {"type": "object"}), f"deepseek-{i}-"))
+            rules.append(common.arguments_grammar(fn, f"deepseek-{i}-"))
             args = f"deepseek-{i}-root"
             if self.name == "FENCED":
                 alts.append(f'{gbnf.literal("function" + SEP + fn["name"])} "\\n```json\\n" {args} "\\n"? "```"')

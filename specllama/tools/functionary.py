@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import gbnf, schemas
+from .. import gbnf
 from . import common
 
 OPEN, CLOSE = "<function=", "</function>"
@@ -62,7 +62,7 @@ def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, para
     "required" or a named function. ValueError where a schema cannot be converted."""
     rules, alts = [], []
     for i, fn in common.chosen(tools, name):
-        rules.append(gbnf.renamed(schemas.to_grammar(fn.get("parameters") or {"type": "object"}), f"functionary-{i}-"))
+        rules.append(common.arguments_grammar(fn, f"functionary-{i}-"))
         alts.append(f"{gbnf.literal(fn['name'] + '>')} functionary-{i}-root")
     call = f'functionary-call ::= {gbnf.literal(OPEN)} ( {" | ".join(alts)} ) {gbnf.literal(CLOSE)}'
     root = "root ::= functionary-call" + (' ( "\\n"? functionary-call )*' if parallel else "")

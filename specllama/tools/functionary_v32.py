@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import gbnf, schemas
+from .. import gbnf
 from ..reasoning import CONTENT
 from . import common
 
@@ -167,7 +167,7 @@ def _calls(tools: List[Dict[str, Any]], name: Optional[str]) -> List[str]:
     break, its arguments by the tool's schema."""
     rules, alts = [], []
     for i, fn in common.chosen(tools, name):
-        rules.append(gbnf.renamed(schemas.to_grammar(fn.get("parameters") or {"type": "object"}), f"functionary-{i}-"))
+        rules.append(common.arguments_grammar(fn, f"functionary-{i}-"))
         alts.append(f"{gbnf.literal(fn['name'] + chr(10))} functionary-{i}-root")
     return [f"functionary-call ::= {' | '.join(alts)}", *rules]
 

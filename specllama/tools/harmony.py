@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import gbnf, schemas
+from .. import gbnf
 from ..reasoning import CONTENT, REASONING
 from . import common
 
@@ -209,7 +209,7 @@ def _calls(tools: List[Dict[str, Any]], name: Optional[str]) -> List[str]:
     of the tools (or the one named), its arguments by the tool's schema."""
     rules, alts = [], []
     for i, fn in common.chosen(tools, name):
-        rules.append(gbnf.renamed(schemas.to_grammar(fn.get("parameters") or {"type": "object"}), f"harmony-{i}-"))
+        rules.append(common.arguments_grammar(fn, f"harmony-{i}-"))
         to = gbnf.literal(_TO + fn["name"])
         args = f'harmony-constraint? "{MESSAGE}" harmony-{i}-root'
         alts.append(f"{to} harmony-channel {args} | harmony-channel {to} {args}")

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import gbnf, schemas
+from .. import gbnf
 from . import common
 
 SECTION, SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
@@ -74,7 +74,7 @@ def forced_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, para
     be converted."""
     rules, alts = [], []
     for i, fn in common.chosen(tools, name):
-        rules.append(gbnf.renamed(schemas.to_grammar(fn.get("parameters") or {"type": "object"}), f"kimi-{i}-"))
+        rules.append(common.arguments_grammar(fn, f"kimi-{i}-"))
         alts.append(f"{gbnf.literal('functions.' + fn['name'] + ':')} [0-9]{{1,4}} {gbnf.literal(ARGS)} kimi-{i}-root")
     call = f'kimi-call ::= {gbnf.literal(OPEN)} ( {" | ".join(alts)} ) {gbnf.literal(CLOSE)}?'
     calls = "kimi-call" + (" kimi-call*" if parallel else "")

@@ -20,7 +20,7 @@ import re
 import string
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import gbnf, schemas
+from .. import gbnf
 from . import common
 
 OPEN, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
@@ -81,7 +81,7 @@ class Flavour(common.Flavour):
         (or the one named). ValueError where a schema cannot be converted."""
         rules, alts = [], []
         for i, fn in common.chosen(tools, name):
-            rules.append(gbnf.renamed(schemas.to_grammar(fn.get("parameters") or {"type": "object"}), f"mistral-{i}-"))
+            rules.append(common.arguments_grammar(fn, f"mistral-{i}-"))
             args = f"mistral-{i}-root"
             if self.name == "LIST":
                 alts.append(f'"{{\\"name\\": " {gbnf.literal(json.dumps(fn["name"]))} ", \\"arguments\\": " {args} '
