@@ -281,6 +281,143 @@ def test_the_trimmed_sdist_fits_the_device_call(tmp_path):
     assert sum(files.values()) < 32 * 2**20  # with the repository, well inside the 64 MiB a call carries
 
 
+def _prebuilt(gpu_dir: Path, name: str, sees_gpu: bool = True, server_runs: bool = True) -> Path:
+    """A tarball laid out as prebuild.sh packs one (site/llama_cpp/lib, build-lcp/bin), whose libllama
+    says whether it sees a GPU and whose llama-server runs or does not."""
+    import tarfile
+
+    stage = gpu_dir.parent / f"stage-{gpu_dir.name}"
+    lib = stage / "site" / "llama_cpp" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "fake.c").write_text("#include <stdbool.h>\nbool llama_supports_gpu_offload(void) { return %s; }\n"
+                                % ("true" if sees_gpu else "false"))
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib / "libllama.so"), str(lib / "fake.c")], check=True)
+    (stage / "build-lcp" / "bin").mkdir(parents=True)
+    server = stage / "build-lcp" / "bin" / "llama-server"
+    server.write_text("#!/bin/sh\necho version: 1\nexit %d\n" % (0 if server_runs else 1))
+    server.chmod(0o755)
+    gpu_dir.mkdir(exist_ok=True)
+    with tarfile.open(gpu_dir / name, "w:xz") as t:
+        t.add(stage / "site", "site")
+        t.add(stage / "build-lcp", "build-lcp")
+    return gpu_dir / name
+
+
+def _unpack(gpu_dir: Path, **env):
+    env = dict(os.environ, SPECLLAMA_GPU_DIR=str(gpu_dir), OUT=str(gpu_dir / "out"),
+               SPECLLAMA_PYTHON=sys.executable, **env)
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "unpack"],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+PREBUILT = "prebuilt-llama_cpp_python-0.3.36-cuda90-faON.tar.xz"
+
+
+def test_run_sh_unpacks_a_prebuilt_build_that_loads(tmp_path):
+    """run.sh build takes prebuild.sh's build, made on a machine without a GPU, in place of minutes
+    of compiling on the lent one, where its llama_cpp sees a GPU and llama-server runs."""
+    g = tmp_path / "gpu"
+    _prebuilt(g, PREBUILT)
+    r = _unpack(g)
+    assert r.returncode == 0, r.stderr
+    assert f"unpacking {PREBUILT}" in r.stdout
+    assert (g / "site" / "llama_cpp" / "lib" / "libllama.so").exists()
+    assert (g / "build-lcp" / "bin" / "llama-server").exists()
+    # without llama.cpp's programs (SPECLLAMA_GPU_PEERS=0) a server that fails does not matter
+    g = tmp_path / "gpu-no-peers"
+    _prebuilt(g, PREBUILT, server_runs=False)
+    assert _unpack(g, SPECLLAMA_GPU_PEERS="0").returncode == 0
+
+
+@pytest.mark.parametrize("sees_gpu, server_runs", [(False, True), (True, False)])
+def test_run_sh_builds_from_the_sources_where_a_prebuilt_build_does_not_load(tmp_path, sees_gpu, server_runs):
+    g = tmp_path / "gpu"
+    _prebuilt(g, PREBUILT, sees_gpu=sees_gpu, server_runs=server_runs)
+    r = _unpack(g)
+    assert r.returncode == 1
+    assert f"{PREBUILT} does not load here; building from the sources" in r.stderr
+    # nothing of it left for the build from the sources to mix with
+    assert not (g / "site" / "llama_cpp").exists() and not (g / "build-lcp" / "bin").exists()
+    assert not (g / "prebuilt.env").exists()
+
+
+@pytest.mark.parametrize("name, env", [
+    (PREBUILT.replace("cuda90", "cuda80"), {}),  # made for another GPU architecture
+    (PREBUILT.replace("faON", "faOFF"), {}),  # without the flash-attention kernels the build asks for
+    (PREBUILT, {"SPECLLAMA_GPU_PREBUILT": "0"}),  # declined
+    (PREBUILT, {"SPECLLAMA_GPU_CUDA": "0"}),  # a CPU build
+])
+def test_run_sh_leaves_a_prebuilt_build_of_another_kind(tmp_path, name, env):
+    g = tmp_path / "gpu"
+    _prebuilt(g, name)
+    r = _unpack(g, **env)
+    assert r.returncode == 1 and "unpacking" not in r.stdout
+    assert not (g / "site").exists()
+
+
+def _fake_build(g: Path) -> None:
+    """What run.sh build-llama leaves in .gpu/, in miniature: libllama in llama_cpp/lib and lib as a
+    wheel installs it (copies, not links), the two programs in build-lcp/bin linked against it and
+    against a library of their own there, everything found by RUNPATHs that name this machine's
+    paths, and pip's note of the source's path."""
+    lib, bin_ = g / "site" / "llama_cpp" / "lib", g / "build-lcp" / "bin"
+    dist_info = g / "site" / "llama_cpp_python-0.3.36.dist-info"
+    for d in (lib, g / "site" / "lib", g / "site" / "include", bin_, dist_info):
+        d.mkdir(parents=True)
+    (g / "site" / "include" / "llama.h").write_text("/* header */\n")
+    (dist_info / "direct_url.json").write_text(f'{{"url": "file://{g}/src"}}')
+    (g / "src.c").write_text("#include <stdbool.h>\nbool llama_supports_gpu_offload(void) { return true; }\n"
+                             "int llama_answer(void) { return 42; }\n")
+    cc = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libllama.so.0", f"-Wl,-rpath,{g}/elsewhere"]
+    subprocess.run([*cc, "-o", str(lib / "libllama.so.0.5.0"), str(g / "src.c")], check=True)
+    for d in (lib, g / "site" / "lib"):
+        for name in ("libllama.so.0.5.0", "libllama.so.0", "libllama.so"):
+            if not (d / name).exists():
+                (d / name).write_bytes((lib / "libllama.so.0.5.0").read_bytes())
+    (g / "mtmd.c").write_text("int mtmd_answer(void) { return 1; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libmtmd.so.0", "-o", str(bin_ / "libmtmd.so.0"),
+                    str(g / "mtmd.c")], check=True)
+    (g / "main.c").write_text('#include <stdio.h>\nint llama_answer(void); int mtmd_answer(void);\n'
+                              'int main(void) {\n'
+                              '    printf("version: %d\\n", llama_answer() + mtmd_answer());\n'
+                              '    return 0;\n}\n')
+    for prog in ("llama-server", "llama-speculative-simple"):
+        subprocess.run(["gcc", "-o", str(bin_ / prog), str(g / "main.c"), str(lib / "libllama.so"),
+                        str(bin_ / "libmtmd.so.0"), f"-Wl,-rpath,{lib}:{bin_}"], check=True)
+
+
+def test_prebuild_packs_a_build_that_runs_from_another_directory(tmp_path):
+    """prebuild.sh pack: the build run.sh build-llama left, packed so that it runs wherever run.sh
+    unpacks it (nothing names the building machine's paths; libraries found by $ORIGIN), each
+    library's copies packed once, and run.sh's unpack takes it there."""
+    import tarfile
+
+    g = tmp_path / "built"
+    _fake_build(g)
+    env = dict(os.environ, SPECLLAMA_GPU_DIR=str(g), SPECLLAMA_CACHE=str(tmp_path / "cache"),
+               SPECLLAMA_PYTHON=sys.executable)
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "prebuild.sh"), "pack"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    tarball = g / PREBUILT
+    with tarfile.open(tarball) as t:
+        members = {m.name: m for m in t.getmembers()}
+        files = {name: t.extractfile(m).read() for name, m in members.items() if m.isfile()}
+    libllama = [name for name, m in members.items() if "libllama.so" in name]
+    assert len(libllama) == 6 and sum(members[name].isfile() for name in libllama) == 1  # one copy, five links
+    assert "build-lcp/bin/libmtmd.so.0" in files  # the programs' own library, beside them
+    assert not any(name.endswith("direct_url.json") for name in members)
+    assert not any(str(g).encode() in data for data in files.values())
+    # unpacked somewhere else, the programs run and the library loads
+    h = tmp_path / "gpu machine"
+    h.mkdir()
+    (h / PREBUILT).write_bytes(tarball.read_bytes())
+    r = _unpack(h)
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(h / "build-lcp" / "bin" / "llama-speculative-simple")], capture_output=True, text=True)
+    assert out.stdout == "version: 43\n"
+
+
 def test_every_shape_is_one_llama_cpp_can_build():
     """Each shape's heads divide its width and its key-value heads its heads, and the target is at
     least as wide as the draft (its embedding holds the draft's): what a model of that shape needs."""

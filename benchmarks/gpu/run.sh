@@ -8,8 +8,12 @@
 # the device with the suite's models on the GPU.
 #
 #   bash benchmarks/gpu/pack.sh                 # here, once: .gpu/ (about 7 MB)
+#   bash benchmarks/gpu/prebuild.sh             # here, once, where nvcc is: llama.cpp's part built ahead
 #   bash benchmarks/gpu/run.sh [build|measure|all] [shaped_bench.py options...]
 #   bash benchmarks/gpu/run.sh check [pytest options...]
+#
+# build unpacks prebuild.sh's build where one for this architecture is in .gpu/ and loads here
+# (SPECLLAMA_GPU_PREBUILT=0: never), and builds llama-cpp-python from the sources otherwise.
 #
 # Reports go to $OUT (the device tool's folder that comes back) or .gpu/out. Environment:
 # SPECLLAMA_CUDA_ARCH (default 90: H100/H200), SPECLLAMA_COMMIT (the commit measured, recorded in
@@ -22,54 +26,111 @@
 # (GGML_CUDA_DISABLE_GRAPHS=1), SPECLLAMA_GPU_TYPE (the pair's
 # number format, default f16: one that is not takes one acceptance), SPECLLAMA_PYTHON (default
 # python3: the interpreter whose packages the build uses: numpy, scikit-build-core, pybind11, cmake,
-# ninja, httpx, click).
+# ninja, httpx, click), SPECLLAMA_GPU_DIR (default .gpu in the repository), SPECLLAMA_GPU_PORTABLE=1
+# (the CPU backend for any x86-64-v3 processor), SPECLLAMA_GPU_CMAKE_ARGS (more CMake arguments).
 # Everything is installed into .gpu/site (pip --target; a venv made from a venv's python would not
 # see that venv's packages).
 set -euo pipefail
 PHASE="${1:-all}"
 shift || true
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-G="$ROOT/.gpu"
+G="${SPECLLAMA_GPU_DIR:-$ROOT/.gpu}"
 REPORTS="${OUT:-$G/out}"
 SITE="$G/site"
 PY="${SPECLLAMA_PYTHON:-python3}"
 BIN="$G/build-lcp/bin"
+ARCH="${SPECLLAMA_CUDA_ARCH:-90}"
+PEERS="${SPECLLAMA_GPU_PEERS:-1}"
+FA=ON
+[ "${SPECLLAMA_GPU_FA:-1}" = 1 ] || FA=OFF
+# where build unpacked prebuild.sh's build: CUDA's libraries for every phase after it
+[ ! -f "$G/prebuilt.env" ] || . "$G/prebuilt.env"
 mkdir -p "$REPORTS"
 
-build() {
-  local t0=$SECONDS
-  mkdir -p "$SITE"
-  export PYTHONPATH="$SITE"
-  "$PY" -m pip install -q --no-index --no-deps --upgrade --target "$SITE" "$G"/gguf-*.whl
+# llama-cpp-python with CUDA (and llama.cpp's two programs in the same build) from the trimmed sdist;
+# SPECLLAMA_GPU_PORTABLE=1 builds the CPU backend for any x86-64-v3 processor (AVX2, FMA, F16C)
+# instead of this one, as prebuild.sh does for another machine
+build_llama() {
   # extracted once: a build cut short by a command's time limit goes on where it stopped
   if [ ! -f "$G/src/.extracted" ]; then
     rm -rf "$G/src" && mkdir -p "$G/src"
     tar -xzf "$G"/llama_cpp_python-*-trimmed.tar.gz -C "$G/src"
     touch "$G/src/.extracted"
   fi
-  local peers="${SPECLLAMA_GPU_PEERS:-1}" on=ON
-  [ "$peers" = 1 ] || on=OFF
+  local on=ON
+  [ "$PEERS" = 1 ] || on=OFF
   local args="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TOOLS=$on -DLLAMA_BUILD_SERVER=$on -DLLAMA_BUILD_EXAMPLES=$on"
   args="$args -DLLAMA_BUILD_TESTS=OFF -DLLAMA_OPENSSL=OFF"
-  local fa=ON
-  [ "${SPECLLAMA_GPU_FA:-1}" = 1 ] || fa=OFF
-  [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || fa="n/a (no CUDA)"
+  if [ "${SPECLLAMA_GPU_PORTABLE:-0}" = 1 ]; then
+    args="$args -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON"
+  fi
   if [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ]; then
     # flash-attention kernels as llama.cpp builds them by default (SPECLLAMA_GPU_FA=0 leaves them
     # out: a third of the build's time; both specllama and llama.cpp's programs then run without)
-    args="$args -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=${SPECLLAMA_CUDA_ARCH:-90} -DGGML_CUDA_FA=$fa"
+    args="$args -DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=$ARCH -DGGML_CUDA_FA=$FA"
   fi
+  args="$args ${SPECLLAMA_GPU_CMAKE_ARGS:-}"
   CMAKE_ARGS="$args" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q --no-index --no-deps \
     --no-build-isolation --upgrade --target "$SITE" -C build-dir="$G/build-lcp" "$G"/src/llama_cpp_python-*/
-  # specllama against that libllama: its CMake package is under the target directory
-  CMAKE_PREFIX_PATH="$SITE" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q --no-index --no-deps \
-    --no-build-isolation --upgrade --target "$SITE" -C build-dir="$G/build-specllama" "$ROOT"
-  if [ "$peers" = 1 ] && { [ ! -x "$BIN/llama-server" ] || [ ! -x "$BIN/llama-speculative-simple" ]; }; then
+  if [ "$PEERS" = 1 ] && { [ ! -x "$BIN/llama-server" ] || [ ! -x "$BIN/llama-speculative-simple" ]; }; then
     echo "run.sh: llama-server or llama-speculative-simple not built in $BIN" >&2
     exit 1
   fi
+}
+
+# the build prebuild.sh made on another machine (.gpu/prebuilt-*.tar.xz), unpacked in place of
+# build_llama's where it was made for this GPU's architecture and its libraries load here: CUDA's
+# runtime and cuBLAS found (in the lib64 of the CUDA whose nvcc is on the PATH, kept for the later
+# phases in .gpu/prebuilt.env) and a GPU seen. Otherwise nothing of it is kept.
+use_prebuilt() {
+  local f tarball="" saved="${LD_LIBRARY_PATH:-}" cuda
+  for f in "$G"/prebuilt-llama_cpp_python-*-cuda"$ARCH"-fa"$FA".tar.xz; do
+    [ ! -f "$f" ] || { tarball="$f"; break; }
+  done
+  [ -n "$tarball" ] && [ "${SPECLLAMA_GPU_PREBUILT:-1}" = 1 ] && [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || return 1
+  echo "run.sh: unpacking $(basename "$tarball")"
+  rm -rf "$SITE/llama_cpp" "$SITE/lib" "$SITE/include" "$SITE"/llama_cpp_python-*.dist-info "$BIN" "$G/prebuilt.env"
+  mkdir -p "$SITE" "$BIN"
+  "$PY" -c "import sys, tarfile
+kw = {'filter': 'tar'} if hasattr(tarfile, 'tar_filter') else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)" "$tarball" "$G"
+  # (nvcc may be a script that runs another: its own account of where its toolkit is)
+  cuda="$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')" || true
+  if [ -n "$cuda" ]; then
+    cuda="$(readlink -f "$cuda")/lib64"
+    echo "export LD_LIBRARY_PATH=\"$cuda\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"" > "$G/prebuilt.env"
+    . "$G/prebuilt.env"
+  fi
+  # libllama loaded as llama_cpp loads it (by ctypes, its libraries by their RUNPATH $ORIGIN, CUDA's by the
+  # search path), without llama_cpp's Python package and what it imports
+  if "$PY" -c "import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.llama_supports_gpu_offload.restype = ctypes.c_bool
+sys.exit(0 if lib.llama_supports_gpu_offload() else 1)" "$SITE/llama_cpp/lib/libllama.so" \
+    && { [ "$PEERS" != 1 ] || "$BIN/llama-server" --version > /dev/null 2>&1; }; then
+    PREBUILT="$(basename "$tarball")"
+    return 0
+  fi
+  echo "run.sh: $(basename "$tarball") does not load here; building from the sources" >&2
+  rm -rf "$SITE/llama_cpp" "$SITE/lib" "$SITE/include" "$SITE"/llama_cpp_python-*.dist-info "$BIN" "$G/prebuilt.env"
+  export LD_LIBRARY_PATH="$saved"
+  return 1
+}
+
+build() {
+  local t0=$SECONDS
+  mkdir -p "$SITE"
+  export PYTHONPATH="$SITE"
+  "$PY" -m pip install -q --no-index --no-deps --upgrade --target "$SITE" "$G"/gguf-*.whl
+  PREBUILT=""
+  use_prebuilt || build_llama
+  # specllama against that libllama: its CMake package is under the target directory
+  CMAKE_PREFIX_PATH="$SITE" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip install -q --no-index --no-deps \
+    --no-build-isolation --upgrade --target "$SITE" -C build-dir="$G/build-specllama" "$ROOT"
+  local fa="$FA"
+  [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || fa="n/a (no CUDA)"
   {
-    echo "build seconds: $((SECONDS - t0)), CUDA flash attention $fa"
+    echo "build seconds: $((SECONDS - t0)), CUDA flash attention $fa, llama.cpp ${PREBUILT:-built here}"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
     nvcc --version 2>/dev/null | tail -1 || echo "no nvcc"
     (cd /tmp && "$PY" -c "import specllama; print('specllama', specllama.__version__, 'offload',
@@ -141,8 +202,11 @@ check() {
 
 case "$PHASE" in
   build) build ;;
+  build-llama) mkdir -p "$SITE"; build_llama ;;  # (prebuild.sh: llama.cpp's part alone)
+  unpack) PREBUILT=""; use_prebuilt ;;  # (prebuild.sh's build alone: 1 where it is not used)
   measure) measure "$@" ;;
   check) check "$@" ;;
   all) build; measure "$@" ;;  # (not build && measure: errexit would not apply inside build)
-  *) echo "usage: run.sh [build|measure|all|check] [shaped_bench.py options, or pytest's for check]" >&2; exit 2 ;;
+  *) echo "usage: run.sh [build|measure|all|check|build-llama|unpack] [shaped_bench.py options, or pytest's" \
+       "for check]" >&2; exit 2 ;;
 esac
