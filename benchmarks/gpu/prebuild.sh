@@ -29,7 +29,7 @@ PY="${SPECLLAMA_PYTHON:-python3}"
 CACHE="${SPECLLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specllama}/cuda-link"
 
 build() {
-  NVCC="$(command -v nvcc)" || { echo "prebuild.sh: no nvcc on the PATH (CUDA's compiler is needed)" >&2; exit 1; }
+  command -v nvcc > /dev/null || { echo "prebuild.sh: no nvcc on the PATH (CUDA's compiler is needed)" >&2; exit 1; }
   # (nvcc may be a script that runs another: its own account of where its toolkit is)
   CUDA_HOME="$(readlink -f "$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')")"
   CUDA_VERSION="$(nvcc --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')"
