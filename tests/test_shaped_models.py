@@ -315,7 +315,7 @@ PREBUILT = "prebuilt-llama_cpp_python-0.3.36-cuda90-faON.tar.xz"
 
 def test_run_sh_unpacks_a_prebuilt_build_that_loads(tmp_path):
     """run.sh build takes prebuild.sh's build, made on a machine without a GPU, in place of minutes
-    of compiling on the lent one, where its llama_cpp sees a GPU and llama-server runs."""
+    of compiling on the lent one, where its libllama sees a GPU and llama-server runs."""
     g = tmp_path / "gpu"
     _prebuilt(g, PREBUILT)
     r = _unpack(g)
