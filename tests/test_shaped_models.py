@@ -399,6 +399,8 @@ def test_prebuild_packs_a_build_that_runs_from_another_directory(tmp_path):
     r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "prebuild.sh"), "pack"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
+    carried = int(r.stdout.split("a device call carries ")[1].split(" MiB")[0])  # (the repository's files, at least)
+    assert 1 <= carried <= 64
     tarball = g / PREBUILT
     with tarfile.open(tarball) as t:
         members = {m.name: m for m in t.getmembers()}

@@ -154,6 +154,13 @@ EOF
   tar -C "$STAGE" -cf - site build-lcp | xz -9 -T0 > "$OUTFILE.part"
   mv "$OUTFILE.part" "$OUTFILE"
   echo "$OUTFILE: $(du -m "$OUTFILE" | cut -f1) MB (sm_$ARCH, flash attention $FA)"
+  # what a device call carries with it: the repository's files, this, the trimmed sdist and the wheel
+  local carried
+  carried="$( { (cd "$ROOT" && git ls-files -z | xargs -0 stat -c %s 2>/dev/null) || true
+                stat -c %s "$OUTFILE" "$G"/llama_cpp_python-*-trimmed.tar.gz "$G"/gguf-*.whl 2>/dev/null || true
+              } | awk '{ s += $1 } END { printf "%d", s / 1048576 + 0.5 }')"
+  echo "a device call carries $carried MiB of its 64 with the repository, the trimmed sdist and the gguf wheel"
+  [ "$carried" -le 64 ] || echo "prebuild.sh: more than a device call carries; leave the trimmed sdist out" >&2
 }
 
 case "$PHASE" in
