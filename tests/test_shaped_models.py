@@ -281,6 +281,15 @@ def test_the_trimmed_sdist_fits_the_device_call(tmp_path):
     assert sum(files.values()) < 32 * 2**20  # with the repository, well inside the 64 MiB a call carries
 
 
+def _fake_libllama(path: Path, sees_gpu: bool = True, *link_args: str) -> None:
+    """A shared library at path with libllama's llama_supports_gpu_offload (answering sees_gpu), and
+    llama_answer() returning 42."""
+    src = path.parent / "fake_libllama.c"
+    src.write_text("#include <stdbool.h>\nbool llama_supports_gpu_offload(void) { return %s; }\n"
+                   "int llama_answer(void) { return 42; }\n" % ("true" if sees_gpu else "false"))
+    subprocess.run(["gcc", "-shared", "-fPIC", *link_args, "-o", str(path), str(src)], check=True)
+
+
 def _prebuilt(gpu_dir: Path, name: str, sees_gpu: bool = True, server_runs: bool = True) -> Path:
     """A tarball laid out as prebuild.sh packs one (site/llama_cpp/lib, build-lcp/bin), whose libllama
     says whether it sees a GPU and whose llama-server runs or does not."""
@@ -289,9 +298,7 @@ def _prebuilt(gpu_dir: Path, name: str, sees_gpu: bool = True, server_runs: bool
     stage = gpu_dir.parent / f"stage-{gpu_dir.name}"
     lib = stage / "site" / "llama_cpp" / "lib"
     lib.mkdir(parents=True)
-    (lib / "fake.c").write_text("#include <stdbool.h>\nbool llama_supports_gpu_offload(void) { return %s; }\n"
-                                % ("true" if sees_gpu else "false"))
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib / "libllama.so"), str(lib / "fake.c")], check=True)
+    _fake_libllama(lib / "libllama.so", sees_gpu)
     (stage / "build-lcp" / "bin").mkdir(parents=True)
     server = stage / "build-lcp" / "bin" / "llama-server"
     server.write_text("#!/bin/sh\necho version: 1\nexit %d\n" % (0 if server_runs else 1))
@@ -366,10 +373,7 @@ def _fake_build(g: Path) -> None:
         d.mkdir(parents=True)
     (g / "site" / "include" / "llama.h").write_text("/* header */\n")
     (dist_info / "direct_url.json").write_text(f'{{"url": "file://{g}/src"}}')
-    (g / "src.c").write_text("#include <stdbool.h>\nbool llama_supports_gpu_offload(void) { return true; }\n"
-                             "int llama_answer(void) { return 42; }\n")
-    cc = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libllama.so.0", f"-Wl,-rpath,{g}/elsewhere"]
-    subprocess.run([*cc, "-o", str(lib / "libllama.so.0.5.0"), str(g / "src.c")], check=True)
+    _fake_libllama(lib / "libllama.so.0.5.0", True, "-Wl,-soname,libllama.so.0", f"-Wl,-rpath,{g}/elsewhere")
     for d in (lib, g / "site" / "lib"):
         for name in ("libllama.so.0.5.0", "libllama.so.0", "libllama.so"):
             if not (d / name).exists():

@@ -30,8 +30,7 @@ CACHE="${SPECLLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specllama}/cuda-link"
 
 build() {
   command -v nvcc > /dev/null || { echo "prebuild.sh: no nvcc on the PATH (CUDA's compiler is needed)" >&2; exit 1; }
-  # (nvcc may be a script that runs another: its own account of where its toolkit is)
-  CUDA_HOME="$(readlink -f "$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')")"
+  CUDA_HOME="$(bash "$ROOT/benchmarks/gpu/run.sh" cuda-home)"
   CUDA_VERSION="$(nvcc --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')"
   MAJOR="${CUDA_VERSION%%.*}"
   [ -f "$G/llama_cpp_python-$VERSION-trimmed.tar.gz" ] || bash "$ROOT/benchmarks/gpu/pack.sh" "$G" > /dev/null

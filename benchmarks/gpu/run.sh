@@ -78,6 +78,20 @@ build_llama() {
   fi
 }
 
+# what build_llama and use_prebuilt put in .gpu/ (the llama_cpp package, its libraries' headers and
+# CMake packages, its record, llama.cpp's programs, the prebuilt build's environment), removed
+clear_llama() {
+  rm -rf "$SITE/llama_cpp" "$SITE/lib" "$SITE/include" "$SITE"/llama_cpp_python-*.dist-info "$BIN" "$G/prebuilt.env"
+}
+
+# the CUDA toolkit of the nvcc on the PATH, or nothing (nvcc may be a script that runs another: its
+# own account of where its toolkit is)
+cuda_home() {
+  local top
+  top="$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')" || true
+  [ -z "$top" ] || readlink -f "$top"
+}
+
 # the build prebuild.sh made on another machine (.gpu/prebuilt-*.tar.xz), unpacked in place of
 # build_llama's where it was made for this GPU's architecture and its libraries load here: CUDA's
 # runtime and cuBLAS found (in the lib64 of the CUDA whose nvcc is on the PATH, kept for the later
@@ -89,15 +103,14 @@ use_prebuilt() {
   done
   [ -n "$tarball" ] && [ "${SPECLLAMA_GPU_PREBUILT:-1}" = 1 ] && [ "${SPECLLAMA_GPU_CUDA:-1}" = 1 ] || return 1
   echo "run.sh: unpacking $(basename "$tarball")"
-  rm -rf "$SITE/llama_cpp" "$SITE/lib" "$SITE/include" "$SITE"/llama_cpp_python-*.dist-info "$BIN" "$G/prebuilt.env"
+  clear_llama
   mkdir -p "$SITE" "$BIN"
   "$PY" -c "import sys, tarfile
 kw = {'filter': 'tar'} if hasattr(tarfile, 'tar_filter') else {}
 tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)" "$tarball" "$G"
-  # (nvcc may be a script that runs another: its own account of where its toolkit is)
-  cuda="$(nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p')" || true
+  cuda="$(cuda_home)"
   if [ -n "$cuda" ]; then
-    cuda="$(readlink -f "$cuda")/lib64"
+    cuda="$cuda/lib64"
     echo "export LD_LIBRARY_PATH=\"$cuda\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}\"" > "$G/prebuilt.env"
     . "$G/prebuilt.env"
   fi
@@ -112,7 +125,7 @@ sys.exit(0 if lib.llama_supports_gpu_offload() else 1)" "$SITE/llama_cpp/lib/lib
     return 0
   fi
   echo "run.sh: $(basename "$tarball") does not load here; building from the sources" >&2
-  rm -rf "$SITE/llama_cpp" "$SITE/lib" "$SITE/include" "$SITE"/llama_cpp_python-*.dist-info "$BIN" "$G/prebuilt.env"
+  clear_llama
   export LD_LIBRARY_PATH="$saved"
   return 1
 }
@@ -204,9 +217,10 @@ case "$PHASE" in
   build) build ;;
   build-llama) mkdir -p "$SITE"; build_llama ;;  # (prebuild.sh: llama.cpp's part alone)
   unpack) PREBUILT=""; use_prebuilt ;;  # (prebuild.sh's build alone: 1 where it is not used)
+  cuda-home) cuda_home ;;
   measure) measure "$@" ;;
   check) check "$@" ;;
   all) build; measure "$@" ;;  # (not build && measure: errexit would not apply inside build)
-  *) echo "usage: run.sh [build|measure|all|check|build-llama|unpack] [shaped_bench.py options, or pytest's" \
-       "for check]" >&2; exit 2 ;;
+  *) echo "usage: run.sh [build|measure|all|check|build-llama|unpack|cuda-home] [shaped_bench.py options, or" \
+       "pytest's for check]" >&2; exit 2 ;;
 esac
