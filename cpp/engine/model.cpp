@@ -2,7 +2,8 @@
 #include "engine/model.h"
 
 #include <algorithm>
-#include <regex>
+#include <cctype>
+#include <cstdlib>
 
 #include "engine/cpu.h"
 #include "engine/gguf_checks.h"
@@ -16,11 +17,40 @@ bool offloads(const model_params & params) { return offloads(params.place, param
 namespace {
 
 // the weights' buffers from llama.cpp's load log: "load_tensors:   CPU_REPACK model buffer size =  612.00 MiB"
+// (read by hand: std::regex's compiler has crashed in this function on a GPU machine's Python)
 std::vector<std::pair<std::string, double>> weight_buffers_logged(const std::string & log) {
+    static const std::string head = "load_tensors:", mid = " model buffer size =", unit = " MiB";
+    const auto space = [&](size_t i) { return i < log.size() && std::isspace((unsigned char) log[i]) != 0; };
     std::vector<std::pair<std::string, double>> out;
-    static const std::regex line(R"(load_tensors:\s+(\S+) model buffer size =\s+([0-9.]+) MiB)");
-    for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) {
-        out.emplace_back((*it)[1].str(), std::stod((*it)[2].str()));
+    for (size_t at = log.find(head); at != std::string::npos; at = log.find(head, at + 1)) {
+        size_t i = at + head.size();
+        if (!space(i)) {
+            continue;
+        }
+        while (space(i)) {
+            ++i;
+        }
+        const size_t name_at = i;
+        while (i < log.size() && !space(i)) {
+            ++i;
+        }
+        const size_t name_end = i;
+        if (i == name_at || log.compare(i, mid.size(), mid) != 0 || !space(i + mid.size())) {
+            continue;
+        }
+        i += mid.size();
+        while (space(i)) {
+            ++i;
+        }
+        const size_t num_at = i;
+        bool digit = false;
+        while (i < log.size() && (std::isdigit((unsigned char) log[i]) != 0 || log[i] == '.')) {
+            digit = digit || log[i] != '.';
+            ++i;
+        }
+        if (digit && log.compare(i, unit.size(), unit) == 0) {
+            out.emplace_back(log.substr(name_at, name_end - name_at), std::strtod(log.c_str() + num_at, nullptr));
+        }
     }
     return out;
 }
