@@ -43,27 +43,33 @@ def test_greedy_output_is_the_host_paths(dec, kw):
                                 dict(drafter="model", n_draft=4, acceptance="match"),
                                 dict(drafter="model", n_draft=4, logprobs=3)],
                          ids=["model", "lookup", "plain", "match rule", "logprobs"])
-def test_sampled_output_is_the_host_paths_with_one_seed(dec, kw):
+@pytest.mark.parametrize("shape", ["padded", "exact"])
+def test_sampled_output_is_the_host_paths_with_one_seed(tiny, kw, shape):
     """The device returns the top k candidates and their logits; the host applies the rest of the
     chain to them as it does after its own top-k: the same distributions, the same draws (and the
-    same log-probabilities, read from the chain's distribution). Each generation starts from an empty
-    cache, so that both decode the same batches (the first token's logits come from the prompt's
-    pass, and a prompt found in the cache is not decoded again)."""
+    same log-probabilities, read from the chain's distribution). Both decode the same batches, whose
+    logits a GPU's kernels make depend on their length: each generation starts from an empty cache
+    (the first token's logits come from the prompt's pass, and a prompt found in the cache is not
+    decoded again), and verification batches have one shape on both paths (verify_shape "auto" pads
+    them on a GPU only where the device samples)."""
+    dec = specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256, verify_shape=shape)
 
     def generate(prompt, seed, on):
         dec.reset()
         return dec.generate(prompt, max_tokens=30, ignore_eos=True, seed=seed, adaptive=False, device_sampling=on,
-                            **CHAIN, **kw)
+                            record_steps=True, **CHAIN, **kw)
 
-    for seed in range(4):
-        for prompt in PROMPTS:
-            got = [generate(prompt, seed, on) for on in (True, False)]
-            assert got[0].stats.sampling == "device" and got[1].stats.sampling == "host"
-            assert got[0].tokens == got[1].tokens, (prompt, seed)
-            if "logprobs" in kw:
-                assert len(got[0].logprobs) == 30
-                assert [(lp.token, lp.logprob, lp.top) for lp in got[0].logprobs] == \
-                       [(lp.token, lp.logprob, lp.top) for lp in got[1].logprobs]
+    with dec:
+        for seed in range(4):
+            for prompt in PROMPTS:
+                got = [generate(prompt, seed, on) for on in (True, False)]
+                assert got[0].stats.sampling == "device" and got[1].stats.sampling == "host"
+                assert [t.n_verified for t in got[0].stats.steps] == [t.n_verified for t in got[1].stats.steps]
+                assert got[0].tokens == got[1].tokens, (prompt, seed)
+                if "logprobs" in kw:
+                    assert len(got[0].logprobs) == 30
+                    assert [(lp.token, lp.logprob, lp.top) for lp in got[0].logprobs] == \
+                           [(lp.token, lp.logprob, lp.top) for lp in got[1].logprobs]
 
 
 def test_by_default_models_on_the_cpu_sample_on_the_host(tiny):
@@ -128,11 +134,14 @@ def test_what_comes_back(dec):
         s = dec.generate("what some of the", max_tokens=12, ignore_eos=True, speculative=False,
                          temperature=temperature, top_k=40, device_sampling=False).stats
         assert s.logits_bytes == 12 * 4 * n_vocab
-    # speculative: at least the verified rows (each at least 8 bytes), far below whole rows
+    # speculative: at least the verified rows (each at least 8 bytes), far below whole rows; every
+    # row of a verification comes back, the copies of a padded one's (on a GPU) as well
     s = dec.generate("what some of the", max_tokens=40, ignore_eos=True, temperature=0.8, seed=1, n_draft=4,
-                     adaptive=False, drafter="model", device_sampling=True).stats
+                     adaptive=False, drafter="model", device_sampling=True, record_steps=True).stats
     assert s.sampling == "device" and s.n_drafted > 0
-    assert 8 * (s.n_drafted + s.n_steps) <= s.logits_bytes <= 8 * 40 * (2 * s.n_drafted + s.n_steps)
+    verified = sum(t.n_verified for t in s.steps)
+    assert verified >= s.n_drafted + s.n_steps
+    assert 8 * (s.n_drafted + s.n_steps) <= s.logits_bytes <= 8 * 40 * (s.n_drafted + verified)
 
 
 @pytest.mark.parametrize("kw, reason", [
@@ -183,18 +192,21 @@ def test_partial_fallbacks(dec, tiny):
 def test_slots_sample_on_the_device(tiny):
     """Slots (one context per model, each slot a sequence of it) run each slot's chain on its own
     sequence's rows of the merged decodes: alone, a slot gives the host path's output with one
-    seed; together, with one slot sampling on the host beside them (llama.cpp then returns raw
-    logits as well) or none, the greedy outputs part from those alone only at near ties (merged
-    decodes change the logits by llama.cpp's batch numerics) and every slot says where it
-    sampled."""
+    seed (each generation from an empty cache, so that both decode the same batches); together,
+    with one slot sampling on the host beside them (llama.cpp then returns raw logits as well) or
+    none, the greedy outputs part from those alone only at near ties (merged decodes change the
+    logits by llama.cpp's batch numerics) and every slot says where it sampled."""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as first:
         slots = first.slots(3, max_wait_ms=2_000)
         prompts = [first.tokenize(p) for p in PROMPTS]
         for seed, kw in ((0, dict(temperature=0, n_draft=4)), (1, dict(CHAIN, adaptive=False, n_draft=4)),
                          (2, dict(speculative=False, **CHAIN))):
             for p in prompts:
-                got = [slots[1].generate(p, max_tokens=24, ignore_eos=True, seed=seed, device_sampling=on, **kw)
-                       for on in (True, False)]
+                got = []
+                for on in (True, False):
+                    slots[1].reset()
+                    got.append(slots[1].generate(p, max_tokens=24, ignore_eos=True, seed=seed, device_sampling=on,
+                                                 **kw))
                 assert (got[0].stats.sampling, got[1].stats.sampling) == ("device", "host")
                 assert got[0].tokens == got[1].tokens, (p, kw)
                 assert got[0].stats.logits_bytes * 10 < got[1].stats.logits_bytes  # (a vocabulary of 327)
