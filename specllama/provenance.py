@@ -34,7 +34,12 @@ def _gpu() -> Optional[str]:
 
 
 def _commit() -> Optional[str]:
-    """The git commit of the source tree specllama was installed from, when run inside it."""
+    """The git commit of the source tree specllama was installed from, when run inside it, or
+    SPECLLAMA_COMMIT where that names it: a copy of the tree on another machine (benchmarks/gpu)
+    has no git history of its own, or another's."""
+    named = os.environ.get("SPECLLAMA_COMMIT", "").strip()
+    if named:
+        return named
     here = Path(__file__).resolve().parent.parent
     try:
         r = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)

@@ -50,3 +50,13 @@ def test_a_report_header_records_the_llama_cpp_environment(tmp_path, monkeypatch
     assert header["env"] == {"GGML_CUDA_GRAPH_OPT": "1", "GGML_SOME_FILE": tmp_path.name,
                              "LLAMA_GRAPH_REUSE_DISABLE": "0"}
     assert str(tmp_path) not in json.dumps(header) and "not-for-reports" not in json.dumps(header)
+
+
+def test_a_report_header_names_the_commit_it_is_told(monkeypatch):
+    """SPECLLAMA_COMMIT names the commit measured where the tree is a copy whose git is not its own."""
+    monkeypatch.delenv("SPECLLAMA_COMMIT", raising=False)
+    here = provenance({})["commit"]
+    monkeypatch.setenv("SPECLLAMA_COMMIT", "cec9678")
+    assert provenance({})["commit"] == "cec9678" != here
+    monkeypatch.setenv("SPECLLAMA_COMMIT", " ")
+    assert provenance({})["commit"] == here

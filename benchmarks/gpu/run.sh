@@ -17,7 +17,7 @@
 #
 # Reports go to $OUT (the device tool's folder that comes back) or .gpu/out. Environment:
 # SPECLLAMA_CUDA_ARCH (default 90: H100/H200), SPECLLAMA_COMMIT (the commit measured, recorded in
-# the report), SPECLLAMA_GPU_SHAPE (default qwen7b; qwen14b for a 14B-shaped target; small for a
+# every report), SPECLLAMA_GPU_SHAPE (default qwen7b; qwen14b for a 14B-shaped target; small for a
 # smoke test), SPECLLAMA_GPU_CUDA=0 for a CPU build of the same steps, SPECLLAMA_GPU_PEERS=0 to
 # build without llama.cpp's programs (shaped_bench.py then measures specllama alone),
 # SPECLLAMA_VERIFY_REPS (verify_shapes.py's --reps; 0 leaves it out), SPECLLAMA_GPU_FA=0 to build

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -291,7 +290,6 @@ def main() -> None:
         return
     args.gpu_mib = gpu_memory_mib()
     prov = provenance({}, args.threads)
-    prov["commit"] = os.environ.get("SPECLLAMA_COMMIT") or prov["commit"]  # (a copy of the tree has no git)
     report = {"provenance": prov, "gpu": gpu_info(), "shape": args.shape, "type": args.type,
               "n_predict": args.n_predict, "rounds": args.rounds, "chain": CHAIN, "ngl": args.ngl, "acceptances": {}}
     for a in args.acceptances:
