@@ -440,3 +440,15 @@ def test_an_adaptive_padded_generation_pads_to_the_padded_length(tiny):
         n_draft = dec.n_draft
     assert len(pads[0]) == 2 and pads[0][0] == 4 and 4 < pads[0][1] <= n_draft + 1, pads
     assert all(len(later) == 1 and 2 <= later[0] <= n_draft + 1 for later in pads[1:]), pads
+
+
+def test_graph_sim_takes_a_plain_step_of_another_price():
+    """graph_sim.py's plain_ms moves the target's one-token decode alone (replayed and without its
+    graph); a cheaper plain step leaves drafting less to gain, on the same seeds."""
+    sim = _graph_sim()
+    loop, moved = sim.Loop(0.8, warm_up=False), sim.Loop(0.8, warm_up=False, plain_ms=sim.PLAIN_MS_DEVICE_SAMPLING)
+    for k in (1, 1, 1, 5, 5, 5, 1):
+        a, b = loop.target.decode(k), moved.target.decode(k)
+        assert b == pytest.approx(a + (sim.PLAIN_MS_DEVICE_SAMPLING - sim.REPLAYED[0] if k == 1 else 0.0))
+    kw = dict(draft_ms=1.42, kinds="alternate")
+    assert sim.mean_over_seeds(0.8, 4, plain_ms=sim.PLAIN_MS_DEVICE_SAMPLING, **kw) < sim.mean_over_seeds(0.8, 4, **kw)

@@ -32,6 +32,10 @@ REPLAYED = [5.862, 7.139, 7.309, 7.350, 7.497, 7.556, 7.574, 7.640, 7.877, 7.884
 DIRECT = [7.123, 8.553, 8.601, 8.621, 8.757, 8.830, 8.854, 8.957, 9.212, 9.153, 9.184, 9.245, 9.320, 9.295,
           9.357, 9.505]
 GRAPH_SETTLE_STEPS = 2  # what a decoder on a GPU gives its rule (decoder_params::settle_steps)
+# a plain step of that target where the device samples: plain decoding made 196.7-198.6 tokens/s
+# (shaped_bench.py on an H200 at commit cec9678), where the table's one-token decode (verify_shapes.py,
+# its logits read back whole) took 5.86 ms
+PLAIN_MS_DEVICE_SAMPLING = 5.05
 
 
 def _target_ms(table, k):
@@ -66,17 +70,22 @@ class Loop:
     "first" (the first batch's length throughout), "n_draft" (n_draft throughout), for comparison.
     warm_up: price the target's steps for the rule before the first generation as a decoder on a
     GPU does on creation (decoder::price_steps: each shape decoded three times, the last priced);
-    False: the rule learns every price from the generations' steps."""
+    False: the rule learns every price from the generations' steps.
+    plain_ms: the target's replayed one-token decode instead of the table's (its decode without a
+    graph moved by as much): a plain step costs less where the device samples and only the token
+    comes back (PLAIN_MS_DEVICE_SAMPLING)."""
 
     def __init__(self, acceptance, draft_ms=1.1, draft_direct_ms=3.5, n_draft=10, verify_shape="padded",
                  settle=None, cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0, unpriced="repad",
-                 warm_up=True):
+                 warm_up=True, plain_ms=None):
         self.rng = random.Random(seed)
         self.acceptance, self.n_draft, self.fixed = acceptance, n_draft, fixed
         self.verify_shape = verify_shape
         self.pad_to = 0
         self.unpriced = unpriced
-        self.target = Context(lambda k: _target_ms(REPLAYED, k), lambda k: _target_ms(DIRECT, k), capture_ms)
+        moved = 0.0 if plain_ms is None else plain_ms - REPLAYED[0]
+        self.target = Context(lambda k: _target_ms(REPLAYED, k) + (moved if k == 1 else 0.0),
+                              lambda k: _target_ms(DIRECT, k) + (moved if k == 1 else 0.0), capture_ms)
         self.draft = Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1),
                              capture_ms, cold_calls, cold_ms)
         self.rule = _core.DraftLengthModel()
@@ -268,6 +277,9 @@ def main() -> None:
                     help="alternate: greedy and sampled runs in turn, as shaped_bench.py runs them (the rule "
                     "learns each kind apart); greedy: every run greedy")
     ap.add_argument("--ahead", action="store_true", help="fixed lengths with draft_ahead instead (fixed_with_ahead)")
+    ap.add_argument("--plain-ms", type=float, default=None,
+                    help=f"the target's one-token decode, ms, instead of the table's {REPLAYED[0]} "
+                    f"({PLAIN_MS_DEVICE_SAMPLING}: a plain step that samples on the device)")
     args = ap.parse_args()
     if args.ahead:
         ahead_table([float(a) for a in args.acceptance.split(",")], [float(d) for d in args.draft_ms.split(",")],
@@ -279,7 +291,7 @@ def main() -> None:
         for draft_ms in (float(d) for d in args.draft_ms.split(",")):
             for shape in ("padded", "full", "exact"):
                 kw = dict(draft_ms=draft_ms, draft_direct_ms=args.draft_direct_ms, verify_shape=shape,
-                          cold_calls=args.cold_calls, cold_ms=args.cold_ms, kinds=args.kinds)
+                          cold_calls=args.cold_calls, cold_ms=args.cold_ms, kinds=args.kinds, plain_ms=args.plain_ms)
                 s0 = mean_over_seeds(acceptance, args.seeds, settle=0, **kw)
                 s2 = mean_over_seeds(acceptance, args.seeds, settle=2, **kw)
                 # a fixed length, verified at its own length (padded to it, or exact)
