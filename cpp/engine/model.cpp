@@ -17,7 +17,7 @@ bool offloads(const model_params & params) { return offloads(params.place, param
 namespace {
 
 // the weights' buffers from llama.cpp's load log: "load_tensors:   CPU_REPACK model buffer size =  612.00 MiB"
-// (read by hand: std::regex's compiler has crashed in this function on a GPU machine's Python)
+// (read by hand, not with std::regex, whose compiler has crashed in this process on a GPU machine)
 std::vector<std::pair<std::string, double>> weight_buffers_logged(const std::string & log) {
     static const std::string head = "load_tensors:", mid = " model buffer size =", unit = " MiB";
     const auto space = [&](size_t i) { return i < log.size() && std::isspace((unsigned char) log[i]) != 0; };
