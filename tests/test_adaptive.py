@@ -377,6 +377,34 @@ def test_a_pause_ends_with_a_probe_not_with_a_plain_steps_price():
     assert not m.paused() and m.draft_this_step() and not m.probing
 
 
+def test_a_resumption_that_does_not_pay_is_the_same_pause():
+    """A probe that ends a pause, and a drafting step after it that does not pay, leave the pause's
+    gaps doubling: the next probes come 16, 32 and 64 steps later, not 4, 8 and 16 as a new pause's
+    (on a GPU, where a probe is three steps, such resumptions of one step brought a paused draft
+    back every 12 steps at acceptance 0.6). Drafting steps that pay start the gaps over: a pause
+    after them is a new one."""
+    m = _model_with_rates(1.15, 3, 4.0)
+    events = []
+    for i in range(1, 200):
+        if m.draft_this_step():
+            probing = m.probing
+            if probing:  # the second probe pays (3 tokens in 2 ms); the others barely lose
+                m.observe_step(3, 2.0, True) if len(events) == 1 else m.observe_step(1, 1.2, True)
+            else:  # the step after the pause ended: 3 tokens in 8.6 ms
+                m.observe_step(3, 8.6, True)
+            events.append(("probe" if probing else "draft", i, m.paused()))
+    assert events[:3] == [("probe", 4, True), ("probe", 12, False), ("draft", 13, True)], events
+    assert [i for _, i, _ in events[3:6]] == [13 + 16, 13 + 16 + 32, 13 + 16 + 32 + 64], events
+    # drafting that pays (3 tokens in 2 ms, many steps) ends the pause and starts the gaps over
+    for _ in range(40):
+        m.observe_step(3, 2.0, True)
+    assert not m.paused() and m.draft_this_step() and not m.probing
+    for _ in range(60):  # then a small loss pauses it again: a new pause, probed after 4 steps
+        m.observe_step(3, 4.0, True)
+    assert m.paused()
+    assert [m.draft_this_step() for _ in range(4)] == [False, False, False, True] and m.probing
+
+
 def test_probes_that_cost_much_come_rarely_enough_to_cost_one_percent():
     """Where a probe costs several plain steps (here 3 tokens in 8.6 ms against plain steps of
     1.15 ms: 5.15 ms more than plain steps; a recurrent target on a CPU: 20-40 ms against 6.5),

@@ -212,6 +212,14 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     if (counted && (probe_done || !o_.probing_) && o_.paused_ && draft_pays()) {
         o_.paused_ = false;
     }
+    // a pause's probe gaps and probe costs start over once a drafting step outside a probe pays: a
+    // probe that ended the pause and a step after it that did not pay are the same pause, whose gaps
+    // go on doubling (where each probe is three steps, on a GPU, resumptions of one step each would
+    // bring the probes back at the first gap again and again)
+    if (counted && !o_.probing_ && !o_.paused_ && draft_pays()) {
+        o_.probe_gap_ = first_probe_gap();
+        o_.n_probes_  = 0;
+    }
     o_.probing_ = false;
 }
 
@@ -455,8 +463,6 @@ bool draft_length_model::draft_this_step() {
     // steps priced in a busy spell that has passed, say)
     if (!pause_holds() && draft_pays()) {
         o_.skipped_     = 0;
-        o_.probe_gap_   = first_probe_gap();
-        o_.n_probes_    = 0;
         o_.text_probes_ = 0;  // (a later pause in this text is a new pause, not a new text's)
         return true;
     }

@@ -31,7 +31,9 @@
 // While paused, the model probes at gaps that double from k_first_probe_gap steps (times the steps
 // a probe takes: set_settle_steps), and that after the pause's second probe are never shorter than
 // what keeps the probes' cost within k_probe_budget of the plain steps between them (before it,
-// where the pause was predicted or a clear loss, that cost is estimated: probe_gap). A probe costs
+// where the pause was predicted or a clear loss, that cost is estimated: probe_gap). A probe that
+// ends the pause, followed by a drafting step that does not pay, leaves the same pause, its gaps
+// and its probes' costs; drafting steps that pay start them over. A probe costs
 // what it took beyond the plain steps that would have made its tokens: on a recurrent target on a
 // CPU, where a verified batch costs nearly a decode per token and a rejection a decode again, 20-40
 // ms against a 6.5 ms plain step (benchmarks/recurrent_bench.py), so that gaps of at most 128 steps
