@@ -30,13 +30,22 @@ def dec(tiny):
 
 @pytest.mark.parametrize("kw", [dict(drafter="model", n_draft=4), dict(drafter="lookup"), dict(speculative=False)],
                          ids=["model", "lookup", "plain"])
-def test_greedy_output_is_the_host_paths(dec, kw):
-    for prompt in PROMPTS:
-        device = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, device_sampling=True, **kw)
-        host = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, device_sampling=False, **kw)
-        assert device.stats.sampling == "device" and device.stats.host_sampling_reason == ""
-        assert host.stats.sampling == "host" and host.stats.host_sampling_reason == "device sampling off"
-        assert device.tokens == host.tokens, prompt
+@pytest.mark.parametrize("shape", ["padded", "exact"])
+def test_greedy_output_is_the_host_paths(tiny, kw, shape):
+    """Greedy, on the same batches (as the seeded comparison below: each generation from an empty
+    cache, fixed draft lengths, one verification shape on both paths)."""
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256, verify_shape=shape) as dec:
+        for prompt in PROMPTS:
+            got = []
+            for on in (True, False):
+                dec.reset()
+                got.append(dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, adaptive=False,
+                                        device_sampling=on, record_steps=True, **kw))
+            device, host = got
+            assert device.stats.sampling == "device" and device.stats.host_sampling_reason == ""
+            assert host.stats.sampling == "host" and host.stats.host_sampling_reason == "device sampling off"
+            assert [t.n_verified for t in device.stats.steps] == [t.n_verified for t in host.stats.steps]
+            assert device.tokens == host.tokens, prompt
 
 
 @pytest.mark.parametrize("kw", [dict(drafter="model", n_draft=4), dict(drafter="lookup"), dict(speculative=False),
