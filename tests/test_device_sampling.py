@@ -28,57 +28,54 @@ def dec(tiny):
         yield d
 
 
+@pytest.fixture(params=["padded", "exact"])
+def shaped_dec(tiny, request):
+    """A decoder whose verifications have one shape on both paths (verify_shape "auto" pads them on
+    a GPU only where the device samples)."""
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256, verify_shape=request.param) as d:
+        yield d
+
+
+def _on_both_paths(dec, prompt, **kw):
+    """The generation of prompt sampled on the device and on the host, on the same batches, whose
+    logits a GPU's kernels make depend on their length: each from an empty cache (the first token's
+    logits come from the prompt's pass, and a prompt found in the cache is not decoded again), with
+    fixed draft lengths (the adaptive rule's follow its timings)."""
+    got = []
+    for on in (True, False):
+        dec.reset()
+        got.append(dec.generate(prompt, ignore_eos=True, adaptive=False, device_sampling=on, record_steps=True, **kw))
+    assert got[0].stats.sampling == "device" and got[1].stats.sampling == "host"
+    assert [t.n_verified for t in got[0].stats.steps] == [t.n_verified for t in got[1].stats.steps]
+    return got
+
+
 @pytest.mark.parametrize("kw", [dict(drafter="model", n_draft=4), dict(drafter="lookup"), dict(speculative=False)],
                          ids=["model", "lookup", "plain"])
-@pytest.mark.parametrize("shape", ["padded", "exact"])
-def test_greedy_output_is_the_host_paths(tiny, kw, shape):
-    """Greedy, on the same batches (as the seeded comparison below: each generation from an empty
-    cache, fixed draft lengths, one verification shape on both paths)."""
-    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256, verify_shape=shape) as dec:
-        for prompt in PROMPTS:
-            got = []
-            for on in (True, False):
-                dec.reset()
-                got.append(dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, adaptive=False,
-                                        device_sampling=on, record_steps=True, **kw))
-            device, host = got
-            assert device.stats.sampling == "device" and device.stats.host_sampling_reason == ""
-            assert host.stats.sampling == "host" and host.stats.host_sampling_reason == "device sampling off"
-            assert [t.n_verified for t in device.stats.steps] == [t.n_verified for t in host.stats.steps]
-            assert device.tokens == host.tokens, prompt
+def test_greedy_output_is_the_host_paths(shaped_dec, kw):
+    for prompt in PROMPTS:
+        device, host = _on_both_paths(shaped_dec, prompt, max_tokens=40, temperature=0, **kw)
+        assert device.stats.host_sampling_reason == ""
+        assert host.stats.host_sampling_reason == "device sampling off"
+        assert device.tokens == host.tokens, prompt
 
 
 @pytest.mark.parametrize("kw", [dict(drafter="model", n_draft=4), dict(drafter="lookup"), dict(speculative=False),
                                 dict(drafter="model", n_draft=4, acceptance="match"),
                                 dict(drafter="model", n_draft=4, logprobs=3)],
                          ids=["model", "lookup", "plain", "match rule", "logprobs"])
-@pytest.mark.parametrize("shape", ["padded", "exact"])
-def test_sampled_output_is_the_host_paths_with_one_seed(tiny, kw, shape):
+def test_sampled_output_is_the_host_paths_with_one_seed(shaped_dec, kw):
     """The device returns the top k candidates and their logits; the host applies the rest of the
     chain to them as it does after its own top-k: the same distributions, the same draws (and the
-    same log-probabilities, read from the chain's distribution). Both decode the same batches, whose
-    logits a GPU's kernels make depend on their length: each generation starts from an empty cache
-    (the first token's logits come from the prompt's pass, and a prompt found in the cache is not
-    decoded again), and verification batches have one shape on both paths (verify_shape "auto" pads
-    them on a GPU only where the device samples)."""
-    dec = specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=256, verify_shape=shape)
-
-    def generate(prompt, seed, on):
-        dec.reset()
-        return dec.generate(prompt, max_tokens=30, ignore_eos=True, seed=seed, adaptive=False, device_sampling=on,
-                            record_steps=True, **CHAIN, **kw)
-
-    with dec:
-        for seed in range(4):
-            for prompt in PROMPTS:
-                got = [generate(prompt, seed, on) for on in (True, False)]
-                assert got[0].stats.sampling == "device" and got[1].stats.sampling == "host"
-                assert [t.n_verified for t in got[0].stats.steps] == [t.n_verified for t in got[1].stats.steps]
-                assert got[0].tokens == got[1].tokens, (prompt, seed)
-                if "logprobs" in kw:
-                    assert len(got[0].logprobs) == 30
-                    assert [(lp.token, lp.logprob, lp.top) for lp in got[0].logprobs] == \
-                           [(lp.token, lp.logprob, lp.top) for lp in got[1].logprobs]
+    same log-probabilities, read from the chain's distribution)."""
+    for seed in range(4):
+        for prompt in PROMPTS:
+            got = _on_both_paths(shaped_dec, prompt, max_tokens=30, seed=seed, **CHAIN, **kw)
+            assert got[0].tokens == got[1].tokens, (prompt, seed)
+            if "logprobs" in kw:
+                assert len(got[0].logprobs) == 30
+                assert [(lp.token, lp.logprob, lp.top) for lp in got[0].logprobs] == \
+                       [(lp.token, lp.logprob, lp.top) for lp in got[1].logprobs]
 
 
 def test_by_default_models_on_the_cpu_sample_on_the_host(tiny):

@@ -84,8 +84,8 @@ class Loop:
         self.pad_to = 0
         self.unpriced = unpriced
         moved = 0.0 if plain_ms is None else plain_ms - REPLAYED[0]
-        self.target = Context(lambda k: _target_ms(REPLAYED, k) + (moved if k == 1 else 0.0),
-                              lambda k: _target_ms(DIRECT, k) + (moved if k == 1 else 0.0), capture_ms)
+        price = lambda table: lambda k: _target_ms(table, k) + (moved if k == 1 else 0.0)  # noqa: E731
+        self.target = Context(price(REPLAYED), price(DIRECT), capture_ms)
         self.draft = Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1),
                              capture_ms, cold_calls, cold_ms)
         self.rule = _core.DraftLengthModel()

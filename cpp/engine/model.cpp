@@ -2,8 +2,8 @@
 #include "engine/model.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cstdlib>
+#include <cstdio>
+#include <cstring>
 
 #include "engine/cpu.h"
 #include "engine/gguf_checks.h"
@@ -17,39 +17,16 @@ bool offloads(const model_params & params) { return offloads(params.place, param
 namespace {
 
 // the weights' buffers from llama.cpp's load log: "load_tensors:   CPU_REPACK model buffer size =  612.00 MiB"
-// (read by hand, not with std::regex, whose compiler has crashed in this process on a GPU machine)
+// (read with sscanf, not std::regex, whose compiler has crashed in this process on a GPU machine)
 std::vector<std::pair<std::string, double>> weight_buffers_logged(const std::string & log) {
-    static const std::string head = "load_tensors:", mid = " model buffer size =", unit = " MiB";
-    const auto space = [&](size_t i) { return i < log.size() && std::isspace((unsigned char) log[i]) != 0; };
     std::vector<std::pair<std::string, double>> out;
-    for (size_t at = log.find(head); at != std::string::npos; at = log.find(head, at + 1)) {
-        size_t i = at + head.size();
-        if (!space(i)) {
-            continue;
-        }
-        while (space(i)) {
-            ++i;
-        }
-        const size_t name_at = i;
-        while (i < log.size() && !space(i)) {
-            ++i;
-        }
-        const size_t name_end = i;
-        if (i == name_at || log.compare(i, mid.size(), mid) != 0 || !space(i + mid.size())) {
-            continue;
-        }
-        i += mid.size();
-        while (space(i)) {
-            ++i;
-        }
-        const size_t num_at = i;
-        bool digit = false;
-        while (i < log.size() && (std::isdigit((unsigned char) log[i]) != 0 || log[i] == '.')) {
-            digit = digit || log[i] != '.';
-            ++i;
-        }
-        if (digit && log.compare(i, unit.size(), unit) == 0) {
-            out.emplace_back(log.substr(name_at, name_end - name_at), std::strtod(log.c_str() + num_at, nullptr));
+    for (const char * at = std::strstr(log.c_str(), "load_tensors:"); at != nullptr;
+         at = std::strstr(at + 1, "load_tensors:")) {
+        char   name[128];
+        double mib = 0.0;
+        int    end = -1;
+        if (std::sscanf(at, "load_tensors: %127s model buffer size = %lf MiB%n", name, &mib, &end) == 2 && end > 0) {
+            out.emplace_back(name, mib);
         }
     }
     return out;
