@@ -105,19 +105,20 @@ def step_summary(steps) -> dict:
             "step_ms_sum": sum(t.draft_ms + t.verify_ms for t in steps),
             "pattern": step_pattern(steps),
             "kept": kept_pattern(steps),
+            "reads": [[t.read_n, round(t.read_foretold, 2)] for t in steps if t.read],
             "verified": [n for n, _ in itertools.groupby(t.n_verified for t in drafting)]}
 
 
 def step_pattern(steps) -> str:
     """One character a step: the model's draft count (1-9, + for more), P a probe of the paused
-    model, L a step that prompt lookup alone drafted, . a plain step (p where the model was
-    paused)."""
+    model (R one that began with a read), r a read that called its probe off, L a step that prompt
+    lookup alone drafted, . a plain step (p where the model was paused)."""
     def mark(t):
         if t.n_model > 0:
-            return "P" if t.probe else str(t.n_model) if t.n_model < 10 else "+"
+            return ("R" if t.read else "P") if t.probe else str(t.n_model) if t.n_model < 10 else "+"
         if t.n_drafted > 0:
             return "L"
-        return "p" if t.paused else "."
+        return "r" if t.read else "p" if t.paused else "."
     return "".join(mark(t) for t in steps)
 
 

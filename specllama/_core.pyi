@@ -314,6 +314,10 @@ class DraftLengthModel:
         """
         the target's prompt pass: it prices a batch's further tokens until a batch is verified
         """
+    def observe_read(self, n: typing.SupportsInt | typing.SupportsIndex, foretold: typing.SupportsFloat | typing.SupportsIndex, ms: typing.SupportsFloat | typing.SupportsIndex, n_left: typing.SupportsInt | typing.SupportsIndex) -> bool:
+        """
+        what the read found (n positions; foretold, the sum of the chances that the target would have kept the draft's token at each: greedy, where its top token came next), what it cost, and the tokens the generation may still make: whether the probe drafts (false: called off, the step is plain)
+        """
     def observe_sat_out(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         a generation of n_tokens that the draft sat out (a step the model drafts in starts the count again)
@@ -357,6 +361,10 @@ class DraftLengthModel:
     def set_padded(self, n_tokens: typing.SupportsInt | typing.SupportsIndex) -> None:
         """
         verification batches padded to n_tokens (0: none): a batch of 2 to n_tokens costs one of n_tokens
+        """
+    def set_read_probes(self, yes: bool) -> None:
+        """
+        probes read first: the draft reads what it sat out, and the probe drafts only where the acceptance judged there saves, at the prices measured, more than the pause's last drafting probe cost
         """
     def set_sampled(self, yes: bool) -> None:
         """
@@ -417,6 +425,19 @@ class DraftLengthModel:
         """
     @property
     def rate(self) -> float:
+        ...
+    @property
+    def read_acceptance(self) -> float:
+        """
+        the acceptance the pause's reads say (0.8 before any)
+        """
+    @property
+    def read_due(self) -> bool:
+        """
+        whether the step draft_this_step just began is a probe that reads first
+        """
+    @property
+    def read_probes(self) -> bool:
         ...
     @property
     def sampled(self) -> bool:
@@ -919,6 +940,21 @@ class StepTrace:
         the rule's long-run tokens per ms when the step began
         """
     @property
+    def read(self) -> bool:
+        """
+        it began with a probe's read of what the draft sat out (a plain step where the read called the probe off)
+        """
+    @property
+    def read_foretold(self) -> float:
+        """
+        the sum over them of the chance that the target would have kept the draft's token there (greedy: the positions where the draft's top token was the token that came next)
+        """
+    @property
+    def read_n(self) -> int:
+        """
+        the positions that read judged (0: no read)
+        """
+    @property
     def resumed(self) -> bool:
         """
         the draft's catch-up took in more tokens than one step brings (what it sat out while paused, or a new prompt): catch_up_ms is then that read
@@ -1039,6 +1075,16 @@ class Stats:
         steps the adaptive rule took without the draft model (drafting did not pay)
         """
     @property
+    def n_probe_reads(self) -> int:
+        """
+        probes that began with the draft reading what it sat out (Decoder.settle_steps > 0, as on a GPU)
+        """
+    @property
+    def n_probe_reads_off(self) -> int:
+        """
+        of which the read called off: at the acceptance it judged drafting would not win back what a probe costs, and the step was plain
+        """
+    @property
     def n_prompt(self) -> int:
         """
         prompt tokens
@@ -1091,7 +1137,7 @@ class Stats:
     @property
     def n_window_catch_ups(self) -> int:
         """
-        probes of a paused draft model that caught up on the last tokens alone, not on everything since the pause
+        probes of a paused draft model that caught up on (or read) the last tokens alone, not everything since the pause
         """
     @property
     def rollback(self) -> str:
@@ -1363,7 +1409,7 @@ class Decoder:
     """
     A target model, an optional draft model, and their KV caches.
     """
-    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True, device: typing.Any = None, device_draft: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0, dsi_devices: collections.abc.Sequence[typing.Any] = [], checkpoint_memory: str = 'auto', draft_catch_up: str = 'auto', verify_shape: str = 'auto', settle_steps: typing.SupportsInt | typing.SupportsIndex = -1, cache_types: typing.Annotated[collections.abc.Sequence[str], "FixedSize(4)"] = ['f16', 'f16', 'f16', 'f16'], flash_attn: str = 'auto') -> None:
+    def __init__(self, target: str | os.PathLike, draft: str | os.PathLike | None = None, n_ctx: typing.SupportsInt | typing.SupportsIndex = 4096, n_batch: typing.SupportsInt | typing.SupportsIndex = 512, n_threads: typing.SupportsInt | typing.SupportsIndex = 0, n_threads_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers: typing.SupportsInt | typing.SupportsIndex = 0, n_gpu_layers_draft: typing.SupportsInt | typing.SupportsIndex = 0, n_draft: typing.SupportsInt | typing.SupportsIndex = 10, share_prefill: bool = True, swa_full: bool = True, device: typing.Any = None, device_draft: typing.Any = None, split_mode: str = 'layer', tensor_split: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex] | None = None, main_gpu: typing.SupportsInt | typing.SupportsIndex = 0, dsi_devices: collections.abc.Sequence[typing.Any] = [], checkpoint_memory: str = 'auto', draft_catch_up: str = 'auto', verify_shape: str = 'auto', settle_steps: typing.SupportsInt | typing.SupportsIndex = -1, probe_reads: bool = True, cache_types: typing.Annotated[collections.abc.Sequence[str], "FixedSize(4)"] = ['f16', 'f16', 'f16', 'f16'], flash_attn: str = 'auto') -> None:
         ...
     def adaptive_state(self) -> list[float]:
         """
@@ -1444,6 +1490,11 @@ class Decoder:
     @property
     def n_draft(self) -> int:
         ...
+    @property
+    def probe_reads(self) -> bool:
+        """
+        whether a paused draft's probes read first where settle_steps is above 0
+        """
     @property
     def settle_steps(self) -> int:
         """
@@ -1552,6 +1603,6 @@ def vocab_difference(target: Model, draft: Model) -> str:
     """
 ADAPTIVE_STATE_FORMAT: int = 1
 CACHE_TYPES: tuple = ('f32', 'f16', 'bf16', 'q8_0', 'q4_0', 'q4_1', 'iq4_nl', 'q5_0', 'q5_1')
-DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True, 'swa_full': True, 'checkpoint_memory': 'auto', 'draft_catch_up': 'auto', 'verify_shape': 'auto', 'settle_steps': -1, 'cache_type_k': 'f16', 'cache_type_v': 'f16', 'cache_type_k_draft': 'f16', 'cache_type_v_draft': 'f16', 'flash_attn': 'auto'}
+DECODER_DEFAULTS: dict = {'n_ctx': 4096, 'n_batch': 512, 'n_threads': 0, 'n_threads_draft': 0, 'n_gpu_layers': 0, 'n_gpu_layers_draft': 0, 'n_draft': 10, 'share_prefill': True, 'swa_full': True, 'checkpoint_memory': 'auto', 'draft_catch_up': 'auto', 'verify_shape': 'auto', 'settle_steps': -1, 'probe_reads': True, 'cache_type_k': 'f16', 'cache_type_v': 'f16', 'cache_type_k_draft': 'f16', 'cache_type_v_draft': 'f16', 'flash_attn': 'auto'}
 MAX_DRAFT: int = 64
 MAX_SERVERS: int = 64

@@ -42,7 +42,7 @@ FORMAT = _core.ADAPTIVE_STATE_FORMAT
 SAVE_INTERVAL_S = 30.0  # after a generation, the memory is written at most this often (and on close)
 
 # the decoder settings that do not change what a decode costs: a memory holds across them
-_SETTINGS_LEFT_OUT = ("n_ctx", "n_draft")
+_SETTINGS_LEFT_OUT = ("n_ctx", "n_draft", "probe_reads")
 
 
 def state_dir() -> Path:

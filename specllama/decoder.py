@@ -93,8 +93,10 @@ class SpeculativeDecoder:
     steps) the adaptive draft length takes as transitions: their costs price neither, and a probe
     of a paused draft drafts that many steps more in a row, so that it is judged by a steady one.
     -1 (auto): 2 where either model is on a GPU of this machine (llama.cpp runs a decode of a new
-    shape without its CUDA graph and records the graph at the next alike), 0 elsewhere. The
-    output's distribution is the same either way.
+    shape without its CUDA graph and records the graph at the next alike), 0 elsewhere. Above 0, a
+    probe of a paused draft also begins with the draft reading what it sat out, and drafts only
+    where what the draft foretold of it says drafting pays (Stats.n_probe_reads), unless
+    probe_reads is False. The output's distribution is the same either way.
     cache_type_k / cache_type_v (cache_type_k_draft / cache_type_v_draft for the draft): the number
     format of the cached keys and values, as llama.cpp's -ctk / -ctv: "f16" (default), "f32",
     "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1". A quantized cache takes less memory
@@ -130,6 +132,7 @@ class SpeculativeDecoder:
         draft_catch_up: str = _DEFAULTS["draft_catch_up"],
         verify_shape: str = _DEFAULTS["verify_shape"],
         settle_steps: int = _DEFAULTS["settle_steps"],
+        probe_reads: bool = _DEFAULTS["probe_reads"],
         cache_type_k: str = _DEFAULTS["cache_type_k"],
         cache_type_v: str = _DEFAULTS["cache_type_v"],
         cache_type_k_draft: str = _DEFAULTS["cache_type_k_draft"],
@@ -177,9 +180,9 @@ class SpeculativeDecoder:
         self.draft_path = os.fspath(draft_path) if draft_path is not None else None
         settings = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_draft=n_threads_draft,
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
-                        share_prefill=bool(share_prefill), swa_full=bool(swa_full),
-                        checkpoint_memory=checkpoint_memory, draft_catch_up=draft_catch_up,
-                        verify_shape=verify_shape, settle_steps=settle_steps, flash_attn=flash_attn)
+                        share_prefill=bool(share_prefill), swa_full=bool(swa_full), checkpoint_memory=checkpoint_memory,
+                        draft_catch_up=draft_catch_up, verify_shape=verify_shape, settle_steps=settle_steps,
+                        probe_reads=probe_reads, flash_attn=flash_attn)
         for name, value in settings.items():
             if type(value) is not type(_DEFAULTS[name]):
                 raise type_error(name, value, _DEFAULTS[name])
@@ -260,7 +263,7 @@ class SpeculativeDecoder:
         """Another decoder on this one's models (not loaded again): KV caches and an adaptive draft
         length of its own, this decoder's settings where settings do not name others (n_ctx,
         n_batch, n_threads, n_threads_draft, n_draft, share_prefill, swa_full, checkpoint_memory,
-        draft_catch_up, verify_shape, settle_steps; the models' placement is theirs). It costs the
+        draft_catch_up, verify_shape, settle_steps, probe_reads; the models' placement is theirs). It costs the
         memory of its caches, not of the weights, and generates independently of this one (from
         another thread too). The models stay loaded while either is open. The native core checks
         each setting (TypeError for an unknown name or a wrong type, ValueError for a bad value)."""
@@ -385,6 +388,12 @@ class SpeculativeDecoder:
         """settle_steps resolved: the steps of a run that the adaptive draft length takes as
         transitions (2 where either model is on a GPU of this machine, unless set)."""
         return self._native().settle_steps
+
+    @property
+    def probe_reads(self) -> bool:
+        """Whether a paused draft's probes begin with a read of what it sat out where settle_steps_mode
+        is above 0 (docs/how-it-works.md, "Probes that read first")."""
+        return self._native().probe_reads
 
     @property
     def cross_vocab(self) -> Optional[dict]:

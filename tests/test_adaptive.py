@@ -405,6 +405,71 @@ def test_a_resumption_that_does_not_pay_is_the_same_pause():
     assert [m.draft_this_step() for _ in range(4)] == [False, False, False, True] and m.probing
 
 
+def _paused_on_a_gpu(reads: bool = True):
+    """A rule priced as the 7B-shaped pair on an H200 (plain step 5.05 ms, draft decode 1.42, catch-up
+    1.5, verifications of 2 and 4 tokens 7.14 and 7.35), settle_steps 2, whose drafting steps made 2
+    tokens in 12 ms (a loss): paused."""
+    m = _core.DraftLengthModel()
+    m.set_settle_steps(2)
+    m.set_read_probes(reads)
+    for _ in range(2):
+        m.observe_verify(1, 5.05)
+    m.observe_draft_decode(1.42)
+    m.observe_catch_up(1.5)
+    m.observe_verify(2, 7.14)
+    m.observe_verify(4, 7.35)
+    for _ in range(6):
+        m.observe_step(2, 12.0, True)
+    assert m.paused()
+    return m
+
+
+def _next_probe(m, limit: int = 400) -> int:
+    """Plain steps until the next probe begins (draft_this_step true): how many steps it took."""
+    for i in range(1, limit):
+        if m.draft_this_step():
+            assert m.probing
+            return i
+    raise AssertionError("no probe")
+
+
+def _to_a_third_probe(m, n_left=100):
+    """The pause's first probe (three drafting steps, each 2 tokens in 11 ms: 0.9 ms beyond plain steps),
+    its second (a read that foretold 6 of 24 positions), and the third's start."""
+    assert _next_probe(m) == 12 and not m.read_due  # the pause's first probe: three drafting steps
+    for _ in range(3):
+        m.observe_step(2, 11.0, True)
+        if m.draft_this_step():
+            assert m.probing and not m.read_due
+    assert _next_probe(m) == 23 and m.read_due  # (24 steps after the probe's first)
+    assert not m.observe_read(24, 6, 3.5, n_left)
+    assert not m.probing and m.paused() and m.read_acceptance == pytest.approx((6 + 1.6) / 26)
+    # the read counts as the pause's second probe: the gaps are the doubled 48 steps, or as many as keep the
+    # cheaper of the two probes (the first's 3 x 0.9 ms, the read's 3.5) within 1% of the plain steps between
+    assert _next_probe(m) == max(48, math.ceil(3 * (11.0 - 2 * 5.05) / (0.01 * 5.05))) and m.read_due
+
+
+def test_a_probe_reads_first_and_drafts_only_where_the_read_says_drafting_pays():
+    """Probes that read first (on a GPU): the pause's first probe drafts (its drafting steps price what
+    reads are judged by); later ones begin with a read, and one whose positions the draft foretold too
+    rarely for drafting to pay at these prices (6 of 24) is called off: the step is plain, the pause goes
+    on, its gaps doubling. A read of a text the draft foretells (31 of 32: the pause's reads together,
+    earlier ones weighing less) lets the probe draft its three steps, where what drafting saves at that
+    acceptance over the tokens left (0.87 ms a token at these prices) beats what the first probe cost
+    (2.7 ms); with two tokens left it does not."""
+    m = _paused_on_a_gpu()
+    _to_a_third_probe(m)
+    assert m.observe_read(32, 31, 3.5, 100)
+    assert m.probing and 0.75 < m.read_acceptance < 0.85
+    assert [m.draft_this_step() for _ in range(2)] == [True, True] and m.probing and not m.read_due
+    near_the_end = _paused_on_a_gpu()
+    _to_a_third_probe(near_the_end)
+    assert not near_the_end.observe_read(32, 31, 3.5, 2) and not near_the_end.probing
+    # without reads, every probe drafts
+    plain = _paused_on_a_gpu(reads=False)
+    assert _next_probe(plain) == 12 and not plain.read_due
+
+
 def test_probes_that_cost_much_come_rarely_enough_to_cost_one_percent():
     """Where a probe costs several plain steps (here 3 tokens in 8.6 ms against plain steps of
     1.15 ms: 5.15 ms more than plain steps; a recurrent target on a CPU: 20-40 ms against 6.5),

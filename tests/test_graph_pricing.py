@@ -391,7 +391,7 @@ def test_settling_steps_and_padding_leave_the_greedy_output_the_targets(tiny):
     model alone at given prices where drafting does not pay (a draft decode costs 1.2 one-token
     verifications): its
     greedy output is the target's alone, token for token, and its probes are runs of three
-    drafting steps; with settle_steps 0, of one."""
+    drafting steps; with settle_steps 0, of one. (Every probe drafts: probe_reads=False.)"""
     prompt = "the cat sat on the mat and the dog"
     with specllama.SpeculativeDecoder(tiny.target_q, None, n_ctx=1024) as plain:
         want = plain.generate(prompt, max_tokens=240, temperature=0, ignore_eos=True).tokens
@@ -399,7 +399,7 @@ def test_settling_steps_and_padding_leave_the_greedy_output_the_targets(tiny):
 
     def probe_runs(settle):
         with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=1024, settle_steps=settle,
-                                          verify_shape="padded") as dec:
+                                          verify_shape="padded", probe_reads=False) as dec:
             assert dec.verify_shape_mode == "padded"
             out = dec.generate(prompt, max_tokens=240, temperature=0, ignore_eos=True, prices=prices,
                                drafter="model", record_steps=True)

@@ -211,9 +211,12 @@ def test_the_bench_checks_its_arguments():
 
     bench = load_benchmark("gpu/shaped_bench.py")
     args = bench.parse_args(["--models", "m", "--acceptance", "0.8,0.6", "--n-max", "4,8", "-ngl", "all",
-                             "--run", "adaptive=0,n_draft=4", "--check"])
+                             "--run", "adaptive=0,n_draft=4", "--variant", "probe_reads=false,draft_catch_up=batch",
+                             "--check"])
     assert args.check and args.acceptances == [0.8, 0.6] and args.n_max == [4, 8] and args.ngl == -1
     assert args.runs == {"adaptive=0,n_draft=4": {"adaptive": 0, "n_draft": 4}}
+    assert args.variants == {"probe_reads=false,draft_catch_up=batch": {"probe_reads": False,
+                                                                        "draft_catch_up": "batch"}}
     for bad in (["--type", "q4_k_m"], ["--shape", "qwen3b"], ["--acceptance", "0"], ["--n-max", "four"]):
         with pytest.raises(SystemExit):
             bench.parse_args(["--models", "m", *bad])
@@ -222,23 +225,26 @@ def test_the_bench_checks_its_arguments():
 
 def test_the_step_patterns_mark_each_kind_of_step():
     """compare.step_summary's two patterns, one character a step and aligned: the model's drafts
-    (P a probe), L where prompt lookup alone drafted, . a plain step and p one a pause sat out; and
-    the drafts kept in each, . where nothing was drafted."""
+    (P a probe, R one that began with a read, r a read that called its probe off), L where prompt
+    lookup alone drafted, . a plain step and p one a pause sat out; and the drafts kept in each, .
+    where nothing was drafted."""
     from types import SimpleNamespace
 
     from conftest import load_benchmark
 
     compare = load_benchmark("compare.py")
 
-    def step(n_model=0, n_drafted=0, n_accepted=0, paused=False, probe=False):
+    def step(n_model=0, n_drafted=0, n_accepted=0, paused=False, probe=False, read=False):
         return SimpleNamespace(n_model=n_model, n_drafted=n_drafted, n_accepted=n_accepted, paused=paused,
-                               probe=probe)
+                               probe=probe, read=read)
 
     steps = [step(), step(n_model=3, n_drafted=3, n_accepted=2), step(n_drafted=5, n_accepted=4),
              step(paused=True), step(n_model=1, n_drafted=1, paused=True, probe=True),
-             step(n_model=12, n_drafted=12, n_accepted=11), step(n_drafted=2, paused=True)]
-    assert compare.step_pattern(steps) == ".3LpP+L"
-    assert compare.kept_pattern(steps) == ".24.0+0"
+             step(n_model=12, n_drafted=12, n_accepted=11), step(n_drafted=2, paused=True),
+             step(paused=True, read=True), step(n_model=2, n_drafted=2, n_accepted=1, paused=True, probe=True,
+                                                read=True)]
+    assert compare.step_pattern(steps) == ".3LpP+LrR"
+    assert compare.kept_pattern(steps) == ".24.0+0.1"
 
 
 def test_verify_shapes_measures_both_orders(pair, tmp_path):

@@ -64,8 +64,10 @@ def gpu_info() -> dict:
 
 
 def _settings(text: str) -> dict:
-    """KEY=VALUE,KEY=VALUE as keyword arguments (integers where the value is one)."""
-    return {k: int(x) if x.lstrip("-").isdigit() else x for k, x in (kv.split("=", 1) for kv in text.split(","))}
+    """KEY=VALUE,KEY=VALUE as keyword arguments (integers where the value is one, true and false as bools)."""
+    def value(x):
+        return int(x) if x.lstrip("-").isdigit() else {"true": True, "false": False}.get(x.lower(), x)
+    return {k: value(x) for k, x in (kv.split("=", 1) for kv in text.split(","))}
 
 
 def run_specllama(dec, n: int, temp: float, **kw) -> dict:
@@ -148,7 +150,8 @@ def specllama_row(decoders: dict, args, temp: float) -> dict:
     for name, (d, opts) in decoders.items():
         row[name] = run_specllama(d, args.n_predict, temp, drafter="model", record_steps=opts.get("mode") != "dsi",
                                   **opts)
-        row[name].update(draft_catch_up=d.draft_catch_up_mode, verify_shape=d.verify_shape_mode)
+        row[name].update(draft_catch_up=d.draft_catch_up_mode, verify_shape=d.verify_shape_mode,
+                         settle_steps=d.settle_steps_mode, probe_reads=d.probe_reads)
     return row
 
 
@@ -251,8 +254,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("-t", "--threads", type=int, default=8)
     ap.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                     help="also run specllama on a decoder with these settings (SpeculativeDecoder.sibling()'s), e.g. "
-                         "draft_catch_up=batch,verify_shape=exact or settle_steps=0 (repeatable; each on the same "
-                         "weights, with caches of its own)")
+                         "draft_catch_up=batch,verify_shape=exact, settle_steps=0 or probe_reads=false (repeatable; "
+                         "each on the same weights, with caches of its own)")
     ap.add_argument("--run", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
                     help="also run specllama with these generate() settings, e.g. mode=dsi,sp=2,lookahead=4 "
                          "(repeatable; each --run on a decoder of its own on the same weights, so that no run "

@@ -180,6 +180,19 @@ void register_adaptive(py::module_ & m) {
              "that read back)")
         .def("probe_gap", &draft_length_model::probe_gap,
              "the steps a paused model sits out before its next probe")
+        .def("set_read_probes", &draft_length_model::set_read_probes, py::arg("yes"),
+             "probes read first: the draft reads what it sat out, and the probe drafts only where the acceptance "
+             "judged there saves, at the prices measured, more than the pause's last drafting probe cost")
+        .def_property_readonly("read_probes", &draft_length_model::read_probes)
+        .def_property_readonly("read_due", &draft_length_model::read_due,
+                               "whether the step draft_this_step just began is a probe that reads first")
+        .def("observe_read", &draft_length_model::observe_read, py::arg("n"), py::arg("foretold"), py::arg("ms"),
+             py::arg("n_left"),
+             "what the read found (n positions; foretold, the sum of the chances that the target would have kept "
+             "the draft's token at each: greedy, where its top token came next), what it cost, and the tokens the "
+             "generation may still make: whether the probe drafts (false: called off, the step is plain)")
+        .def_property_readonly("read_acceptance", &draft_length_model::read_acceptance,
+                               "the acceptance the pause's reads say (0.8 before any)")
         .def("observe_prompt", &draft_length_model::observe_prompt, py::arg("n_tokens"), py::arg("ms"),
              "the target's prompt pass: it prices a batch's further tokens until a batch is verified")
         .def_property_readonly("knows_plain_step", &draft_length_model::knows_plain_step)

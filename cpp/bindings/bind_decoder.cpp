@@ -55,7 +55,8 @@ void apply_sibling_settings(decoder_params & p, const py::kwargs & settings) {
     std::map<std::string, int32_t *> ints = {
         {"n_ctx", &p.ctx.n_ctx},        {"n_batch", &p.ctx.n_batch}, {"n_threads", &p.ctx.n_threads},
         {"n_threads_draft", &p.n_threads_draft}, {"n_draft", &p.n_draft}, {"settle_steps", &p.settle_steps}};
-    std::map<std::string, bool *> flags = {{"share_prefill", &p.share_prefill}, {"swa_full", &p.ctx.swa_full}};
+    std::map<std::string, bool *> flags = {{"share_prefill", &p.share_prefill}, {"swa_full", &p.ctx.swa_full},
+                                           {"probe_reads", &p.probe_reads}};
     std::map<std::string, std::string *> texts = {
         {"checkpoint_memory", &p.ctx.checkpoint_memory}, {"draft_catch_up", &p.draft_catch_up},
         {"verify_shape", &p.verify_shape},           {"cache_type_k", &p.ctx.type_k},
@@ -345,6 +346,7 @@ void register_decoder(py::module_ & m) {
         defaults["draft_catch_up"]     = d.draft_catch_up;
         defaults["verify_shape"]       = d.verify_shape;
         defaults["settle_steps"]       = d.settle_steps;
+        defaults["probe_reads"]        = d.probe_reads;
         defaults["cache_type_k"]       = d.ctx.type_k;
         defaults["cache_type_v"]       = d.ctx.type_v;
         defaults["cache_type_k_draft"] = d.type_k_draft;
@@ -361,7 +363,8 @@ void register_decoder(py::module_ & m) {
                          const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu,
                          const std::vector<py::object> & dsi_devices, const std::string & checkpoint_memory,
                          const std::string & draft_catch_up, const std::string & verify_shape, int32_t settle_steps,
-                         const std::array<std::string, 4> & cache_types, const std::string & flash_attn) {
+                         bool probe_reads, const std::array<std::string, 4> & cache_types,
+                         const std::string & flash_attn) {
                  decoder_params p;
                  p.target.path         = target.value;
                  p.target.n_gpu_layers = n_gpu_layers;
@@ -392,6 +395,7 @@ void register_decoder(py::module_ & m) {
                  p.draft_catch_up  = draft_catch_up;
                  p.verify_shape    = verify_shape;
                  p.settle_steps    = settle_steps;
+                 p.probe_reads     = probe_reads;
                  p.ctx.type_k      = cache_types[0];
                  p.ctx.type_v      = cache_types[1];
                  p.type_k_draft    = cache_types[2];
@@ -413,6 +417,7 @@ void register_decoder(py::module_ & m) {
              py::arg("draft_catch_up") = decoder_params{}.draft_catch_up,
              py::arg("verify_shape") = decoder_params{}.verify_shape,
              py::arg("settle_steps") = decoder_params{}.settle_steps,
+             py::arg("probe_reads") = decoder_params{}.probe_reads,
              py::arg("cache_types") = std::array<std::string, 4>{"f16", "f16", "f16", "f16"},
              py::arg("flash_attn") = context_params{}.flash_attn)
         .def_property_readonly("n_draft", &decoder::n_draft)
@@ -421,6 +426,8 @@ void register_decoder(py::module_ & m) {
                                "'exact', 'padded', or 'auto' (padded where the target samples on its device)")
         .def_property_readonly("settle_steps", &decoder::settle_steps,
                                "steps of a run of drafting (or plain) steps the adaptive length takes as transitions")
+        .def_property_readonly("probe_reads", &decoder::probe_reads,
+                               "whether a paused draft's probes read first where settle_steps is above 0")
         .def_property_readonly("n_ctx", &decoder::n_ctx)
         .def_property_readonly("shares_prefill", &decoder::shares_prefill)
         .def_property_readonly(

@@ -43,6 +43,13 @@ void register_step_trace(py::module_ & m) {
         .def_readonly("n_max", &step_trace::n_max, "tokens the step could draft at most")
         .def_readonly("paused", &step_trace::paused, "the draft model was paused (drafting did not pay)")
         .def_readonly("probe", &step_trace::probe, "the step was a probe of the paused draft model")
+        .def_readonly("read", &step_trace::read,
+                      "it began with a probe's read of what the draft sat out (a plain step where the read "
+                      "called the probe off)")
+        .def_readonly("read_n", &step_trace::read_n, "the positions that read judged (0: no read)")
+        .def_readonly("read_foretold", &step_trace::read_foretold,
+                      "the sum over them of the chance that the target would have kept the draft's token there "
+                      "(greedy: the positions where the draft's top token was the token that came next)")
         .def_readonly("rate", &step_trace::rate, "the rule's long-run tokens per ms when the step began")
         .def_readonly("acceptance", &step_trace::acceptance, "its overall acceptance estimate then");
 }
@@ -75,8 +82,14 @@ void register_stats(py::module_ & m) {
                       "tokens drafted while the target verified (GenerateOptions.draft_ahead)")
         .def_readonly("n_ahead_used", &gs::n_ahead_used, "of which became a later step's drafts")
         .def_readonly("n_window_catch_ups", &gs::n_window_catch_ups,
-                      "probes of a paused draft model that caught up on the last tokens alone, not on "
+                      "probes of a paused draft model that caught up on (or read) the last tokens alone, not "
                       "everything since the pause")
+        .def_readonly("n_probe_reads", &gs::n_probe_reads,
+                      "probes that began with the draft reading what it sat out (Decoder.settle_steps > 0, as on "
+                      "a GPU)")
+        .def_readonly("n_probe_reads_off", &gs::n_probe_reads_off,
+                      "of which the read called off: at the acceptance it judged drafting would not win back what a "
+                      "probe costs, and the step was plain")
         .def_readonly("n_paused_steps", &gs::n_paused_steps,
                       "steps the adaptive rule took without the draft model (drafting did not pay)")
         .def_readonly("accepted_hist", &gs::accepted_hist, "accepted_hist[k]: steps that kept k drafted tokens")

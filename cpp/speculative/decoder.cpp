@@ -483,6 +483,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const int64_t probes0      = thread_probes();
     place_sampling(params, plan, st);
     lengths_.set_sampled(!params.sampling.greedy());  // (each kind has its own acceptance and pause)
+    begin_reads(params, plan);
     // a padded verification: every drafting step's batch is one length, the plan's n_draft + 1;
     // an adaptive generation's, one more than the drafts worth padding for at the rule's prices
     // (draft_length_model::padded_length), and no step drafts more. One that begins before those
@@ -513,7 +514,8 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         if (params.record_steps) {
             // (a generation of fixed lengths is never paused, whatever the rule learned from others)
             trace = {{}, step.n_max, plan.adaptive && lengths_.paused(), plan.adaptive && lengths_.probing(),
-                     lengths_.rate(), lengths_.acceptance()};
+                     read_, read_ ? read_result_.n : 0, read_ ? read_result_.foretold : 0.0, lengths_.rate(),
+                     lengths_.acceptance()};
         }
         if (draft_prompt_later_ && step.model) {
             const double  d0 = decode_ms();

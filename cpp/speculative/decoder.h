@@ -69,8 +69,11 @@ struct decoder_params {
     // the steps of a run of drafting (or of plain) steps that the adaptive draft length takes as
     // transitions, whose costs price neither (draft_length_model::set_settle_steps); -1: 2 where
     // either model is on a GPU of this machine (CUDA graphs: a new shape runs without its graph,
-    // the next alike records it), 0 elsewhere
+    // the next alike records it), 0 elsewhere. Above 0, probes read first (set_read_probes)
     int32_t                     settle_steps = -1;
+    // where settle_steps resolves above 0, whether a paused draft's probes read first (set_read_probes);
+    // false: every probe drafts
+    bool                        probe_reads = true;
     // where DSI's target servers beyond the first run (the first is the decoder's target context):
     // server s + 1 on dsi_servers[s], every layer offloaded there, its own copy of the target's
     // weights; servers past the list share the target's weights and placement
@@ -238,6 +241,9 @@ struct step_trace {
     int32_t     n_max    = 0;     // tokens the step could draft at most
     bool        paused   = false; // the rule had paused the draft model when the step began
     bool        probe    = false; // the step was a probe of a paused draft model
+    bool        read     = false; // it began with a probe's read (draft_length_model::set_read_probes):
+    int32_t     read_n   = 0;     // the positions the read judged,
+    double      read_foretold = 0;  // and the sum of their chances of being kept (model_drafter::read)
     double      rate     = 0;     // the rule's long-run tokens per ms when the step began
     double      acceptance = 0;   // its overall acceptance estimate then
 };
@@ -259,8 +265,11 @@ struct generate_stats {
     int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
     int32_t              n_ahead_drafted   = 0;  // tokens drafted during verifications (generate_params::draft_ahead)
     int32_t              n_ahead_used      = 0;  // of which became a later step's drafts
-    // probes after a pause whose draft caught up on the last tokens alone (decoder::k_probe_window)
+    // probes after a pause whose draft caught up on (or read) the last tokens alone (decoder::k_probe_window)
     int32_t              n_window_catch_ups = 0;
+    // probes that read first (draft_length_model::set_read_probes), and of those, the ones the read called off
+    int32_t              n_probe_reads      = 0;
+    int32_t              n_probe_reads_off  = 0;
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
     std::vector<step_trace> steps;              // every step, with generate_params::record_steps
     std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
@@ -420,6 +429,8 @@ class decoder {
     std::string verify_shape() const { return pad_verify_ == 0 ? "exact" : pad_verify_ == 1 ? "padded" : "auto"; }
     // decoder_params::settle_steps as resolved for this decoder
     int32_t settle_steps() const { return lengths_.settle_steps(); }
+    // decoder_params::probe_reads
+    bool probe_reads() const { return params_.probe_reads; }
     // the pairing of the draft's vocabulary with the target's when they differ (null: they are one)
     const vocab_map * cross_vocab() const { return vocab_map_.get(); }
 
@@ -520,6 +531,16 @@ class decoder {
     };
     step_plan plan_step(const run_plan & plan, const generate_params & params, const std::vector<llama_token> & seq,
                         generate_stats & st);
+    // a probe that reads first (draft_length_model::set_read_probes): the draft reads what it sat out, and the
+    // rule judges it; whether the probe drafts (false: the step is plain). Sets read_ for the step's trace
+    bool read_probe(const std::vector<llama_token> & seq, const generate_params & params, generate_stats & st);
+    // at a generation's start: whether its probes read first (set_read_probes); no plain step's p known yet
+    void begin_reads(const generate_params & params, const run_plan & plan);
+    bool                       read_ = false;  // the step plan_step planned began with a read (step_trace::read)
+    model_drafter::read_result read_result_;   // what it found
+    // a sampled generation's reads: the target's probability of each token a plain step drew, by its index in
+    // seq (0: drawn in a drafting step, or not known); kept by verify_and_accept
+    std::vector<float>         read_p_;
     // draft: fill drafted_ (the model's tokens, then lookup's); returns how many the model drafted.
     // A probe of a paused draft model that lags more than k_probe_window tokens behind (and cannot
     // copy the target's keys and values) catches up on the last k_probe_window of them alone: a

@@ -11,6 +11,7 @@ namespace specllama {
 
 decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_params & params,
                                       const std::vector<llama_token> & seq, generate_stats & st) {
+    read_               = false;
     const int32_t n_seq = (int32_t) seq.size();
     // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
     const int32_t room      = tgt_cache_->n_ctx() - n_seq;
@@ -39,6 +40,9 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
         draft_prompt_later_ = true;
     }
     step.model              = model_wanted && !pricing && !model_sits_out_ && lengths_.model_drafts(plan.adaptive);
+    if (step.model && plan.adaptive && lengths_.read_due()) {
+        step.model = read_probe(seq, params, st);  // (called off: the step is plain)
+    }
     // slots that share their decodes: while several generate, the group prices their merged
     // rounds and caps the draft length (batch_drafting.h); given prices keep the loop deterministic.
     // Seeded sampling drafts fixed lengths so that its output is reproducible, but while several
@@ -72,6 +76,36 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
         step.n_max = 0;
     }
     return step;
+}
+
+void decoder::begin_reads(const generate_params & params, const run_plan & plan) {
+    read_p_.clear();
+    // where a probe's drafting steps are transitions: a draft of the target's vocabulary in a context of its own,
+    // its choice bent by no grammar or control; sampled, under the rejection rule (model_drafter::read)
+    const bool judged = params.sampling.greedy() || effective_rule(params) == accept_rule::rejection;
+    lengths_.set_read_probes(params_.probe_reads && plan.adaptive && plan.use_model && lengths_.settle_steps() > 0 &&
+                             judged && params.sampling.grammar == nullptr && params.sampling.controls == nullptr &&
+                             !view_ && !batcher_);
+}
+
+bool decoder::read_probe(const std::vector<llama_token> & seq, const generate_params & params, generate_stats & st) {
+    const auto    t0     = clock_type::now();
+    const int32_t n_last = (int32_t) seq.size() - 1;
+    const int32_t behind = n_last - dft_cache_->common_prefix(seq, n_last);
+    // (what a probe's catch-up would read: the last k_probe_window tokens, or all of a new text's)
+    const int32_t window = lengths_.probe_window(behind, params.max_tokens - st.n_generated);
+    const auto p_of = [&](int32_t i) { return i < (int32_t) read_p_.size() ? read_p_[i] : 0.0f; };
+    const model_drafter::read_result r = drafter_->read(seq, window, params.sampling, p_of);
+    // (at given prices, one draft decode: what the rule is told is then the same on any machine)
+    const double  ms     = params.prices ? params.prices->draft_ms : ms_since(t0);
+    st.t_draft_ms += ms_since(t0);
+    st.n_probe_reads += 1;
+    st.n_window_catch_ups += r.windowed;
+    const bool drafts = lengths_.observe_read(r.n, r.foretold, ms, params.max_tokens - st.n_generated);
+    st.n_probe_reads_off += !drafts;
+    read_        = true;
+    read_result_ = r;
+    return drafts;
 }
 
 int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_plan & step, const run_plan & plan,

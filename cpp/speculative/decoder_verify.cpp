@@ -82,6 +82,13 @@ acceptance_result decoder::verify_and_accept(const std::vector<llama_token> & se
         } else {
             acc = accept_sampled(drafted_.tokens.data(), n, drafted_.dists, dist, target_->n_vocab, rng, scratch_);
         }
+        if (lengths_.read_probes()) {  // (what a read judges a plain step's token by: its p, at its index)
+            read_p_.resize(std::max<size_t>(read_p_.size(), n_seq + acc.n_accepted + 1), 0.0f);
+            std::fill(read_p_.begin() + n_seq, read_p_.begin() + n_seq + acc.n_accepted + 1, 0.0f);
+            if (n == 0) {
+                read_p_[n_seq] = p_[0].prob_of(acc.next);
+            }
+        }
     }
     if (params.logprobs) {
         step_logprobs_.resize(acc.n_accepted + 1);

@@ -202,6 +202,7 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
         add(tokens, steady ? ms : steady_ms);
     }
     if (model_drafted && probe_done && n_v1_ > 0) {
+        o_.drafted_probe_ms_ = o_.probe_acc_ms_;
         o_.probe_excess_ms_[o_.n_probes_ % 2] = o_.probe_acc_ms_;
         o_.n_probes_ += 1;
         o_.probe_acc_ms_ = 0.0;
@@ -210,7 +211,9 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     // plain step whose price a busy spell moved (the draft, resumed without a probe's windowed
     // catch-up, would decode every token it sat out)
     if (counted && (probe_done || !o_.probing_) && o_.paused_ && draft_pays()) {
-        o_.paused_ = false;
+        o_.paused_        = false;
+        o_.read_n_        = 0;  // (a later pause's reads judge its own texts)
+        o_.read_foretold_ = 0;
     }
     // a pause's probe gaps and probe costs start over once a drafting step outside a probe pays: a
     // probe that ended the pause and a step after it that did not pay are the same pause, whose gaps
@@ -438,6 +441,31 @@ int32_t draft_length_model::probe_gap() const {
     }
     const double steps = excess / (k_probe_budget * v1_ms_);
     return steps > o_.probe_gap_ ? (int32_t) std::min(std::ceil(steps), most) : o_.probe_gap_;
+}
+
+bool draft_length_model::observe_read(int32_t n, double foretold, double ms, int32_t n_left) {
+    if (o_.probe_new_text_) {
+        o_.read_n_        = 0;  // (a new text's reads are judged on their own)
+        o_.read_foretold_ = 0;
+    }
+    // (earlier reads weigh less by k_decay per position read since: the text may have turned)
+    const double d    = std::pow(k_decay, std::max(0, n));
+    o_.read_n_        = d * o_.read_n_ + std::max(0, n);
+    o_.read_foretold_ = d * o_.read_foretold_ + std::max(0.0, std::min((double) n, foretold));
+    // (what drafting at that acceptance saves per token, its steps of at most 1 + k_first_batch_drafts tokens,
+    // over the tokens left, against what the pause's last drafting probe cost beyond plain steps)
+    const double saving = -priced_excess_ms(read_acceptance()) / (1.0 + k_first_batch_drafts);
+    if (saving > 0.0 && saving * std::max(0, n_left) > o_.drafted_probe_ms_) {
+        o_.probe_acc_ms_ += ms;
+        return true;
+    }
+    o_.probing_     = false;
+    o_.probe_left_  = 0;
+    o_.probe_fresh_ = false;
+    o_.probe_excess_ms_[o_.n_probes_ % 2] = ms;  // (it made no token: all of it is beyond plain steps)
+    o_.n_probes_ += 1;
+    o_.probe_acc_ms_ = 0.0;
+    return false;
 }
 
 void draft_length_model::observe_prompt(int32_t n_tokens, double ms) {

@@ -251,6 +251,42 @@ class draft_length_model {
     // several plain steps, a recurrent target's on a GPU, where each early probe costs as much.)
     int32_t probe_gap() const;
 
+    // probes that read first (set_read_probes): where a probe's drafting steps are transitions (settle_steps
+    // > 0: a GPU's CUDA graphs), each of its steps costs far more than a steady drafting step (on an H200, the
+    // 7B-shaped target and its 0.5B-shaped draft: 13 ms against a 5 ms plain step, about 28 ms a three-step
+    // probe beyond the plain steps), and at an acceptance where drafting does not pay every probe is that loss.
+    // A read costs the draft alone: it decodes the tokens it sat out (its probe window's) with an output at
+    // each, and judges at each the chance that the target would have kept its draft there (model_drafter::read:
+    // greedy, whether its top token, its choice, was the token that came; sampled, an unbiased estimate from
+    // the token that came and the target's probability of it); the target's decodes keep their shape. Their
+    // mean is the acceptance a probe would have seen, over every position read instead of the few a probe
+    // verifies. The probe drafts only where drafting at that acceptance (the pause's reads together, each
+    // position's weight decayed by k_decay per position read after it; a new text's from its first read;
+    // shrunk towards k_prior_acceptance) saves more over the tokens left in the generation, at the prices
+    // measured, than the pause's last drafting probe cost beyond plain steps: an acceptance at which drafting
+    // barely pays does not win back the transitions of going there. Else the read was the probe: the step is
+    // plain, and the read's cost prices the gaps (probe_gap)
+    void set_read_probes(bool yes) { reads_ = yes; }
+    bool read_probes() const { return reads_; }
+    // whether the step draft_this_step just began is a probe that reads first: its first step, in a pause
+    // that drafting steps measured and a probe of its own has (the prices that judge a read are a drafting
+    // step's, and the steps that began a pause may have been a new decoder's first, far dearer than later
+    // ones: a read judged by them called every probe off at acceptance 0.9 in graph_sim.py), with every such
+    // price known (a plain step, a draft decode, a catch-up and a verified batch)
+    bool read_due() const {
+        return reads_ && o_.probing_ && o_.probe_left_ == settle_ && pause_holds() && o_.n_probes_ > 0 &&
+               knows_plain_step() && has_draft_ms_ && has_catch_up_ && sw_ > 0.0;
+    }
+    // what the read found: n positions, and the sum of the chances that the target would have kept the draft's
+    // token at each (greedy: where the draft's top token came next); ms, what it cost; n_left, the tokens the
+    // generation may still make. True: the probe drafts (the read's cost is part of the probe's); false: called
+    // off
+    bool observe_read(int32_t n, double foretold, double ms, int32_t n_left);
+    // the acceptance the pause's reads say (k_prior_acceptance before any)
+    double read_acceptance() const {
+        return (o_.read_foretold_ + k_prior_weight * k_prior_acceptance) / (o_.read_n_ + k_prior_weight);
+    }
+
     // the target's prompt pass: n_tokens in ms. Until a verified batch is seen, it prices a batch's
     // further tokens (a recurrent target's prompt costs nearly a decode per token, a transformer's
     // far less), so that a first batch stops where that price says drafting cannot pay
@@ -454,6 +490,9 @@ class draft_length_model {
         int64_t text_steps_    = k_min_evidence;  // drafting steps measured since such a probe or text_fresh_
         bool    text_fresh_    = false;  // a new text's first drafting step, not paused, is still to count
         double  probe_acc_ms_  = 0;      // a probe's cost beyond plain steps so far, over its steps
+        double  drafted_probe_ms_ = 0;   // what the last probe that drafted cost beyond plain steps
+        double  read_n_        = 0;      // positions the pause's reads judged (observe_read), and
+        double  read_foretold_ = 0;      // the sum of their chances of being kept (both decayed)
         int64_t sat_out_tokens_ = 0;     // tokens of generations sat out since the model last drafted
         // drafting transitions seen before any steady step priced them (tokens, draft decodes after
         // the catch-up, tokens verified): they count in the drafting rate once one has, so that a
@@ -465,6 +504,7 @@ class draft_length_model {
     outcomes o_;      // the current generations' kind
     outcomes other_;  // the other kind's
     bool     sampled_ = false;
+    bool     reads_   = false;  // set_read_probes
 };
 
 }  // namespace specllama

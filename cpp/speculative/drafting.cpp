@@ -96,6 +96,53 @@ void to_target_ids(const vocab_map & map, token_dist & dist) {
 
 }  // namespace
 
+model_drafter::read_result model_drafter::read(const std::vector<llama_token> & seq, int32_t window,
+                                               const sampling_params & params,
+                                               const std::function<float(int32_t)> & p_of) {
+    read_result r;
+    if (map_ != nullptr || seq.empty()) {
+        return r;
+    }
+    const int32_t n_last = (int32_t) seq.size() - 1;
+    r.windowed = window > 0 && n_last - window > cache_.common_prefix(seq, n_last);
+    if (r.windowed) {
+        cache_.restart_at(seq, n_last - window);
+    }
+    const int32_t n_common = cache_.keep_common_prefix(seq, n_last);
+    const int32_t n_new    = n_last - n_common;
+    if (n_new <= 0) {
+        return r;
+    }
+    const int32_t n_out = std::min(n_new, k_max_read);
+    cache_.decode_outputs(seq.data() + n_common, n_new, n_out);
+    const bool device = cache_.chain().what != device_chain::kind::none;
+    for (int32_t i = 0; i < n_out; ++i) {
+        // (output i follows seq[n_last - n_out + i]: the token after it is known, up to seq's last)
+        const int32_t     at   = n_last - n_out + i + 1;
+        const llama_token next = seq[at];
+        if (params.greedy()) {
+            float             conf = 0.0f;
+            const llama_token top  = device ? row_top_with_margin(cache_.sampled(i), conf)
+                                            : top_with_margin(cache_.logits(i), cache_.n_vocab(), conf);
+            r.foretold += top == next ? 1.0 : 0.0;
+            r.n += 1;
+            continue;
+        }
+        const float p = p_of(at);
+        if (!(p > 0.0f)) {
+            continue;
+        }
+        if (device) {
+            row_distribution(cache_.sampled(i), params, read_q_);
+        } else {
+            sampling_distribution(cache_.logits(i), cache_.n_vocab(), params, read_q_);
+        }
+        r.foretold += std::min(1.0, (double) read_q_.prob_of(next) / p);
+        r.n += 1;
+    }
+    return r;
+}
+
 int32_t add_forced_drafts(grammar_track & grammar, int32_t n_max, draft_result & out,
                           const std::function<bool(int32_t)> & keep, std::vector<llama_token> & scratch) {
     grammar.forced(n_max, scratch);
