@@ -73,14 +73,19 @@ class Loop:
     False: the rule learns every price from the generations' steps.
     plain_ms: the target's replayed one-token decode instead of the table's (its decode without a
     graph moved by as much): a plain step costs less where the device samples and only the token
-    comes back (PLAIN_MS_DEVICE_SAMPLING)."""
+    comes back (PLAIN_MS_DEVICE_SAMPLING).
+    reads: which generations' probes read first (draft_length_model::set_read_probes): "all" (as the
+    decoder on a GPU), "greedy" (greedy ones alone), "none" (every probe drafts). A read is one batch of
+    the draft over what it sat out (at most the probe window's 32 tokens), each position foretold at
+    the acceptance rate."""
 
     def __init__(self, acceptance, draft_ms=1.1, draft_direct_ms=3.5, n_draft=10, verify_shape="padded",
                  settle=None, cold_calls=0, cold_ms=3.0, capture_ms=1.0, fixed=None, seed=0, unpriced="repad",
-                 warm_up=True, plain_ms=None):
+                 warm_up=True, plain_ms=None, reads="all"):
         self.rng = random.Random(seed)
         self.acceptance, self.n_draft, self.fixed = acceptance, n_draft, fixed
         self.verify_shape = verify_shape
+        self.reads = reads
         self.pad_to = 0
         self.unpriced = unpriced
         moved = 0.0 if plain_ms is None else plain_ms - REPLAYED[0]
@@ -137,6 +142,18 @@ class Loop:
         verify_ms = self.target.decode(n_verified)
         return n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified
 
+    def settle_steps(self) -> int:
+        return self.rule.settle_steps
+
+    def _read(self, sat_out, n_left):
+        """A probe's read: the draft decodes what it sat out but the last token (the last 32 at most)
+        as one batch, each position foretold at the acceptance rate; whether the probe drafts, the
+        read's ms, and what the draft lacks after it (the last token)."""
+        n = min(sat_out - 1, 32)
+        ms = self.draft.decode(n) if n > 0 else 0.0
+        foretold = sum(self.rng.random() < self.acceptance for _ in range(n))
+        return self.rule.observe_read(n, foretold, ms, n_left), ms, 1
+
     def _pad(self) -> int:
         """The rule's padded length (n_draft while it is unpriced, where unpriced is "n_draft"), and
         the verifications padded to one more."""
@@ -152,6 +169,8 @@ class Loop:
         evidence the rule uses (the decoder's greedy and sampled generations keep theirs apart)."""
         rule = self.rule
         rule.set_sampled(sampled)
+        rule.set_read_probes(self.fixed is None and speculative and self.settle_steps() > 0 and
+                             (self.reads == "all" or (self.reads == "greedy" and not sampled)))
         total_ms = self.target.decode(n_prompt)
         rule.observe_prompt(n_prompt, total_ms)
         if speculative:
@@ -172,19 +191,23 @@ class Loop:
             n_max = min(n_draft, n_tokens - made - 1) if speculative and step > 0 else 0
             pricing = self.fixed is None and rule.pricing(True)
             drafts = n_max > 0 and (self.fixed is not None or (not pricing and rule.model_drafts(True)))
+            read_ms = 0.0
+            if drafts and rule.read_due:
+                drafts, read_ms, sat_out = self._read(sat_out, n_tokens - made)
             if drafts:
                 n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified = self._drafting_step(n_max, sat_out)
                 rule.observe(n, n, kept, confs, -1, catch_up, draft_ms, verify_ms, prev_n,
                              n_catch_up=n_single, n_verified=n_verified)
                 sat_out = 1 if kept < n else 2
-                tokens, ms, prev_n = kept + 1, draft_ms + verify_ms, n
+                tokens, ms, prev_n = kept + 1, read_ms + draft_ms + verify_ms, n
                 self.lengths.append(n)
             else:
                 verify_ms = self.target.decode(1)
-                if step > 0:
-                    rule.observe(0, 0, 0, [], -1, 0.0, 0.0, verify_ms, prev_n)
+                # (the first step tells the rule a generation began, as the decoder's first step, which
+                # takes the prompt's last token, does: prev_n -1, its time the prompt's)
+                rule.observe(0, 0, 0, [], -1, 0.0, 0.0, verify_ms, prev_n, n_prompt=n_prompt if step == 0 else 0)
                 sat_out += 1
-                tokens, ms, prev_n = 1, verify_ms, 0
+                tokens, ms, prev_n = 1, read_ms + verify_ms, 0
             made += tokens
             total_ms += ms
             step += 1
@@ -277,6 +300,9 @@ def main() -> None:
                     help="alternate: greedy and sampled runs in turn, as shaped_bench.py runs them (the rule "
                     "learns each kind apart); greedy: every run greedy")
     ap.add_argument("--ahead", action="store_true", help="fixed lengths with draft_ahead instead (fixed_with_ahead)")
+    ap.add_argument("--reads", choices=("all", "greedy", "none"), default="all",
+                    help="which generations' probes read first (all: as the decoder on a GPU; none: every probe "
+                    "drafts)")
     ap.add_argument("--plain-ms", type=float, default=None,
                     help=f"the target's one-token decode, ms, instead of the table's {REPLAYED[0]} "
                     f"({PLAIN_MS_DEVICE_SAMPLING}: a plain step that samples on the device)")
@@ -291,7 +317,8 @@ def main() -> None:
         for draft_ms in (float(d) for d in args.draft_ms.split(",")):
             for shape in ("padded", "full", "exact"):
                 kw = dict(draft_ms=draft_ms, draft_direct_ms=args.draft_direct_ms, verify_shape=shape,
-                          cold_calls=args.cold_calls, cold_ms=args.cold_ms, kinds=args.kinds, plain_ms=args.plain_ms)
+                          cold_calls=args.cold_calls, cold_ms=args.cold_ms, kinds=args.kinds, plain_ms=args.plain_ms,
+                          reads=args.reads)
                 s0 = mean_over_seeds(acceptance, args.seeds, settle=0, **kw)
                 s2 = mean_over_seeds(acceptance, args.seeds, settle=2, **kw)
                 # a fixed length, verified at its own length (padded to it, or exact)
