@@ -20,7 +20,7 @@ PROMPT = "the cat is"
 
 @pytest.fixture(scope="module")
 def pair(tiny):
-    """The tiny target and its near draft in Q4_1 (batched and one-token logits alike)."""
+    """The tiny target and its near draft, in Q4_1."""
     return tiny.target_q, tiny.draft_q
 
 
