@@ -105,7 +105,7 @@ def step_summary(steps) -> dict:
             "step_ms_sum": sum(t.draft_ms + t.verify_ms for t in steps),
             "pattern": step_pattern(steps),
             "kept": kept_pattern(steps),
-            "reads": [[t.read_n, round(t.read_foretold, 2)] for t in steps if t.read],
+            "reads": [[t.read_n, round(t.read_foretold, 2), round(t.read_ms, 2)] for t in steps if t.read],
             "verified": [n for n, _ in itertools.groupby(t.n_verified for t in drafting)]}
 
 

@@ -950,6 +950,11 @@ class StepTrace:
         the sum over them of the chance that the target would have kept the draft's token there (greedy: the positions where the draft's top token was the token that came next)
         """
     @property
+    def read_ms(self) -> float:
+        """
+        what the read cost in ms (as priced, with GenerateOptions.prices); it is not in draft_ms
+        """
+    @property
     def read_n(self) -> int:
         """
         the positions that read judged (0: no read)

@@ -80,7 +80,7 @@ def test_a_greedy_read_counts_where_the_drafts_top_token_came_next(pair, device)
     done = 0
     for i, at in reads:
         t = s.steps[i]
-        assert t.read_n == at - 1 - done
+        assert t.read_n == at - 1 - done and t.read_ms == PRICES.draft_ms
         want = sum(int(rows[j - 1].argmax() == full[j]) for j in range(done + 1, at))
         assert t.read_foretold == want, (i, at)
         done = at - 1

@@ -50,6 +50,8 @@ void register_step_trace(py::module_ & m) {
         .def_readonly("read_foretold", &step_trace::read_foretold,
                       "the sum over them of the chance that the target would have kept the draft's token there "
                       "(greedy: the positions where the draft's top token was the token that came next)")
+        .def_readonly("read_ms", &step_trace::read_ms,
+                      "what the read cost in ms (as priced, with GenerateOptions.prices); it is not in draft_ms")
         .def_readonly("rate", &step_trace::rate, "the rule's long-run tokens per ms when the step began")
         .def_readonly("acceptance", &step_trace::acceptance, "its overall acceptance estimate then");
 }

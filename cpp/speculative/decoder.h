@@ -243,7 +243,8 @@ struct step_trace {
     bool        probe    = false; // the step was a probe of a paused draft model
     bool        read     = false; // it began with a probe's read (draft_length_model::set_read_probes):
     int32_t     read_n   = 0;     // the positions the read judged,
-    double      read_foretold = 0;  // and the sum of their chances of being kept (model_drafter::read)
+    double      read_foretold = 0;  // and the sum of their chances of being kept (model_drafter::read),
+    double      read_ms  = 0;     // and what it cost (as priced, with generate_params::prices)
     double      rate     = 0;     // the rule's long-run tokens per ms when the step began
     double      acceptance = 0;   // its overall acceptance estimate then
 };
@@ -538,6 +539,7 @@ class decoder {
     void begin_reads(const generate_params & params, const run_plan & plan);
     bool                       read_ = false;  // the step plan_step planned began with a read (step_trace::read)
     model_drafter::read_result read_result_;   // what it found
+    double                     read_ms_ = 0;   // and cost
     // a sampled generation's reads: the target's probability of each token a plain step drew, by its index in
     // seq (0: drawn in a drafting step, or not known); kept by verify_and_accept
     std::vector<float>         read_p_;

@@ -105,6 +105,7 @@ bool decoder::read_probe(const std::vector<llama_token> & seq, const generate_pa
     st.n_probe_reads_off += !drafts;
     read_        = true;
     read_result_ = r;
+    read_ms_     = ms;
     return drafts;
 }
 
