@@ -405,10 +405,10 @@ def test_a_resumption_that_does_not_pay_is_the_same_pause():
     assert [m.draft_this_step() for _ in range(4)] == [False, False, False, True] and m.probing
 
 
-def _paused_on_a_gpu(reads: bool = True):
+def _paused_on_a_gpu(reads: bool = True, batches_priced: bool = True):
     """A rule priced as the 7B-shaped pair on an H200 (plain step 5.05 ms, draft decode 1.42, catch-up
-    1.5, verifications of 2 and 4 tokens 7.14 and 7.35), settle_steps 2, whose drafting steps made 2
-    tokens in 12 ms (a loss): paused."""
+    1.5, verifications of 2 and 4 tokens 7.14 and 7.35, unless not batches_priced), settle_steps 2,
+    whose drafting steps made 2 tokens in 12 ms (a loss): paused."""
     m = _core.DraftLengthModel()
     m.set_settle_steps(2)
     m.set_read_probes(reads)
@@ -416,8 +416,9 @@ def _paused_on_a_gpu(reads: bool = True):
         m.observe_verify(1, 5.05)
     m.observe_draft_decode(1.42)
     m.observe_catch_up(1.5)
-    m.observe_verify(2, 7.14)
-    m.observe_verify(4, 7.35)
+    if batches_priced:
+        m.observe_verify(2, 7.14)
+        m.observe_verify(4, 7.35)
     for _ in range(6):
         m.observe_step(2, 12.0, True)
     assert m.paused()
@@ -465,9 +466,17 @@ def test_a_probe_reads_first_and_drafts_only_where_the_read_says_drafting_pays()
     near_the_end = _paused_on_a_gpu()
     _to_a_third_probe(near_the_end)
     assert not near_the_end.observe_read(32, 31, 3.5, 2) and not near_the_end.probing
-    # without reads, every probe drafts
+    # without reads, every probe drafts; and so does every probe before a verified batch is priced (a read is
+    # judged at a drafting step's price)
     plain = _paused_on_a_gpu(reads=False)
     assert _next_probe(plain) == 12 and not plain.read_due
+    unpriced = _paused_on_a_gpu(batches_priced=False)
+    for _ in range(2):
+        _next_probe(unpriced)
+        assert unpriced.probing and not unpriced.read_due
+        for _ in range(3):
+            unpriced.observe_step(2, 11.0, True)
+            unpriced.draft_this_step()
 
 
 def test_probes_that_cost_much_come_rarely_enough_to_cost_one_percent():

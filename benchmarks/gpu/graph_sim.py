@@ -142,9 +142,6 @@ class Loop:
         verify_ms = self.target.decode(n_verified)
         return n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified
 
-    def settle_steps(self) -> int:
-        return self.rule.settle_steps
-
     def _read(self, sat_out, n_left):
         """A probe's read: the draft decodes what it sat out but the last token (the last 32 at most)
         as one batch, each position foretold at the acceptance rate; whether the probe drafts, the
@@ -169,7 +166,7 @@ class Loop:
         evidence the rule uses (the decoder's greedy and sampled generations keep theirs apart)."""
         rule = self.rule
         rule.set_sampled(sampled)
-        rule.set_read_probes(self.fixed is None and speculative and self.settle_steps() > 0 and
+        rule.set_read_probes(self.fixed is None and speculative and rule.settle_steps > 0 and
                              (self.reads == "all" or (self.reads == "greedy" and not sampled)))
         total_ms = self.target.decode(n_prompt)
         rule.observe_prompt(n_prompt, total_ms)

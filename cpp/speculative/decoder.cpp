@@ -514,8 +514,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         if (params.record_steps) {
             // (a generation of fixed lengths is never paused, whatever the rule learned from others)
             trace = {{}, step.n_max, plan.adaptive && lengths_.paused(), plan.adaptive && lengths_.probing(),
-                     read_, read_ ? read_result_.n : 0, read_ ? read_result_.foretold : 0.0, read_ ? read_ms_ : 0.0,
-                     lengths_.rate(), lengths_.acceptance()};
+                     read_, read_result_.n, read_result_.foretold, read_ms_, lengths_.rate(), lengths_.acceptance()};
         }
         if (draft_prompt_later_ && step.model) {
             const double  d0 = decode_ms();

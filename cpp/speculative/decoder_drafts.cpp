@@ -11,7 +11,9 @@ namespace specllama {
 
 decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_params & params,
                                       const std::vector<llama_token> & seq, generate_stats & st) {
-    read_               = false;
+    read_               = false;  // (what the trace reports of a read: none unless read_probe makes one)
+    read_result_        = {};
+    read_ms_            = 0.0;
     const int32_t n_seq = (int32_t) seq.size();
     // the batch [last, d_1..d_n] takes positions n_seq - 1 .. n_seq - 1 + n
     const int32_t room      = tgt_cache_->n_ctx() - n_seq;

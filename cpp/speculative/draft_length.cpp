@@ -203,9 +203,7 @@ void draft_length_model::observe_step(int32_t tokens, double ms, bool model_draf
     }
     if (model_drafted && probe_done && n_v1_ > 0) {
         o_.drafted_probe_ms_ = o_.probe_acc_ms_;
-        o_.probe_excess_ms_[o_.n_probes_ % 2] = o_.probe_acc_ms_;
-        o_.n_probes_ += 1;
-        o_.probe_acc_ms_ = 0.0;
+        end_probe(o_.probe_acc_ms_);
     }
     // a pause ends with a drafting step (a probe's last) after which drafting pays; not with a
     // plain step whose price a busy spell moved (the draft, resumed without a probe's windowed
@@ -462,9 +460,7 @@ bool draft_length_model::observe_read(int32_t n, double foretold, double ms, int
     o_.probing_     = false;
     o_.probe_left_  = 0;
     o_.probe_fresh_ = false;
-    o_.probe_excess_ms_[o_.n_probes_ % 2] = ms;  // (it made no token: all of it is beyond plain steps)
-    o_.n_probes_ += 1;
-    o_.probe_acc_ms_ = 0.0;
+    end_probe(ms);  // (it made no token: all of it is beyond plain steps)
     return false;
 }
 

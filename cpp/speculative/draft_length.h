@@ -186,9 +186,9 @@ class draft_length_model {
     // whether padded_length judges on measured prices (a plain step, a draft decode, a catch-up and
     // a verified batch) and on k_padded_weight judged drafts: until then it is the first batch's
     // length, and a generation that began so pads again, once, when they are (decoder::plan_step)
-    bool knows_draft_prices() const {
-        return knows_plain_step() && has_draft_ms_ && has_catch_up_ && sw_ > 0.0 && o_.n_all_ >= k_padded_weight;
-    }
+    bool knows_draft_prices() const { return knows_step_prices() && o_.n_all_ >= k_padded_weight; }
+    // whether a plain step, a draft decode, a catch-up and a verified batch are priced
+    bool knows_step_prices() const { return knows_plain_step() && has_draft_ms_ && has_catch_up_ && sw_ > 0.0; }
     // the first n steps of a run of drafting steps, and of a run of plain steps, are transitions
     // whose costs are not what the run's later steps cost (0: none). On a GPU whose backend replays
     // a recorded graph (CUDA graphs), a decode shaped unlike the last one runs without the graph
@@ -272,10 +272,10 @@ class draft_length_model {
     // that drafting steps measured and a probe of its own has (the prices that judge a read are a drafting
     // step's, and the steps that began a pause may have been a new decoder's first, far dearer than later
     // ones: a read judged by them called every probe off at acceptance 0.9 in graph_sim.py), with every such
-    // price known (a plain step, a draft decode, a catch-up and a verified batch)
+    // price known (knows_step_prices)
     bool read_due() const {
         return reads_ && o_.probing_ && o_.probe_left_ == settle_ && pause_holds() && o_.n_probes_ > 0 &&
-               knows_plain_step() && has_draft_ms_ && has_catch_up_ && sw_ > 0.0;
+               knows_step_prices();
     }
     // what the read found: n positions, and the sum of the chances that the target would have kept the draft's
     // token at each (greedy: where the draft's top token came next); ms, what it cost; n_left, the tokens the
@@ -409,6 +409,12 @@ class draft_length_model {
     static constexpr int32_t k_text_probes     = 2;
     // the gap before a new text's next probe: the first gap, doubled for each of them already made
     int32_t text_gap() const { return first_probe_gap() << (k_text_probes - o_.text_probes_); }
+    // a probe is over, having cost excess_ms beyond plain steps: the pause's probe costs and count
+    void end_probe(double excess_ms) {
+        o_.probe_excess_ms_[o_.n_probes_ % 2] = excess_ms;
+        o_.n_probes_ += 1;
+        o_.probe_acc_ms_ = 0.0;
+    }
     // a pause holds until a drafting step ends it; before any drafting step is measured, the pause is
     // only the prediction (draft_pays), asked again at each step
     bool pause_holds() const { return o_.paused_ && o_.drafted_steps_ > 0; }

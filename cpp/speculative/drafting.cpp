@@ -15,11 +15,7 @@ bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
                          int32_t by_token, int32_t * n_single) {
     // keep what the cache shares with seq (never its last token, whose logits are q_1), decode up to n_end
     const int32_t n_last   = (int32_t) seq.size() - 1;
-    const int32_t n_from   = n_last - window;
-    const bool    restart  = window > 0 && n_from > cache_.common_prefix(seq, n_last);
-    if (restart) {
-        cache_.restart_at(seq, n_from);
-    }
+    const bool    restart  = restart_at_window(seq, window);
     const int32_t n_common = reuse > 0 && !restart ? cache_.keep_reusable(seq, n_last, reuse, between_chunks).n_kept
                                                    : cache_.keep_common_prefix(seq, n_last);
     const int32_t n_new      = n_end - n_common;
@@ -35,6 +31,15 @@ bool model_drafter::sync(const std::vector<llama_token> & seq, int32_t n_end,
         cache_.decode(seq.data() + n_common, n_new, false, nullptr, between_chunks);
     }
     return restart;
+}
+
+bool model_drafter::restart_at_window(const std::vector<llama_token> & seq, int32_t window) {
+    const int32_t n_last = (int32_t) seq.size() - 1;
+    const bool    behind = window > 0 && n_last - window > cache_.common_prefix(seq, n_last);
+    if (behind) {
+        cache_.restart_at(seq, n_last - window);
+    }
+    return behind;
 }
 
 int32_t model_drafter::copy_target(const std::vector<llama_token> & seq, const kv_cache * target) {
@@ -104,10 +109,7 @@ model_drafter::read_result model_drafter::read(const std::vector<llama_token> & 
         return r;
     }
     const int32_t n_last = (int32_t) seq.size() - 1;
-    r.windowed = window > 0 && n_last - window > cache_.common_prefix(seq, n_last);
-    if (r.windowed) {
-        cache_.restart_at(seq, n_last - window);
-    }
+    r.windowed             = restart_at_window(seq, window);
     const int32_t n_common = cache_.keep_common_prefix(seq, n_last);
     const int32_t n_new    = n_last - n_common;
     if (n_new <= 0) {

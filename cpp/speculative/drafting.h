@@ -153,6 +153,9 @@ class model_drafter {
     // Returns whether it restarted at the window; n_single (where given): its decodes where each took one token
     bool sync(const std::vector<llama_token> & seq, int32_t n_end, const std::function<void()> & between_chunks,
               int32_t window = 0, int32_t reuse = 0, int32_t by_token = 0, int32_t * n_single = nullptr);
+    // where window > 0 and the cache lacks more than window tokens before seq's last: forget what it holds
+    // and start at the last window of them (kv_cache::restart_at); whether it did
+    bool restart_at_window(const std::vector<llama_token> & seq, int32_t window);
     // the next draft, after out's, from the draft's last output: the device chain's row, or the
     // host's chain over its logits (masked to the shared vocabulary, controls, the grammar); its
     // distribution into out.dists where sampling, and its confidence (drafting.h's draft_continue)
