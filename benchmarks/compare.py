@@ -93,7 +93,9 @@ def step_summary(steps) -> dict:
     (kept_pattern: whether acceptance comes in runs), and the drafting steps' verification
     lengths in order, a run of equal ones once (one length per generation where verification is
     padded; a padded generation that began before the rule had its prices: the first batch's,
-    then one more)."""
+    then one more); and per step, in the pattern's order, the model's drafts, the tokens verified,
+    and its catch-up, its further draft decodes, its verification and its read in ms (step_ms:
+    what graph_sim.py --replay prices step by step)."""
     drafting = [t for t in steps if t.n_model > 0]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     return {"n_steps": len(steps), "n_drafting": len(drafting), "n_paused": sum(t.paused for t in steps),
@@ -106,7 +108,9 @@ def step_summary(steps) -> dict:
             "pattern": step_pattern(steps),
             "kept": kept_pattern(steps),
             "reads": [[t.read_n, round(t.read_foretold, 2), round(t.read_ms, 2)] for t in steps if t.read],
-            "verified": [n for n, _ in itertools.groupby(t.n_verified for t in drafting)]}
+            "verified": [n for n, _ in itertools.groupby(t.n_verified for t in drafting)],
+            "step_ms": [[t.n_model, t.n_verified, round(t.catch_up_ms, 3), round(t.draft_ms - t.catch_up_ms, 3),
+                         round(t.verify_ms, 3), round(t.read_ms, 3)] for t in steps]}
 
 
 def step_pattern(steps) -> str:

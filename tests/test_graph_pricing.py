@@ -452,3 +452,62 @@ def test_graph_sim_takes_a_plain_step_of_another_price():
         assert b == pytest.approx(a + (sim.PLAIN_MS_DEVICE_SAMPLING - sim.REPLAYED[0] if k == 1 else 0.0))
     kw = dict(draft_ms=1.42, kinds="alternate")
     assert sim.mean_over_seeds(0.8, 4, plain_ms=sim.PLAIN_MS_DEVICE_SAMPLING, **kw) < sim.mean_over_seeds(0.8, 4, **kw)
+
+
+def test_replay_prices_a_measured_generation_step_by_step():
+    """graph_sim.replay: a recorded generation's steps (compare.step_summary's patterns and step_ms)
+    priced in the decoding loop's shapes. A plain step after the prompt's pass runs without its graph,
+    the next records it, later ones replay; a drafting step after two plain ones catches up on the
+    three tokens the draft sat out token by token (its first decode without a graph, the next
+    recording, the third replayed), drafts its further tokens on the replayed decode, and verifies
+    its padded batch; a read (r) is one batch of what the draft sat out
+    but its last token. The priced ms by kind, and the measured ms as step_ms recorded them."""
+    sim = _graph_sim()
+    plain, draft, moved = 5.0, 1.5, 5.0 - sim.REPLAYED[0]
+    direct1 = sim.DIRECT[0] + moved
+    steps = {"pattern": ".p3", "kept": "..2", "verified": [5],
+             "step_ms": [[0, 1, 0.0, 0.0, 7.0, 0.0], [0, 1, 0.0, 0.0, 8.0, 0.0], [3, 5, 4.0, 3.0, 9.0, 0.0]]}
+    out = sim.replay(steps, draft_ms=draft, plain_ms=plain)
+    assert out["measured"] == pytest.approx(31.0)
+    assert out["priced"]["plain"] == pytest.approx(direct1 + direct1 + 1.0)
+    # the catch-up of 3 tokens (without a graph, recording, replayed), 2 replayed drafts, a batch of 5 without
+    # a graph
+    assert out["priced"]["drafting"] == pytest.approx(3.5 + 4.5 + draft + 2 * draft + sim.DIRECT[4])
+    assert out["priced"]["probe"] == 0.0
+    # from the patterns alone (no step_ms): the same prices, and nothing measured
+    bare = {k: v for k, v in steps.items() if k != "step_ms"}
+    assert sim.replay(bare, draft_ms=draft, plain_ms=plain) == {"priced": out["priced"], "measured": None}
+    # a step that kept all its drafts leaves the draft two tokens to catch up on, one that did not, one; a
+    # probe's drafts (P) and each step's verification, from the patterns alone, the least the verified
+    # lengths allow
+    two = sim.replay({"pattern": ".3P", "kept": ".31", "verified": [4, 6]}, draft_ms=draft, plain_ms=plain)
+    assert two["priced"]["drafting"] == pytest.approx(3.5 + 4.5 + 2 * draft + sim.DIRECT[3])
+    assert two["priced"]["probe"] == pytest.approx(2 * draft + 2 * draft + sim.DIRECT[3] + 1.0)
+    # a read that called its probe off after four plain steps: one batch of the 4 tokens it sat out but
+    # its last (without a graph), then the plain step; the probe's priced ms is both
+    read = sim.replay({"pattern": "ppppr", "kept": ".....", "verified": []}, draft_ms=draft, plain_ms=plain)
+    assert read["priced"]["probe"] == pytest.approx(3.5 + 0.05 * 3 + plain)
+    assert read["priced"]["plain"] == pytest.approx(direct1 + direct1 + 1.0 + 2 * plain)
+    # one that let its probe draft (R): the read, then a catch-up of the one token it lacks
+    drafted = sim.replay({"pattern": "pppR", "kept": "...1", "verified": [3]}, draft_ms=draft, plain_ms=plain)
+    assert drafted["priced"]["probe"] == pytest.approx((3.5 + 0.05 * 2) + 3.5 + 4.5 + sim.DIRECT[2])
+
+
+def test_replay_reads_a_results_file(tmp_path, capsys):
+    """graph_sim.py --replay: every speculative generation of a shaped_bench.py results file, measured
+    against priced at the run's draft decode and plain decoding's step (its median speed); the plain
+    runs and runs without recorded steps are passed over."""
+    import json
+
+    sim = _graph_sim()
+    run = {"steps": {"pattern": ".p3", "kept": "..2", "verified": [5], "step_ms_sum": 40.0,
+                     "draft_decode_ms": 1.5, "plain_step_ms": 9.0}}
+    plain = [{"decode_tokens_per_second": x} for x in (190.0, 200.0, 250.0)]  # (their median: 5 ms a token)
+    results = {"acceptances": {"0.8": {"runs": {"T=0.0": {"plain": plain, "specllama": [run, {"steps": {}}]}}}}}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(results))
+    sim.replay_table(str(path))
+    lines = capsys.readouterr().out.splitlines()
+    priced = sum(sim.replay(run["steps"], 1.5, 5.0)["priced"].values())
+    assert lines[1:] == [f"0.8 T=0.0 specllama 0: 40.0, {priced:.1f} (" + lines[1].split("(")[1]]
+    assert lines[1].endswith(f"{40.0 / priced:.3f}")

@@ -126,6 +126,12 @@ def test_the_bench_runs_every_program(tmp_path, servers):
         assert len(kept) == len(fixed) and all(int(k) <= int(d) for d, k in zip(fixed[1:], kept[1:])), (fixed, kept)
         verified = res["runs"]["T=0.0"]["specllama, adaptive=0,n_draft=3"][0]["steps"]["verified"]
         assert verified and set(verified) <= {2, 3, 4} and 4 in verified, verified  # (exact on a CPU: drafts + 1)
+        # each step's drafts, verified tokens and ms, in the pattern's order (what graph_sim.py --replay prices)
+        steps = res["runs"]["T=0.0"]["specllama, adaptive=0,n_draft=3"][0]["steps"]
+        assert [row[0] for row in steps["step_ms"]][1:] == [int(c) for c in fixed[1:]]
+        assert all(row[1] == row[0] + 1 for row in steps["step_ms"][1:]), steps["step_ms"]
+        total = sum(sum(row[2:]) for row in steps["step_ms"])
+        assert total == pytest.approx(steps["step_ms_sum"], abs=0.002 * len(fixed))
     assert "acceptance 0.9 T=0.8" in r.stdout
     assert "specllama, settle_steps=0 steps: " in r.stderr
 

@@ -15,6 +15,9 @@ tokens per ms against plain decoding on the same prices: no timing is involved, 
 the outcome.
 
     python benchmarks/gpu/graph_sim.py [--acceptance 0.8,0.6] [--draft-ms 1.1,1.7,2.5] [--seeds 6] [--ahead]
+
+--replay RESULTS checks the price model against a GPU: it prices the steps each generation of a
+shaped_bench.py results file took (replay_table) and compares them with what they measured.
 """
 
 from __future__ import annotations
@@ -272,6 +275,87 @@ def fixed_with_ahead(acceptance, draft_ms, n_draft, ahead, hidden, seed=0, n_tok
     return n_tokens / total_ms * plain_ms
 
 
+def _replayed_steps(steps: dict):
+    """(mark, n_model, kept, n_verified, measured ms or None) for each step of a measured generation
+    (compare.step_summary): from step_ms where it was recorded; else from the patterns, a probe's
+    drafts and each step's verification length being the least the generation's verified lengths
+    allow (steps: -1 for a step over 9)."""
+    per_step = steps.get("step_ms")
+    for i, (mark, kept) in enumerate(zip(steps["pattern"], steps["kept"])):
+        k = -1 if kept == "+" else 0 if kept == "." else int(kept)
+        if per_step:
+            n_model, n_verified, *ms = per_step[i]
+            yield mark, n_model, k, n_verified, sum(ms)
+            continue
+        lengths = sorted(steps.get("verified") or [1])
+        n_model = 0 if mark in ".prL" else lengths[0] - 1 if mark in "PR" else 10 if mark == "+" else int(mark)
+        n_verified = min([n for n in lengths if n > n_model] or [n_model + 1]) if n_model else 1
+        yield mark, n_model, k, n_verified, None
+
+
+def replay(steps: dict, draft_ms: float, plain_ms: float, draft_direct_ms=3.5, capture_ms=1.0, cold_calls=0,
+           cold_ms=3.0) -> dict:
+    """What this price model says a measured generation's steps cost (compare.step_summary's record
+    of them, as shaped_bench.py's results keep it), step by step in the decoding loop's shapes, the
+    draft's replayed decode and the plain step at draft_ms and plain_ms (the run's own medians): ms
+    by kind of step (plain, drafting, probe: its steps and its read), and the measured ms where
+    step_ms was recorded (else None). Each generation begins after a prompt pass of another shape;
+    a catch-up is token by token up to 4 tokens, else one batch of at most the probe window's 32."""
+    moved = plain_ms - REPLAYED[0]
+    price = lambda table: lambda k: _target_ms(table, k) + (moved if k == 1 else 0.0)  # noqa: E731
+    target = Context(price(REPLAYED), price(DIRECT), capture_ms)
+    draft = Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1), capture_ms,
+                    cold_calls, cold_ms)
+    target.shape = draft.shape = -1  # (the prompt's pass)
+    priced = {"plain": 0.0, "drafting": 0.0, "probe": 0.0}
+    measured, sat_out = 0.0, 1
+    for mark, n_model, kept, n_verified, ms in _replayed_steps(steps):
+        measured = None if ms is None or measured is None else measured + ms
+        kind = "probe" if mark in "PRr" else "drafting" if n_model else "plain"
+        if mark in "Rr":  # the read: what the draft sat out but its last token, as one batch
+            priced[kind] += draft.decode(min(sat_out - 1, 32)) if sat_out > 1 else 0.0
+            sat_out = 1
+        if n_model == 0:
+            priced[kind] += target.decode(n_verified)
+            sat_out += 1
+            continue
+        x = sum(draft.decode(1) for _ in range(sat_out)) if sat_out <= 4 else draft.decode(min(sat_out, 32))
+        x += sum(draft.decode(1) for _ in range(n_model - 1)) + target.decode(n_verified)
+        priced[kind] += x
+        sat_out = 1 if 0 <= kept < n_model else 2
+    return {"priced": priced, "measured": measured}
+
+
+def replay_table(path: str) -> None:
+    """replay() over every speculative generation in one of shaped_bench.py's results files, at the
+    run's median draft decode (the file's where the run has none) and plain decoding's step at its
+    temperature (the median of its runs' tokens per second): measured ms (its steps' sum,
+    step_ms_sum where step_ms was not recorded), priced ms, and their ratio."""
+    import json
+
+    with open(path) as f:
+        results = json.load(f)
+    figs = [r for fig in results["acceptances"].values() for runs in fig["runs"].values() for rounds in runs.values()
+            for r in rounds if isinstance(r, dict)]
+    draft_mss = [r["steps"]["draft_decode_ms"] for r in figs if (r.get("steps") or {}).get("draft_decode_ms")]
+    file_draft_ms = statistics.median(draft_mss) if draft_mss else 1.42
+    print("acceptance T run round: measured ms, priced ms (plain + drafting + probe), measured / priced")
+    for acceptance, fig in results["acceptances"].items():
+        for temp, runs in fig["runs"].items():
+            plain_ms = 1000.0 / statistics.median(r["decode_tokens_per_second"] for r in runs["plain"])
+            for name, rounds in runs.items():
+                for i, r in enumerate(rounds):
+                    s = r.get("steps") if isinstance(r, dict) else None
+                    if not s or "pattern" not in s:
+                        continue
+                    out = replay(s, s.get("draft_decode_ms") or file_draft_ms, plain_ms)
+                    measured = out["measured"] if out["measured"] is not None else s["step_ms_sum"]
+                    p = out["priced"]
+                    total = sum(p.values())
+                    print(f"{acceptance} {temp} {name} {i}: {measured:.1f}, {total:.1f} ({p['plain']:.1f} + "
+                          f"{p['drafting']:.1f} + {p['probe']:.1f}), {measured / total:.3f}")
+
+
 def ahead_table(acceptances, draft_mss, seeds, n_draft=4) -> None:
     print(f"fixed n_draft {n_draft}: tokens per ms against plain decoding, mean over seeds; hidden: the share of the "
           "shorter of verification and drafting that running them at once hides")
@@ -303,7 +387,12 @@ def main() -> None:
     ap.add_argument("--plain-ms", type=float, default=None,
                     help=f"the target's one-token decode, ms, instead of the table's {REPLAYED[0]} "
                     f"({PLAIN_MS_DEVICE_SAMPLING}: a plain step that samples on the device)")
+    ap.add_argument("--replay", metavar="RESULTS", help="price the steps of a shaped_bench.py results file instead "
+                    "(replay_table)")
     args = ap.parse_args()
+    if args.replay:
+        replay_table(args.replay)
+        return
     if args.ahead:
         ahead_table([float(a) for a in args.acceptance.split(",")], [float(d) for d in args.draft_ms.split(",")],
                     args.seeds)
