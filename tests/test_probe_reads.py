@@ -222,3 +222,18 @@ def test_probe_reads_false_makes_every_probe_draft(pair):
             dec.sibling(probe_reads=1)
     with pytest.raises(TypeError, match="probe_reads must be a bool"):
         specllama.SpeculativeDecoder(target, draft, n_ctx=512, probe_reads="no")
+
+
+@pytest.mark.parametrize("device", [True, False], ids=["device", "host"])
+def test_a_read_judges_at_most_a_batch_of_positions(pair, device):
+    """With n_batch 16, fewer than a probe window's 32 tokens: a read decodes what the draft sat out in
+    chunks and judges the last 16 positions, the outputs one batch holds; the output is plain decoding's."""
+    target, draft = pair
+    with specllama.SpeculativeDecoder(target, draft, n_ctx=512, settle_steps=2, n_batch=16) as dec, \
+            specllama.SpeculativeDecoder(target, None, n_ctx=512) as plain_dec:
+        for _ in range(2):
+            r = _generate(dec, temperature=0, device_sampling=device)
+        plain = plain_dec.generate(PROMPT, max_tokens=160, ignore_eos=True, temperature=0)
+    assert r.tokens == plain.tokens
+    reads = [t.read_n for t in r.stats.steps if t.read]
+    assert reads and max(reads) == 16, reads  # (a window's read, cut to the batch)

@@ -115,7 +115,7 @@ model_drafter::read_result model_drafter::read(const std::vector<llama_token> & 
     if (n_new <= 0) {
         return r;
     }
-    const int32_t n_out = std::min(n_new, k_max_read);
+    const int32_t n_out = std::min({n_new, k_max_read, cache_.n_batch()});  // (the outputs fit one batch)
     cache_.decode_outputs(seq.data() + n_common, n_new, n_out);
     const bool device = cache_.chain().what != device_chain::kind::none;
     for (int32_t i = 0; i < n_out; ++i) {

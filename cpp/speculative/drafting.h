@@ -117,7 +117,7 @@ class model_drafter {
 
     // a read in place of a probe's first drafting step (draft_length_model::observe_read): decode what the
     // cache lacks of seq before its last token (the last window tokens of it at most, as catch_up's window),
-    // with an output at each of the last k_max_read, and sum at each the chance that the target would have
+    // with an output at each of the last k_max_read (n_batch where that is fewer), and sum at each the chance that the target would have
     // kept the draft's token there. Greedy: 1 where the draft's top token (its choice) is the token that came
     // next, else 0. Sampled, under the rejection rule (a draft y drawn from q kept with min(1, p(y) / q(y))):
     // min(1, q(x) / p(x)) for the token x that came, drawn from p, whose mean over p is sum_x min(p, q), that
