@@ -461,14 +461,14 @@ def test_replay_prices_a_measured_generation_step_by_step():
     three tokens the draft sat out token by token (its first decode without a graph, the next
     recording, the third replayed), drafts its further tokens on the replayed decode, and verifies
     its padded batch; a read (r) is one batch of what the draft sat out
-    but its last token. The priced ms by kind, and the measured ms as step_ms recorded them."""
+    but its last token. The priced ms by kind, and the measured ms of each kind as step_ms recorded them."""
     sim = _graph_sim()
     plain, draft, moved = 5.0, 1.5, 5.0 - sim.REPLAYED[0]
     direct1 = sim.DIRECT[0] + moved
     steps = {"pattern": ".p3", "kept": "..2", "verified": [5],
              "step_ms": [[0, 1, 0.0, 0.0, 7.0, 0.0], [0, 1, 0.0, 0.0, 8.0, 0.0], [3, 5, 4.0, 3.0, 9.0, 0.0]]}
     out = sim.replay(steps, draft_ms=draft, plain_ms=plain)
-    assert out["measured"] == pytest.approx(31.0)
+    assert out["measured"] == pytest.approx({"plain": 15.0, "drafting": 16.0, "probe": 0.0})
     assert out["priced"]["plain"] == pytest.approx(direct1 + direct1 + 1.0)
     # the catch-up of 3 tokens (without a graph, recording, replayed), 2 replayed drafts, a batch of 5 without
     # a graph
@@ -495,19 +495,28 @@ def test_replay_prices_a_measured_generation_step_by_step():
 
 def test_replay_reads_a_results_file(tmp_path, capsys):
     """graph_sim.py --replay: every speculative generation of a shaped_bench.py results file, measured
-    against priced at the run's draft decode and plain decoding's step (its median speed); the plain
-    runs and runs without recorded steps are passed over."""
+    against priced at the run's draft decode and plain decoding's step (its median speed), and each
+    kind of step's where step_ms recorded them; the plain runs and runs without recorded steps are
+    passed over."""
     import json
 
     sim = _graph_sim()
     run = {"steps": {"pattern": ".p3", "kept": "..2", "verified": [5], "step_ms_sum": 40.0,
                      "draft_decode_ms": 1.5, "plain_step_ms": 9.0}}
     plain = [{"decode_tokens_per_second": x} for x in (190.0, 200.0, 250.0)]  # (their median: 5 ms a token)
-    results = {"acceptances": {"0.8": {"runs": {"T=0.0": {"plain": plain, "specllama": [run, {"steps": {}}]}}}}}
+    # (the same steps with each one's record: 15 ms plain, 16 drafting)
+    recorded = {"steps": dict(run["steps"], step_ms=[[0, 1, 0, 0, 7, 0], [0, 1, 0, 0, 8, 0], [3, 5, 4, 3, 9, 0]])}
+    results = {"acceptances": {"0.8": {"runs": {"T=0.0": {"plain": plain,
+                                                            "specllama": [run, {"steps": {}}, recorded]}}}}}
     path = tmp_path / "r.json"
     path.write_text(json.dumps(results))
     sim.replay_table(str(path))
     lines = capsys.readouterr().out.splitlines()
-    priced = sum(sim.replay(run["steps"], 1.5, 5.0)["priced"].values())
-    assert lines[1:] == [f"0.8 T=0.0 specllama 0: 40.0, {priced:.1f} (" + lines[1].split("(")[1]]
-    assert lines[1].endswith(f"{40.0 / priced:.3f}")
+    p = sim.replay(run["steps"], 1.5, 5.0)["priced"]
+    priced = sum(p.values())
+    assert [line.split(":")[0] for line in lines[1:]] == ["0.8 T=0.0 specllama 0", "0.8 T=0.0 specllama 2"]
+    assert lines[1].startswith(f"0.8 T=0.0 specllama 0: 40.0, {priced:.1f} (")
+    assert lines[1].endswith(f"), {40.0 / priced:.3f}")
+    assert lines[2].startswith(f"0.8 T=0.0 specllama 2: 31.0, {priced:.1f} (")
+    assert lines[2].endswith(f"), {31.0 / priced:.3f}, plain {15.0 / p['plain']:.3f}, "
+                             f"drafting {16.0 / p['drafting']:.3f}")

@@ -134,6 +134,13 @@ def test_the_bench_runs_every_program(tmp_path, servers):
         assert total == pytest.approx(steps["step_ms_sum"], abs=0.002 * len(fixed))
     assert "acceptance 0.9 T=0.8" in r.stdout
     assert "specllama, settle_steps=0 steps: " in r.stderr
+    # graph_sim.py --replay prices each speculative generation's recorded steps, kind by kind
+    replayed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu" / "graph_sim.py"), "--replay", str(out)],
+                              capture_output=True, text=True, timeout=120)
+    assert replayed.returncode == 0, replayed.stderr[-2000:]
+    rows = replayed.stdout.splitlines()[1:]
+    assert any(row.startswith("0.6 T=0.0 specllama, adaptive=0,n_draft=3 1: ") and ", drafting " in row
+               for row in rows), rows
 
 
 def test_llama_server_is_started_for_each_round_where_the_gpu_cannot_hold_every_copy(tmp_path):

@@ -298,8 +298,8 @@ def replay(steps: dict, draft_ms: float, plain_ms: float, draft_direct_ms=3.5, c
     """What this price model says a measured generation's steps cost (compare.step_summary's record
     of them, as shaped_bench.py's results keep it), step by step in the decoding loop's shapes, the
     draft's replayed decode and the plain step at draft_ms and plain_ms (the run's own medians): ms
-    by kind of step (plain, drafting, probe: its steps and its read), and the measured ms where
-    step_ms was recorded (else None). Each generation begins after a prompt pass of another shape;
+    by kind of step (plain, drafting, probe: its steps and its read), and the measured ms of each
+    kind where step_ms was recorded (else None). Each generation begins after a prompt pass of another shape;
     a catch-up is token by token up to 4 tokens, else one batch of at most the probe window's 32."""
     moved = plain_ms - REPLAYED[0]
     price = lambda table: lambda k: _target_ms(table, k) + (moved if k == 1 else 0.0)  # noqa: E731
@@ -308,10 +308,11 @@ def replay(steps: dict, draft_ms: float, plain_ms: float, draft_direct_ms=3.5, c
                     cold_calls, cold_ms)
     target.shape = draft.shape = -1  # (the prompt's pass)
     priced = {"plain": 0.0, "drafting": 0.0, "probe": 0.0}
-    measured, sat_out = 0.0, 1
+    measured, sat_out = (dict(priced) if steps.get("step_ms") else None), 1
     for mark, n_model, kept, n_verified, ms in _replayed_steps(steps):
-        measured = None if ms is None or measured is None else measured + ms
         kind = "probe" if mark in "PRr" else "drafting" if n_model else "plain"
+        if measured is not None:
+            measured[kind] += ms
         if mark in "Rr":  # the read: what the draft sat out but its last token, as one batch
             priced[kind] += draft.decode(min(sat_out - 1, 32)) if sat_out > 1 else 0.0
             sat_out = 1
@@ -330,7 +331,8 @@ def replay_table(path: str) -> None:
     """replay() over every speculative generation in one of shaped_bench.py's results files, at the
     run's median draft decode (the file's where the run has none) and plain decoding's step at its
     temperature (the median of its runs' tokens per second): measured ms (its steps' sum,
-    step_ms_sum where step_ms was not recorded), priced ms, and their ratio."""
+    step_ms_sum where step_ms was not recorded), priced ms, and their ratio; where step_ms was
+    recorded, the ratio for each kind of step too."""
     import json
 
     with open(path) as f:
@@ -349,11 +351,11 @@ def replay_table(path: str) -> None:
                     if not s or "pattern" not in s:
                         continue
                     out = replay(s, s.get("draft_decode_ms") or file_draft_ms, plain_ms)
-                    measured = out["measured"] if out["measured"] is not None else s["step_ms_sum"]
-                    p = out["priced"]
-                    total = sum(p.values())
+                    m, p = out["measured"], out["priced"]
+                    measured, total = (sum(m.values()) if m else s["step_ms_sum"]), sum(p.values())
+                    kinds = "".join(f", {k} {m[k] / p[k]:.3f}" for k in p if m and p[k] > 0)
                     print(f"{acceptance} {temp} {name} {i}: {measured:.1f}, {total:.1f} ({p['plain']:.1f} + "
-                          f"{p['drafting']:.1f} + {p['probe']:.1f}), {measured / total:.3f}")
+                          f"{p['drafting']:.1f} + {p['probe']:.1f}), {measured / total:.3f}{kinds}")
 
 
 def ahead_table(acceptances, draft_mss, seeds, n_draft=4) -> None:
