@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['ADAPTIVE_STATE_FORMAT', 'BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_set_level', 'model_footprint', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['ADAPTIVE_STATE_FORMAT', 'BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_reclaim', 'log_set_level', 'model_footprint', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -1551,6 +1551,10 @@ def default_devices() -> list:
 def list_devices() -> list:
     """
     Every device the installed libllama can use (the CPU, GPUs, the rpc-servers added so far): name, description, type (cpu, gpu, igpu, accel), memory_free and memory_total in bytes.
+    """
+def log_reclaim() -> None:
+    """
+    Route llama.cpp's log through specllama's filter again, where another user of libllama in this process (llama-cpp-python, when imported) has set its own.
     """
 def log_set_level(level: typing.SupportsInt | typing.SupportsIndex) -> None:
     """

@@ -301,9 +301,7 @@ def grammar_fields(body: dict, opts: Dict[str, Any]) -> None:
 
 
 def _json_grammar() -> str:
-    from llama_cpp.llama_grammar import JSON_GBNF
-
-    return JSON_GBNF
+    return schemas.llama_grammar().JSON_GBNF
 
 
 def _schema_grammar(schema: Any, param: str) -> str:

@@ -75,15 +75,27 @@ def check(schema: Any) -> None:
                              f"{', '.join(FORMATS)})")
 
 
+def llama_grammar() -> Any:
+    """llama-cpp-python's llama_grammar module (its JSON-schema converter and grammars), imported on
+    first use. Importing llama_cpp sets its own callback for llama.cpp's log, which prints every
+    message, debug ones included, to stderr: specllama's (silent unless SPECLLAMA_LOG says, its
+    error lines kept for exceptions) is set back."""
+    import llama_cpp.llama_grammar as module
+
+    from . import _core
+
+    _core.log_reclaim()
+    return module
+
+
 def format_text(fmt: str, path: str = "schema") -> str:
     """A GBNF expression (no rule names) of the text of a string in one of FORMATS, unquoted: the
     converter's rules for date, time and date-time, and its pattern for a uuid."""
-    from llama_cpp.llama_grammar import STRING_FORMAT_RULES
-
     if fmt == "uuid":
         hexes = lambda n: " ".join(["[0-9a-fA-F]"] * n)  # noqa: E731
         return " \"-\" ".join(hexes(n) for n in (8, 4, 4, 4, 12))
-    date, time = (f"({STRING_FORMAT_RULES[k].content})" for k in ("date", "time"))
+    rules = llama_grammar().STRING_FORMAT_RULES
+    date, time = (f"({rules[k].content})" for k in ("date", "time"))
     text = {"date": date, "time": time, "date-time": f'{date} "T" {time}'}.get(fmt)
     if text is None:
         raise ValueError(f"the string format '{fmt}' (at {path}) is not supported (supported: {', '.join(FORMATS)})")
@@ -122,7 +134,8 @@ def _converter(lines: bool) -> Any:
     """A fresh converter: llama-cpp-python's with llama.cpp's integer bounds; with lines, llama.cpp's
     whitespace rule, also after a const or an enum value (llama_cpp imported on first use)."""
     if not _CONVERTERS:
-        from llama_cpp.llama_grammar import RESERVED_NAMES, SchemaConverter
+        grammar = llama_grammar()
+        RESERVED_NAMES, SchemaConverter = grammar.RESERVED_NAMES, grammar.SchemaConverter
 
         class Converter(SchemaConverter):
             def __init__(self) -> None:

@@ -9,6 +9,7 @@ returns JSON that parses, and refuses what it cannot follow."""
 from __future__ import annotations
 
 import ctypes
+import os
 import json
 import re
 
@@ -359,3 +360,39 @@ def test_the_cli_takes_a_json_schema_and_a_grammar_file(tiny, tmp_path):
     out = subprocess.run(base + ["--json-schema", '{"type": "strin"}'], capture_output=True, text=True, env=env,
                          cwd=tmp_path, timeout=300)
     assert out.returncode == 2 and "json-schema" in out.stderr and "Traceback" not in out.stderr
+
+
+_LOG_SCRIPT = """
+import sys
+import specllama
+dec = specllama.SpeculativeDecoder(sys.argv[1], sys.argv[2], n_ctx=256)
+if sys.argv[3] == "converter":
+    from specllama import schemas
+    schemas.convert({"type": "object", "properties": {"a": {"type": "integer"}}})
+else:
+    import llama_cpp  # noqa: F401
+assert "llama_cpp" in sys.modules
+for slot in dec.slots(2):  # (new contexts and a state copy: llama.cpp logs each, at debug level)
+    slot.generate("the cat is on the hot word", max_tokens=4)
+dec.slots(2)[1].generate("the cat is on the hot word", max_tokens=4)
+print("done")
+"""
+
+
+@pytest.mark.parametrize("way", ["converter", "llama_cpp"])
+def test_the_schema_converter_leaves_llama_cpps_log_silent(tiny, way):
+    """Converting a JSON schema imports llama-cpp-python, whose import sets its own callback for llama.cpp's log,
+    one that prints every message to stderr: after the converter, specllama's silent one is back, and a decoder's
+    later contexts print nothing (the control: llama_cpp imported directly, after the models loaded, prints
+    their debug lines)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _LOG_SCRIPT, tiny.target_q, tiny.draft_q, way], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, SPECLLAMA_LOG="none"))
+    assert r.returncode == 0 and r.stdout == "done\n", r.stderr[-2000:]
+    printed = [line for line in r.stderr.splitlines() if re.match(r"(llama|sched|state_|~llama)\w*", line)]
+    if way == "converter":
+        assert printed == [], printed[:5]
+    else:
+        assert len(printed) > 10, r.stderr[-2000:]

@@ -175,6 +175,9 @@ void register_model(py::module_ & m) {
         py::arg("src"), py::arg("dst"), py::arg("type"), py::arg("n_threads") = 0);
     m.def("log_set_level", &log_set_level, py::arg("level"),
           "Show llama.cpp messages at or above level (0 none, 1 debug, 2 info, 3 warn, 4 error).");
+    m.def("log_reclaim", &backend_init,
+          "Route llama.cpp's log through specllama's filter again, where another user of libllama in this process "
+          "(llama-cpp-python, when imported) has set its own.");
     m.def("supports_gpu_offload", &llama_supports_gpu_offload);
     m.def(
         "check_text",
