@@ -115,16 +115,16 @@ class model_drafter {
     catch_up_result catch_up(const std::vector<llama_token> & seq, const std::function<void()> & between_chunks = nullptr,
                              const kv_cache * target = nullptr, int32_t window = 0);
 
-    // a read in place of a probe's first drafting step (draft_length_model::observe_read): decode what the
-    // cache lacks of seq before its last token (the last window tokens of it at most, as catch_up's window),
-    // with an output at each of the last k_max_read (n_batch where that is fewer), and sum at each the chance that the target would have
-    // kept the draft's token there. Greedy: 1 where the draft's top token (its choice) is the token that came
-    // next, else 0. Sampled, under the rejection rule (a draft y drawn from q kept with min(1, p(y) / q(y))):
-    // min(1, q(x) / p(x)) for the token x that came, drawn from p, whose mean over p is sum_x min(p, q), that
-    // chance; q is the draft's chain's distribution as params make it, p(x) comes from p_of(index of x in
-    // seq), and a position whose p_of is not above 0 (not known) is not judged. Never with a vocabulary map
-    // (the draft's view of a text is not the target's tokens). The draft then lacks seq's last token alone, as
-    // after any step: the probe's drafting step, if the read lets it draft, catches up on that
+    // a read in place of a probe's first drafting step (draft_length_model::observe_read): decode what the cache lacks
+    // of seq before its last token (the last window tokens of it at most, as catch_up's window), with an output at
+    // each of the last k_max_read (n_batch where that is fewer), and sum at each the chance that the target would have
+    // kept the draft's token there. Greedy: 1 where the draft's top token (its choice) is the token that came next,
+    // else 0. Sampled, under the rejection rule (a draft y drawn from q kept with min(1, p(y) / q(y))): min(1, q(x) /
+    // p(x)) for the token x that came, drawn from p, whose mean over p is sum_x min(p, q), that chance; q is the
+    // draft's chain's distribution as params make it, p(x) comes from p_of(index of x in seq), and a position whose
+    // p_of is not above 0 (not known) is not judged. Never with a vocabulary map (the draft's view of a text is not
+    // the target's tokens). The draft then lacks seq's last token alone, as after any step: the probe's drafting step,
+    // if the read lets it draft, catches up on that
     struct read_result {
         int32_t n        = 0;  // positions judged
         double  foretold = 0;  // the sum of their chances
