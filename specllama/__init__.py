@@ -23,7 +23,7 @@ except ImportError as _exc:  # a source tree without the built extension, most o
         "'pip install --no-build-isolation -e .' (docs/testing.md)."
     ) from _exc
 
-from ._core import Context, Model, accept_trials, log_set_level, quantize, quantize_types  # noqa: E402
+from ._core import Context, Model, accept_trials, log_reclaim, log_set_level, quantize, quantize_types  # noqa: E402
 from ._core import sampling_distribution, supports_gpu_offload, vocab_difference  # noqa: E402
 from ._core import list_devices, rpc_add_servers, rpc_serve, supports_rpc  # noqa: E402
 from .decoder import SpeculativeDecoder  # noqa: E402
@@ -57,6 +57,7 @@ __all__ = [
     "as_dict",
     "chat_templates",
     "list_devices",
+    "log_reclaim",
     "log_set_level",
     "quantize",
     "quantize_types",
