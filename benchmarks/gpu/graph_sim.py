@@ -62,6 +62,16 @@ class Context:
         return ms + (self.cold_ms if self.calls <= self.cold_calls else 0.0)
 
 
+def _contexts(draft_ms, draft_direct_ms, plain_ms, capture_ms, cold_calls, cold_ms):
+    """The target's and the draft's Context: the target at the table's prices, its one-token decode moved to
+    plain_ms where given; the draft's replayed decode draft_ms, without its graph draft_direct_ms."""
+    moved = 0.0 if plain_ms is None else plain_ms - REPLAYED[0]
+    price = lambda table: lambda k: _target_ms(table, k) + (moved if k == 1 else 0.0)  # noqa: E731
+    return (Context(price(REPLAYED), price(DIRECT), capture_ms),
+            Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1), capture_ms,
+                    cold_calls, cold_ms))
+
+
 class Loop:
     """The decoding loop's steps on those prices: a catch-up token by token (up to 4, else one
     batch), the rule's draft length, a verification padded as the decoder pads it on a GPU
@@ -91,11 +101,7 @@ class Loop:
         self.reads = reads
         self.pad_to = 0
         self.unpriced = unpriced
-        moved = 0.0 if plain_ms is None else plain_ms - REPLAYED[0]
-        price = lambda table: lambda k: _target_ms(table, k) + (moved if k == 1 else 0.0)  # noqa: E731
-        self.target = Context(price(REPLAYED), price(DIRECT), capture_ms)
-        self.draft = Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1),
-                             capture_ms, cold_calls, cold_ms)
+        self.target, self.draft = _contexts(draft_ms, draft_direct_ms, plain_ms, capture_ms, cold_calls, cold_ms)
         self.rule = _core.DraftLengthModel()
         self.rule.set_settle_steps(GRAPH_SETTLE_STEPS if settle is None else settle)
         self.lengths: list[int] = []
@@ -279,7 +285,7 @@ def _replayed_steps(steps: dict):
     """(mark, n_model, kept, n_verified, measured ms or None) for each step of a measured generation
     (compare.step_summary): from step_ms where it was recorded; else from the patterns, a probe's
     drafts and each step's verification length being the least the generation's verified lengths
-    allow (steps: -1 for a step over 9)."""
+    allow (kept -1 where the pattern says more than 9)."""
     per_step = steps.get("step_ms")
     for i, (mark, kept) in enumerate(zip(steps["pattern"], steps["kept"])):
         k = -1 if kept == "+" else 0 if kept == "." else int(kept)
@@ -299,13 +305,10 @@ def replay(steps: dict, draft_ms: float, plain_ms: float, draft_direct_ms=3.5, c
     of them, as shaped_bench.py's results keep it), step by step in the decoding loop's shapes, the
     draft's replayed decode and the plain step at draft_ms and plain_ms (the run's own medians): ms
     by kind of step (plain, drafting, probe: its steps and its read), and the measured ms of each
-    kind where step_ms was recorded (else None). Each generation begins after a prompt pass of another shape;
-    a catch-up is token by token up to 4 tokens, else one batch of at most the probe window's 32."""
-    moved = plain_ms - REPLAYED[0]
-    price = lambda table: lambda k: _target_ms(table, k) + (moved if k == 1 else 0.0)  # noqa: E731
-    target = Context(price(REPLAYED), price(DIRECT), capture_ms)
-    draft = Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1), capture_ms,
-                    cold_calls, cold_ms)
+    kind where step_ms was recorded (else None). Each generation begins after a prompt pass of
+    another shape; a catch-up is token by token up to 4 tokens, else one batch of at most the probe
+    window's 32."""
+    target, draft = _contexts(draft_ms, draft_direct_ms, plain_ms, capture_ms, cold_calls, cold_ms)
     target.shape = draft.shape = -1  # (the prompt's pass)
     priced = {"plain": 0.0, "drafting": 0.0, "probe": 0.0}
     measured, sat_out = (dict(priced) if steps.get("step_ms") else None), 1
