@@ -382,7 +382,7 @@ print("done")
 
 
 @pytest.mark.parametrize("way", ["converter", "reclaimed", "llama_cpp"])
-def test_the_schema_converter_leaves_llama_cpps_log_silent(tiny, way):
+def test_the_schema_converter_leaves_llama_cpps_log_silent(tiny, way, tmp_path):
     """Converting a JSON schema imports llama-cpp-python, whose import sets its own callback for llama.cpp's log,
     one that prints every message to stderr: after the converter, specllama's silent one is back, and a decoder's
     later contexts print nothing; so after specllama.log_reclaim() where a program imports llama_cpp itself (the
@@ -390,8 +390,10 @@ def test_the_schema_converter_leaves_llama_cpps_log_silent(tiny, way):
     import subprocess
     import sys
 
+    # (the specllama under test, from a directory that holds no other copy of it)
+    env = dict(os.environ, SPECLLAMA_LOG="none", PYTHONPATH=os.path.dirname(os.path.dirname(specllama.__file__)))
     r = subprocess.run([sys.executable, "-c", _LOG_SCRIPT, tiny.target_q, tiny.draft_q, way], capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, SPECLLAMA_LOG="none"))
+                       text=True, timeout=120, env=env, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == "done\n", r.stderr[-2000:]
     printed = [line for line in r.stderr.splitlines() if re.match(r"(llama|sched|state_|~llama)\w*", line)]
     if way != "llama_cpp":

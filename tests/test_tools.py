@@ -429,3 +429,40 @@ def test_a_reply_nested_deeper_than_python_recurses_is_no_call(fmt, text):
     assert s.finish()[1] == calls or fmt == "qwen3_coder"
     assert tools.call_arguments([{"role": "assistant", "tool_calls": [
         {"function": {"name": "f", "arguments": "[" * 100_000}}]}])
+
+
+_WHITESPACE_REPLY = """
+import sys
+import specllama
+from specllama.tools import hermes
+tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+grammar, triggers = hermes.lazy_grammar(tools)
+with specllama.SpeculativeDecoder(sys.argv[1], n_ctx=512) as dec:
+    run = dec.tokenize(" " * 64, add_special=False)
+    assert len(run) == 1
+    r = dec.generate("hi", max_tokens=200, ignore_eos=True, temperature=0, grammar=grammar,
+                     grammar_trigger_patterns=triggers, logit_bias={run[0]: 100.0})
+print(len(r.text), r.text.strip() == "")
+"""
+
+
+def test_a_long_reply_of_whitespace_awaiting_the_call_trigger(default_pair, tmp_path):
+    """tool_choice "auto" with Hermes' lazy grammar, whose triggers llama.cpp searches for in the whole
+    reply after every token: a reply that opens with 12,800 spaces (200 tokens of 64) ends as asked, in a
+    process whose stack is 1 MiB (llama.cpp's std::regex recursed once per leading whitespace character
+    of an unbounded \\s*, and ran a process of the usual 8 MiB out of stack from about 40,000 on)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    import specllama
+
+    def small_stack():
+        resource.setrlimit(resource.RLIMIT_STACK, (1 << 20, 1 << 20))
+
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(specllama.__file__)))
+    r = subprocess.run([sys.executable, "-c", _WHITESPACE_REPLY, default_pair[0]], capture_output=True, text=True,
+                       timeout=600, env=env, cwd=tmp_path, preexec_fn=small_stack)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.split() == ["12800", "True"]

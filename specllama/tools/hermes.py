@@ -55,14 +55,21 @@ def call_grammar(tools: List[Dict[str, Any]], name: Optional[str] = None, parall
             f'tool-call ::= "{OPEN}" [ \\t\\n]{{0,4}} tool-call-json [ \\t\\n]{{0,4}} "{CLOSE}"\n' + rules)
 
 
+# the whitespace a reply taken as a call may open with. Bounded: llama.cpp searches the trigger in the
+# whole reply after every token until it fires, and libstdc++'s std::regex matches an unbounded \s*
+# by recursing once per character, so that a reply opening with some 40,000 whitespace characters
+# would run a thread of 8 MiB out of stack
+_LEADING = 64
+
+
 def whole_call_trigger(tools: List[Dict[str, Any]]) -> str:
     """The lazy grammar's trigger (a regular expression llama.cpp's std::regex reads) for a reply
-    that opens as one call's JSON object, bare or fenced, up to the comma after a tool's name: what
-    it matches, the grammar of call_grammar(whole=True) admits (its whitespace is the converter's),
-    so that a reply taken as a call has arguments by the tool's schema. A JSON reply whose "name" is
-    not a tool's stays free."""
+    that opens as one call's JSON object, bare or fenced, after at most _LEADING whitespace
+    characters, up to the comma after a tool's name: what it matches, the grammar of
+    call_grammar(whole=True) admits (its whitespace is the converter's), so that a reply taken as a
+    call has arguments by the tool's schema. A JSON reply whose "name" is not a tool's stays free."""
     names = "|".join(re.escape(json.dumps(t["function"]["name"])[1:-1]) for t in tools)
-    return (r'^\s*((?:```(?:json)?\n?)?\{' + _SPACE + r'"name"' + _SPACE + ":" + _SPACE +
+    return (r'^\s{0,%d}((?:```(?:json)?\n?)?\{' % _LEADING + _SPACE + r'"name"' + _SPACE + ":" + _SPACE +
             '"(?:' + names + ')"' + _SPACE + ",)")
 
 
