@@ -192,10 +192,26 @@ def test_greedy_with_a_grammar_is_plain_greedy_decoding(tiny):
         assert words and set(words) <= {"the", "cat", "is", "on", "a", "mat"} or r.finish_reason == "length", r.text
 
 
+def _nested(depth: int) -> str:
+    return "root ::= " + "(" * depth + '"a"' + ")" * depth
+
+
 def test_a_grammar_that_does_not_parse_is_refused(tiny):
+    """A grammar llama.cpp cannot parse, or one that nests groups deeper than 256 (its parser descends once
+    per group on the thread's stack: 30,000 ended the process), is refused; parentheses in literals, classes,
+    comments and tokens are no groups."""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=128) as dec:
         with pytest.raises(ValueError, match="grammar"):
             dec.generate("the cat", max_tokens=2, grammar='root ::= ("a"')
+        for depth in (257, 30000):
+            with pytest.raises(ValueError, match=f"the grammar nests groups {depth} deep; at most 256"):
+                dec.generate("the cat", max_tokens=2, grammar=_nested(depth))
+        assert dec.generate("the cat", max_tokens=2, temperature=0, grammar=_nested(256)).text == "a"
+        quoted = "((((" * 100
+        text = 'root ::= "\\"' + quoted + '" [\\]' + quoted + '] ( "b" ) # ' + quoted + "\n"  # (escaped ends too)
+        assert dec.generate("the cat", max_tokens=2, temperature=0, grammar=text).text.startswith('"(')
+        with pytest.raises(ValueError, match="does not parse"):  # (tokens: this vocabulary has no "(" to name)
+            dec.generate("the cat", max_tokens=2, grammar='root ::= "a" | ' + "<(>" * 300)
         assert dec.generate("the cat", max_tokens=2, temperature=0).tokens
 
 
@@ -308,6 +324,7 @@ def test_the_server_follows_schemas_and_refuses_what_it_cannot(tiny):
         for body, param in [({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "strin"}}}},
                              "response_format"),
                             ({"grammar": 'root ::= ("a"'}, "grammar"),
+                            ({"grammar": _nested(30000)}, "grammar"),
                             ({"json_schema": {"type": "object", "properties": {"age": {"type": "number",
                                                                                       "minimum": 0}}}}, "json_schema"),
                             ({"json_schema": ENUM, "grammar": 'root ::= "a"'}, "grammar"),

@@ -54,6 +54,29 @@ bool settled(const std::vector<float> & found, float l_next, int32_t n_more, con
     return (most <= found.size() && least == most) || (least == found.size() && min_p_cuts);
 }
 
+// the deepest nesting of groups in a GBNF text (its parentheses outside literals, character
+// classes, tokens and comments). llama.cpp's parser descends once per group, on the thread's stack:
+// 30,000 nested groups ended a process of 8 MiB stack there
+int32_t group_depth(const std::string & gbnf) {
+    int32_t depth = 0, most = 0;
+    for (size_t i = 0; i < gbnf.size(); ++i) {
+        const char c = gbnf[i];
+        if (c == '"' || c == '[') {  // (a literal or a class, up to its unescaped end)
+            const char end = c == '"' ? '"' : ']';
+            for (++i; i < gbnf.size() && gbnf[i] != end; ++i) {
+                i += gbnf[i] == '\\' ? 1 : 0;
+            }
+        } else if (c == '<' || c == '#') {  // (a token, up to its '>'; a comment, up to its line's end)
+            const char * end = c == '<' ? ">" : "\r\n";
+            i = std::min(gbnf.size(), gbnf.find_first_of(end, i + 1));
+        } else if (c == '(' || c == ')') {
+            depth += c == '(' ? 1 : -1;
+            most = std::max(most, depth);
+        }
+    }
+    return most;
+}
+
 }  // namespace
 
 grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf, const std::string & root,
@@ -78,6 +101,10 @@ grammar_state::grammar_state(const llama_vocab * vocab, const std::string & gbnf
     if (thinking.start != thinking_start::none && trigger_patterns.empty() && trigger_tokens.empty()) {
         throw std::invalid_argument("a grammar that reads a reply from after its thinking must be lazy (with "
                                     "trigger patterns or tokens)");
+    }
+    if (const int32_t depth = group_depth(gbnf); depth > k_max_group_depth) {
+        throw std::invalid_argument("the grammar nests groups " + std::to_string(depth) + " deep; at most " +
+                                    std::to_string(k_max_group_depth) + " are supported");
     }
     take_last_error();
     if (trigger_patterns.empty() && trigger_tokens.empty()) {

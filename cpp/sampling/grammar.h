@@ -36,7 +36,12 @@ struct thinking_markup {
 
 class grammar_state {
   public:
-    // std::invalid_argument where llama.cpp cannot parse the grammar (or a trigger pattern).
+    // groups (parentheses) a grammar may nest: llama.cpp's parser descends once per group on the thread's
+    // stack, and no grammar written or converted from a schema comes near this
+    static constexpr int32_t k_max_group_depth = 256;
+
+    // std::invalid_argument where llama.cpp cannot parse the grammar (or a trigger pattern) or where it
+    // nests groups deeper than k_max_group_depth.
     // Lazy (llama.cpp's lazy grammar, as llama-server's for tool calls) where triggers are given:
     // it allows everything until the output matches one of trigger_patterns (regular expressions;
     // the grammar then follows from the first capture group's start, or the match's) or holds one of
