@@ -20,6 +20,7 @@ Annotations (title, description, default, examples, $comment, ...) are fine."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from typing import Any, Iterator, List, Optional, Tuple
@@ -75,11 +76,12 @@ def check(schema: Any) -> None:
                              f"{', '.join(FORMATS)})")
 
 
+@functools.lru_cache(maxsize=None)
 def llama_grammar() -> Any:
     """llama-cpp-python's llama_grammar module (its JSON-schema converter and grammars), imported on
     first use. Importing llama_cpp sets its own callback for llama.cpp's log, which prints every
     message, debug ones included, to stderr: specllama's (silent unless SPECLLAMA_LOG says, its
-    error lines kept for exceptions) is set back."""
+    error lines kept for exceptions) is set back, once, as the import happens once."""
     import llama_cpp.llama_grammar as module
 
     from . import _core

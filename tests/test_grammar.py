@@ -20,7 +20,7 @@ import pytest
 import specllama
 from grammar_text import GrammarText
 from test_sampling_end_to_end import _pvalue, first_two_tokens, pvalue_or_zero
-from test_server import _client, running
+from test_server import ROOT, _client, running
 from tiny_models import vocab
 
 CHAIN = dict(temperature=1.0, top_k=8, top_p=1.0, min_p=0.0)
@@ -359,8 +359,6 @@ def test_the_cli_takes_a_json_schema_and_a_grammar_file(tiny, tmp_path):
     import subprocess
     import sys
 
-    from test_server import ROOT
-
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     (tmp_path / "pet.json").write_text(json.dumps(ENUM))
     (tmp_path / "words.gbnf").write_text(WORDS)
@@ -408,7 +406,7 @@ def test_the_schema_converter_leaves_llama_cpps_log_silent(tiny, way, tmp_path):
     import sys
 
     # (the specllama under test, from a directory that holds no other copy of it)
-    env = dict(os.environ, SPECLLAMA_LOG="none", PYTHONPATH=os.path.dirname(os.path.dirname(specllama.__file__)))
+    env = dict(os.environ, SPECLLAMA_LOG="none", PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", _LOG_SCRIPT, tiny.target_q, tiny.draft_q, way], capture_output=True,
                        text=True, timeout=120, env=env, cwd=tmp_path)
     assert r.returncode == 0 and r.stdout == "done\n", r.stderr[-2000:]

@@ -11,7 +11,7 @@ import pytest
 
 from specllama import tools
 from grammar_text import GrammarText
-from test_server import running
+from test_server import ROOT, running
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The current weather in a city.",
@@ -456,12 +456,10 @@ def test_a_long_reply_of_whitespace_awaiting_the_call_trigger(default_pair, tmp_
     import subprocess
     import sys
 
-    import specllama
-
     def small_stack():
         resource.setrlimit(resource.RLIMIT_STACK, (1 << 20, 1 << 20))
 
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(specllama.__file__)))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", _WHITESPACE_REPLY, default_pair[0]], capture_output=True, text=True,
                        timeout=600, env=env, cwd=tmp_path, preexec_fn=small_stack)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])

@@ -23,6 +23,7 @@ shaped_bench.py results file took (replay_table) and compares them with what the
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 
@@ -70,6 +71,17 @@ def _contexts(draft_ms, draft_direct_ms, plain_ms, capture_ms, cold_calls, cold_
     return (Context(price(REPLAYED), price(DIRECT), capture_ms),
             Context(lambda k: draft_ms + 0.02 * (k - 1), lambda k: draft_direct_ms + 0.05 * (k - 1), capture_ms,
                     cold_calls, cold_ms))
+
+
+def _catch_up(draft: Context, sat_out: int) -> float:
+    """A drafting step's catch-up on the sat_out tokens its draft lacks: token by token up to 4
+    (draft_catch_up "auto" on a GPU), else one batch of at most the probe window's 32."""
+    return sum(draft.decode(1) for _ in range(sat_out)) if sat_out <= 4 else draft.decode(min(sat_out, 32))
+
+
+def _read_tokens(sat_out: int) -> int:
+    """What a probe's read decodes, as one batch: what the draft sat out but its last token, the last 32 at most."""
+    return min(sat_out - 1, 32)
 
 
 class Loop:
@@ -125,13 +137,7 @@ class Loop:
             rule.observe_verify(1, ms)
 
     def _drafting_step(self, n_max, sat_out):
-        catch_up, n_single = 0.0, 0
-        if sat_out <= 4:
-            for _ in range(sat_out):
-                catch_up += self.draft.decode(1)
-            n_single = sat_out
-        else:
-            catch_up += self.draft.decode(min(sat_out, 32))
+        catch_up, n_single = _catch_up(self.draft, sat_out), sat_out if sat_out <= 4 else 0
         n, p_reach, confs, draft_ms = 0, 1.0, [], catch_up
         while True:
             n += 1
@@ -155,7 +161,7 @@ class Loop:
         """A probe's read: the draft decodes what it sat out but the last token (the last 32 at most)
         as one batch, each position foretold at the acceptance rate; whether the probe drafts, the
         read's ms, and what the draft lacks after it (the last token)."""
-        n = min(sat_out - 1, 32)
+        n = _read_tokens(sat_out)
         ms = self.draft.decode(n) if n > 0 else 0.0
         foretold = sum(self.rng.random() < self.acceptance for _ in range(n))
         return self.rule.observe_read(n, foretold, ms, n_left), ms, 1
@@ -306,8 +312,7 @@ def replay(steps: dict, draft_ms: float, plain_ms: float, draft_direct_ms=3.5, c
     draft's replayed decode and the plain step at draft_ms and plain_ms (the run's own medians): ms
     by kind of step (plain, drafting, probe: its steps and its read), and the measured ms of each
     kind where step_ms was recorded (else None). Each generation begins after a prompt pass of
-    another shape; a catch-up is token by token up to 4 tokens, else one batch of at most the probe
-    window's 32."""
+    another shape; catch-ups and reads are the loop's (_catch_up, _read_tokens)."""
     target, draft = _contexts(draft_ms, draft_direct_ms, plain_ms, capture_ms, cold_calls, cold_ms)
     target.shape = draft.shape = -1  # (the prompt's pass)
     priced = {"plain": 0.0, "drafting": 0.0, "probe": 0.0}
@@ -316,15 +321,14 @@ def replay(steps: dict, draft_ms: float, plain_ms: float, draft_direct_ms=3.5, c
         kind = "probe" if mark in "PRr" else "drafting" if n_model else "plain"
         if measured is not None:
             measured[kind] += ms
-        if mark in "Rr":  # the read: what the draft sat out but its last token, as one batch
-            priced[kind] += draft.decode(min(sat_out - 1, 32)) if sat_out > 1 else 0.0
+        if mark in "Rr":  # (the read)
+            priced[kind] += draft.decode(_read_tokens(sat_out)) if sat_out > 1 else 0.0
             sat_out = 1
         if n_model == 0:
             priced[kind] += target.decode(n_verified)
             sat_out += 1
             continue
-        x = sum(draft.decode(1) for _ in range(sat_out)) if sat_out <= 4 else draft.decode(min(sat_out, 32))
-        x += sum(draft.decode(1) for _ in range(n_model - 1)) + target.decode(n_verified)
+        x = _catch_up(draft, sat_out) + sum(draft.decode(1) for _ in range(n_model - 1)) + target.decode(n_verified)
         priced[kind] += x
         sat_out = 1 if 0 <= kept < n_model else 2
     return {"priced": priced, "measured": measured}
@@ -336,8 +340,6 @@ def replay_table(path: str) -> None:
     temperature (the median of its runs' tokens per second): measured ms (its steps' sum,
     step_ms_sum where step_ms was not recorded), priced ms, and their ratio; where step_ms was
     recorded, the ratio for each kind of step too."""
-    import json
-
     with open(path) as f:
         results = json.load(f)
     figs = [r for fig in results["acceptances"].values() for runs in fig["runs"].values() for rounds in runs.values()

@@ -56,7 +56,7 @@ bool settled(const std::vector<float> & found, float l_next, int32_t n_more, con
 
 // the deepest nesting of groups in a GBNF text (its parentheses outside literals, character
 // classes, tokens and comments). llama.cpp's parser descends once per group, on the thread's stack:
-// 30,000 nested groups ended a process of 8 MiB stack there
+// 30,000 nested groups run a thread of 8 MiB out of stack
 int32_t group_depth(const std::string & gbnf) {
     int32_t depth = 0, most = 0;
     for (size_t i = 0; i < gbnf.size(); ++i) {
