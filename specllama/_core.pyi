@@ -1005,6 +1005,11 @@ class Stats:
         who drafted: 'model', 'lookup', 'model+lookup' or 'none'
         """
     @property
+    def drafter_reason(self) -> str:
+        """
+        why the draft model did not draft where drafter 'auto' chose it ('' where it did): a draft of another vocabulary, with a grammar, logit bias, penalties or the infill sampler
+        """
+    @property
     def host_sampling_reason(self) -> str:
         """
         why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 ...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'device sampling off', 'auto: the model runs on the CPU', 'the backend cannot run the chain'

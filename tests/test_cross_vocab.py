@@ -175,6 +175,65 @@ def test_dsi_needs_one_vocabulary(cross):
         assert dec.generate("the cat", max_tokens=4, **GREEDY).tokens  # still usable
 
 
+TOKEN_LEVEL = [("a grammar", dict(grammar='root ::= ("the" | " cat" | " is" | " on")+')),
+               ("logit_bias", dict(logit_bias={300: -100.0})),
+               ("the repetition penalties", dict(repeat_penalty=1.3, presence_penalty=0.5)),
+               ("the infill sampler", dict(infill=True, top_k=40))]
+
+
+@pytest.mark.parametrize("part,controls", TOKEN_LEVEL, ids=[p for p, _ in TOKEN_LEVEL])
+def test_token_level_sampling_drafts_by_lookup(cross, part, controls):
+    """A grammar, logit bias, penalties and the infill sampler name the target's tokens, which a
+    draft of another vocabulary cannot draft under: drafter "auto" then drafts by prompt lookup
+    alone and Stats says why; the output is plain decoding's, greedy and seeded; without
+    speculation, or with lookup asked for, they run as with any draft; the draft model asked for by
+    name is refused, saying what to ask instead; the next request without them drafts with the model."""
+    prompt = "the cat is on the cat is on the cat is on"
+    with specllama.SpeculativeDecoder(cross.target, cross.other, n_ctx=512) as dec:
+        for sampling in (dict(temperature=0), dict(temperature=0.9, seed=4)):
+            plain = dec.generate(prompt, max_tokens=40, speculative=False, **sampling, **controls)
+            auto = dec.generate(prompt, max_tokens=40, **sampling, **controls)
+            assert auto.tokens == plain.tokens and plain.stats.drafter == "none"
+            assert auto.stats.drafter == "lookup"
+            assert auto.stats.drafter_reason.startswith(part) and "prompt lookup drafts alone" in auto.stats.drafter_reason
+            lookup = dec.generate(prompt, max_tokens=40, drafter="lookup", **sampling, **controls)
+            assert lookup.tokens == plain.tokens and lookup.stats.drafter_reason == ""
+        with pytest.raises(ValueError, match=rf"^{part}.* needs a draft with the target's vocabulary; this draft's "
+                                             r"differs \(drafters 'lookup' and 'auto' draft without the draft model\)"):
+            dec.generate(prompt, max_tokens=4, drafter="model", **controls)
+        again = dec.generate(prompt, max_tokens=8, **GREEDY)
+        assert again.stats.drafter == "model+lookup" and again.stats.drafter_reason == ""
+
+
+def test_a_server_with_a_draft_of_another_vocabulary_answers_json_and_tools(cross):
+    """JSON mode, a JSON schema and a required tool call (grammars), penalties and logit bias, sent to
+    a server whose draft has another vocabulary: each answered as with speculation off."""
+    from test_server import CHAT, running
+
+    msgs = [{"role": "user", "content": "the cat is on"}]
+    schema = {"type": "object", "properties": {"word": {"type": "string", "maxLength": 8}}, "required": ["word"]}
+    tool = {"type": "function", "function": {"name": "hot", "parameters": schema}}
+    bodies = [{"messages": msgs, "response_format": {"type": "json_object"}},
+              {"messages": msgs, "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}},
+              {"messages": msgs, "tools": [tool], "tool_choice": "required"},
+              {"messages": msgs, "presence_penalty": 0.5, "logit_bias": {"300": -100}}]
+    with running(["-m", cross.target, "-d", cross.other, "-c", "512"]) as server:
+        for body in bodies:
+            body = dict(body, max_tokens=160, temperature=0)
+            r = server.post(CHAT, body)
+            plain = server.post(CHAT, dict(body, speculative=False))
+            assert r.status_code == 200 and plain.status_code == 200, (body, r.text)
+            got, want = r.json()["choices"][0]["message"], plain.json()["choices"][0]["message"]
+            for call in (got.get("tool_calls") or []) + (want.get("tool_calls") or []):
+                call.pop("id")
+            assert got == want, body
+            if "tools" in body:
+                assert got["tool_calls"][0]["function"]["name"] == "hot"
+                assert "word" in json.loads(got["tool_calls"][0]["function"]["arguments"])
+            elif body.get("response_format", {}).get("type") == "json_schema":
+                assert "word" in json.loads(got["content"])
+
+
 def test_ctrl_c_leaves_the_decoder_usable(cross):
     assert_ctrl_c_leaves_usable(cross.target, cross.other, 512, PROMPTS)
 
@@ -227,7 +286,8 @@ def test_trimming_needs_a_bpe_vocabulary(tiny, tmp_path):
 
 def test_server_and_cli_with_a_draft_of_another_vocabulary(cross, tmp_path):
     """`specllama serve` and `specllama generate` with the `other` draft: greedy replies equal
-    `specllama generate --no-draft`, the drafts went through the pairing, and the stats line says so."""
+    `specllama generate --no-draft`, the drafts went through the pairing, and the stats line says so;
+    with a grammar, it says that prompt lookup drafted alone, and why."""
     from test_server import CHAT, ROOT, running
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -244,6 +304,13 @@ def test_server_and_cli_with_a_draft_of_another_vocabulary(cross, tmp_path):
                     "--drafter", "model")
     assert spec.stdout.rstrip("\n") == plain
     assert "the draft's vocabulary differs: it drafts the tokens both share" in spec.stderr
+    # a grammar: drafted by prompt lookup alone, and the stats line says why
+    grammar = ["--grammar", 'root ::= ("the" | " cat" | " is" | " on")+']
+    plain_g = json.loads(generate("the cat is on", "--no-draft", "--json", *grammar).stdout)["text"]
+    spec_g = generate("the cat is on", "-d", cross.other, *grammar)
+    assert spec_g.stdout.rstrip("\n") == plain_g
+    assert ("a grammar needs a draft with the target's vocabulary; this draft's differs: prompt lookup drafts "
+            "alone") in spec_g.stderr and "it drafts the tokens both share" not in spec_g.stderr
     with running(["-m", cross.target, "-d", cross.other, "-c", "512", "-np", "2"]) as server:
         drafted = accepted = 0
         for n_draft in (None, 3):

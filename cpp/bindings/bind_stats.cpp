@@ -97,6 +97,9 @@ void register_stats(py::module_ & m) {
         .def_readonly("accepted_hist", &gs::accepted_hist, "accepted_hist[k]: steps that kept k drafted tokens")
         .def_readonly("steps", &gs::steps, "a StepTrace per step with GenerateOptions.record_steps, else empty")
         .def_readonly("drafter", &gs::drafter, "who drafted: 'model', 'lookup', 'model+lookup' or 'none'")
+        .def_readonly("drafter_reason", &gs::drafter_reason,
+                      "why the draft model did not draft where drafter 'auto' chose it ('' where it did): a draft "
+                      "of another vocabulary, with a grammar, logit bias, penalties or the infill sampler")
         .def_readonly("acceptance", &gs::acceptance,
                       "how the target's tokens were drawn and drafts judged: 'greedy' (temperature 0), "
                       "'rejection', 'keyed' (a seeded generation's default: the tokens are plain decoding's with "

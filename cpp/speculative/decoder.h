@@ -274,6 +274,7 @@ struct generate_stats {
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
     std::vector<step_trace> steps;              // every step, with generate_params::record_steps
     std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
+    std::string          drafter_reason;        // why the draft model did not draft where "auto" chose it
     // how the target's tokens were drawn and drafts judged: "greedy" (temperature 0: argmax, drafts
     // kept while equal to it), else effective_rule's name ("rejection", "match", "keyed"), also
     // where nothing was drafted (keyed draws are the target's draws there too)
@@ -474,6 +475,7 @@ class decoder {
         bool    use_lookup = false;  // prompt lookup drafts, alone or after the model
         bool    adaptive   = false;  // each step's draft length chosen by expected speed
         int32_t n_draft    = 0;      // the most tokens drafted in a step
+        std::string drafter_reason;  // why the draft model does not draft where "auto" chose it ("": it does)
 
         std::string drafter() const;  // "model", "lookup", "model+lookup" or "none"
     };
@@ -677,5 +679,8 @@ class decoder {
 
 // throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)
 void generate_params_validate(const generate_params & params);
+// why a draft of another vocabulary cannot draft under params: the part that names the target's tokens
+// (a grammar, logit bias, penalties or a thinking budget, the infill sampler); "" where none does
+std::string target_vocab_need(const generate_params & params);
 
 }  // namespace specllama

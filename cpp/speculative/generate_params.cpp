@@ -116,4 +116,16 @@ void generate_params_validate(const generate_params & p) {
     }
 }
 
+std::string target_vocab_need(const generate_params & params) {
+    const logit_controls & c    = params.controls;
+    const char *           part = !params.grammar.empty() ? "a grammar"
+                                  : !c.bias.empty()        ? "logit_bias"
+                                  : c.penalizes()          ? "the repetition penalties"
+                                  : c.budget.active()      ? "a thinking budget"
+                                  : params.infill          ? "the infill sampler"
+                                                           : nullptr;
+    return part == nullptr ? ""
+                           : std::string(part) + " needs a draft with the target's vocabulary; this draft's differs";
+}
+
 }  // namespace specllama
