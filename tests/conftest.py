@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 # The suite's models run on the CPU, whose numerics the tests are written for (the Q4_1 models'
-# batched and one-token logits are bitwise equal there), also where libllama is built with CUDA:
-# GPUs are hidden before libllama loads. SPECLLAMA_TEST_GPU=1 leaves them visible, for the tests
-# meant to hold on a GPU too (benchmarks/gpu/run.sh check); it then requires one.
+# batched and one-token logits are bitwise equal there at the sequences the tests decode), also where
+# libllama is built with CUDA: GPUs are hidden before libllama loads. SPECLLAMA_TEST_GPU=1 leaves them
+# visible, for the tests meant to hold on a GPU too (benchmarks/gpu/run.sh check); it then requires one.
 TEST_GPU = os.environ.get("SPECLLAMA_TEST_GPU") == "1"
 if not TEST_GPU:
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -69,7 +69,8 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     target      F32, 2 layers, width 64, vocab 325
     draft       the target's weights plus noise (same vocab): agrees often, not always
     far_draft   unrelated weights (same vocab): disagrees often
-    target_q / draft_q   Q4_1 copies, whose batched and one-token logits are bitwise equal
+    target_q / draft_q   Q4_1 copies, whose batched and one-token logits are bitwise equal at the
+                         short sequences the tests decode (not at every position of longer ones)
     other_vocab same shape, one token's text differs; bigger_vocab: 10 more tokens
     alien_vocab shares only the special tokens with the target (too little to draft with)
     """

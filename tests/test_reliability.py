@@ -281,3 +281,20 @@ def test_fuzz_loading_path_bounded(tmp_path):
                                f"(replay: scripts/fuzz_gguf.py --replay SEED:ITERATION):\n"
                                f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
     assert "no crash or hang" in r.stdout
+
+
+def test_fuzz_exactness(tmp_path):
+    """scripts/fuzz_exactness.py's 200 seeded cases: random decoder settings, drafting options and
+    sampling controls, every generation plain decoding's (greedy, or keyed by its seed), or unjudged
+    where llama.cpp's batched and one-token logits differ before the first difference (few)."""
+    seed = os.environ.get("SPECLLAMA_FUZZ_SEED", "1")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "fuzz_exactness.py"), "--seed", seed],
+                       capture_output=True, text=True, timeout=1200, cwd=tmp_path, env=_env())
+    last = re.findall(r"fuzz: case \d+:\d+", r.stdout)
+    assert r.returncode == 0, (f"exactness fuzzing failed (exit {r.returncode}), last {last[-1] if last else '?'} "
+                               f"(replay: scripts/fuzz_exactness.py --replay SEED:CASE):\n"
+                               f"{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
+    judged, failed, unjudged = (int(x) for x in re.search(
+        r"(\d+) generations compared with plain decoding, (\d+) failed, (\d+) unjudged", r.stdout).groups())
+    # the comparison must have happened: most cases run (few combinations are refused) and are judged
+    assert failed == 0 and judged >= 300 and unjudged <= judged // 20, r.stdout[-2000:]
