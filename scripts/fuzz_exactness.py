@@ -133,10 +133,9 @@ def first_difference(a, b) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
-def numerics_at(target: str, settings: dict, tokens, upto: int) -> bool:
+def numerics_at(model, settings: dict, tokens, upto: int) -> bool:
     """Whether the target's logits for tokens[:upto + 1] differ between one batch and one-token
     decodes: llama.cpp's kernels, which can part a reply from plain decoding's at a near-tie."""
-    model = specllama.Model(target)
     ctx_kw = dict(n_ctx=settings["n_ctx"], n_batch=settings["n_batch"], **EXACT_CACHE)
     seq = list(tokens[:upto + 1])
     batched = specllama.Context(model, **ctx_kw).decode(seq, all_logits=True)
@@ -169,10 +168,10 @@ def run_case(models: dict, seed: int, case: int, verbose: bool, counts: dict) ->
     settings = decoder_settings(rng)
     slot = rng.random() < 0.2
     failures = []
-    with specllama.SpeculativeDecoder(target, draft, **settings) as dec, \
-            specllama.SpeculativeDecoder(target, draft, **settings) as ref_dec:
+    with specllama.SpeculativeDecoder(target, draft, **settings) as dec:
+        # the reference: plain decoding in the same slot, or in a sibling (the loaded models, caches of its own)
         runner = dec.slots(2)[rng.randrange(2)] if slot else dec
-        reference = runner if slot else ref_dec
+        reference = runner if slot else dec.sibling()
         for g in range(rng.randint(1, 3)):
             prompt, req = prompt_text(rng), request(rng, settings["n_ctx"])
             spec = drafting(rng, req, slot, settings["n_batch"])
@@ -199,7 +198,7 @@ def run_case(models: dict, seed: int, case: int, verbose: bool, counts: dict) ->
                 continue
             tokens = dec.target_model.tokenize(prompt, True, True) + list(ref.tokens)
             n_prompt = len(tokens) - len(ref.tokens)
-            if numerics_at(target, settings, tokens, n_prompt - 1 + n):
+            if numerics_at(dec.target_model, settings, tokens, n_prompt - 1 + n):
                 counts["unjudged"] += 1
                 if verbose:
                     print(f"  parts from plain decoding at token {n}, where the target's batched and one-token "
@@ -209,6 +208,8 @@ def run_case(models: dict, seed: int, case: int, verbose: bool, counts: dict) ->
                             f"{list(out.tokens[n:n + 5])} against {list(ref.tokens[n:n + 5])} "
                             f"({out.finish_reason!r}/{ref.finish_reason!r}, "
                             f"{len(out.tokens)}/{len(ref.tokens)} tokens)")
+        if reference is not runner:
+            reference.close()
     return failures
 
 
