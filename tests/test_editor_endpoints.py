@@ -137,7 +137,9 @@ def llama_server(model, *args):
     proc = subprocess.Popen([str(LLAMA_SERVER), "-m", model, "--port", str(port), "--host", "127.0.0.1",
                              "-np", "1", "-t", "2", *no_repack, *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300)
+    # (a prompt of 4096 tokens for the 1.5B target takes minutes on a busy 2-core machine: the same
+    # limit as specllama's servers' clients, test_server.Server)
+    http = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600)
     try:
         for _ in range(1200):
             try:
