@@ -4,12 +4,13 @@ Q4_1 draft, and drafts whose vocabulary differs from the target's:
              and output layer, every other token shared)
   topN       the draft cut to its first N tokens (specllama draft --vocab-top N): fewer merges, a
              smaller output layer
-Each configuration runs the same chat prompts, greedy, rotated over rounds; figures are medians of
-the rounds' aggregate tokens/s. Also reported: acceptance, and the draft's time per drafted token
+Each configuration runs the same chat prompts, greedy (or sampled at --temp, each prompt with its own
+seed: keyed draws, the default with a seed), rotated over rounds; figures are medians of the rounds'
+aggregate tokens/s. Also reported: acceptance, and the draft's time per drafted token
 (renamed against same: what masking the unshared tokens and converting tokens costs), and the
 pairing's own measured time (Stats.t_vocab_ms) as a share of the generation time after the prompt.
 
-    python benchmarks/cross_vocab_bench.py [--rounds 3] [-n 128] [--top 32768,24576]
+    python benchmarks/cross_vocab_bench.py [--rounds 3] [-n 128] [--top 32768,24576] [--temp 0.8]
 """
 
 from __future__ import annotations
@@ -40,12 +41,13 @@ def renamed_copy(src: str, dst: str) -> None:
     rewrite_gguf(gguf.GGUFReader(src), dst, change)
 
 
-def run(dec, prompts, n, speculative):
+def run(dec, prompts, n, speculative, temp):
     gen = dec_tokens = 0
     secs = draft_ms = vocab_ms = 0.0
     drafted = accepted = 0
-    for p in prompts:
-        r = dec.generate(p, max_tokens=n, temperature=0, ignore_eos=True, speculative=speculative)
+    for i, p in enumerate(prompts):
+        sampling = dict(temperature=temp, seed=i + 1) if temp > 0 else dict(temperature=0)
+        r = dec.generate(p, max_tokens=n, ignore_eos=True, speculative=speculative, **sampling)
         s = r.stats
         gen += s.n_generated
         secs += (s.t_total_ms - s.t_prefill_ms) / 1000
@@ -63,6 +65,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-n", type=int, default=128, help="tokens per prompt")
     ap.add_argument("--top", default="32768,24576", help="vocabulary sizes of the cut drafts")
+    ap.add_argument("--temp", type=float, default=0.0, help="sampling temperature (0: greedy)")
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the report as JSON here")
     args = ap.parse_args()
@@ -85,10 +88,11 @@ def main() -> None:
         order = configs[r % len(configs):] + configs[:r % len(configs)]
         for c in order:
             dec = decoders["same" if c == "plain" else c]
-            res = run(dec, prompts, args.n, speculative=c != "plain")
+            res = run(dec, prompts, args.n, c != "plain", args.temp)
             rounds[c].append(res)
             print(f"round {r + 1} {c:10s} {res['tps']:6.1f} tok/s", file=sys.stderr, flush=True)
     report = {"target": Path(target).name, "draft": Path(draft).name, "n": args.n, "rounds": args.rounds,
+              "temperature": args.temp,
               "provenance": provenance({"target": target, "draft": draft}, args.threads or None),
               "configs": {}}
     plain = statistics.median(x["tps"] for x in rounds["plain"])

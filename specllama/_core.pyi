@@ -1005,11 +1005,6 @@ class Stats:
         who drafted: 'model', 'lookup', 'model+lookup' or 'none'
         """
     @property
-    def drafter_reason(self) -> str:
-        """
-        why the draft model did not draft where drafter 'auto' chose it ('' where it did): a draft of another vocabulary, with a grammar, logit bias, penalties or the infill sampler
-        """
-    @property
     def host_sampling_reason(self) -> str:
         """
         why the host sampled ('' where it did not): 'grammar', 'logit bias or penalties', 'top_k 0 ...', 'log-probabilities of greedy decoding', 'draft of another vocabulary', 'device sampling off', 'auto: the model runs on the CPU', 'the backend cannot run the chain'
@@ -1217,7 +1212,7 @@ class Stats:
     @property
     def t_vocab_ms(self) -> float:
         """
-        of t_draft_ms, pairing a draft of another vocabulary with the target: masking the tokens they do not share and converting tokens
+        of t_draft_ms, pairing a draft of another vocabulary with the target: moving its logits to the target's ids and converting tokens
         """
     @property
     def threads_tuned(self) -> bool:

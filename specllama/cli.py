@@ -532,9 +532,7 @@ def _stats_line(stats) -> str:
     if stats.rollback == "checkpoint":
         line += (f"; recurrent memory: rejected drafts undone from checkpoints in {stats.checkpoint_memory} memory "
                  f"({stats.t_rollback_ms:.0f} ms)")
-    if stats.drafter_reason:
-        line += f"; {stats.drafter_reason}"
-    elif stats.vocab == "intersection":
+    if stats.vocab == "intersection":
         line += (f"; the draft's vocabulary differs: it drafts the tokens both share "
                  f"({stats.vocab_shared:.0%} of its own)")
     if stats.sampling != "host":

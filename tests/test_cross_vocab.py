@@ -10,12 +10,16 @@ vocabularies built over the same text:
 * new_eos: `other` whose end-of-sequence token is another token with other text
 * ascii:   `other` without byte tokens above 0x7F: the target's bytes of other UTF-8 characters
            (which the tiny target emits often) reach it as nothing
+* twin:    the target itself (its Q4_1 weights) with every token kept and the words in reverse
+           order: where the target emits no byte token that a letter duplicates, the two read the
+           same text token for token and their logits agree
 and a draft that shares almost nothing with the target, which is refused.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -57,6 +61,11 @@ def cross(tiny, tmp_path_factory):
     far["output.weight"][len(ov):] *= 3.0
     ns.far = str(write_model(d / "far.gguf", ns.far_tokens, far))
     ns.alien = tiny.alien_vocab
+    words = [t for t in toks[5:] if t.startswith("\u2581") and len(t) > 1]
+    twin_tokens = toks[:5] + words[::-1] + [t for t in toks[5:] if t not in words]
+    twin = write_model(d / "twin.gguf", twin_tokens, reindexed(random_weights(len(toks), seed=1), toks, twin_tokens, 7))
+    ns.twin = str(d / "twin_q4_1.gguf")
+    specllama.quantize(str(twin), ns.twin, "q4_1")
     return ns
 
 
@@ -175,40 +184,77 @@ def test_dsi_needs_one_vocabulary(cross):
         assert dec.generate("the cat", max_tokens=4, **GREEDY).tokens  # still usable
 
 
-TOKEN_LEVEL = [("a grammar", dict(grammar='root ::= ("the" | " cat" | " is" | " on")+')),
-               ("logit_bias", dict(logit_bias={300: -100.0})),
-               ("the repetition penalties", dict(repeat_penalty=1.3, presence_penalty=0.5)),
-               ("the infill sampler", dict(infill=True, top_k=40))]
+def _token(text):
+    return vocab().index(text)
 
 
-@pytest.mark.parametrize("part,controls", TOKEN_LEVEL, ids=[p for p, _ in TOKEN_LEVEL])
-def test_token_level_sampling_drafts_by_lookup(cross, part, controls):
-    """A grammar, logit bias, penalties and the infill sampler name the target's tokens, which a
-    draft of another vocabulary cannot draft under: drafter "auto" then drafts by prompt lookup
-    alone and Stats says why; the output is plain decoding's, greedy and seeded; without
-    speculation, or with lookup asked for, they run as with any draft; the draft model asked for by
-    name is refused, saying what to ask instead; the next request without them drafts with the model."""
-    prompt = "the cat is on the cat is on the cat is on"
-    with specllama.SpeculativeDecoder(cross.target, cross.other, n_ctx=512) as dec:
-        for sampling in (dict(temperature=0), dict(temperature=0.9, seed=4)):
-            plain = dec.generate(prompt, max_tokens=40, speculative=False, **sampling, **controls)
-            auto = dec.generate(prompt, max_tokens=40, **sampling, **controls)
-            assert auto.tokens == plain.tokens and plain.stats.drafter == "none"
-            assert auto.stats.drafter == "lookup"
-            reason = auto.stats.drafter_reason
-            assert reason.startswith(part) and reason.endswith("this draft's differs: prompt lookup drafts alone")
-            lookup = dec.generate(prompt, max_tokens=40, drafter="lookup", **sampling, **controls)
-            assert lookup.tokens == plain.tokens and lookup.stats.drafter_reason == ""
-        with pytest.raises(ValueError, match=rf"^{part} needs? a draft with the target's vocabulary; this draft's "
-                                             r"differs \(drafters 'lookup' and 'auto' draft without the draft model\)"):
-            dec.generate(prompt, max_tokens=4, drafter="model", **controls)
-        again = dec.generate(prompt, max_tokens=8, **GREEDY)
-        assert again.stats.drafter == "model+lookup" and again.stats.drafter_reason == ""
+# what the sampling may hold that names the target's tokens (the thinking budget's tags: two words)
+TOKEN_LEVEL = {"a grammar": dict(grammar='root ::= ("the" | " cat" | " is" | " on" | " a" | " mat")+'),
+               "logit_bias": dict(logit_bias={_token("\u2581the"): 3.0, _token("\u2581is"): -2.0}),
+               "the repetition penalties": dict(repeat_penalty=1.5, presence_penalty=1.0, frequency_penalty=0.5),
+               "a thinking budget": dict(thinking_budget=2, thinking_budget_opened=True,
+                                         thinking_budget_start=[_token("\u2581the")],
+                                         thinking_budget_ends=[[_token("\u2581was")]],
+                                         thinking_budget_forced=[_token("\u2581on"), _token("\u2581was")]),
+               "the infill sampler": dict(infill=True, top_k=40)}
+
+
+@pytest.mark.parametrize("part", [None, *TOKEN_LEVEL])
+def test_the_draft_model_drafts_under_grammars_and_controls(cross, part):
+    """A grammar, logit bias, penalties, a thinking budget and the infill sampler name the target's
+    tokens: a draft of another vocabulary drafts under them at the target's ids, so that the twin
+    (the target itself, its words at other ids) proposes what the target emits and each of its
+    drafts is kept, greedy and with keyed draws (which share their randomness with the target's at
+    each position). Byte tokens that a letter duplicates and the end token are biased out, so that
+    the two read the text token for token. The output is plain decoding's in every case."""
+    bias = {t: -math.inf for t, text in enumerate(vocab()) if text == "</s>" or
+            (text.startswith("<0x") and int(text[3:5], 16) < 0x80)}
+    controls = dict(TOKEN_LEVEL.get(part, {}))
+    controls["logit_bias"] = {**bias, **controls.get("logit_bias", {})}
+    with specllama.SpeculativeDecoder(cross.target, cross.twin, n_ctx=512) as dec:
+        assert dec.cross_vocab["target_share"] == 1.0
+        for sampling in (dict(temperature=0), dict(temperature=0.9, seed=3)):
+            drafted = kept = 0
+            for prompt in PROMPTS[:3]:
+                kw = dict(max_tokens=40, ignore_eos=True, **sampling, **controls)
+                plain = dec.generate(prompt, speculative=False, **kw)
+                r = dec.generate(prompt, drafter="model", n_draft=3, adaptive=False, **kw)
+                assert r.tokens == plain.tokens, (prompt, sampling)
+                assert r.stats.drafter == "model" and r.stats.vocab == "intersection"
+                drafted += r.stats.n_drafted - r.stats.n_forced_drafted
+                kept += r.stats.n_accepted - r.stats.n_forced_accepted
+                auto = dec.generate(prompt, **kw)
+                assert auto.tokens == plain.tokens and auto.stats.drafter == "model+lookup"
+            assert drafted >= 60 and kept >= 0.95 * drafted, (sampling, drafted, kept)
+
+
+@pytest.mark.slow
+def test_sampling_under_a_grammar_and_controls_follows_the_controlled_target(cross):
+    """At temperature 1 under the rejection rule, the far draft of another vocabulary drafting under
+    a grammar, logit bias and every penalty (its q' at the target's ids, with each position's
+    history): the first two tokens follow the constrained, controlled target, by chi-square.
+    Negative controls: the target without the grammar, and without the controls."""
+    from test_grammar import CHAIN, WORDS, _marginals
+    from test_grammar import N as N_GRAMMAR
+    from test_sampling_end_to_end import pvalue_or_zero
+
+    controls = dict(logit_bias={_token("\u2581the"): 1.0}, repeat_penalty=1.3, repeat_last_n=8, presence_penalty=0.4,
+                    frequency_penalty=0.3)
+    prompt = specllama.Model(cross.target).tokenize("the cat")
+    p1, p2 = _marginals(cross.target, prompt, gbnf=WORDS, controls=controls)
+    firsts, seconds, n_rejected = first_two_tokens(cross.target, cross.far, prompt, CHAIN, N_GRAMMAR, grammar=WORDS,
+                                                   drafter="model", **controls)
+    assert n_rejected > N_GRAMMAR // 10, "the pair must disagree for this test to mean anything"
+    assert _pvalue(firsts, p1) > 1e-4
+    assert _pvalue(seconds, p2) > 1e-4
+    assert pvalue_or_zero(seconds, _marginals(cross.target, prompt, constrained=False, controls=controls)[1]) < 1e-6
+    assert pvalue_or_zero(seconds, _marginals(cross.target, prompt, gbnf=WORDS)[1]) < 1e-6
 
 
 def test_a_server_with_a_draft_of_another_vocabulary_answers_json_and_tools(cross):
     """JSON mode, a JSON schema and a required tool call (grammars), penalties and logit bias, sent to
-    a server whose draft has another vocabulary: each answered as with speculation off."""
+    a server whose draft has another vocabulary: each answered as with speculation off, the draft
+    model drafting (asked for by name) and some of its drafts kept."""
     from test_server import CHAT, running
 
     msgs = [{"role": "user", "content": "the cat is on"}]
@@ -219,10 +265,11 @@ def test_a_server_with_a_draft_of_another_vocabulary_answers_json_and_tools(cros
                "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}},
               {"messages": msgs, "tools": [tool], "tool_choice": "required"},
               {"messages": msgs, "presence_penalty": 0.5, "logit_bias": {"300": -100}}]
+    drafted = accepted = 0
     with running(["-m", cross.target, "-d", cross.other, "-c", "512"]) as server:
         for body in bodies:
             body = dict(body, max_tokens=160, temperature=0)
-            r = server.post(CHAT, body)
+            r = server.post(CHAT, dict(body, drafter="model"))
             plain = server.post(CHAT, dict(body, speculative=False))
             assert r.status_code == 200 and plain.status_code == 200, (body, r.text)
             got, want = r.json()["choices"][0]["message"], plain.json()["choices"][0]["message"]
@@ -234,6 +281,9 @@ def test_a_server_with_a_draft_of_another_vocabulary_answers_json_and_tools(cros
                 assert "word" in json.loads(got["tool_calls"][0]["function"]["arguments"])
             elif body.get("response_format", {}).get("type") == "json_schema":
                 assert "word" in json.loads(got["content"])
+            drafted += r.json()["timings"]["draft_n"]
+            accepted += r.json()["timings"]["draft_n_accepted"]
+    assert 0 < accepted < drafted
 
 
 def test_ctrl_c_leaves_the_decoder_usable(cross):
@@ -288,8 +338,8 @@ def test_trimming_needs_a_bpe_vocabulary(tiny, tmp_path):
 
 def test_server_and_cli_with_a_draft_of_another_vocabulary(cross, tmp_path):
     """`specllama serve` and `specllama generate` with the `other` draft: greedy replies equal
-    `specllama generate --no-draft`, the drafts went through the pairing, and the stats line says so;
-    with a grammar, it says that prompt lookup drafted alone, and why."""
+    `specllama generate --no-draft`, the drafts went through the pairing, and the stats line says so,
+    with a grammar too."""
     from test_server import CHAT, ROOT, running
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -306,13 +356,11 @@ def test_server_and_cli_with_a_draft_of_another_vocabulary(cross, tmp_path):
                     "--drafter", "model")
     assert spec.stdout.rstrip("\n") == plain
     assert "the draft's vocabulary differs: it drafts the tokens both share" in spec.stderr
-    # a grammar: drafted by prompt lookup alone, and the stats line says why
     grammar = ["--grammar", 'root ::= ("the" | " cat" | " is" | " on")+']
     plain_g = json.loads(generate("the cat is on", "--no-draft", "--json", *grammar).stdout)["text"]
-    spec_g = generate("the cat is on", "-d", cross.other, *grammar)
+    spec_g = generate("the cat is on", "-d", cross.other, "--drafter", "model", *grammar)
     assert spec_g.stdout.rstrip("\n") == plain_g
-    assert ("a grammar needs a draft with the target's vocabulary; this draft's differs: prompt lookup drafts "
-            "alone") in spec_g.stderr and "it drafts the tokens both share" not in spec_g.stderr
+    assert "the draft's vocabulary differs: it drafts the tokens both share" in spec_g.stderr
     with running(["-m", cross.target, "-d", cross.other, "-c", "512", "-np", "2"]) as server:
         drafted = accepted = 0
         for n_draft in (None, 3):

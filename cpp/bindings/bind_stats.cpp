@@ -97,9 +97,6 @@ void register_stats(py::module_ & m) {
         .def_readonly("accepted_hist", &gs::accepted_hist, "accepted_hist[k]: steps that kept k drafted tokens")
         .def_readonly("steps", &gs::steps, "a StepTrace per step with GenerateOptions.record_steps, else empty")
         .def_readonly("drafter", &gs::drafter, "who drafted: 'model', 'lookup', 'model+lookup' or 'none'")
-        .def_readonly("drafter_reason", &gs::drafter_reason,
-                      "why the draft model did not draft where drafter 'auto' chose it ('' where it did): a draft "
-                      "of another vocabulary, with a grammar, logit bias, penalties or the infill sampler")
         .def_readonly("acceptance", &gs::acceptance,
                       "how the target's tokens were drawn and drafts judged: 'greedy' (temperature 0), "
                       "'rejection', 'keyed' (a seeded generation's default: the tokens are plain decoding's with "
@@ -125,8 +122,8 @@ void register_stats(py::module_ & m) {
         .def_readonly("t_prefill_ms", &gs::t_prefill_ms, "prompt processing")
         .def_readonly("t_draft_ms", &gs::t_draft_ms, "draft decodes and draft sampling")
         .def_readonly("t_vocab_ms", &gs::t_vocab_ms,
-                      "of t_draft_ms, pairing a draft of another vocabulary with the target: masking the tokens "
-                      "they do not share and converting tokens")
+                      "of t_draft_ms, pairing a draft of another vocabulary with the target: moving its logits "
+                      "to the target's ids and converting tokens")
         .def_readonly("t_verify_ms", &gs::t_verify_ms, "target decodes")
         .def_readonly("t_accept_ms", &gs::t_accept_ms, "target sampling and the acceptance rule")
         .def_readonly("t_draft_sample_ms", &gs::t_draft_sample_ms,

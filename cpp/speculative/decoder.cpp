@@ -360,15 +360,6 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
         throw std::invalid_argument("a grammar is not available in mode 'dsi'");
     }
     run_plan plan;
-    // where the sampling names the target's tokens, a draft of another vocabulary is out: "auto" drafts by lookup
-    const std::string why = vocab_map_ ? target_vocab_need(params) : "";
-    if (!why.empty() && params.speculative && (kind == drafter_kind::model || kind == drafter_kind::model_lookup)) {
-        if (params.drafter != drafter_kind::automatic) {
-            throw std::invalid_argument(why + " (drafters 'lookup' and 'auto' draft without the draft model)");
-        }
-        kind                = drafter_kind::lookup;
-        plan.drafter_reason = why + ": prompt lookup drafts alone";
-    }
     plan.n_draft = params.n_draft ? *params.n_draft : n_draft_;
     if (plan.n_draft + 1 > tgt_cache_->n_batch()) {
         throw std::invalid_argument("n_draft + 1 must fit in n_batch " + std::to_string(tgt_cache_->n_batch()));
@@ -465,7 +456,6 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     st.n_prompt         = (int32_t) prompt.size();
     st.accepted_hist.assign(plan.n_draft + 1, 0);
     st.drafter        = plan.drafter();
-    st.drafter_reason = plan.drafter_reason;
     st.acceptance = acceptance_name(params);
     if (plan.use_model) {
         st.vocab        = vocab_map_ ? "intersection" : "same";

@@ -170,7 +170,8 @@ struct generate_params {
     // not a slot. Its steps do not price the adaptive draft length. 0: off
     int32_t                  draft_ahead = 0;
     // llama.cpp's infill sampler after the chain, on the target's vocabulary (sampling_params::infill),
-    // for the target's p and the draft's q alike (mode si, a draft of the target's vocabulary)
+    // for the target's p and the draft's q alike (mode si; a draft of another vocabulary samples at
+    // the target's ids: model_drafter)
     bool                     infill = false;
     // >= 1: after an edit in the middle of a prompt, runs of at least this many tokens that the
     // caches hold at other positions move to their new positions instead of being decoded again
@@ -180,7 +181,7 @@ struct generate_params {
     int32_t                  cache_reuse = 0;
     // logit bias and repetition penalties before the chain (sampling/controls.h), applied at every
     // drafted and verified position with its own history, to the draft's logits and the target's
-    // alike (mode si, a draft of the target's vocabulary)
+    // alike (mode si)
     logit_controls           controls;
     // >= 0: each emitted token's log-probability under the target's final distribution at its
     // position (the chain's; greedy: the softmax of the logits after the controls), with the
@@ -188,7 +189,7 @@ struct generate_params {
     std::optional<int32_t>   logprobs;
     // a GBNF grammar (llama.cpp's) the output must follow, from rule grammar_root: the tokens it
     // rejects are masked out of the target's and the draft's logits alike at every position, with
-    // its state after the tokens before it (mode si, a draft of the target's vocabulary); "": none
+    // its state after the tokens before it (mode si); "": none
     std::string              grammar;
     std::string              grammar_root = "root";
     // a lazy grammar (llama.cpp's, as llama-server's for tool calls): it allows everything until the
@@ -274,7 +275,6 @@ struct generate_stats {
     std::vector<int32_t> accepted_hist;         // accepted_hist[k]: steps that kept k drafts
     std::vector<step_trace> steps;              // every step, with generate_params::record_steps
     std::string          drafter = "none";      // who drafted: "model", "lookup", "model+lookup", "none"
-    std::string          drafter_reason;        // why the draft model did not draft where "auto" chose it
     // how the target's tokens were drawn and drafts judged: "greedy" (temperature 0: argmax, drafts
     // kept while equal to it), else effective_rule's name ("rejection", "match", "keyed"), also
     // where nothing was drafted (keyed draws are the target's draws there too)
@@ -475,7 +475,6 @@ class decoder {
         bool    use_lookup = false;  // prompt lookup drafts, alone or after the model
         bool    adaptive   = false;  // each step's draft length chosen by expected speed
         int32_t n_draft    = 0;      // the most tokens drafted in a step
-        std::string drafter_reason;  // why the draft model does not draft where "auto" chose it ("": it does)
 
         std::string drafter() const;  // "model", "lookup", "model+lookup" or "none"
     };
@@ -679,8 +678,5 @@ class decoder {
 
 // throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)
 void generate_params_validate(const generate_params & params);
-// why a draft of another vocabulary cannot draft under params: the part that names the target's tokens
-// (a grammar, logit bias, penalties or a thinking budget, the infill sampler); "" where none does
-std::string target_vocab_need(const generate_params & params);
 
 }  // namespace specllama

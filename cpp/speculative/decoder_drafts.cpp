@@ -156,7 +156,8 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
                             share_prefill_ && after_pause ? tgt_cache_.get() : nullptr,
                             plan.adaptive && lengths_.probing()
                                 ? lengths_.probe_window(behind, params.max_tokens - st.n_generated)
-                                : 0);
+                                : 0,
+                            &seq);
             drafted_.resumed = after_pause;
         } else if (n_taken < step.n_max && !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
             draft_after_taken(dseq, step.n_max, params, rng, keep, check);

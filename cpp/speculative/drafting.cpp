@@ -83,22 +83,6 @@ llama_token top_with_margin(const float * logits, int32_t n_vocab, float & conf)
     return best;
 }
 
-// q' over draft tokens -> the same q' over their target partners (masked tokens that a top-k
-// larger than the shared set let through carry no probability and are dropped)
-void to_target_ids(const vocab_map & map, token_dist & dist) {
-    size_t n = 0;
-    for (size_t j = 0; j < dist.ids.size(); ++j) {
-        const llama_token t = map.to_target(dist.ids[j]);
-        if (t >= 0 && dist.probs[j] > 0.0f) {
-            dist.ids[n]   = t;
-            dist.probs[n] = dist.probs[j];
-            ++n;
-        }
-    }
-    dist.ids.resize(n);
-    dist.probs.resize(n);
-}
-
 }  // namespace
 
 model_drafter::read_result model_drafter::read(const std::vector<llama_token> & seq, int32_t window,
@@ -177,9 +161,10 @@ llama_token draw(const token_dist & dist, const sampling_params & params, rng_t 
 
 }  // namespace
 
-llama_token model_drafter::choose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
+llama_token model_drafter::choose(const std::vector<llama_token> & tseq, const sampling_params & params, rng_t & rng,
                                   draft_result & out, float & conf) {
     const int32_t i        = (int32_t) out.tokens.size();
+    const int64_t pos      = (int64_t) tseq.size() + i;  // (the target's index of the token chosen)
     const auto    t_sample = std::chrono::steady_clock::now();
     llama_token   tok;
     if (cache_.chain().what != device_chain::kind::none) {  // the device sampled: a few candidates came back
@@ -188,25 +173,28 @@ llama_token model_drafter::choose(const std::vector<llama_token> & seq, const sa
             tok = row_top_with_margin(row, conf);
         } else {
             row_distribution(row, params, out.dists[i]);
-            tok  = draw(out.dists[i], params, rng, (int64_t) seq.size() + i);
+            tok  = draw(out.dists[i], params, rng, pos);
             conf = out.dists[i].prob_of(tok);
         }
         out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sample).count();
         return tok;
     }
-    const int32_t n_vocab = cache_.n_vocab();
+    int32_t       n_vocab = cache_.n_vocab();
     const float * logits  = cache_.logits(0);
-    if (map_ != nullptr) {  // q' of token-level intersection: only shared tokens, renormalized
-        const auto t_mask = std::chrono::steady_clock::now();
-        masked_.assign(logits, logits + n_vocab);
-        for (const llama_token d : map_->unshared_draft_ids()) {
-            masked_[d] = -INFINITY;
+    if (map_ != nullptr) {  // q' of token-level intersection: the shared tokens' logits at the target's ids
+        const auto t_move = std::chrono::steady_clock::now();
+        if ((int32_t) in_target_.size() != map_->n_target_vocab()) {  // (the tokens outside it stay at -inf)
+            in_target_.assign(map_->n_target_vocab(), -INFINITY);
         }
-        logits = masked_.data();
-        out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_mask).count();
+        for (const vocab_map::id_run & run : map_->shared_runs()) {
+            std::copy(logits + run.draft, logits + run.draft + run.n, in_target_.begin() + run.target);
+        }
+        logits  = in_target_.data();
+        n_vocab = map_->n_target_vocab();
+        out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_move).count();
     }
-    if (params.controls != nullptr) {  // with this position's history: seq, then the drafts before it
-        logits = editor_.apply(*params.controls, logits, n_vocab, seq.data(), (int32_t) seq.size(),
+    if (params.controls != nullptr) {  // with this position's history: the target's tokens, then the drafts before it
+        logits = editor_.apply(*params.controls, logits, n_vocab, tseq.data(), (int32_t) tseq.size(),
                                out.tokens.data(), (int32_t) out.tokens.size());
     }
     if (params.grammar != nullptr) {  // in the grammar's state after the drafts before it
@@ -215,23 +203,35 @@ llama_token model_drafter::choose(const std::vector<llama_token> & seq, const sa
     const auto t_choose = std::chrono::steady_clock::now();
     if (params.greedy()) {
         tok = top_with_margin(logits, n_vocab, conf);
+        tok = logits[tok] > -INFINITY ? tok : -1;
     } else {
         sampling_distribution(logits, n_vocab, params, out.dists[i]);
-        tok  = draw(out.dists[i], params, rng, (int64_t) seq.size() + i);
+        tok  = draw(out.dists[i], params, rng, pos);
         conf = out.dists[i].prob_of(tok);
+        tok  = conf > 0.0f ? tok : -1;  // (no finite logit: the chain's probabilities are not numbers)
     }
     out.sample_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_choose).count();
-    if (!params.greedy() && map_ != nullptr) {
-        const auto t_map = std::chrono::steady_clock::now();
-        to_target_ids(*map_, out.dists[i]);
-        out.vocab_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_map).count();
-    }
     return tok;
+}
+
+const llama_token * model_drafter::as_draft_tokens(const draft_result & out, int32_t first, int32_t n,
+                                                   int32_t & n_out) {
+    if (map_ == nullptr) {
+        n_out = n;
+        return out.tokens.data() + first;
+    }
+    spelled_.clear();
+    for (int32_t j = first; j < first + n; ++j) {
+        map_->append_draft_tokens(out.tokens[j], spelled_);
+    }
+    n_out = (int32_t) spelled_.size();
+    return spelled_.data();
 }
 
 void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params,
                           rng_t & rng, draft_result & out, const draft_continue & keep_going,
-                          const std::function<void()> & between_chunks, const kv_cache * target, int32_t window) {
+                          const std::function<void()> & between_chunks, const kv_cache * target, int32_t window,
+                          const std::vector<llama_token> * target_seq) {
     out.clear();
     if (n_draft <= 0 || seq.empty()) {
         return;
@@ -246,46 +246,51 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
     if (n_draft > 1) {
         cache_.checkpoint();  // a recurrent draft comes back here if its drafts are not all kept
     }
-    const llama_vocab * vocab = cache_.mdl().vocab;
+    const std::vector<llama_token> & tseq  = target_seq != nullptr ? *target_seq : seq;
+    const llama_vocab *              vocab = map_ != nullptr ? map_->target_vocab() : cache_.mdl().vocab;  // (out's)
     if ((int32_t) out.dists.size() < n_draft) {
         out.dists.resize(n_draft);
     }
     const auto keep_forced = [&](int32_t n_done) {
         return !keep_going || keep_going(n_done, 1.0f, draft_ask::before_forced);
     };
+    int32_t n_run = 0;  // the draft's tokens for the drafts to decode next
     while ((int32_t) out.tokens.size() < n_draft) {
         const int32_t i = (int32_t) out.tokens.size();
         if (params.grammar != nullptr) {  // text the grammar forces: drafts with q = 1, no decode to choose them
             const int32_t k = add_forced_drafts(*params.grammar, n_draft - i, out, keep_forced, forced_);
             if (k > 0) {
                 // the draft reads the forced run in one decode, for its logits after it
-                if (i + k == n_draft || llama_vocab_is_eog(vocab, out.tokens.back()) ||
-                    cache_.n_past() + k > cache_.n_ctx() ||
+                const llama_token * run = as_draft_tokens(out, i, k, n_run);
+                if (i + k == n_draft || llama_vocab_is_eog(vocab, out.tokens.back()) || n_run == 0 ||
+                    cache_.n_past() + n_run > cache_.n_ctx() ||
                     (keep_going && !keep_going(i + k, 1.0f, draft_ask::after_forced))) {
                     break;
                 }
-                cache_.decode(out.tokens.data() + i, k, false);
+                cache_.decode(run, n_run, false);
                 out.n_decodes += 1;
                 continue;
             }
         }
         float             conf;
-        const llama_token tok = choose(seq, params, rng, out, conf);
-        if (params.grammar != nullptr && !params.grammar->push(tok)) {  // (drawn from the masked logits: allowed)
+        const llama_token tok = choose(tseq, params, rng, out, conf);
+        if (tok < 0 || (params.grammar != nullptr && !params.grammar->push(tok))) {  // (drawn from the masked logits)
             break;
         }
-        out.tokens.push_back(map_ != nullptr ? map_->to_target(tok) : tok);
+        out.tokens.push_back(tok);
         out.conf.push_back(conf);
         out.forced.push_back(0);
         // the last draft is not decoded here: the target verifies it, and the next step feeds it
         // to the draft together with the target's token if it is kept
-        if (i + 1 == n_draft || llama_vocab_is_eog(vocab, tok) || cache_.n_past() >= cache_.n_ctx()) {
+        const llama_token * next = as_draft_tokens(out, i, 1, n_run);
+        if (i + 1 == n_draft || llama_vocab_is_eog(vocab, tok) || n_run == 0 ||
+            cache_.n_past() + n_run > cache_.n_ctx()) {
             break;
         }
         if (keep_going && !keep_going(i + 1, conf, draft_ask::after_model)) {
             break;
         }
-        cache_.decode(&tok, 1, false);
+        cache_.decode(next, n_run, false);
         out.n_decodes += 1;
     }
 }

@@ -75,17 +75,23 @@ int32_t add_forced_drafts(grammar_track & grammar, int32_t n_max, draft_result &
 class model_drafter {
   public:
     // map: where the draft's vocabulary is not the target's, the pairing its drafts go through
-    // (vocab_map.h): then draft() takes the draft's view of the sequence (draft_view) and proposes
-    // only shared tokens, returned as target tokens with q over target tokens
+    // (vocab_map.h): then draft() takes the draft's view of the sequence (draft_view) and the target's
+    // tokens, and proposes only shared tokens, returned as target tokens with q over target tokens.
+    // The draft's logits move to their partners' ids before the chain, so that the target's
+    // grammar and logit controls (which name its tokens) apply to them as to the target's, keyed
+    // draws share the target's randomness at each position, and the text the grammar forces reaches
+    // the draft as its own tokens
     explicit model_drafter(kv_cache & cache, const vocab_map * map = nullptr) : cache_(cache), map_(map) {}
 
     // propose up to n_draft tokens to follow seq (catching up first); stops early at an
-    // end-of-generation token or when keep_going says so. between_chunks: see kv_cache::decode;
-    // target and window: see catch_up.
+    // end-of-generation token, where no token is left to propose, or when keep_going says so.
+    // between_chunks: see kv_cache::decode; target and window: see catch_up. target_seq: with a map,
+    // the target's tokens, of which seq is the draft's view (the history the controls read and the
+    // positions of keyed draws); without one, seq itself
     void draft(const std::vector<llama_token> & seq, int32_t n_draft, const sampling_params & params, rng_t & rng,
                draft_result & out, const draft_continue & keep_going = nullptr,
                const std::function<void()> & between_chunks = nullptr, const kv_cache * target = nullptr,
-               int32_t window = 0);
+               int32_t window = 0, const std::vector<llama_token> * target_seq = nullptr);
 
     // before the first draft() on seq: cache all of seq but its last token, which that draft()
     // decodes (its catch-up always decodes the last token, whose logits are q_1).
@@ -157,14 +163,19 @@ class model_drafter {
     // and start at the last window of them (kv_cache::restart_at); whether it did
     bool restart_at_window(const std::vector<llama_token> & seq, int32_t window);
     // the next draft, after out's, from the draft's last output: the device chain's row, or the
-    // host's chain over its logits (masked to the shared vocabulary, controls, the grammar); its
-    // distribution into out.dists where sampling, and its confidence (drafting.h's draft_continue)
-    llama_token choose(const std::vector<llama_token> & seq, const sampling_params & params, rng_t & rng,
+    // host's chain over its logits (with a map: moved to the target's ids, the shared tokens only;
+    // controls, the grammar); its distribution into out.dists where sampling, and its confidence
+    // (drafting.h's draft_continue). With a map, a target token. -1 where the chain leaves no token
+    // (a grammar or a control that allows only tokens the draft lacks). tseq: the target's tokens
+    llama_token choose(const std::vector<llama_token> & tseq, const sampling_params & params, rng_t & rng,
                        draft_result & out, float & conf);
+    // the draft's tokens for out's tokens [first, first + n) (with a map, their spelling; else themselves)
+    const llama_token * as_draft_tokens(const draft_result & out, int32_t first, int32_t n, int32_t & n_out);
 
     kv_cache &         cache_;
     const vocab_map *  map_ = nullptr;
-    std::vector<float> masked_;  // the draft's logits with tokens outside the shared set masked
+    std::vector<float> in_target_;  // with a map: the draft's logits at the target's ids (-inf outside the shared set)
+    std::vector<llama_token> spelled_;  // with a map: target tokens as the draft's
     logit_editor       editor_;  // sampling_params::controls on the draft's logits
     std::vector<float> grammar_row_;  // the draft's logits under sampling_params::grammar
     std::vector<llama_token> forced_;  // the tokens the grammar forces at a position

@@ -116,15 +116,4 @@ void generate_params_validate(const generate_params & p) {
     }
 }
 
-std::string target_vocab_need(const generate_params & params) {
-    const logit_controls & c    = params.controls;
-    const char *           part = !params.grammar.empty() ? "a grammar needs"
-                                  : !c.bias.empty()        ? "logit_bias needs"
-                                  : c.penalizes()          ? "the repetition penalties need"
-                                  : c.budget.active()      ? "a thinking budget needs"
-                                  : params.infill          ? "the infill sampler needs"
-                                                           : nullptr;
-    return part == nullptr ? "" : std::string(part) + " a draft with the target's vocabulary; this draft's differs";
-}
-
 }  // namespace specllama

@@ -88,7 +88,13 @@ vocab_map::vocab_map(const model & target, const model & draft, double min_share
     }
     for (llama_token d = 0; d < draft.n_vocab; ++d) {
         if (d2t_[d] < 0) {
-            unshared_.push_back(d);
+            continue;
+        }
+        id_run * last = runs_.empty() ? nullptr : &runs_.back();
+        if (last != nullptr && last->draft + last->n == d && last->target + last->n == d2t_[d]) {
+            last->n += 1;
+        } else {
+            runs_.push_back({d, d2t_[d], 1});
         }
     }
     target_text_.resize(target.n_vocab);
@@ -100,6 +106,7 @@ vocab_map::vocab_map(const model & target, const model & draft, double min_share
     }
     draft_bos_  = llama_vocab_get_add_bos(draft.vocab) ? llama_vocab_bos(draft.vocab) : -1;
     target_bos_ = llama_vocab_get_add_bos(target.vocab) ? llama_vocab_bos(target.vocab) : -1;
+    target_vocab_ = target.vocab;
 }
 
 void vocab_map::append_draft_tokens(llama_token t, std::vector<llama_token> & out) const {

@@ -1,11 +1,12 @@
 // speculative/vocab_map.h: drafts from a model with another vocabulary, by token-level intersection (TLI,
 // Timor et al., "Accelerating LLM Inference with Lossless Speculative Decoding Algorithms for
 // Heterogeneous Vocabularies", ICML 2025, sec. 4). Draft and target tokens whose text is the same
-// bytes pair one-to-one: the shared set I. The draft only proposes tokens of I (its distribution,
-// after the sampler's transforms, restricted to I and renormalized: q'), each becomes its target
-// token, and the usual rejection rule against q' keeps the output exactly the target's, greedy or
-// sampled. The draft reads the target's text as its own tokens: a target token in I as its
-// partner, any other by the longest draft pieces that spell its bytes.
+// bytes pair one-to-one: the shared set I. The draft only proposes tokens of I: its logits over I,
+// moved to their partners' target ids, go through the target's sampler (its grammar, logit controls
+// and chain), which gives q' (zero outside I), and the usual rejection rule against q' keeps the
+// output exactly the target's, greedy or sampled. The draft reads the target's text as its own
+// tokens: a target token in I as its partner, any other by the longest draft pieces that spell
+// its bytes.
 // Not here: the drafting loop (drafting.h) and verification (speculative/decoder.h).
 #pragma once
 
@@ -39,20 +40,31 @@ class vocab_map {
     // (longest first; bytes no draft piece holds are left out: the draft then conditions on
     // slightly different text, which costs acceptance, never correctness)
     void append_draft_tokens(llama_token t, std::vector<llama_token> & out) const;
-    // draft ids outside I: their logits are masked before the draft samples
-    const std::vector<llama_token> & unshared_draft_ids() const { return unshared_; }
+    // I as runs of consecutive draft ids whose partners are consecutive target ids (a vocabulary cut
+    // or renamed from the target's is a few long runs): the draft's logits over I, at their partners'
+    // ids, are what it samples from
+    struct id_run {
+        llama_token draft  = 0;
+        llama_token target = 0;
+        int32_t     n      = 0;
+    };
+    const std::vector<id_run> & shared_runs() const { return runs_; }
+    int32_t                          n_target_vocab() const { return (int32_t) t2d_.size(); }
+    const llama_vocab *              target_vocab() const { return target_vocab_; }
 
     llama_token draft_bos() const { return draft_bos_; }        // -1: the draft adds none
     llama_token target_bos() const { return target_bos_; }      // -1: the target adds none
 
   private:
-    std::vector<llama_token>                     d2t_, t2d_, unshared_;
+    std::vector<llama_token>                     d2t_, t2d_;
+    std::vector<id_run>                          runs_;
     std::vector<std::string>                     target_text_;  // for tokens outside I
     std::unordered_map<std::string, llama_token> draft_pieces_;  // text -> draft token (not controls)
     size_t                                       max_piece_ = 1;
     int32_t                                      n_shared_ = 0;
     double                                       draft_share_ = 0, target_share_ = 0;
     llama_token                                  draft_bos_ = -1, target_bos_ = -1;
+    const llama_vocab *                          target_vocab_ = nullptr;
 };
 
 // the draft's view of a target token sequence, kept up to date as the sequence grows and is cut
