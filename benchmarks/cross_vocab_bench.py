@@ -6,11 +6,12 @@ Q4_1 draft, and drafts whose vocabulary differs from the target's:
              smaller output layer
 Each configuration runs the same chat prompts, greedy (or sampled at --temp, each prompt with its own
 seed: keyed draws, the default with a seed), rotated over rounds; figures are medians of the rounds'
-aggregate tokens/s. Also reported: acceptance, and the draft's time per drafted token
+aggregate tokens/s. With --json the prompts ask for JSON by a schema, which the output must follow
+(its grammar, as the server's response_format makes it; generations end where the JSON does). Also reported: acceptance, and the draft's time per drafted token
 (renamed against same: what masking the unshared tokens and converting tokens costs), and the
 pairing's own measured time (Stats.t_vocab_ms) as a share of the generation time after the prompt.
 
-    python benchmarks/cross_vocab_bench.py [--rounds 3] [-n 128] [--top 32768,24576] [--temp 0.8]
+    python benchmarks/cross_vocab_bench.py [--rounds 3] [-n 128] [--top 32768,24576] [--temp 0.8] [--json]
 """
 
 from __future__ import annotations
@@ -25,12 +26,19 @@ from pathlib import Path
 import gguf
 
 import specllama
+from specllama import schemas
 from specllama.models import default_pair
 from specllama.provenance import provenance
 from specllama.vocab_trim import rewrite_gguf, trim_vocab
 
 PROMPTS = ["Write a short story about a robot who learns to paint.", "Explain how a bicycle works.",
            "List five facts about the moon.", "What is the capital of France and why is it famous?"]
+JSON_PROMPTS = ["Describe the moon as JSON: its name and five facts.", "Describe a bicycle as JSON: its name and "
+                "five facts about how it works.", "Describe Paris as JSON: its name and five facts.",
+                "Describe a robot who paints as JSON: its name and five facts about it."]
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"},
+                                           "facts": {"type": "array", "items": {"type": "string"}, "maxItems": 5}},
+          "required": ["name", "facts"]}
 
 
 def renamed_copy(src: str, dst: str) -> None:
@@ -41,13 +49,14 @@ def renamed_copy(src: str, dst: str) -> None:
     rewrite_gguf(gguf.GGUFReader(src), dst, change)
 
 
-def run(dec, prompts, n, speculative, temp):
+def run(dec, prompts, n, speculative, temp, grammar=None):
     gen = dec_tokens = 0
     secs = draft_ms = vocab_ms = 0.0
     drafted = accepted = 0
     for i, p in enumerate(prompts):
         sampling = dict(temperature=temp, seed=i + 1) if temp > 0 else dict(temperature=0)
-        r = dec.generate(p, max_tokens=n, ignore_eos=True, speculative=speculative, **sampling)
+        shape = dict(grammar=grammar) if grammar else dict(ignore_eos=True)
+        r = dec.generate(p, max_tokens=n, speculative=speculative, **sampling, **shape)
         s = r.stats
         gen += s.n_generated
         secs += (s.t_total_ms - s.t_prefill_ms) / 1000
@@ -66,6 +75,7 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=128, help="tokens per prompt")
     ap.add_argument("--top", default="32768,24576", help="vocabulary sizes of the cut drafts")
     ap.add_argument("--temp", type=float, default=0.0, help="sampling temperature (0: greedy)")
+    ap.add_argument("--json", action="store_true", help="prompts that ask for JSON, with a schema's grammar")
     ap.add_argument("-t", "--threads", type=int, default=0)
     ap.add_argument("--out", default=None, help="write the report as JSON here")
     args = ap.parse_args()
@@ -81,18 +91,20 @@ def main() -> None:
 
     decoders = {name: specllama.SpeculativeDecoder(target, path, n_ctx=2048, n_threads=args.threads)
                 for name, path in drafts.items()}
-    prompts = [decoders["same"].chat_tokens([{"role": "user", "content": p}]) for p in PROMPTS]
+    prompts = [decoders["same"].chat_tokens([{"role": "user", "content": p}])
+               for p in (JSON_PROMPTS if args.json else PROMPTS)]
+    grammar = schemas.to_grammar(SCHEMA) if args.json else None
     configs = ["plain"] + list(drafts)
     rounds = {c: [] for c in configs}
     for r in range(args.rounds):
         order = configs[r % len(configs):] + configs[:r % len(configs)]
         for c in order:
             dec = decoders["same" if c == "plain" else c]
-            res = run(dec, prompts, args.n, c != "plain", args.temp)
+            res = run(dec, prompts, args.n, c != "plain", args.temp, grammar)
             rounds[c].append(res)
             print(f"round {r + 1} {c:10s} {res['tps']:6.1f} tok/s", file=sys.stderr, flush=True)
     report = {"target": Path(target).name, "draft": Path(draft).name, "n": args.n, "rounds": args.rounds,
-              "temperature": args.temp,
+              "temperature": args.temp, "json": args.json,
               "provenance": provenance({"target": target, "draft": draft}, args.threads or None),
               "configs": {}}
     plain = statistics.median(x["tps"] for x in rounds["plain"])
