@@ -7,9 +7,10 @@ Q4_1 draft, and drafts whose vocabulary differs from the target's:
 Each configuration runs the same chat prompts, greedy (or sampled at --temp, each prompt with its own
 seed: keyed draws, the default with a seed), rotated over rounds; figures are medians of the rounds'
 aggregate tokens/s. With --json the prompts ask for JSON by a schema, which the output must follow
-(its grammar, as the server's response_format makes it; generations end where the JSON does). Also reported: acceptance, and the draft's time per drafted token
-(renamed against same: what masking the unshared tokens and converting tokens costs), and the
-pairing's own measured time (Stats.t_vocab_ms) as a share of the generation time after the prompt.
+(its grammar, as the server's response_format makes it; generations end where the JSON does).
+Also reported: acceptance, and the draft's time per drafted token (renamed against same: what
+moving the logits to the target's ids and converting tokens costs), and the pairing's own measured
+time (Stats.t_vocab_ms) as a share of the generation time after the prompt.
 
     python benchmarks/cross_vocab_bench.py [--rounds 3] [-n 128] [--top 32768,24576] [--temp 0.8] [--json]
 """
