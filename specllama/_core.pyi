@@ -697,6 +697,14 @@ class GenerateOptions:
     def overlap(self, arg1: bool) -> None:
         ...
     @property
+    def prediction(self) -> list[int]:
+        """
+        a prediction of the output in the target's token ids (OpenAI's Predicted Outputs: the text an edit mostly repeats); where the output follows it, its next tokens are drafted first, at no draft decode; the output is the target's whatever it holds. Mode 'si'; [] (default): none
+        """
+    @prediction.setter
+    def prediction(self, arg0: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> None:
+        ...
+    @property
     def presence_penalty(self) -> float:
         """
         subtracted once from a counted token's logit; 0 = off
@@ -1078,6 +1086,16 @@ class Stats:
     def n_paused_steps(self) -> int:
         """
         steps the adaptive rule took without the draft model (drafting did not pay)
+        """
+    @property
+    def n_prediction_accepted(self) -> int:
+        """
+        of which the target kept
+        """
+    @property
+    def n_prediction_drafted(self) -> int:
+        """
+        of the drafted tokens, those the request's prediction proposed (GenerateParams.prediction)
         """
     @property
     def n_probe_reads(self) -> int:

@@ -497,7 +497,10 @@ class SpeculativeDecoder:
 
     def options(self, options: Optional[GenerateOptions] = None, **fields) -> GenerateOptions:
         """The GenerateOptions a generation with these arguments runs (make_options), checked
-        against this decoder too (a drafter it cannot run, say)."""
+        against this decoder too (a drafter it cannot run, say). A prediction given as text is
+        tokenized here, as plain text (no BOS, special tokens not parsed)."""
+        if isinstance(fields.get("prediction"), str):
+            fields["prediction"] = self.tokenize(fields["prediction"], add_special=False, parse_special=False)
         opts = make_options(options, **fields)
         self._native().validate(opts)
         if opts.mode == "dsi":
@@ -516,7 +519,8 @@ class SpeculativeDecoder:
 
         The generation's settings are GenerateOptions fields, given as keywords or as an options
         object (keywords override it): max_tokens, temperature, top_k, top_p, min_p, seed, stop,
-        ignore_eos, n_draft, speculative, adaptive, drafter, acceptance, prices, and for
+        ignore_eos, n_draft, speculative, adaptive, drafter, acceptance, prediction (text or token
+        ids the output is expected to repeat much of), prices, and for
         mode="dsi" sp, lookahead, threads_draft, threads_server, overlap, wait_for_drafts.
         help(specllama.GenerateOptions) and docs/python-api.md describe each with its default.
 

@@ -255,6 +255,11 @@ void register_options(py::module_ & m) {
                        "cache holds at other positions (after an edit in the middle) instead of processing them "
                        "again; the output then follows the target given those moved keys and values, not a fresh "
                        "pass. 0: the common prefix only")
+        .def_readwrite("prediction", &gp::prediction,
+                       "a prediction of the output in the target's token ids (OpenAI's Predicted Outputs: the text "
+                       "an edit mostly repeats); where the output follows it, its next tokens are drafted first, "
+                       "at no draft decode; the output is the target's whatever it holds. Mode 'si'; [] (default): "
+                       "none")
         .def_readwrite("seed", &gp::seed, "random seed; None: a random one")
         .def_property(
             "stop", [](const gp & p) { return p.stop; },

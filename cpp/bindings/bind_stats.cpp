@@ -77,6 +77,9 @@ void register_stats(py::module_ & m) {
         .def_readonly("n_accepted", &gs::n_accepted, "of which the target kept")
         .def_readonly("n_lookup_drafted", &gs::n_lookup_drafted, "of the drafted tokens, those prompt lookup proposed")
         .def_readonly("n_lookup_accepted", &gs::n_lookup_accepted, "of which the target kept")
+        .def_readonly("n_prediction_drafted", &gs::n_prediction_drafted,
+                      "of the drafted tokens, those the request's prediction proposed (GenerateParams.prediction)")
+        .def_readonly("n_prediction_accepted", &gs::n_prediction_accepted, "of which the target kept")
         .def_readonly("n_forced_drafted", &gs::n_forced_drafted,
                       "of the drafted tokens, those the grammar forced (GenerateOptions.forced_drafts)")
         .def_readonly("n_forced_accepted", &gs::n_forced_accepted, "of which the target kept")

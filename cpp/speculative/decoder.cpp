@@ -359,6 +359,7 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     if (!params.grammar.empty() && params.mode == decode_mode::dsi) {
         throw std::invalid_argument("a grammar is not available in mode 'dsi'");
     }
+    prediction_validate(params.prediction, target_->n_vocab);
     run_plan plan;
     plan.n_draft = params.n_draft ? *params.n_draft : n_draft_;
     if (plan.n_draft + 1 > tgt_cache_->n_batch()) {
@@ -374,6 +375,7 @@ decoder::run_plan decoder::plan_run(const generate_params & params) const {
     plan.use_model        = params.speculative && (kind == drafter_kind::model || kind == drafter_kind::model_lookup);
     plan.use_lookup       = params.speculative && !plain_auto &&
                       (kind == drafter_kind::lookup || kind == drafter_kind::model_lookup);
+    plan.use_prediction   = params.speculative && !params.prediction.empty();
     // (keyed draws make the output independent of the draft lengths, so a seed does not fix them)
     plan.adaptive = params.adaptive ? *params.adaptive
                                     : (params.sampling.greedy() || !params.seed || effective_rule(params) == accept_rule::keyed);
@@ -392,7 +394,8 @@ void decoder::validate(const generate_params & params) const {
 }
 
 std::string decoder::run_plan::drafter() const {
-    return use_model && use_lookup ? "model+lookup" : use_model ? "model" : use_lookup ? "lookup" : "none";
+    const std::string who = use_model && use_lookup ? "model+lookup" : use_model ? "model" : use_lookup ? "lookup" : "";
+    return !use_prediction ? (who.empty() ? "none" : who) : who.empty() ? "prediction" : who + "+prediction";
 }
 
 std::string decoder::drafter_name(const generate_params & params) const {
@@ -486,6 +489,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
     const auto t_start = clock_type::now();
 
     forced_kept_ = forced_seen_ = 0.0;
+    prediction_.reset(plan.use_prediction ? params.prediction : std::vector<llama_token>(), (int32_t) prompt.size());
     ahead_hit_                   = false;
     std::vector<llama_token> seq = prompt;
     prefill(seq, plan, params, st, check);
@@ -550,20 +554,7 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
             st.steps.push_back(std::move(trace));
         }
         prev_n = n;
-        // every forced draft the target looked at: the kept ones and a first rejected one
-        constexpr double decay = 0.95;
-        for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
-            if (drafted_.forced[i]) {
-                const bool kept = i < acc.n_accepted;
-                st.n_forced_accepted += kept;
-                forced_kept_ = decay * forced_kept_ + (kept ? 1.0 : 0.0);
-                forced_seen_ = decay * forced_seen_ + 1.0;
-            }
-        }
-        const int32_t n_forced = drafted_.n_forced();
-        st.n_forced_drafted += n_forced;
-        const int32_t n_before_lookup = n_model > 0 ? n_model : n_forced;  // (forced drafts come before lookup's)
-        st.n_lookup_accepted += std::max(0, acc.n_accepted - n_before_lookup);
+        count_verified(acc, n_model, st);
         st.n_steps += 1;
         st.n_drafted += n;
         st.n_accepted += acc.n_accepted;
@@ -572,9 +563,6 @@ generate_result decoder::generate_si(const std::vector<llama_token> & prompt, co
         emit(acc, params, stream, seq, res, ev, finish);
         if (params.sampling.grammar != nullptr) {
             params.sampling.grammar->commit(acc.n_accepted, acc.next);
-        }
-        if (batcher_) {
-            batcher_->drafting().observe_verified(n_model, n_before_lookup, n, acc.n_accepted);
         }
         if (on_step && on_step(ev) && finish.empty()) {
             finish = "cancelled";

@@ -25,6 +25,7 @@
 #include "speculative/draft_length.h"
 #include "speculative/drafting.h"
 #include "speculative/lookup.h"
+#include "speculative/prediction.h"
 #include "speculative/text.h"
 #include "speculative/vocab_map.h"
 
@@ -156,6 +157,10 @@ struct generate_params {
     // that seed), else rejection (effective_rule)
     std::optional<accept_rule> rule;
     lookup_params            lookup;
+    // a prediction of the output (OpenAI's Predicted Outputs, in the target's tokens): where the output
+    // follows it, its next tokens are drafted first, at no draft decode (prediction.h), whatever the
+    // drafter; the draft model drafts where the output leaves it. Mode si, speculative; empty: none
+    std::vector<llama_token> prediction;
     std::optional<step_prices> prices;          // none: the adaptive rule prices steps by measured times
     decode_mode              mode = decode_mode::si;
     dsi_options              dsi;               // mode dsi only
@@ -262,6 +267,8 @@ struct generate_stats {
     int32_t              n_accepted      = 0;  // of which the target kept
     int32_t              n_lookup_drafted  = 0;  // of the drafted tokens, proposed by prompt lookup
     int32_t              n_lookup_accepted = 0;  // of which the target kept
+    int32_t              n_prediction_drafted  = 0;  // of the drafted tokens, the prediction's (generate_params::prediction)
+    int32_t              n_prediction_accepted = 0;  // of which the target kept
     int32_t              n_forced_drafted  = 0;  // of the drafted tokens, forced by the grammar (generate_params::forced_drafts)
     int32_t              n_forced_accepted = 0;  // of which the target kept
     int32_t              n_paused_steps    = 0;  // steps the adaptive rule left the draft model out of (no pay)
@@ -473,10 +480,11 @@ class decoder {
     struct run_plan {
         bool    use_model  = false;  // the draft model drafts
         bool    use_lookup = false;  // prompt lookup drafts, alone or after the model
+        bool    use_prediction = false;  // the request's prediction drafts first where the output follows it
         bool    adaptive   = false;  // each step's draft length chosen by expected speed
         int32_t n_draft    = 0;      // the most tokens drafted in a step
 
-        std::string drafter() const;  // "model", "lookup", "model+lookup" or "none"
+        std::string drafter() const;  // "model", "lookup", "model+lookup" or "none"; "+prediction" after it
     };
     // validates params against this decoder and resolves them (throws std::invalid_argument)
     run_plan plan_run(const generate_params & params) const;
@@ -600,6 +608,13 @@ class decoder {
     // proposal the cost model dropped (-1 if none); returns how many were added
     int32_t add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, bool adaptive,
                               const lookup_params & params, llama_token & probe);
+    // append the prediction's drafts after the model's or the grammar's, up to n_max in all: all it has, with
+    // or without the adaptive rule (the request says the reply repeats it; where it does not, a step
+    // verifies the tokens up to the edit, and the prediction drafts again once the place is found again);
+    // sets pred_first_ and n_pred_
+    void add_prediction_drafts(const std::vector<llama_token> & seq, int32_t n_max);
+    // a step's drafts counted in st once verified: forced, the prediction's, lookup's (and the slots' rule)
+    void count_verified(const acceptance_result & acc, int32_t n_model, generate_stats & st);
     // record one step's costs and outcomes (record_) and, where price, feed them to the adaptive
     // draft length (prev_n: tokens drafted in the step before, -1 for the first step after
     // prefill; n_prompt: prompt tokens its verification's decode took in first); prices replace
@@ -674,6 +689,8 @@ class decoder {
     std::optional<grammar_forcing> forcing_;    // the target's vocabulary's probe for forced text (made at first use)
     std::vector<llama_token>  forced_;          // the tokens a grammar forces, in a step without the draft model
     double                    forced_kept_ = 0, forced_seen_ = 0;  // forced_accept_prob(), decayed counts
+    prediction_tracker        prediction_;  // this generation's generate_params::prediction
+    int32_t                   pred_first_ = 0, n_pred_ = 0;  // the step's prediction drafts in drafted_
 };
 
 // throws std::invalid_argument naming the first bad parameter (what any decoder would refuse)

@@ -27,7 +27,7 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     step_plan     step;
     // the first step is plain: its token comes as soon as the prompt is in (the time to first
     // token of a stream), where drafting first would add the drafts' and a longer batch's time
-    if ((plan.use_model || plan.use_lookup) && st.n_steps > 0) {
+    if ((plan.use_model || plan.use_lookup || plan.use_prediction) && st.n_steps > 0) {
         step.n_max = std::max(0, std::min({plan.n_draft, room, remaining - 1}));
         if (pad_to_ > 0) {
             step.n_max = std::min(step.n_max, pad_to_ - 1);  // (a padded verification's drafts)
@@ -35,7 +35,9 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
     }
     // the adaptive rule compares drafting with plain steps: it prices those first, and then
     // leaves the draft model out of steps while drafting does not pay (draft_length.h)
-    const bool model_wanted = step.n_max > 0 && plan.use_model;
+    // where the output follows the request's prediction, its tokens draft this step instead of the model
+    const bool predicted    = plan.use_prediction && step.n_max > 0 && prediction_.follows(seq);
+    const bool model_wanted = step.n_max > 0 && plan.use_model && !predicted;
     const bool pricing      = lengths_.pricing(plan.adaptive);
     if (model_sits_out_ && st.n_generated >= read_after_) {
         model_sits_out_     = false;  // (a generation that sat out for now has run long enough: the draft reads)
@@ -70,7 +72,7 @@ decoder::step_plan decoder::plan_step(const run_plan & plan, const generate_para
         step.n_max        = cap > 0 ? cap : step.n_max;  // (prompt lookup may still fill a plain step)
     }
     // and prompt lookup's drafts in a step without model drafts: each adds to the merged verification
-    if (!step.model && step.n_max > 0 && plan.use_lookup && group_caps) {
+    if (!step.model && step.n_max > 0 && (plan.use_lookup || predicted) && group_caps) {
         step.n_max = batcher_->drafting().lookup_cap(batcher_->n_generating(), step.n_max);
     }
     st.n_paused_steps += model_wanted && !pricing && !step.model;  // (pricing steps are not pauses)
@@ -176,21 +178,30 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
                           [&](int32_t n_done) { return keep_forced(n_done, p_reach, step.n_max, plan.adaptive); },
                           forced_);
     }
-    // prompt lookup: alone, or after the draft model stopped short (not after a drafted end token)
+    // the prediction's drafts, then prompt lookup's: alone, or after the draft model stopped short (not after
+    // a drafted end token)
     const int32_t n_first = (int32_t) drafted_.tokens.size();
-    if (step.n_max > n_first && plan.use_lookup &&
-        (n_first == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back()))) {
+    const bool    go_on   = n_first == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back());
+    pred_first_ = n_first;
+    n_pred_     = 0;
+    if (step.n_max > n_first && plan.use_prediction && go_on) {
+        add_prediction_drafts(seq, step.n_max);
+    }
+    const int32_t n_lookup_from = (int32_t) drafted_.tokens.size();
+    if (step.n_max > n_lookup_from && plan.use_lookup && go_on) {
         st.n_lookup_drafted += add_lookup_drafts(seq, step.n_max, plan.adaptive, params.lookup, probe);
     }
-    if (grammar != nullptr) {  // lookup's drafts up to the first the grammar rejects (p = 0 there)
+    if (grammar != nullptr) {  // the prediction's and lookup's drafts up to the first the grammar rejects (p = 0)
         int32_t keep = n_first;
         while (keep < (int32_t) drafted_.tokens.size() && grammar->push(drafted_.tokens[keep])) {
             ++keep;
         }
-        st.n_lookup_drafted -= (int32_t) drafted_.tokens.size() - keep;
+        st.n_lookup_drafted -= (int32_t) drafted_.tokens.size() - std::max(keep, n_lookup_from);
+        n_pred_ = std::min(n_pred_, keep - n_first);
         drafted_.tokens.resize(keep);
         drafted_.conf.resize(std::min<size_t>(drafted_.conf.size(), keep));
     }
+    st.n_prediction_drafted += n_pred_;
     drafted_.forced.resize(drafted_.tokens.size(), 0);  // (lookup's drafts are not forced)
     return n_model;
 }
@@ -209,6 +220,44 @@ bool decoder::keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool 
     return true;
 }
 
+void decoder::add_prediction_drafts(const std::vector<llama_token> & seq, int32_t n_max) {
+    const int32_t n_before = (int32_t) drafted_.tokens.size();
+    const int32_t n_found  = prediction_.draft(seq, n_max, drafted_.tokens);
+    if ((int32_t) drafted_.dists.size() < n_before + n_found) {
+        drafted_.dists.resize(n_before + n_found);
+    }
+    for (int32_t i = n_before; i < n_before + n_found; ++i) {
+        drafted_.conf.push_back(-1.0f);  // no confidence: kept out of the calibration
+        drafted_.dists[i].ids.assign(1, drafted_.tokens[i]);  // a deterministic proposal: q is one-hot
+        drafted_.dists[i].probs.assign(1, 1.0f);
+    }
+    n_pred_ = n_found;
+}
+
+void decoder::count_verified(const acceptance_result & acc, int32_t n_model, generate_stats & st) {
+    // every forced draft the target looked at: the kept ones and a first rejected one
+    constexpr double decay = 0.95;
+    const int32_t    n     = (int32_t) drafted_.tokens.size();
+    for (int32_t i = 0; i <= acc.n_accepted && i < n; ++i) {
+        if (drafted_.forced[i]) {
+            const bool kept = i < acc.n_accepted;
+            st.n_forced_accepted += kept;
+            forced_kept_ = decay * forced_kept_ + (kept ? 1.0 : 0.0);
+            forced_seen_ = decay * forced_seen_ + 1.0;
+        }
+    }
+    st.n_prediction_accepted += std::clamp(acc.n_accepted - pred_first_, 0, n_pred_);
+    const int32_t n_forced = drafted_.n_forced();
+    st.n_forced_drafted += n_forced;
+    // (forced drafts come before the prediction's and lookup's; for the slots' cap the prediction's count as
+    // lookup's: drafts that cost no draft decode)
+    const int32_t n_free_from = n_model > 0 ? n_model : n_forced;
+    st.n_lookup_accepted += std::max(0, acc.n_accepted - (n_free_from + n_pred_));
+    if (batcher_) {
+        batcher_->drafting().observe_verified(n_model, n_free_from, n, acc.n_accepted);
+    }
+}
+
 int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t n_max, bool adaptive,
                                    const lookup_params & params, llama_token & probe) {
     const int32_t n_model = (int32_t) drafted_.tokens.size();
@@ -219,7 +268,8 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
         // keep the lookup tokens that pay, judged like model drafts but costing no draft decode
         double p_reach = 1.0;
         for (int32_t i = 0; i < n_model; ++i) {
-            p_reach *= lengths_.accept_prob(drafted_.conf[i]);
+            const bool predicted = i >= pred_first_ && i < pred_first_ + n_pred_;  // (all of it kept, as asserted)
+            p_reach *= predicted ? 1.0 : lengths_.accept_prob(drafted_.conf[i]);
         }
         const double p_lookup = lengths_.lookup_accept_prob();
         int32_t      n_keep   = 0;
@@ -253,6 +303,8 @@ void decoder::observe_step(int32_t n_model, int32_t n, const acceptance_result &
     r.n_accepted    = acc.n_accepted;
     r.conf.assign(drafted_.conf.begin(), drafted_.conf.begin() + n_model);
     r.forced.assign(drafted_.forced.begin(), drafted_.forced.end());
+    std::fill_n(r.forced.begin() + pred_first_, n_pred_, 1);  // (the prediction's: neither the model's nor lookup's)
+    r.given = n_pred_ > 0;
     r.n_decodes  = n_model > 0 ? drafted_.n_decodes : 0;
     r.n_catch_up = n_model > 0 ? drafted_.n_catch_up : 0;
     r.n_verified = (int32_t) batch_.size();  // (the verification's batch: padded or not)

@@ -46,6 +46,9 @@ void decoder::draft_ahead_validate(const generate_params & params, const run_pla
     if (!params.grammar.empty()) {
         refuse("is not available with a grammar");
     }
+    if (plan.use_prediction) {
+        refuse("is not available with a prediction");
+    }
     if (batcher_) {
         refuse("is not available in a slot (the slots' decodes are merged)");
     }

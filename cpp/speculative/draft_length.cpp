@@ -601,8 +601,10 @@ void draft_length_model::observe(const step_record & s) {
     if (s.probe >= 0 && s.n_accepted == s.n) {
         observe_lookup(s.probe == 1);
     }
-    if (changed) {
-        return;  // (the step that showed the change was measured partly before it: it counts in no rate)
+    // (the step that showed the change was measured partly before it, and a step the request's prediction
+    // drafted in is the request's: neither counts in a rate)
+    if (changed || s.given) {
+        return;
     }
     // a step that resumed after a pause counts in the drafting steps' rate with a step's catch-up in place of
     // its read of what the draft sat out (the price of coming back, paid once, not of drafting on: on the

@@ -60,8 +60,12 @@ struct step_record {
     double             draft_ms    = 0;  // all of the step's drafting, the catch-up included
     double             verify_ms   = 0;  // the verification of n + 1 tokens
     int32_t            prev_n      = -1; // tokens drafted in the step before (-1: it was prefill)
-    // forced[i]: draft i was forced by a grammar (q = 1: neither the model's choice nor lookup's); empty: none
+    // forced[i]: draft i was forced by a grammar or given by the request's prediction (q = 1: neither the
+    // model's choice nor lookup's); empty: none
     std::vector<uint8_t> forced;
+    // the request's prediction drafted in it (generate_params::prediction): its verification is priced, but its
+    // drafts and its speed are the request's, not the pair's, and count in no rate
+    bool               given      = false;
     int32_t            n_decodes  = -1;  // the draft's decodes after its catch-up (-1: n_model - 1)
     int32_t            n_catch_up = 0;   // the catch-up's decodes where each took one token (0: a batch)
     int32_t            n_verified = 0;   // tokens the verification decoded (0: n + 1; more where padded)

@@ -105,6 +105,9 @@ void generate_params_validate(const generate_params & p) {
             throw std::invalid_argument("mode 'dsi' drafts with the draft model only (drafter 'auto' or 'model'), "
                                         "got '" + drafter_to_string(p.drafter) + "'");
         }
+        if (!p.prediction.empty()) {
+            throw std::invalid_argument("a prediction drafts in mode 'si' only");
+        }
         if (p.rule && *p.rule != accept_rule::rejection) {
             throw std::invalid_argument("mode 'dsi' verifies with the rejection rule only");
         }
