@@ -525,6 +525,8 @@ def _stats_line(stats) -> str:
     if stats.n_drafted:
         line += (f"; acceptance {stats.acceptance_rate:.1%} ({stats.n_accepted}/{stats.n_drafted})"
                  + lookup_note(stats)
+                 + (f" (prediction: {stats.n_prediction_accepted}/{stats.n_prediction_drafted})"
+                    if stats.n_prediction_drafted else "")
                  + f", {stats.mean_accepted_length:.2f} tokens per target pass")
     if stats.n_ahead_drafted:
         line += (f"; {stats.n_ahead_drafted} tokens drafted during verifications, {stats.n_ahead_used} of them "
@@ -566,12 +568,15 @@ def main() -> None:
 @click.option("--stop", multiple=True, help="Stop string (repeatable).")
 @encoding_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of streaming text.")
+@click.option("--prediction-file", "prediction_file", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Text the output is expected to repeat much of (the file an edit rewrites): where the output "
+                   "follows it, its next tokens are drafted at no draft decode. The output stays the target's.")
 @click.option("--compare", is_flag=True,
               help="Afterwards, generate the same tokens with plain decoding and report the speedup.")
 @dsi_options
 @_library_errors
 def generate(prompt, mo, so, do, use_chat, system, chat_template, template_kwargs, stop, input_encoding, as_json,
-             compare):
+             prediction_file, compare):
     """Generate one completion of PROMPT (or of standard input), streamed to stdout."""
     if prompt is None:
         if sys.stdin is None or (sys.stdin.isatty() if hasattr(sys.stdin, "isatty") else False):
@@ -585,6 +590,14 @@ def generate(prompt, mo, so, do, use_chat, system, chat_template, template_kwarg
         system = encoding.from_argument(system, input_encoding, "--system")
     stop = [encoding.from_argument(s, input_encoding, "--stop") for s in stop]
     kwargs = _generate_kwargs(mo, so, do, stop=stop)
+    if prediction_file is not None:
+        try:
+            with open(prediction_file, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {prediction_file}: {exc.strerror}",
+                                     param_hint="'--prediction-file'") from None
+        kwargs["prediction"] = encoding.decode(raw, input_encoding, prediction_file)
     dec, what = _open_decoder(mo)
     with dec:
         if use_chat:

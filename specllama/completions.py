@@ -46,7 +46,6 @@ _NEUTRAL = {
     "store": (False,),
     "modalities": (["text"],),
     "audio": (),
-    "prediction": (),
     "web_search_options": (),
 }
 # accepted and without effect on the output: identifiers, metadata, and llama-server's cache switch
@@ -55,7 +54,7 @@ _PASSIVE = {"user", "metadata", "service_tier", "cache_prompt", "id_slot"}
 _COMMON = {"model", "max_tokens", "max_completion_tokens", "n_predict", "temperature", "top_p", "top_k", "min_p",
            "stop", "seed", "stream", "stream_options", "n", "ignore_eos", "speculative", "n_draft", "drafter",
            "response_format", "return_tokens", "presence_penalty", "frequency_penalty", "repeat_penalty",
-           "repeat_last_n", "logit_bias", "logprobs", "grammar", "json_schema"}
+           "repeat_last_n", "logit_bias", "logprobs", "grammar", "json_schema", "prediction"}
 CHAT_FIELDS = (_COMMON | {"messages", "chat_template_kwargs", "top_logprobs", "tools", "tool_choice",
                           "parallel_tool_calls", "reasoning_format", "reasoning_effort", "reasoning_budget_tokens",
                           "thinking_budget_tokens", "reasoning_budget_message"} | set(_NEUTRAL) | _PASSIVE)
@@ -99,6 +98,7 @@ class Request:
     tool_call: Optional[ToolCall] = None  # the calls a grammar holds (None: no grammar for them)
     tool_format: Any = HERMES  # the chat template's call format (a tools module or flavour; prompt_tokens)
     n: int = 1  # choices, generated one after another (choice c with seed + c where a seed is given)
+    prediction: str = ""  # OpenAI's Predicted Outputs: text the reply is expected to repeat much of ("": none)
     # chat: where a reasoning model's thinking goes (specllama.reasoning; None: not given, "auto"), and
     # the markup of the thinking the prompt opened (prompt_tokens; None: none)
     reasoning_format: Optional[str] = None
@@ -184,7 +184,8 @@ def parse(body: Any, kind: str, defaults: Optional[GenerateOptions] = None) -> R
     n = _number(body, "n", 1, MAX_CHOICES, integer=True)
     req = Request(kind=kind, options=options, stream=stream, include_usage=include_usage, model=model,
                   max_tokens=max_tokens, return_tokens=return_tokens, n=n or 1,
-                  answer_grammar=bool(opts.get("grammar")) and not body.get("grammar"))
+                  answer_grammar=bool(opts.get("grammar")) and not body.get("grammar"),
+                  prediction=_prediction(body))
     if kind == "chat":
         _chat_prompt(body, req)
     else:
@@ -210,6 +211,25 @@ def _check_fields(body: Any, kind: str) -> None:
         if name in body and body[name] is not None and body[name] not in neutral:
             raise RequestError(f"'{name}' is not supported by this server (only {json.dumps(neutral[0])})"
                                if neutral else f"'{name}' is not supported by this server", name, "unsupported_field")
+
+
+def _prediction(body: dict) -> str:
+    """OpenAI's prediction: {"type": "content", "content": text or [{"type": "text", "text": ...}]}, as
+    its text ("" where not given)."""
+    pred = body.get("prediction")
+    if pred is None:
+        return ""
+    if not isinstance(pred, dict) or pred.get("type") != "content" or set(pred) - {"type", "content"}:
+        raise RequestError("'prediction' must be {\"type\": \"content\", \"content\": ...}", "prediction",
+                           "invalid_value")
+    content = pred.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                                         and set(p) == {"type", "text"} for p in content):
+        return "".join(p["text"] for p in content)
+    raise RequestError("'prediction.content' must be a string or a list of {\"type\": \"text\", \"text\": ...} parts",
+                       "prediction", "invalid_type")
 
 
 def _max_tokens(body: dict) -> Optional[int]:
@@ -585,6 +605,8 @@ def options_for(dec, req: Request, n_prompt: int) -> GenerateOptions:
         _thinking_budget(dec, req, opts, markup)
     if req.kind == "chat":
         opts.preserved_tokens = _preserved(dec, req.tool_format.TAGS + reasoning.TAGS)
+    if req.prediction:
+        opts.prediction = dec.tokenize(req.prediction, add_special=False, parse_special=False)
     try:
         return dec.options(opts)
     except (TypeError, ValueError) as exc:
@@ -654,9 +676,16 @@ def new_id(kind: str) -> str:
 
 
 def usage(stats) -> Dict[str, Any]:
-    return {"prompt_tokens": stats.n_prompt, "completion_tokens": stats.n_generated,
-            "total_tokens": stats.n_prompt + stats.n_generated,
-            "prompt_tokens_details": {"cached_tokens": stats.n_prompt_cached}}
+    """OpenAI's usage; where a prediction drafted (Stats.drafter), completion_tokens_details says how
+    many of its tokens the target kept and how many it verified and rejected."""
+    out = {"prompt_tokens": stats.n_prompt, "completion_tokens": stats.n_generated,
+           "total_tokens": stats.n_prompt + stats.n_generated,
+           "prompt_tokens_details": {"cached_tokens": stats.n_prompt_cached}}
+    if stats.drafter.endswith("prediction"):
+        out["completion_tokens_details"] = {
+            "accepted_prediction_tokens": stats.n_prediction_accepted,
+            "rejected_prediction_tokens": stats.n_prediction_drafted - stats.n_prediction_accepted}
+    return out
 
 
 def timings(stats) -> Dict[str, Any]:
@@ -683,6 +712,10 @@ def total_usage(all_stats) -> Dict[str, Any]:
     out = usage(all_stats[0])
     out["completion_tokens"] = sum(st.n_generated for st in all_stats)
     out["total_tokens"] = out["prompt_tokens"] + out["completion_tokens"]
+    if "completion_tokens_details" in out:
+        for name in ("accepted_prediction_tokens", "rejected_prediction_tokens"):
+            out["completion_tokens_details"][name] = sum(usage(st).get("completion_tokens_details", {}).get(name, 0)
+                                                         for st in all_stats)
     return out
 
 
