@@ -6,7 +6,8 @@ batch sizes, draft length, catch-up and verification shapes, settling steps, pro
 shared prefill), then runs one to three generations with random requests: greedy, or sampled with a
 seed (keyed draws: plain decoding's sample whatever is drafted), with top-k, top-p, min-p,
 penalties, logit bias, a grammar, stop strings, log-probabilities; drafted by the draft model,
-prompt lookup or both, adaptive or fixed, drafting while verifying, sampling on the device, DSI.
+prompt lookup or both, adaptive or fixed, drafting while verifying, sampling on the device, DSI,
+and a prediction of the output (the reference's tokens with random edits, or unrelated tokens).
 The reference is the same request with speculative=False. Prices for the adaptive rule are given
 (StepPrices), so a case replays exactly. Every generation must give the reference's tokens, text,
 finish reason and log-probabilities.
@@ -129,6 +130,20 @@ def drafting(rng: random.Random, req: dict, slot: bool, n_batch: int) -> dict:
     return d
 
 
+def prediction(rng: random.Random, tokens: list) -> list:
+    """A prediction of the output: the reference's own tokens with random edits (cut, inserted and
+    replaced runs), or unrelated tokens."""
+    if rng.random() < 0.15:
+        return [rng.randrange(325) for _ in range(rng.randint(1, 40))]
+    out = list(tokens)
+    for _ in range(rng.randint(0, 3)):
+        at, n = rng.randint(0, len(out)), rng.randint(1, 8)
+        edit = rng.choice(["cut", "insert", "replace"])
+        new = [rng.randrange(325) for _ in range(n)] if edit != "cut" else []
+        out[at:at + (0 if edit == "insert" else n)] = new
+    return out
+
+
 def first_difference(a, b) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
@@ -180,6 +195,8 @@ def run_case(models: dict, seed: int, case: int, verbose: bool, counts: dict) ->
             if verbose:
                 print(what)
             ref = reference.generate(prompt, speculative=False, **req)
+            if rng.random() < 0.3 and spec.get("mode") != "dsi" and "draft_ahead" not in spec:
+                spec["prediction"] = prediction(rng, list(ref.tokens))
             try:
                 out = runner.generate(prompt, **req, **spec)
             except (ValueError, TypeError) as exc:
