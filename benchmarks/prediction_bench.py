@@ -8,7 +8,7 @@ plain decoding, the default drafter (draft model and prompt lookup), prompt look
 each of the last two with the file as prediction. Each round runs every setting on every task,
 the order rotating from round to round. Reported per setting: the median over rounds of the
 decode tokens/s summed over tasks, its ratio to plain decoding and to the default drafter in the
-same round, the prediction's drafted and kept tokens, and whether the greedy text is plain
+same round, the prediction's drafted and kept tokens, and whether the text is plain
 decoding's (greedy, or with a seed plain decoding's sample: keyed draws).
 
     python benchmarks/prediction_bench.py --pair qwen2.5-coder --rounds 3 --out prediction.json
