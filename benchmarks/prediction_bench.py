@@ -88,7 +88,7 @@ def run_round(dec, tasks, n, temp, order):
             r = dec.generate(prompt, max_tokens=n, temperature=temp, seed=i, speculative=speculative,
                              drafter=drafter, prediction=source if predicted else [])
             s = r.stats
-            tps += s.n_generated / max(1e-9, (s.t_total_ms - s.t_prefill_ms) / 1000.0)
+            tps += s.tokens_per_second
             drafted += s.n_prediction_drafted
             kept += s.n_prediction_accepted
             tokens.append(list(r.tokens))

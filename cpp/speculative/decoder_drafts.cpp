@@ -222,16 +222,8 @@ bool decoder::keep_forced(int32_t n_done, double & p_reach, int32_t n_max, bool 
 
 void decoder::add_prediction_drafts(const std::vector<llama_token> & seq, int32_t n_max) {
     const int32_t n_before = (int32_t) drafted_.tokens.size();
-    const int32_t n_found  = prediction_.draft(seq, n_max, drafted_.tokens);
-    if ((int32_t) drafted_.dists.size() < n_before + n_found) {
-        drafted_.dists.resize(n_before + n_found);
-    }
-    for (int32_t i = n_before; i < n_before + n_found; ++i) {
-        drafted_.conf.push_back(-1.0f);  // no confidence: kept out of the calibration
-        drafted_.dists[i].ids.assign(1, drafted_.tokens[i]);  // a deterministic proposal: q is one-hot
-        drafted_.dists[i].probs.assign(1, 1.0f);
-    }
-    n_pred_ = n_found;
+    n_pred_                = prediction_.draft(seq, n_max, drafted_.tokens);
+    drafted_.set_deterministic(n_before);
 }
 
 void decoder::count_verified(const acceptance_result & acc, int32_t n_model, generate_stats & st) {
@@ -283,14 +275,7 @@ int32_t decoder::add_lookup_drafts(const std::vector<llama_token> & seq, int32_t
         drafted_.tokens.resize(n_model + n_keep);
         n_found = n_keep;
     }
-    if ((int32_t) drafted_.dists.size() < n_model + n_found) {
-        drafted_.dists.resize(n_model + n_found);
-    }
-    for (int32_t i = n_model; i < n_model + n_found; ++i) {
-        drafted_.conf.push_back(-1.0f);  // no confidence: kept out of the calibration
-        drafted_.dists[i].ids.assign(1, drafted_.tokens[i]);  // a deterministic proposal: q is one-hot
-        drafted_.dists[i].probs.assign(1, 1.0f);
-    }
+    drafted_.set_deterministic(n_model);
     return n_found;
 }
 

@@ -43,6 +43,19 @@ struct draft_result {
         windowed = resumed = false;
     }
     int32_t n_forced() const { return (int32_t) std::count(forced.begin(), forced.end(), 1); }
+    // tokens [first, end) appended without a q: a deterministic proposal (prompt lookup's, a prediction's),
+    // q one-hot, with no confidence (kept out of the calibration)
+    void set_deterministic(int32_t first) {
+        const int32_t n = (int32_t) tokens.size();
+        if ((int32_t) dists.size() < n) {
+            dists.resize(n);
+        }
+        for (int32_t i = first; i < n; ++i) {
+            conf.push_back(-1.0f);
+            dists[i].ids.assign(1, tokens[i]);
+            dists[i].probs.assign(1, 1.0f);
+        }
+    }
     // move from's drafts [first, first + n) to the end of these, each with its q and confidence
     void take(draft_result & from, int32_t first, int32_t n) {
         const int32_t at = (int32_t) tokens.size();
