@@ -20,6 +20,7 @@ void prediction_tracker::reset(const std::vector<llama_token> & prediction, int3
     n_seen_   = n_prompt;
     next_     = 0;  // (the output begins where the prediction does)
     left_     = 0;
+    n_looked_ = -1;
 }
 
 bool prediction_tracker::follows(const std::vector<llama_token> & seq) {
@@ -37,8 +38,9 @@ bool prediction_tracker::follows(const std::vector<llama_token> & seq) {
         }
     }
     n_seen_ = std::max(n_seen_, n_seq);
-    if (next_ < 0) {
-        next_ = find(seq);
+    if (next_ < 0 && n_looked_ != n_seq) {  // (once per length: the step's plan and its drafts ask alike)
+        next_     = find(seq);
+        n_looked_ = n_seq;
     }
     return next_ >= 0 && next_ < n_tokens;
 }

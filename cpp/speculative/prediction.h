@@ -44,6 +44,7 @@ private:
     int32_t                  n_seen_   = 0;   // seq's tokens followed
     int32_t                  next_     = 0;   // the prediction's token the output's next should be; -1: it left
     int32_t                  left_     = 0;   // where it last left the prediction
+    int32_t                  n_looked_ = -1;  // seq's length when find() last looked (and found nothing)
 };
 
 }  // namespace specllama
