@@ -27,6 +27,7 @@ from ._core import Context, Model, accept_trials, log_reclaim, log_set_level, qu
 from ._core import sampling_distribution, supports_gpu_offload, vocab_difference  # noqa: E402
 from ._core import list_devices, rpc_add_servers, rpc_serve, supports_rpc  # noqa: E402
 from .decoder import SpeculativeDecoder  # noqa: E402
+from .local_drafts import DraftCandidate, find_drafts  # noqa: E402
 from .options import Completion, DSIStats, GenerateOptions, PromptTooLong, Stats, StepChunk, StepPrices  # noqa: E402
 from .options import as_dict  # noqa: E402
 from .rpc_guard import RPCConnectionLost  # noqa: E402
@@ -44,6 +45,7 @@ __all__ = [
     "Completion",
     "Context",
     "DSIStats",
+    "DraftCandidate",
     "GenerateOptions",
     "Model",
     "PromptTooLong",
@@ -56,6 +58,7 @@ __all__ = [
     "accept_trials",
     "as_dict",
     "chat_templates",
+    "find_drafts",
     "list_devices",
     "log_reclaim",
     "log_set_level",

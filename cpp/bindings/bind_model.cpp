@@ -12,6 +12,7 @@
 #include "engine/kv_cache.h"
 #include "engine/llama_log.h"
 #include "engine/model.h"
+#include "engine/model_identity.h"
 #include "engine/quantize.h"
 #include "engine/vocab.h"
 
@@ -147,6 +148,35 @@ void register_model(py::module_ & m) {
     m.def("vocab_difference", &vocab_difference, py::arg("target"), py::arg("draft"),
           "The first difference between draft's vocabulary and target's, in words; '' when they are one "
           "(a draft with another vocabulary drafts by token-level intersection).");
+    m.def(
+        "model_identity",
+        [](const fs_path & path) {
+            model_identity id;
+            {
+                py::gil_scoped_release nogil;
+                id = read_identity(path.value);
+            }
+            py::dict e;
+            e["architecture"] = id.architecture;
+            e["type"]         = id.type;
+            e["name"]         = id.name;
+            e["basename"]     = id.basename;
+            e["finetune"]     = id.finetune;
+            e["size_label"]   = id.size_label;
+            e["n_params"]     = id.n_params;
+            e["n_block"]      = id.n_block;
+            e["n_vocab"]      = id.n_vocab;
+            e["vocab_hash"]   = id.vocab_hash;
+            e["split_no"]     = id.split_no;
+            e["split_count"]  = id.split_count;
+            return e;
+        },
+        py::arg("path"),
+        "What a GGUF file is, from its metadata and tensor table (no weights are read): architecture, type, name, "
+        "basename, finetune, size_label (general.*; '' where absent), n_params (elements of this file's tensors), "
+        "n_block (its tensors of model layers), n_vocab, vocab_hash (over the tokenizer's model and every token's "
+        "text: equal for files of one vocabulary), split_no and split_count. A file ggml cannot parse is a "
+        "ValueError.");
     m.def(
         "chat_apply_template",
         [](const text & tmpl, const std::vector<std::pair<text, text>> & messages, bool add_assistant) {
