@@ -8,8 +8,9 @@ file's header (specllama._core.model_identity: no weights are read) in these pla
     $SPECLLAMA_MODEL_PATH         directories, separated as PATH is
     specllama's cache             the named pairs (specllama.models.cache_dir())
     LM Studio                     ~/.lmstudio/models, ~/.cache/lm-studio/models
-    Hugging Face's cache          $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub
-    llama.cpp's cache             $LLAMA_CACHE or the user cache directory's llama.cpp (its -hf downloads)
+    Hugging Face's cache          $HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub (llama.cpp's -hf
+                                  downloads too)
+    llama.cpp's cache             $LLAMA_CACHE or the user cache directory's llama.cpp (older -hf downloads)
     ollama                        $OLLAMA_MODELS or ~/.ollama/models (blobs, named by their manifests)
 
 A file can draft for the target here when it is a model (not an adapter or a projector), in one
@@ -99,7 +100,9 @@ def search_places(target: Optional[str] = None) -> List[Tuple[str, Path]]:
     places.append(("specllama's cache", cache_dir()))
     home = _home()
     places += [("LM Studio", home / ".lmstudio" / "models"), ("LM Studio", home / ".cache" / "lm-studio" / "models")]
-    hub = env.get("HF_HUB_CACHE") or (str(Path(env["HF_HOME"]) / "hub") if env.get("HF_HOME") else None)
+    hub = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or (
+        str(Path(env["HF_HOME"]) / "hub") if env.get("HF_HOME") else
+        str(Path(env["XDG_CACHE_HOME"]) / "huggingface" / "hub") if env.get("XDG_CACHE_HOME") else None)
     places.append(("Hugging Face's cache", Path(hub) if hub else home / ".cache" / "huggingface" / "hub"))
     places.append(("llama.cpp's cache", Path(env["LLAMA_CACHE"]) if env.get("LLAMA_CACHE") else
                    _user_cache() / "llama.cpp"))

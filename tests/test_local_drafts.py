@@ -17,7 +17,7 @@ from specllama import local_drafts
 from specllama.cli import main
 from tiny_models import random_weights, vocab, write_model
 
-PLACES_ENV = ("HF_HOME", "HF_HUB_CACHE", "LLAMA_CACHE", "OLLAMA_MODELS", "SPECLLAMA_MODEL_PATH")
+PLACES_ENV = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "LLAMA_CACHE", "OLLAMA_MODELS", "SPECLLAMA_MODEL_PATH")
 
 
 def _model(path: Path, seed: int, n_layer: int, n_ff: int = 128, basename: str = "Tiny", finetune: str = "Instruct",
@@ -60,6 +60,7 @@ def home(tmp_path, monkeypatch, made):
     monkeypatch.setenv("HOME", str(h))
     monkeypatch.setenv("XDG_CACHE_HOME", str(h / ".cache"))
     monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "specllama-cache"))
+    (tmp_path / "specllama-cache").mkdir()
     for name in PLACES_ENV:
         monkeypatch.delenv(name, raising=False)
     models = h / "models"
@@ -161,6 +162,25 @@ def test_more_places_and_none(home, tmp_path, monkeypatch):
     monkeypatch.delenv("SPECLLAMA_MODEL_PATH")
     path, reason = local_drafts.choose_draft(alone / "target.gguf")
     assert path is None and "no draft found for target.gguf" in reason and str(alone) in reason
+
+
+def test_the_places_follow_the_tools_variables(home, tmp_path, monkeypatch):
+    default = local_drafts.search_places(home)
+    assert [what for what, _ in default] == ["the target's directory", "specllama's cache", "LM Studio",
+                                             "Hugging Face's cache", "llama.cpp's cache", "ollama"]
+    moved = {}
+    for var in ("HF_HUB_CACHE", "LLAMA_CACHE", "OLLAMA_MODELS", "SPECLLAMA_MODEL_PATH"):
+        moved[var] = tmp_path / var.lower()
+        moved[var].mkdir()
+        monkeypatch.setenv(var, str(moved[var]))
+    places = dict((d, what) for what, d in local_drafts.search_places(home))
+    assert places[moved["HF_HUB_CACHE"]] == "Hugging Face's cache" and places[moved["LLAMA_CACHE"]] == "llama.cpp's cache"
+    assert places[moved["OLLAMA_MODELS"]] == "ollama" and places[moved["SPECLLAMA_MODEL_PATH"]] == "SPECLLAMA_MODEL_PATH"
+    monkeypatch.delenv("HF_HUB_CACHE")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    assert [d for what, d in local_drafts.search_places(home) if what == "Hugging Face's cache"] == []  # (no hub/)
+    (tmp_path / "hub").mkdir()
+    assert (tmp_path / "hub", "Hugging Face's cache") in [(d, w) for w, d in local_drafts.search_places(home)]
 
 
 def test_the_decoder_drafts_with_the_draft_it_chose(home):
