@@ -44,6 +44,8 @@ _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 _INSTRUCT = {"instruct", "chat", "it", "sft", "dpo", "rlhf"}
 _NOT_MODELS = {"adapter", "mmproj", "vocab", "imatrix"}
 _CACHE_FORMAT = 1
+_FIELDS = {"architecture", "type", "basename", "finetune", "name", "n_params", "n_block", "vocab_hash",
+           "split_count", "size"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,8 @@ def _ollama_names(root: Path) -> Dict[str, str]:
 
 
 def _is_gguf(path: Path) -> bool:
+    if not path.is_file():  # (a FIFO would block the open)
+        return False
     try:
         with open(path, "rb") as f:
             return f.read(4) == b"GGUF"
@@ -175,6 +179,8 @@ class _Identities:
             self.known = data["files"] if data.get("format") == _CACHE_FORMAT else {}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.known = {}
+        if not isinstance(self.known, dict):
+            self.known = {}
         self.changed = False
 
     def get(self, path: Path) -> Optional[dict]:
@@ -186,7 +192,9 @@ class _Identities:
         stamp = [st.st_size, st.st_mtime_ns]
         entry = self.known.get(real)
         if isinstance(entry, dict) and entry.get("stamp") == stamp:
-            return entry.get("identity")
+            identity = entry.get("identity")
+            if identity is None or (isinstance(identity, dict) and _FIELDS <= identity.keys()):
+                return identity
         try:
             identity = dict(_core.model_identity(real), size=st.st_size)
         except (ValueError, OSError):

@@ -147,6 +147,27 @@ def test_a_second_search_reads_no_header_it_has_read(home, monkeypatch):
     assert sorted(reads) == sorted([os.fspath(home), str(small)])
 
 
+def test_a_damaged_record_or_a_fifo_costs_nothing(home, tmp_path):
+    first = local_drafts.find_drafts(home)
+    record = tmp_path / "specllama-cache" / "local-models.json"
+    data = json.loads(record.read_text())
+    for entry in data["files"].values():
+        if entry["identity"]:
+            entry["identity"] = {"n_params": "?"}  # (a record without its fields: read again)
+    record.write_text(json.dumps(data))
+    assert local_drafts.find_drafts(home) == first
+    for damaged in ("{", "[]", '{"format": 1, "files": []}'):
+        record.write_text(damaged)
+        assert local_drafts.find_drafts(home) == first
+    os.mkfifo(home.parent / "pipe.gguf")
+    ollama = home.parent.parent / ".ollama" / "models"
+    os.mkfifo(ollama / "blobs" / ("sha256-" + "ef" * 32))
+    manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "pipe"
+    manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
+                                                "digest": "sha256:" + "ef" * 32}]}))
+    assert local_drafts.find_drafts(home) == first
+
+
 def test_more_places_and_none(home, tmp_path, monkeypatch):
     extra = tmp_path / "mine" / "deep"
     extra.mkdir(parents=True)
