@@ -1027,7 +1027,8 @@ def _list_drafts(target: str) -> None:
         click.echo(f"no file there can draft for {Path(target).name} (a GGUF of its vocabulary with at most half its "
                    "parameters, or it in at most half its bytes); -d names any draft, of another vocabulary too")
     for i, c in enumerate(found):
-        click.echo(f"{'*' if i == 0 else ' '} {c.path}\n    {c.describe()}, {c.size / 1e6:.0f} MB")
+        size = "" if c.copy else f", {c.size / 1e6:.0f} MB"  # (a copy's line says its size)
+        click.echo(f"{'*' if i == 0 else ' '} {c.path}\n    {c.describe()}{size}")
 
 
 def _file_state(path: Path) -> str:
