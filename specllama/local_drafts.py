@@ -126,6 +126,8 @@ def _ollama_names(root: Path) -> Dict[str, str]:
     names: Dict[str, str] = {}
     manifests = root / "manifests"
     for path in sorted(manifests.glob("*/*/*/*")) if manifests.is_dir() else []:
+        if not path.is_file():  # (a FIFO would block the read)
+            continue
         try:
             layers = json.loads(path.read_text(encoding="utf-8")).get("layers", [])
         except (OSError, ValueError, AttributeError):

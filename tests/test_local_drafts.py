@@ -162,6 +162,7 @@ def test_a_damaged_record_or_a_fifo_costs_nothing(home, tmp_path):
     os.mkfifo(home.parent / "pipe.gguf")
     ollama = home.parent.parent / ".ollama" / "models"
     os.mkfifo(ollama / "blobs" / ("sha256-" + "ef" * 32))
+    os.mkfifo(ollama / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "pipe-manifest")
     manifest = ollama / "manifests" / "registry.ollama.ai" / "library" / "tiny" / "pipe"
     manifest.write_text(json.dumps({"layers": [{"mediaType": "application/vnd.ollama.image.model",
                                                 "digest": "sha256:" + "ef" * 32}]}))
