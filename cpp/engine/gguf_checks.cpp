@@ -163,8 +163,7 @@ void check_gguf_metadata(const std::string & path) {
 
 }  // namespace
 
-// check the path before llama.cpp sees it, so a wrong path or a non-GGUF file gets a clear message
-void check_gguf_file(const std::string & path) {
+void check_regular_file(const std::string & path) {
     struct stat st{};
     if (stat(path.c_str(), &st) != 0) {
         throw file_not_found("model file not found: " + path);
@@ -172,6 +171,11 @@ void check_gguf_file(const std::string & path) {
     if (!S_ISREG(st.st_mode)) {
         throw std::invalid_argument("not a regular file: " + path);
     }
+}
+
+// check the path before llama.cpp sees it, so a wrong path or a non-GGUF file gets a clear message
+void check_gguf_file(const std::string & path) {
+    check_regular_file(path);
     std::ifstream f(path, std::ios::binary);
     char magic[4] = {0, 0, 0, 0};
     if (!f || !f.read(magic, 4)) {

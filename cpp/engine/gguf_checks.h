@@ -20,6 +20,10 @@ std::optional<int64_t> gguf_int(const gguf_context * ctx, const std::string & na
 // an integer key, or each element of an integer array key (llama.cpp allows per-layer values)
 std::vector<int64_t> gguf_ints(const gguf_context * ctx, const std::string & name);
 
+// throws file_not_found for a missing path, std::invalid_argument for what is not a regular file
+// (a directory, a FIFO: nothing is opened)
+void check_regular_file(const std::string & path);
+
 // throws file_not_found for a missing path, std::invalid_argument for a file that is not a
 // regular GGUF file or whose metadata llama.cpp would abort on
 void check_gguf_file(const std::string & path);

@@ -5,9 +5,6 @@
 #include "ggml.h"
 #include "gguf.h"
 #include "engine/gguf_checks.h"
-#include "engine/model.h"
-
-#include <sys/stat.h>
 
 #include <cinttypes>
 #include <cstdio>
@@ -41,13 +38,7 @@ struct fnv {
 }  // namespace
 
 model_identity read_identity(const std::string & path) {
-    struct stat st{};
-    if (stat(path.c_str(), &st) != 0) {
-        throw file_not_found("model file not found: " + path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        throw std::invalid_argument("not a regular file: " + path);
-    }
+    check_regular_file(path);
     ggml_context *   meta = nullptr;
     gguf_init_params gp{};
     gp.no_alloc = true;

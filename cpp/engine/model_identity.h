@@ -24,7 +24,7 @@ struct model_identity {
     int64_t     split_count  = 1;
 };
 
-// throws file_not_found (model.h) for a missing path, std::invalid_argument for what is not a
+// throws file_not_found (model.h) for a missing path (check_regular_file), std::invalid_argument for what is not a
 // regular file or what ggml's GGUF parser cannot read
 model_identity read_identity(const std::string & path);
 
