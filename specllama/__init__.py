@@ -28,6 +28,7 @@ from ._core import sampling_distribution, supports_gpu_offload, vocab_difference
 from ._core import list_devices, rpc_add_servers, rpc_serve, supports_rpc  # noqa: E402
 from .decoder import SpeculativeDecoder  # noqa: E402
 from .local_drafts import DraftCandidate, find_drafts  # noqa: E402
+from .local_models import LocalModel, list_local_models, resolve_model  # noqa: E402
 from .options import Completion, DSIStats, GenerateOptions, PromptTooLong, Stats, StepChunk, StepPrices  # noqa: E402
 from .options import as_dict  # noqa: E402
 from .rpc_guard import RPCConnectionLost  # noqa: E402
@@ -47,6 +48,7 @@ __all__ = [
     "DSIStats",
     "DraftCandidate",
     "GenerateOptions",
+    "LocalModel",
     "Model",
     "PromptTooLong",
     "RPCConnectionLost",
@@ -60,10 +62,12 @@ __all__ = [
     "chat_templates",
     "find_drafts",
     "list_devices",
+    "list_local_models",
     "log_reclaim",
     "log_set_level",
     "quantize",
     "quantize_types",
+    "resolve_model",
     "rpc_add_servers",
     "rpc_serve",
     "sampling_distribution",
