@@ -442,7 +442,9 @@ def _model_paths(mo: dict) -> Tuple[str, Optional[str]]:
     if model and (pair or target_type):
         raise click.UsageError("-m/--model names the target itself: drop --pair and --target-type")
     if model:
-        return model, draft
+        from .local_models import resolve_model
+
+        return resolve_model(model), draft if draft in (None, "auto") else resolve_model(draft)
     try:
         return pair_paths(pair or DEFAULT_PAIR, target_type)
     except ValueError as exc:
@@ -459,12 +461,15 @@ def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1, remembe
     if no_draft and need_draft:
         raise click.UsageError("this command compares against a draft; drop --no-draft")
     model, draft = _model_paths(mo)
+    draft_name = mo["draft"] if mo["draft"] and draft != mo["draft"] else Path(draft).name if draft else None
     if no_draft or mo["drafter"] == "lookup":
         draft = None
     elif draft == "auto":
-        from .local_drafts import choose_draft
+        from .local_drafts import describe_choice, find_drafts
 
-        draft, reason = choose_draft(model)
+        found = find_drafts(model)
+        draft, reason = describe_choice(model, found)
+        draft_name = found[0].label if found else None
         _err(f"specllama: {reason}")
     if need_draft and not draft:
         raise click.UsageError("this command needs a draft model: give -d/--draft")
@@ -486,21 +491,23 @@ def _open_decoder(mo: dict, need_draft: bool = False, n_caches: int = 1, remembe
                                  rpc=mo["rpc"], dsi_devices=list(mo["dsi_devices"]) or None,
                                  flash_attn=mo["flash_attn"], adaptive_memory=remember and mo["adaptive_memory"],
                                  **{k: mo[k] for k in CACHE_TYPE_SETTINGS})
+    if mo["model"] and model != mo["model"]:
+        dec.model_name = mo["model"]  # (the name -m gave, as the server's model id and the banner say it)
     for w in caught:
         _err(f"specllama: warning: {w.message}")
-    return dec, _describe(dec, mo, draft, memory_note)
+    return dec, _describe(dec, mo, draft_name, memory_note)
 
 
-def _describe(dec: SpeculativeDecoder, mo: dict, draft, memory_note: bool = True) -> str:
+def _describe(dec: SpeculativeDecoder, mo: dict, draft_name: Optional[str], memory_note: bool = True) -> str:
     """The banner: the models and who drafts."""
     try:
         drafter = "none" if mo["no_draft"] else dec.drafter_name(drafter=mo["drafter"])
     except ValueError:
         drafter = mo["drafter"]  # the generation itself reports what is wrong
     how = "fixed" if mo["fixed_draft"] else "at most"
-    what = Path(dec.model_path).name
+    what = dec.model_name
     if "model" in drafter:
-        what += f" + draft {Path(draft).name}"
+        what += f" + draft {draft_name}"
     if "lookup" in drafter:
         what += " + prompt lookup"
     where = placement.describe(dec.n_gpu_layers, dec.n_gpu_layers_draft)
@@ -779,7 +786,7 @@ def serve(mo, host, port, parallel, queue_size, api_key, chat_template, alias, c
     with dec:
         if chat_template is not None:
             dec.apply_chat_template([{"role": "user", "content": "hi"}], template=chat_template)  # fails here, not later
-        name = alias or os.path.basename(dec.model_path)
+        name = alias or dec.model_name
         if name.endswith(".gguf"):
             name = name[:-5]
         config = ServerConfig(host=host, port=port, parallel=parallel, queue_size=queue_size, api_key=api_key or None,
@@ -991,16 +998,21 @@ def simulate(target_ms, draft_ms, accept, n_predict, sp, lookahead, repeats, hea
 @click.option("--drafts-for", "drafts_for", type=click.Path(dir_okay=False), metavar="TARGET",
               help="Instead: list the GGUF files on this machine that can draft for TARGET, best first (what "
                    "`-d auto` chooses), and where they were looked for.")
+@click.option("--local", is_flag=True,
+              help="Instead: list the models on this machine (LM Studio's, Hugging Face's cache, ollama's, ...), "
+                   "with the names -m and -d take for them.")
 @_library_errors
-def models(pair, target_type, verify, drafts_for):
+def models(pair, target_type, verify, drafts_for, local):
     """List the named model pairs and what of them is cached; fetch and build one (the default pair
     unless --pair names another) where it is missing."""
+    from .local_models import resolve_model
     from .models import cache_dir, pair_files, pair_paths
 
-    if drafts_for:
-        if pair or target_type or verify:
-            raise click.UsageError("--drafts-for lists drafts only: drop --pair, --target-type and --verify")
-        _list_drafts(drafts_for)
+    if drafts_for or local:
+        if pair or target_type or verify or (drafts_for and local):
+            raise click.UsageError("--drafts-for and --local list what is on this machine: give one, without "
+                                   "--pair, --target-type and --verify")
+        _list_drafts(resolve_model(drafts_for)) if drafts_for else _list_local()
         return
     try:
         pair_paths(pair or DEFAULT_PAIR, target_type, verify=verify)
@@ -1029,6 +1041,25 @@ def _list_drafts(target: str) -> None:
     for i, c in enumerate(found):
         size = "" if c.copy else f", {c.size / 1e6:.0f} MB"  # (a copy's line says its size)
         click.echo(f"{'*' if i == 0 else ' '} {c.path}\n    {c.describe()}{size}")
+
+
+def _list_local() -> None:
+    from .local_models import list_local_models, search_places
+
+    found = list_local_models()
+    click.echo("looked in: " + "; ".join(f"{what} {d}" for what, d in search_places()))
+    if not found:
+        click.echo("no model there; -m takes a GGUF file's path, or the name ollama, LM Studio or llama.cpp's -hf "
+                   "gives a model they have fetched")
+    rows = []
+    for m in found:
+        params = f"{m.n_params / 1e9:.2f}B" if m.n_params >= 1e9 else f"{m.n_params / 1e6:.0f}M"
+        size = f"{m.size / 1e6:,.0f} MB" + (f" (file 1 of {m.split_count})" if m.split_count > 1 else "")
+        rows.append((m.name, m.place, m.architecture, params, size))
+    width = [max(len(r[i]) for r in rows) for i in range(4)] if rows else []
+    for m, r in zip(found, rows):
+        click.echo("  ".join(x.ljust(w) for x, w in zip(r, width)) + f"  {r[4]}"
+                   + (f"\n    {m.path}" if m.name != m.path else ""))
 
 
 def _file_state(path: Path) -> str:

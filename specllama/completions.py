@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -902,14 +901,14 @@ def create_chat_completion(self: SpeculativeDecoder, messages: Sequence[dict], *
     The prompt is the chat template's (chat_template: a built-in name or Jinja file instead);
     max_tokens None runs up to the end of the context."""
     req = parse(dict(fields, messages=list(messages), stream=stream), "chat")
-    return run(self, req, req.model or os.path.basename(self.model_path), chat_template)
+    return run(self, req, req.model or self.model_name, chat_template)
 
 
 def create_completion(self: SpeculativeDecoder, prompt: Union[str, Sequence[int]], *, stream: bool = False,
                       **fields):
     """An OpenAI text completion of prompt (text or token ids), as create_chat_completion."""
     req = parse(dict(fields, prompt=prompt if isinstance(prompt, str) else list(prompt), stream=stream), "text")
-    return run(self, req, req.model or os.path.basename(self.model_path))
+    return run(self, req, req.model or self.model_name)
 
 
 SpeculativeDecoder.create_chat_completion = create_chat_completion

@@ -45,7 +45,9 @@ class SpeculativeDecoder:
     specllama.models). With a model_path and no draft_path, it decodes plainly on the target (prompt
     lookup drafts, where the generation's drafter allows); draft_path "auto": the best of the GGUF
     files on this machine that can draft for the target, or none (specllama.local_drafts; the
-    draft_choice attribute says which and why).
+    draft_choice attribute says which and why). Either path can be a model's name in another
+    tool instead (ollama's `qwen2.5-coder:1.5b`, a Hugging Face repository `USER/REPO[:QUANT]` in
+    its cache or LM Studio's; specllama.local_models), and model_name keeps it (else the file's name).
 
     n_ctx: positions the KV caches hold; n_batch: tokens per llama_decode (>= n_draft + 1);
     n_threads / n_threads_draft: CPU threads (0 = the physical cores; -1 = tuned: each model whose
@@ -152,6 +154,7 @@ class SpeculativeDecoder:
         dsi_devices: Optional[Sequence[Devices]] = None,
         adaptive_memory: Union[bool, str, "os.PathLike[str]"] = False,
     ) -> None:
+        given = model_path
         model_path, draft_path, self.draft_choice = _model_paths(model_path, draft_path)
         endpoints = endpoints_of(rpc, device, device_draft, dsi_devices)
         self._guard: Optional[Guard] = Guard(endpoints) if endpoints else None
@@ -178,6 +181,8 @@ class SpeculativeDecoder:
         self._lock = threading.RLock()
         self.model_path = os.fspath(model_path)
         self.draft_path = os.fspath(draft_path) if draft_path is not None else None
+        self.model_name = given if isinstance(given, str) and given != self.model_path else os.path.basename(
+            self.model_path)
         settings = dict(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads, n_threads_draft=n_threads_draft,
                         n_gpu_layers=n_gpu_layers, n_gpu_layers_draft=n_gpu_layers_draft, n_draft=n_draft,
                         share_prefill=bool(share_prefill), swa_full=bool(swa_full), checkpoint_memory=checkpoint_memory,
@@ -247,7 +252,7 @@ class SpeculativeDecoder:
         for native in self._call(lambda: native_parent.slots(n, n_ctx or 0, int(round(max_wait_ms * 1000)))):
             slot = object.__new__(SpeculativeDecoder)
             slot._lock = threading.RLock()
-            slot.model_path, slot.draft_path = self.model_path, self.draft_path
+            slot.model_path, slot.draft_path, slot.model_name = self.model_path, self.draft_path, self.model_name
             slot.draft_choice = self.draft_choice
             slot._core = native
             slot._guard = self._guard
@@ -272,7 +277,7 @@ class SpeculativeDecoder:
         native_parent = self._native()
         sib = object.__new__(SpeculativeDecoder)
         sib._lock = threading.RLock()
-        sib.model_path, sib.draft_path = self.model_path, self.draft_path
+        sib.model_path, sib.draft_path, sib.model_name = self.model_path, self.draft_path, self.model_name
         sib.draft_choice = self.draft_choice
         sib._guard = self._guard
         sib._offload = self._offload
@@ -632,11 +637,14 @@ def _model_paths(model_path, draft_path) -> Tuple[Any, Any, Optional[str]]:
         from .models import default_pair
 
         return (*default_pair(), None)
+    from .local_models import resolve_model
+
+    model_path = resolve_model(model_path)
     if isinstance(draft_path, str) and draft_path == "auto":
         from .local_drafts import choose_draft
 
         return (model_path, *choose_draft(model_path))
-    return model_path, draft_path, None
+    return model_path, None if draft_path is None else resolve_model(draft_path), None
 
 
 def _placement_args(split_mode, tensor_split, main_gpu, dsi_devices, draft_path, device_draft) -> Optional[List[float]]:

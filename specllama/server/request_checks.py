@@ -89,6 +89,6 @@ def _deeper_than(value: Any, limit: int) -> bool:
 def check_model(st: ServerState, name: Optional[str]) -> None:
     """A request's "model" must name the served model (by its name or its file's), when given and
     not empty (llama.vim sends "")."""
-    if name and name not in (st.config.model_name, os.path.basename(st.decoder.model_path)):
+    if name and name not in (st.config.model_name, st.decoder.model_name, os.path.basename(st.decoder.model_path)):
         raise RequestError(f"the model '{name}' does not exist; this server serves '{st.config.model_name}'",
                            "model", "model_not_found", 404)
