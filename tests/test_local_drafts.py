@@ -121,8 +121,8 @@ def test_finds_the_drafts_of_every_place_best_first(home):
     assert got == [
         ("sha256-" + "ab" * 32, "tiny:mini", "ollama"),                    # the family's smallest
         ("cpp_small.gguf", "cpp_small.gguf", "llama.cpp's cache"),
-        ("small.gguf", "small.gguf", "LM Studio"),
-        ("tiny-base.gguf", "tiny-base.gguf", "Hugging Face's cache"),      # the family's, another kind
+        ("small.gguf", "pub/Tiny-Small-GGUF", "LM Studio"),                # (labels: the names -d takes)
+        ("tiny-base.gguf", "pub/tiny-base", "Hugging Face's cache"),       # the family's, another kind
         ("other_family.gguf", "other_family.gguf", "the target's directory"),
         ("target_q4_1.gguf", "target_q4_1.gguf", "the target's directory"),  # the target in fewer bits: last
     ]
@@ -221,7 +221,7 @@ def test_the_command_line(home):
     r = CliRunner().invoke(main, ["generate", "the cat is", "-m", str(home), "-d", "auto", "-n", "8", "--temp", "0",
                                   "-c", "256"])
     assert r.exit_code == 0, r.output
-    assert "draft chosen: tiny:mini (ollama)" in r.stderr and "+ draft sha256-" in r.stderr
+    assert "draft chosen: tiny:mini (ollama)" in r.stderr and "+ draft tiny:mini " in r.stderr
     r = CliRunner().invoke(main, ["models", "--drafts-for", str(home)])
     assert r.exit_code == 0, r.output
     lines = r.stdout.splitlines()
