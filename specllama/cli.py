@@ -1034,7 +1034,7 @@ def _list_drafts(target: str) -> None:
     from .local_drafts import find_drafts, search_places
 
     found = find_drafts(target)
-    click.echo("looked in: " + "; ".join(f"{what} {d}" for what, d in search_places(target)))
+    click.echo(_looked_in(search_places(target)))
     if not found:
         click.echo(f"no file there can draft for {Path(target).name} (a GGUF of its vocabulary with at most half its "
                    "parameters, or it in at most half its bytes); -d names any draft, of another vocabulary too")
@@ -1043,19 +1043,22 @@ def _list_drafts(target: str) -> None:
         click.echo(f"{'*' if i == 0 else ' '} {c.path}\n    {c.describe()}{size}")
 
 
+def _looked_in(places) -> str:
+    return "looked in: " + "; ".join(f"{what} {d}" for what, d in places)
+
+
 def _list_local() -> None:
-    from .local_models import list_local_models, search_places
+    from .local_models import list_local_models, params_text, search_places
 
     found = list_local_models()
-    click.echo("looked in: " + "; ".join(f"{what} {d}" for what, d in search_places()))
+    click.echo(_looked_in(search_places()))
     if not found:
         click.echo("no model there; -m takes a GGUF file's path, or the name ollama, LM Studio or llama.cpp's -hf "
                    "gives a model they have fetched")
     rows = []
     for m in found:
-        params = f"{m.n_params / 1e9:.2f}B" if m.n_params >= 1e9 else f"{m.n_params / 1e6:.0f}M"
         size = f"{m.size / 1e6:,.0f} MB" + (f" (file 1 of {m.split_count})" if m.split_count > 1 else "")
-        rows.append((m.name, m.place, m.architecture, params, size))
+        rows.append((m.name, m.place, m.architecture, params_text(m.n_params), size))
     width = [max(len(r[i]) for r in rows) for i in range(4)] if rows else []
     for m, r in zip(found, rows):
         click.echo("  ".join(x.ljust(w) for x, w in zip(r, width)) + f"  {r[4]}"

@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from . import _core
-from .local_models import NOT_MODELS, _files, _Identities, name_of, search_places
+from .local_models import _files, _Identities, _split_info, is_model, name_of, params_text, search_places
 
 __all__ = ["DraftCandidate", "find_drafts", "choose_draft", "search_places"]
 
 MAX_SHARE = 0.5  # a draft has at most this share of the target's parameters
-_SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 _INSTRUCT = {"instruct", "chat", "it", "sft", "dpo", "rlhf"}
 
 
@@ -54,12 +53,8 @@ class DraftCandidate:
                     f"the target's {self.target_size / 1e6:.0f} MB")
         family = "the target's family" if self.same_family else "another family"
         kind = "" if self.same_kind else ", another kind (instruction-tuned or base)"
-        return (f"{self.label} ({self.place}): the target's vocabulary, {_params(self.n_params)} parameters "
-                f"against the target's {_params(self.target_params)}, {family}{kind}")
-
-
-def _params(n: int) -> str:
-    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
+        return (f"{self.label} ({self.place}): the target's vocabulary, {params_text(self.n_params)} parameters "
+                f"against the target's {params_text(self.target_params)}, {family}{kind}")
 
 
 def _kind(identity: dict) -> bool:
@@ -70,12 +65,12 @@ def _kind(identity: dict) -> bool:
 
 def _target_size(target: str, identity: dict) -> Tuple[int, int]:
     """The target's parameters and bytes, over every part of a model split across files."""
-    m = _SPLIT.search(target)
-    if identity.get("split_count", 1) <= 1 or not m:
+    prefix, _, parts, _ = _split_info(target)
+    if identity.get("split_count", 1) <= 1 or parts <= 1:
         return int(identity["n_params"]), os.path.getsize(target)
     params = size = 0
-    for i in range(1, int(m.group(2)) + 1):
-        part = target[:m.start()] + f"-{i:05d}-of-{m.group(2)}.gguf"
+    for i in range(1, parts + 1):
+        part = f"{prefix}-{i:05d}-of-{parts:05d}.gguf"
         try:
             params += int(_core.model_identity(part)["n_params"])
             size += os.path.getsize(part)
@@ -104,15 +99,15 @@ def find_drafts(target: "str | os.PathLike[str]",
             if real == own or real in found:
                 continue
             d = cache.get(path)
-            if (d is None or d["vocab_hash"] != ident["vocab_hash"] or d["type"] in NOT_MODELS
-                    or d["architecture"] == "clip" or d["n_block"] == 0 or d["split_count"] > 1):
+            if not is_model(d) or d["vocab_hash"] != ident["vocab_hash"] or d["split_count"] > 1:
                 continue
             copy = (d["n_params"] == n_target and d["architecture"] == ident["architecture"]
                     and d["size"] <= MAX_SHARE * target_bytes)
             if d["n_params"] > MAX_SHARE * n_target and not copy:
                 continue
             found[real] = DraftCandidate(str(path), name_of(what, root, path, label) or label, what,
-                                         int(d["n_params"]), int(d["size"]), bool(family) and d["basename"].lower() == family, _kind(d) == kind,
+                                         int(d["n_params"]), int(d["size"]),
+                                         bool(family) and d["basename"].lower() == family, _kind(d) == kind,
                                          n_target, target_bytes, copy)
     cache.save()
     return sorted(found.values(),

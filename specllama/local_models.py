@@ -41,7 +41,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from . import _core
 
-__all__ = ["LocalModel", "list_local_models", "resolve_model", "search_places"]
+__all__ = ["LocalModel", "list_local_models", "params_text", "resolve_model", "search_places"]
 
 MAX_DEPTH = 6  # directory levels below a place that are searched (Hugging Face's cache: 4)
 NOT_MODELS = {"adapter", "mmproj", "vocab", "imatrix"}  # general.type of files that are no model
@@ -67,6 +67,11 @@ class LocalModel:
     n_params: int  # of this file (the first part, for a model split across files)
     size: int  # bytes, of this file
     split_count: int  # files the model is split across
+
+
+def params_text(n: int) -> str:
+    """A parameter count as people say it: 1.54B, 494M."""
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
 
 
 def _split_info(rel: str) -> Tuple[str, int, int, str]:
@@ -137,18 +142,23 @@ def _repo_dir(what: str, root: Path, repo: str) -> Optional[Path]:
     return _snapshot(d) if d else None
 
 
-def _rel_files(d: Path) -> List[str]:
-    out = []
-    for sub, dirs, files in os.walk(d):
-        dirs[:] = [x for x in dirs if not x.startswith(".")] if len(Path(sub).parts) - len(d.parts) < MAX_DEPTH else []
-        out += [Path(sub, f).relative_to(d).as_posix() for f in files]
-    return sorted(out)
+def _repo_files(what: str, root: Path, repo: str, memo: dict) -> Tuple[Optional[Path], List[str]]:
+    """(_repo_dir, the paths of the model files in it, sorted), read once per memo."""
+    key = ("repo", what, str(root), repo)
+    if key not in memo:
+        d, out = _repo_dir(what, root, repo), []
+        for sub, dirs, files in os.walk(d) if d else ():
+            below = len(Path(sub).parts) - len(d.parts)
+            dirs[:] = [x for x in dirs if not x.startswith(".")] if below < MAX_DEPTH else []
+            out += [Path(sub, f).relative_to(d).as_posix() for f in files]
+        memo[key] = d, _model_files(sorted(out))
+    return memo[key]
 
 
-def _repo_file(what: str, root: Path, repo: str, tag: str) -> Optional[Path]:
-    d = _repo_dir(what, root, repo)
-    best = _best_file(_rel_files(d), tag) if d else None
-    return d / best if best else None
+def _repo_file(what: str, root: Path, repo: str, tag: str, memo: dict) -> Optional[Path]:
+    d, models = _repo_files(what, root, repo, memo)
+    best = _best_file(models, tag) if d else None
+    return d / best if d and best else None
 
 
 def _ollama_name(host: str, namespace: str, model: str, tag: str) -> str:
@@ -158,10 +168,15 @@ def _ollama_name(host: str, namespace: str, model: str, tag: str) -> str:
     return f"{where}{model}:{tag}"
 
 
-def _ollama_models(root: Path) -> Dict[str, str]:
+def _ollama_models(root: Path, memo: Optional[dict] = None) -> Dict[str, str]:
     """ollama's name of each model -> its weights' blob (a file name in root/blobs), from the
-    manifests under root."""
+    manifests under root (read once per memo)."""
+    key = ("ollama", str(root))
+    if memo is not None and key in memo:
+        return memo[key]
     models: Dict[str, str] = {}
+    if memo is not None:
+        memo[key] = models
     manifests = root / "manifests"
     for path in sorted(manifests.glob("*/*/*/*")) if manifests.is_dir() else []:
         if not path.is_file():  # (a FIFO would block the read)
@@ -187,26 +202,28 @@ def _ollama_names(root: Path) -> Dict[str, str]:
     return names
 
 
-def _ollama_blob(root: Path, name: str) -> Optional[Path]:
+def _ollama_blob(root: Path, name: str, memo: dict) -> Optional[Path]:
     """The blob of an ollama name ([[HOST/]NAMESPACE/]MODEL[:TAG]; the tag latest where none)."""
     parts = name.split("/")
     model, _, tag = parts[-1].partition(":")
     want = _ollama_name(*([_OLLAMA, "library"][:3 - len(parts)] + parts[:-1]), model, tag or "latest").lower()
-    blob = next((b for n, b in _ollama_models(root).items() if n.lower() == want), None)
+    blob = next((b for n, b in _ollama_models(root, memo).items() if n.lower() == want), None)
     return root / "blobs" / blob if blob and (root / "blobs" / blob).is_file() else None
 
 
-def _places_for(name: str) -> List[Tuple[str, Path]]:
+def _places_for(name: str, memo: dict) -> List[Tuple[str, Path]]:
     """The places a name can stand for a file in: a file's name ($SPECLLAMA_MODEL_PATH) has no
     slash and no tag, a repository's one slash and no `.gguf`; ollama's, no `.gguf`."""
     base, _, tag = name.partition(":")
     slashes, gguf = base.count("/"), base.lower().endswith(".gguf")
-    return [(what, root) for what, root in search_places()
+    if "places" not in memo:
+        memo["places"] = search_places()
+    return [(what, root) for what, root in memo["places"]
             if (what == "SPECLLAMA_MODEL_PATH" and not slashes and not tag)
             or (what in _REPO_PLACES and slashes == 1 and not gguf) or (what == "ollama" and not gguf)]
 
 
-def _named(name: str, places: List[Tuple[str, Path]]) -> Optional[Path]:
+def _named(name: str, places: List[Tuple[str, Path]], memo: dict) -> Optional[Path]:
     """The file a model's name stands for, the first of the places that has it; None where none."""
     base, _, tag = name.partition(":")
     for what, root in places:
@@ -214,9 +231,9 @@ def _named(name: str, places: List[Tuple[str, Path]]) -> Optional[Path]:
         if what == "SPECLLAMA_MODEL_PATH":
             found = next((f for f in (root / name, root / f"{name}.gguf") if f.is_file()), None)
         elif what == "ollama":
-            found = _ollama_blob(root, name)
+            found = _ollama_blob(root, name, memo)
         else:
-            found = _repo_file(what, root, base, tag)
+            found = _repo_file(what, root, base, tag, memo)
         if found is not None:
             return found
     return None
@@ -233,10 +250,15 @@ def resolve_model(model: "str | os.PathLike[str]") -> "str | os.PathLike[str]":
     name a tool gives: `x/y.gguf`, `./x`, `/abs`, `y.gguf` where $SPECLLAMA_MODEL_PATH is not set),
     else the file its name stands for (the module's docstring says which). A name that none of its
     places knows raises FileNotFoundError, saying where it looked."""
-    places = _places_for(model) if is_name(model) else []
+    return _resolve(model, {})
+
+
+def _resolve(model: "str | os.PathLike[str]", memo: dict) -> "str | os.PathLike[str]":
+    """resolve_model, reading each place's listing once per memo."""
+    places = _places_for(model, memo) if is_name(model) else []
     if not places:
         return model
-    found = _named(str(model), places)
+    found = _named(str(model), places, memo)
     if found is None:
         where = ", ".join(dict.fromkeys(what for what, _ in places))
         raise FileNotFoundError(f"model file not found: {model}, nor a model of that name in {where} "
@@ -244,7 +266,7 @@ def resolve_model(model: "str | os.PathLike[str]") -> "str | os.PathLike[str]":
     return str(found)
 
 
-def name_of(what: str, root: Path, path: Path, label: str) -> Optional[str]:
+def name_of(what: str, root: Path, path: Path, label: str, memo: Optional[dict] = None) -> Optional[str]:
     """The name -m takes for a file _files found in a place (with this label), or None: ollama's
     name; a repository's name, with the file's tag where the repository holds more than one model;
     a file's name in a $SPECLLAMA_MODEL_PATH directory."""
@@ -259,10 +281,11 @@ def name_of(what: str, root: Path, path: Path, label: str) -> Optional[str]:
         repo = parts[0][len("models--"):].replace("--", "/")
     else:
         return None
-    d = _repo_dir(what, root, repo) if repo.count("/") == 1 else None
+    if repo.count("/") != 1:
+        return None
+    d, models = _repo_files(what, root, repo, {} if memo is None else memo)
     if d is None:
         return None
-    models = _model_files(_rel_files(d))
     rel = path.relative_to(d).as_posix() if d in path.parents else None
     tag = _split_info(rel)[3] if rel else ""
     for name, t in ([(repo, "")] if len(models) == 1 else []) + ([(f"{repo}:{tag}", tag)] if tag else []):
@@ -403,6 +426,7 @@ def list_local_models() -> List[LocalModel]:
     `specllama models --local` lists. A split model is listed by its first part."""
     cache = _Identities()
     found: Dict[str, LocalModel] = {}
+    memo: dict = {}  # (each place's listing, read once for all the names)
     for what, root in search_places():
         for path, label in _files(what, root):
             real = os.path.realpath(path)
@@ -411,9 +435,9 @@ def list_local_models() -> List[LocalModel]:
             d = cache.get(path)
             if not is_model(d):
                 continue
-            name = name_of(what, root, path, label)
+            name = name_of(what, root, path, label, memo)
             try:  # (a name that another place's file takes first is no name for this one)
-                ok = name is not None and os.path.realpath(resolve_model(name)) == real
+                ok = name is not None and os.path.realpath(_resolve(name, memo)) == real
             except FileNotFoundError:
                 ok = False
             found[real] = LocalModel(str(path), name if ok else str(path), what, d["architecture"],
