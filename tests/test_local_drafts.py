@@ -239,3 +239,29 @@ def test_what_cannot_draft_is_never_chosen(home, made):
     assert not any(Path(c.path).name in ("other_vocab.gguf", "adapter.gguf", "too_big.gguf", "broken.gguf",
                                          "target.gguf") for c in found)
     assert [c.place for c in found].count("llama.cpp's cache") == 1
+
+
+def test_a_split_target_is_weighed_over_all_its_parts(tmp_path):
+    """A target split across files (gguf-split's names) is sized by the sum of its parts: a draft
+    of more than half the first part's parameters but at most half the whole model's drafts, and
+    the target in one quantized file is its copy; the later parts are no drafts."""
+    toks, meta = vocab(), {"general.basename": "Tiny", "general.finetune": "Instruct"}
+    weights = random_weights(len(toks), seed=1, n_layer=4, n_ff=256)
+    (tmp_path / "whole").mkdir()
+    whole = write_model(tmp_path / "whole" / "target.gguf", toks, weights, extra_str=meta)
+    d = tmp_path / "models"
+    d.mkdir()
+    first = write_model(d / "target.gguf", toks, weights, extra_str=meta, split_max_tensors=12)
+    parts = sorted(d.glob("target-*-of-*.gguf"))
+    assert first == parts[0] and len(parts) == 4
+    n_parts = [specllama._core.model_identity(str(p))["n_params"] for p in parts]
+    n_whole = specllama._core.model_identity(str(whole))["n_params"]
+    assert sum(n_parts) == n_whole
+    draft = _model(d / "draft.gguf", 2, n_layer=2, n_ff=128)
+    n_draft = specllama._core.model_identity(str(draft))["n_params"]
+    assert n_parts[0] / 2 < n_draft <= n_whole / 2  # a draft of the whole model, not of its first part
+    specllama.quantize(str(whole), str(d / "target_q4_1.gguf"), "q4_1")
+
+    found = local_drafts.find_drafts(first, places=[("the target's directory", d)])
+    assert [(Path(c.path).name, c.copy) for c in found] == [("draft.gguf", False), ("target_q4_1.gguf", True)]
+    assert found[0].target_params == n_whole and found[0].target_size == sum(p.stat().st_size for p in parts)

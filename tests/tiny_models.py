@@ -160,19 +160,22 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
                 n_ctx_train: int = 2048, extra_u32: Optional[Dict[str, int]] = None,
                 extra_str: Optional[Dict[str, str]] = None,
                 chat_template: Union[None, str, List[Dict[str, str]]] = CHATML, add_bos: bool = True, eos: int = 2,
-                user_defined: Sequence[str] = (), control: Sequence[str] = (), space_prefix: bool = True) -> Path:
+                user_defined: Sequence[str] = (), control: Sequence[str] = (), space_prefix: bool = True,
+                split_max_tensors: int = 0) -> Path:
     """A llama-architecture GGUF; extra_u32 adds 32-bit metadata keys (for broken-file tests),
     extra_str string ones (general.basename, general.finetune, ...);
     chat_template None leaves the template out (a list of {"name", "template"}: a default and named
     ones, as a tokenizer_config lists them); add_bos and eos set the tokenizer's BOS rule and
     end-of-sequence token; user_defined: token texts rendered always, control: control tokens
     (_add_tokenizer); space_prefix False: text is tokenized without a space put before it (as a
-    BPE vocabulary's is), so that a word after a special token is the word's token."""
+    BPE vocabulary's is), so that a word after a special token is the word's token.
+    split_max_tensors > 0 splits the model across files of at most that many tensors each, named as
+    llama.cpp's gguf-split names them (path's stem-00001-of-0000N.gguf); the first one's path is returned."""
     n_vocab, n_embd = weights["token_embd.weight"].shape
     n_layer = sum(1 for k in weights if k.endswith("attn_q.weight"))
     n_ff = weights["blk.0.ffn_up.weight"].shape[0]
     assert len(tokens) == n_vocab
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), "llama", split_max_tensors=split_max_tensors)
     writer.add_name("specllama-tiny")
     writer.add_context_length(n_ctx_train)
     writer.add_embedding_length(n_embd)
@@ -195,7 +198,9 @@ def write_model(path: Path, tokens: List[str], weights: Dict[str, np.ndarray], n
     for key, value in (extra_str or {}).items():
         writer.add_string(key, value)
 
-    return _write_tensors(writer, weights, path)
+    _write_tensors(writer, weights, path)
+    parts = -(-len(weights) // split_max_tensors) if split_max_tensors else 1
+    return path if parts <= 1 else path.with_name(f"{path.stem}-00001-of-{parts:05d}.gguf")
 
 
 def parts_only_at_near_ties(model_path, prompt, a, b, tol=0.01):
