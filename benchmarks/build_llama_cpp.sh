@@ -3,7 +3,8 @@
 # llama-cpp-python 0.3.36 sdist's vendored sources, for benchmarks/compare.py,
 # benchmarks/serve_bench.py and tests/test_devices.py (specllama on llama.cpp's own rpc-server).
 # Nothing of llama.cpp is committed here: the sdist comes from PyPI into a cache directory and is
-# built there.
+# built there. llama-server is built without its web UI (the tests and benchmarks use its API), so the
+# build fetches nothing from Hugging Face.
 #   usage: benchmarks/build_llama_cpp.sh [CACHE_DIR]     (prints the bin directory)
 #   SPECLLAMA_LLAMA_CPP_TARGETS="ggml-rpc-server" builds only those programs (default: all three)
 #   SPECLLAMA_LLAMA_CPP_WHEEL=DIR also puts llama-cpp-python's wheel, built from the same sdist with
@@ -11,7 +12,7 @@
 #     library compile once, and the programs run on the wheel's own shared libraries. It needs
 #     scikit-build-core, cmake and ninja in the current Python (it builds without pip's isolation, so
 #     that the tree stays usable). The wheel and the programs are kept in CACHE_DIR and reused while
-#     $CMAKE_ARGS and the targets stay the same.
+#     $CMAKE_ARGS, the targets and this script stay the same.
 set -euo pipefail
 VERSION=0.3.36
 CACHE="${1:-${SPECLLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/specllama}/llama.cpp-$VERSION}"
@@ -19,7 +20,7 @@ BIN="$CACHE/build/bin"
 read -r -a TARGETS <<< "${SPECLLAMA_LLAMA_CPP_TARGETS:-llama-speculative-simple llama-server ggml-rpc-server}"
 WHEEL_DIR="${SPECLLAMA_LLAMA_CPP_WHEEL:-}"
 STAMP="$CACHE/build/specllama-wheel-build"
-STAMP_TEXT="llama-cpp-python $VERSION; CMAKE_ARGS=${CMAKE_ARGS:-}; targets=${TARGETS[*]}"
+STAMP_TEXT="llama-cpp-python $VERSION; CMAKE_ARGS=${CMAKE_ARGS:-}; targets=${TARGETS[*]}; script $(cksum < "${BASH_SOURCE[0]}" | cut -d" " -f1)"
 
 missing=0
 for t in "${TARGETS[@]}"; do
@@ -52,7 +53,7 @@ if [ -n "$WHEEL_DIR" ]; then
   # that llama.cpp's tools add its multimodal library (llama-server links it), which
   # llama-cpp-python's LLAVA_BUILD adds from outside them otherwise (it is compiled again)
   cmake -S "$CACHE/python" -B "$CACHE/build" -DCMAKE_MAKE_PROGRAM="$(command -v ninja)" -DLLAVA_BUILD=OFF \
-    -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
+    -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
   cmake --build "$CACHE/build" --target "${TARGETS[@]}" -j "$(nproc)" >&2
   echo "$STAMP_TEXT" > "$STAMP"
   cp "$CACHE"/wheel/llama_cpp_python-"$VERSION"-*.whl "$WHEEL_DIR/"
@@ -76,6 +77,6 @@ if [ -f "$STAMP" ]; then  # a tree the wheel mode made, lacking a program asked 
 fi
 cmake -S "$CACHE/src" -B "$CACHE/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF \
-  -DGGML_RPC=ON >&2
+  -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_RPC=ON >&2
 cmake --build "$CACHE/build" --target "${TARGETS[@]}" -j "$(nproc)" >&2
 echo "$BIN"
