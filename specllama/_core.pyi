@@ -400,6 +400,11 @@ class DraftLengthModel:
     def draft_ms(self) -> float:
         ...
     @property
+    def judged_by_reads(self) -> bool:
+        """
+        whether this kind drafts only where a read says so: it has not drafted, the other kind's draft is paused, probes read and every price is known
+        """
+    @property
     def knows_draft_prices(self) -> bool:
         """
         whether padded_length judges on measured prices and 16 judged drafts (until then it gives the first batch's length)

@@ -199,6 +199,72 @@ def test_a_probe_drafts_for_settle_steps_plus_one_steps_in_a_row():
 
 
 
+def _greedy_paused(reads=True):
+    """A rule priced as on an H200 (a plain step 5.05 ms, a draft decode and a catch-up 1.42, a verification
+    padded to four tokens 7.35), settle_steps 2, whose greedy draft drafted three a step and kept one at
+    most, and paused; then set to sampled generations, whose probes read where reads is true."""
+    m = _plain_priced(plain_ms=5.05)
+    m.set_settle_steps(2)
+    m.set_padded(4)
+    prev = 0
+    for i in range(12):
+        m.model_drafts(True)
+        _step(m, 3, i % 2, 1.42, 3 * 1.42, 7.35, prev)
+        prev = 3
+    assert m.paused() and not m.sampled
+    m.set_sampled(True)
+    m.set_read_probes(reads)
+    return m
+
+
+def _steps_to_probe(m):
+    """Plain steps until the rule's next probe: how many it sat out."""
+    n, prev = 0, 0
+    while not m.model_drafts(True):
+        m.observe(0, 0, 0, [], -1, 0.0, 0.0, 5.05, prev)
+        n += 1
+        assert n < 500
+    return n
+
+
+def test_a_kind_whose_other_kinds_draft_paused_drafts_only_where_a_read_says_so():
+    """Sampled generations after greedy ones whose draft paused, with reads and every price known (as on a
+    GPU): the sampled kind sits out the first gap (12 steps) and its probe reads first. A read that foretells
+    half the drafts calls it off, and its positions move the kind's acceptance from the prior (0.8) towards
+    0.5; one that foretells every draft lets the probe draft. The bar is drafting paying at the read's
+    acceptance less one standard error: a read of 0.72 with the prior, where drafting would save 0.4 ms a token,
+    is called off, where the greedy kind's own paused probe drafts on it. Negative controls: with reads off, or
+    in a new rule (no kind has paused), the sampled kind drafts at once."""
+    m = _greedy_paused()
+    assert m.judged_by_reads
+    assert _steps_to_probe(m) == 11 and m.read_due  # (the 12th step is the probe)
+    assert not m.observe_read(11, 5.5, 1.8, 100)
+    assert m.acceptance < 0.6 and not m.probing
+    assert m.judged_by_reads
+    assert _steps_to_probe(m) >= 24 and m.read_due
+    assert m.observe_read(11, 11.0, 1.8, 100) and m.probing
+
+    m = _greedy_paused()
+    _steps_to_probe(m)
+    assert m.priced_excess_ms(0.72) < -1.5  # (the point estimate pays)
+    assert not m.observe_read(11, 7.76, 1.8, 100)
+    greedy = _greedy_paused()
+    greedy.set_sampled(False)  # (the kind that drafted: its probes read on the point estimate)
+    assert not greedy.judged_by_reads and greedy.observe_read(11, 7.76, 1.8, 100)
+
+    off = _greedy_paused(reads=False)
+    assert not off.judged_by_reads and off.model_drafts(True)
+    fresh = _plain_priced(plain_ms=5.05)
+    fresh.set_settle_steps(2)
+    fresh.set_padded(4)
+    fresh.observe_verify(4, 7.35)
+    fresh.observe_draft_decode(1.42)
+    fresh.observe_catch_up(1.42)
+    fresh.set_sampled(True)
+    fresh.set_read_probes(True)
+    assert not fresh.judged_by_reads and fresh.model_drafts(True)
+
+
 def test_a_probe_cut_short_by_the_end_of_a_generation_does_not_go_on_in_the_next():
     """settle_steps 2: a probe's first step, then a new generation (its first step follows the
     prompt): the next steps are not the old probe's, which would begin there as transitions."""
@@ -353,6 +419,24 @@ def test_on_simulated_gpu_prices_the_warm_ups_prices_speed_up_a_new_decoders_fir
 
     for acceptance, draft_ms, gain in ((0.8, 1.43, 1.02), (0.9, 1.1, 1.015)):
         assert speed(acceptance, draft_ms, True) >= gain * speed(acceptance, draft_ms, False), acceptance
+
+
+def test_on_simulated_gpu_prices_a_kind_after_the_others_pause_reads_before_it_drafts():
+    """graph_sim.first_of_each_kind at the H200's prices (a 1.42 ms draft decode, a 5.05 ms plain step), 20
+    seeds: a decoder's first greedy generation, then its first sampled one. At acceptance 0.6, where the greedy
+    draft pauses, the sampled generation reads before it drafts and makes at least 0.96x plain decoding on
+    average (0.970), where with its probes drafting (reads="greedy", the negative control) it makes at most
+    0.93x (0.901); at 0.8, where the greedy draft pays, the sampled one drafts from its start either way
+    (1.134x and 1.127x)."""
+    sim = _graph_sim()
+
+    def sampled(acceptance, reads):
+        return sum(sim.first_of_each_kind(acceptance, seed=s, draft_ms=1.42, plain_ms=sim.PLAIN_MS_DEVICE_SAMPLING,
+                                          reads=reads)[1] for s in range(20)) / 20
+
+    assert sampled(0.6, "all") >= 0.96
+    assert sampled(0.6, "greedy") <= 0.93
+    assert sampled(0.8, "all") >= 0.99 * sampled(0.8, "greedy") > 1.1
 
 
 def test_on_simulated_gpu_prices_drafting_ahead_pays_only_where_running_beside_the_verification_hides_it():

@@ -253,6 +253,18 @@ def first_generation(acceptance, n_tokens=128, seed=0, **kw) -> float:
     return Loop(acceptance, seed=seed, **kw).generate(n_tokens) / plain
 
 
+def first_of_each_kind(acceptance, n_tokens=128, seed=0, **kw) -> tuple[float, float]:
+    """A decoder's first greedy generation and then its first sampled one, as shaped_bench.py's first round
+    runs them (a plain and a short run before each): each one's tokens per ms against plain decoding's."""
+    loop, out = Loop(acceptance, seed=seed, **kw), []
+    for sampled in (False, True):
+        loop.generate(4, speculative=False, sampled=sampled)
+        plain = loop.generate(n_tokens, speculative=False, sampled=sampled)
+        loop.generate(4, sampled=sampled)
+        out.append(loop.generate(n_tokens, sampled=sampled) / plain)
+    return out[0], out[1]
+
+
 def fixed_with_ahead(acceptance, draft_ms, n_draft, ahead, hidden, seed=0, n_tokens=128) -> float:
     """Fixed draft lengths with generate_params::draft_ahead on these prices, against plain decoding:
     the draft's replayed one-token decodes (draft_ms), the target's padded verification of

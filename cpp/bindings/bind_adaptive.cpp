@@ -191,6 +191,9 @@ void register_adaptive(py::module_ & m) {
              "what the read found (n positions; foretold, the sum of the chances that the target would have kept "
              "the draft's token at each: greedy, where its top token came next), what it cost, and the tokens the "
              "generation may still make: whether the probe drafts (false: called off, the step is plain)")
+        .def_property_readonly("judged_by_reads", &draft_length_model::judged_by_reads,
+                               "whether this kind drafts only where a read says so: it has not drafted, the other "
+                               "kind's draft is paused, probes read and every price is known")
         .def_property_readonly("read_acceptance", &draft_length_model::read_acceptance,
                                "the acceptance the pause's reads say (0.8 before any)")
         .def("observe_prompt", &draft_length_model::observe_prompt, py::arg("n_tokens"), py::arg("ms"),

@@ -339,7 +339,9 @@ double draft_length_model::priced_excess_ms(double p) const {
 }
 
 bool draft_length_model::text_may_pay() const {
-    return o_.drafted_steps_ >= k_min_clear_evidence && paused() && priced_excess_ms(k_good_acceptance) < 0.0;
+    // (a kind judged by reads alone, once one has said its drafts do not pay, as one that drafted and paused)
+    const bool judged = o_.drafted_steps_ >= k_min_clear_evidence || (judged_by_reads() && o_.read_n_ > 0);
+    return judged && paused() && priced_excess_ms(k_good_acceptance) < 0.0;
 }
 
 int32_t draft_length_model::probe_window(int32_t n_behind, int32_t n_left) const {
@@ -420,7 +422,11 @@ int32_t draft_length_model::probe_gap() const {
         return o_.probe_gap_;
     }
     double excess = 0.0, most = 1e6;
-    if (o_.n_probes_ >= 2) {
+    if (judged_by_reads()) {
+        // (its probes are reads: the last one's cost, once one is measured)
+        excess = o_.n_probes_ > 0 ? o_.probe_excess_ms_[(o_.n_probes_ - 1) % 2] : 0.0;
+        most   = k_max_probe_gap;
+    } else if (o_.n_probes_ >= 2) {
         excess = std::min(o_.probe_excess_ms_[0], o_.probe_excess_ms_[1]);
     } else if (o_.drafted_steps_ < k_min_clear_evidence) {
         // a pause the prices predicted: what they predict a probe costs (its batch, and the
@@ -442,6 +448,12 @@ int32_t draft_length_model::probe_gap() const {
 }
 
 bool draft_length_model::observe_read(int32_t n, double foretold, double ms, int32_t n_left) {
+    const bool first = judged_by_reads();
+    if (first && n > 0) {  // (what the kind's acceptance rests on until it drafts)
+        const double d = std::pow(k_decay, n);
+        o_.acc_all_    = d * o_.acc_all_ + std::max(0.0, std::min((double) n, foretold));
+        o_.n_all_      = d * o_.n_all_ + n;
+    }
     if (o_.probe_new_text_) {
         o_.read_n_        = 0;  // (a new text's reads are judged on their own)
         o_.read_foretold_ = 0;
@@ -451,8 +463,14 @@ bool draft_length_model::observe_read(int32_t n, double foretold, double ms, int
     o_.read_n_        = d * o_.read_n_ + std::max(0, n);
     o_.read_foretold_ = d * o_.read_foretold_ + std::max(0.0, std::min((double) n, foretold));
     // (what drafting at that acceptance saves per token, its steps of at most 1 + k_first_batch_drafts tokens,
-    // over the tokens left, against what the pause's last drafting probe cost beyond plain steps)
-    const double saving = -priced_excess_ms(read_acceptance()) / (1.0 + k_first_batch_drafts);
+    // over the tokens left, against what the pause's last drafting probe cost beyond plain steps; before the kind
+    // has drafted, at that acceptance less one standard error: its first drafting steps are all transitions, and
+    // at 0.6 a read of 11 tokens foretells 8 or more, 0.7 or more with the prior, three times in ten)
+    double p = read_acceptance();
+    if (first) {
+        p -= std::sqrt(p * (1.0 - p) / (o_.read_n_ + k_prior_weight));
+    }
+    const double saving = -priced_excess_ms(p) / (1.0 + k_first_batch_drafts);
     if (saving > 0.0 && saving * std::max(0, n_left) > o_.drafted_probe_ms_) {
         o_.probe_acc_ms_ += ms;
         return true;
@@ -485,7 +503,7 @@ bool draft_length_model::draft_this_step() {
     o_.probing_ = false;
     // (a pause the prediction made ends where the prices measured since say drafting pays: plain
     // steps priced in a busy spell that has passed, say)
-    if (!pause_holds() && draft_pays()) {
+    if (!judged_by_reads() && !pause_holds() && draft_pays()) {
         o_.skipped_     = 0;
         o_.text_probes_ = 0;  // (a later pause in this text is a new pause, not a new text's)
         return true;

@@ -278,8 +278,21 @@ class draft_length_model {
     // ones: a read judged by them called every probe off at acceptance 0.9 in graph_sim.py), with every such
     // price known (knows_step_prices)
     bool read_due() const {
-        return reads_ && o_.probing_ && o_.probe_left_ == settle_ && pause_holds() && o_.n_probes_ > 0 &&
-               knows_step_prices();
+        return reads_ && o_.probing_ && o_.probe_left_ == settle_ && knows_step_prices() &&
+               ((pause_holds() && o_.n_probes_ > 0) || o_.drafted_steps_ == 0);
+    }
+    // a kind of generation (greedy, sampled) that has not drafted yet while the other kind's draft is paused, where
+    // probes read and every price is known: it drafts only where a read says so. On a GPU a new kind's first
+    // drafting steps are transitions, each dearer than a plain step whatever the acceptance (the 7B-shaped pair on
+    // an H200: about 13 ms against 5), so that learning by drafting what the other kind's pause already suggests
+    // cost a kind's first generation 4-8% in graph_sim.py at acceptances 0.5 to 0.6. Its steps are plain until the
+    // first gap's probe, whose read foretells the acceptance from the text the target made, and the probe drafts
+    // where drafting pays at that acceptance less one standard error (observe_read); until a probe drafts, each
+    // read's positions count in the kind's acceptance. Where the other kind drafts (or has not), it drafts at once:
+    // waiting a gap to read costs a pair that pays about a dozen of its fastest steps
+    bool judged_by_reads() const {
+        return reads_ && o_.drafted_steps_ == 0 && knows_step_prices() && other_.paused_ &&
+               (other_.drafted_steps_ > 0 || other_.read_n_ > 0);
     }
     // what the read found: n positions, and the sum of the chances that the target would have kept the draft's
     // token at each (greedy: where the draft's top token came next); ms, what it cost; n_left, the tokens the
