@@ -237,3 +237,23 @@ def test_a_read_judges_at_most_a_batch_of_positions(pair, device):
     assert r.tokens == plain.tokens
     reads = [t.read_n for t in r.stats.steps if t.read]
     assert reads and max(reads) == 16, reads  # (a window's read, cut to the batch)
+
+
+def test_a_sampled_generation_after_greedy_ones_that_paused_reads_before_it_drafts(pair):
+    """Greedy generations pause the draft (at these prices it loses here); the decoder's first sampled
+    generation then drafts in no step before a read, its first at the first gap (the 13th step). Negative
+    control: with probe_reads=False its first drafting step is its second."""
+    target, draft = pair
+    for reads in (True, False):
+        with specllama.SpeculativeDecoder(target, draft, n_ctx=512, settle_steps=2, share_prefill=False,
+                                          probe_reads=reads) as dec:
+            for _ in range(2):
+                greedy = _generate(dec, temperature=0)
+            assert greedy.stats.steps[-1].paused or greedy.stats.steps[-2].paused
+            r = _generate(dec, seed=1, adaptive=True, acceptance="rejection", **CHAIN)
+        steps = r.stats.steps
+        first = next(i for i, t in enumerate(steps) if t.n_drafted > 0 or t.read)
+        if reads:
+            assert first == 12 and steps[first].read, [(t.n_drafted, t.read) for t in steps[:14]]
+        else:
+            assert first == 1 and steps[1].n_drafted > 0 and not any(t.read for t in steps)
