@@ -276,10 +276,10 @@ class draft_length_model {
     // that drafting steps measured and a probe of its own has (the prices that judge a read are a drafting
     // step's, and the steps that began a pause may have been a new decoder's first, far dearer than later
     // ones: a read judged by them called every probe off at acceptance 0.9 in graph_sim.py), with every such
-    // price known (knows_step_prices)
+    // price known (knows_step_prices); or any probe of a kind judged by reads (judged_by_reads)
     bool read_due() const {
         return reads_ && o_.probing_ && o_.probe_left_ == settle_ && knows_step_prices() &&
-               ((pause_holds() && o_.n_probes_ > 0) || o_.drafted_steps_ == 0);
+               ((pause_holds() && o_.n_probes_ > 0) || judged_by_reads());
     }
     // a kind of generation (greedy, sampled) that has not drafted yet while the other kind's draft is paused, where
     // probes read and every price is known: it drafts only where a read says so. On a GPU a new kind's first
