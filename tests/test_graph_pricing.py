@@ -538,6 +538,32 @@ def test_graph_sim_takes_a_plain_step_of_another_price():
     assert sim.mean_over_seeds(0.8, 4, plain_ms=sim.PLAIN_MS_DEVICE_SAMPLING, **kw) < sim.mean_over_seeds(0.8, 4, **kw)
 
 
+def test_graph_sim_reads_the_prompt_into_the_draft_where_the_decoder_does():
+    """graph_sim.Loop.generate, as decoder::prefill and draft_prompt: a generation whose draft sits out every step
+    never decodes the prompt in the draft; one that drafts decodes it once, in one batch, before its first drafting
+    step; a paused draft's probe read takes the prompt in with what it sat out (the last 32 tokens at most)."""
+    sim = _graph_sim()
+
+    def draft_decodes(loop, **kw):
+        sizes, decode = [], loop.draft.decode
+        loop.draft.decode = lambda k: sizes.append(k) or decode(k)
+        loop.generate(64, n_prompt=30, **kw)
+        loop.draft.decode = decode
+        return sizes
+
+    drafting = sim.Loop(0.9, draft_ms=1.1, plain_ms=sim.PLAIN_MS_DEVICE_SAMPLING)
+    sizes = draft_decodes(drafting)
+    assert sizes.count(30) == 1 and 1 in sizes[sizes.index(30):], sizes
+    assert draft_decodes(drafting, speculative=False) == []
+    # acceptance 0: the rule pauses the draft; a later generation starts paused and reads only at a probe
+    paused = sim.Loop(0.0, draft_ms=1.42, plain_ms=sim.PLAIN_MS_DEVICE_SAMPLING)
+    for _ in range(3):
+        paused.generate(128)
+    assert paused.rule.paused
+    sizes = draft_decodes(paused)
+    assert 30 not in sizes and all(k <= 32 for k in sizes), sizes
+
+
 def test_replay_prices_a_measured_generation_step_by_step():
     """graph_sim.replay: a recorded generation's steps (compare.step_summary's patterns and step_ms)
     priced in the decoding loop's shapes. A plain step after the prompt's pass runs without its graph,

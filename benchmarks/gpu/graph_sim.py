@@ -185,10 +185,9 @@ class Loop:
                              (self.reads == "all" or (self.reads == "greedy" and not sampled)))
         total_ms = self.target.decode(n_prompt)
         rule.observe_prompt(n_prompt, total_ms)
-        if speculative:
-            ms = self.draft.decode(n_prompt)
-            total_ms += ms
-            rule.observe_draft_prompt(n_prompt, ms)
+        # the draft takes the prompt in before the first step it drafts in, or in a probe's read before it
+        # (decoder::prefill, draft_prompt): a generation it sits out entirely never reads it
+        unread = n_prompt if speculative else 0
         adaptive_pad = self.verify_shape == "padded" and self.fixed is None
         n_draft = self._pad() if adaptive_pad else self.n_draft
         if not adaptive_pad:
@@ -205,7 +204,12 @@ class Loop:
             drafts = n_max > 0 and (self.fixed is not None or (not pricing and rule.model_drafts(True)))
             read_ms = 0.0
             if drafts and rule.read_due:
-                drafts, read_ms, sat_out = self._read(sat_out, n_tokens - made)
+                drafts, read_ms, sat_out = self._read(sat_out + unread, n_tokens - made)
+                unread = 0
+            if drafts and unread:
+                read_ms = self.draft.decode(unread)
+                rule.observe_draft_prompt(unread, read_ms)
+                unread = 0
             if drafts:
                 n, kept, confs, catch_up, n_single, draft_ms, verify_ms, n_verified = self._drafting_step(n_max, sat_out)
                 rule.observe(n, n, kept, confs, -1, catch_up, draft_ms, verify_ms, prev_n,
