@@ -559,7 +559,7 @@ def test_graph_sim_reads_the_prompt_into_the_draft_where_the_decoder_does():
     paused = sim.Loop(0.0, draft_ms=1.42, plain_ms=sim.PLAIN_MS_DEVICE_SAMPLING)
     for _ in range(3):
         paused.generate(128)
-    assert paused.rule.paused
+    assert paused.rule.paused()
     sizes = draft_decodes(paused)
     assert 30 not in sizes and all(k <= 32 for k in sizes), sizes
 
