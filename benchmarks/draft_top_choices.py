@@ -11,6 +11,11 @@ g drafts and of the same chain with those leaves (tokens_per_step).
 The answers are the target's own: its chat template, its plain greedy decoding, then one pass of
 the draft over prompt and answer.
 
+It also reports, per prompt, how often the draft's first choice is the target's over the prompt's
+own text (both models reading it, each position foretelling the next), beside the same share over
+the answer: whether a pass over the prompt, which both models make before any drafting, could tell
+what share of drafts a generation will keep.
+
     python benchmarks/draft_top_choices.py --pair qwen2.5-coder -n 128 --out top_choices.json
 """
 
@@ -55,6 +60,24 @@ def ranks(dec, pairs) -> np.ndarray:
     return np.asarray(found)
 
 
+def prompt_agreement(dec, pairs) -> list:
+    """Per (prompt, answer): the share of the prompt's positions (each foretelling the next prompt
+    token) where the draft's first choice is the target's, and the same share over the answer's
+    positions (each foretelling the next answer token from prompt and answer so far); None for a
+    part without positions (a one-token prompt, an empty answer)."""
+    out = []
+    for prompt, answer in pairs:
+        full = list(prompt) + list(answer)
+        first = []
+        for model in (dec.target_model, dec.draft_model):
+            ctx = specllama.Context(model, n_ctx=len(full))
+            first.append(np.argmax(np.asarray(ctx.decode(full, all_logits=True)), axis=1))
+        same = first[0] == first[1]
+        n = len(prompt)
+        out.append(tuple(float(part.mean()) if part.size else None for part in (same[: n - 1], same[n - 1: -1])))
+    return out
+
+
 def tokens_per_step(a1: float, a2: float, g: int) -> float:
     """Expected tokens per step at independent per-position chances: a1 the draft's first choice is
     the target's token, a2 its second is. A chain of g drafts stops at the first miss (Leviathan et
@@ -73,13 +96,18 @@ def main() -> None:
     args = ap.parse_args()
     target, draft = pair_from_options(args)
     with specllama.SpeculativeDecoder(target, draft, n_ctx=2048) as dec:
-        r = ranks(dec, answers(dec, list(PROMPTS.values())[: args.prompts], args.n))
+        pairs = answers(dec, list(PROMPTS.values())[: args.prompts], args.n)
+        r = ranks(dec, pairs)
+        agreement = prompt_agreement(dec, pairs)
     share = [float((r == k).mean()) for k in range(MAX_RANK + 1)]
     a1, a2 = share[0], share[1]
-    report = {"provenance": provenance({"target": target, "draft": draft}), "positions": int(r.size), "rank_share": share,
+    report = {"provenance": provenance({"target": target, "draft": draft}), "positions": int(r.size),
+              "rank_share": share,
               "second_given_first_missed": a2 / (1 - a1) if a1 < 1 else None,
               "tokens_per_step": {g: {"chain": tokens_per_step(a1, 0.0, g), "with_second": tokens_per_step(a1, a2, g)}
-                                  for g in (2, 3, 4, 6, 8)}}
+                                  for g in (2, 3, 4, 6, 8)},
+              "first_choice_agreement": {name: {"prompt": a[0], "answer": a[1]}
+                                         for name, a in zip(list(PROMPTS)[: args.prompts], agreement)}}
     print(f"{r.size} positions; the target's token is the draft's choice "
           + ", ".join(f"#{k + 1}: {s:.3f}" for k, s in enumerate(share[:MAX_RANK])) + f", worse: {share[MAX_RANK]:.3f}")
     if a1 < 1:
@@ -87,6 +115,9 @@ def main() -> None:
     for g, t in report["tokens_per_step"].items():
         print(f"  g={g}: chain {t['chain']:.2f} tokens per step, with second choices verified {t['with_second']:.2f} "
               f"({t['with_second'] / t['chain']:.2f}x)")
+    print("the draft's first choice is the target's, over the prompt's own text / over the answer:")
+    for name, a in report["first_choice_agreement"].items():
+        print(f"  {name}: " + " / ".join("-" if x is None else f"{x:.2f}" for x in (a["prompt"], a["answer"])))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
