@@ -65,6 +65,9 @@ def prompt_agreement(dec, pairs) -> list:
     token) where the draft's first choice is the target's, and the same share over the answer's
     positions (each foretelling the next answer token from prompt and answer so far); None for a
     part without positions (a one-token prompt, an empty answer)."""
+    if dec.cross_vocab is not None:
+        raise SystemExit("draft_top_choices.py: the draft's vocabulary is not the target's: its first choices "
+                         "are not the target's tokens")
     out = []
     for prompt, answer in pairs:
         full = list(prompt) + list(answer)

@@ -48,6 +48,8 @@ def test_a_draft_of_another_vocabulary_is_refused(bench, tiny):
     with specllama.SpeculativeDecoder(tiny.target, tiny.other_vocab, n_ctx=256) as dec:
         with pytest.raises(SystemExit, match="vocabulary is not the target's"):
             bench.ranks(dec, [(dec.tokenize("the cat sat"), [5, 6])])
+        with pytest.raises(SystemExit, match="vocabulary is not the target's"):
+            bench.prompt_agreement(dec, [(dec.tokenize("the cat sat"), [5, 6])])
 
 
 def test_prompt_agreement_is_whole_for_the_target_itself_and_partial_for_a_noisy_copy(bench, tiny):
