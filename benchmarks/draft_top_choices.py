@@ -46,36 +46,42 @@ def answers(dec, prompts, n) -> list:
     return out
 
 
-def ranks(dec, pairs) -> np.ndarray:
-    """The rank of each answer token in the logits of dec's draft over the same prefix."""
+def _same_vocab(dec, why: str) -> None:
     if dec.cross_vocab is not None:
-        raise SystemExit("draft_top_choices.py: the draft's vocabulary is not the target's: its ranks of the "
-                         "target's tokens mean nothing")
+        raise SystemExit(f"draft_top_choices.py: the draft's vocabulary is not the target's: {why}")
+
+
+def _rows(model, prompt, answer) -> np.ndarray:
+    full = list(prompt) + list(answer)
+    return np.asarray(specllama.Context(model, n_ctx=len(full)).decode(full, all_logits=True))
+
+
+def logit_rows(model, pairs) -> list:
+    """Per (prompt, answer): model's logits at every position of prompt + answer, from one pass."""
+    return [_rows(model, prompt, answer) for prompt, answer in pairs]
+
+
+def ranks(dec, pairs, draft_rows=None) -> np.ndarray:
+    """The rank of each answer token in the logits of dec's draft over the same prefix (draft_rows:
+    logit_rows(dec.draft_model, pairs), where the caller has them)."""
+    _same_vocab(dec, "its ranks of the target's tokens mean nothing")
     found = []
-    for prompt, answer in pairs:
-        ctx = specllama.Context(dec.draft_model, n_ctx=len(prompt) + len(answer))
-        rows = ctx.decode(prompt + answer, all_logits=True)[len(prompt) - 1: -1]
-        for row, tok in zip(rows, answer):
+    for (prompt, answer), rows in zip(pairs, draft_rows or logit_rows(dec.draft_model, pairs)):
+        for row, tok in zip(rows[len(prompt) - 1: -1], answer):
             found.append(min(MAX_RANK, int((row > row[tok]).sum())))
     return np.asarray(found)
 
 
-def prompt_agreement(dec, pairs) -> list:
+def prompt_agreement(dec, pairs, draft_rows=None) -> list:
     """Per (prompt, answer): the share of the prompt's positions (each foretelling the next prompt
     token) where the draft's first choice is the target's, and the same share over the answer's
     positions (each foretelling the next answer token from prompt and answer so far); None for a
-    part without positions (a one-token prompt, an empty answer)."""
-    if dec.cross_vocab is not None:
-        raise SystemExit("draft_top_choices.py: the draft's vocabulary is not the target's: its first choices "
-                         "are not the target's tokens")
+    part without positions (a one-token prompt, an empty answer). draft_rows as for ranks()."""
+    _same_vocab(dec, "its first choices are not the target's tokens")
     out = []
-    for prompt, answer in pairs:
-        full = list(prompt) + list(answer)
-        first = []
-        for model in (dec.target_model, dec.draft_model):
-            ctx = specllama.Context(model, n_ctx=len(full))
-            first.append(np.argmax(np.asarray(ctx.decode(full, all_logits=True)), axis=1))
-        same = first[0] == first[1]
+    draft_rows = draft_rows or logit_rows(dec.draft_model, pairs)
+    for (prompt, answer), d_rows in zip(pairs, draft_rows):
+        same = np.argmax(_rows(dec.target_model, prompt, answer), axis=1) == np.argmax(d_rows, axis=1)
         n = len(prompt)
         out.append(tuple(float(part.mean()) if part.size else None for part in (same[: n - 1], same[n - 1: -1])))
     return out
@@ -100,8 +106,9 @@ def main() -> None:
     target, draft = pair_from_options(args)
     with specllama.SpeculativeDecoder(target, draft, n_ctx=2048) as dec:
         pairs = answers(dec, list(PROMPTS.values())[: args.prompts], args.n)
-        r = ranks(dec, pairs)
-        agreement = prompt_agreement(dec, pairs)
+        draft_rows = logit_rows(dec.draft_model, pairs)  # (one pass of the draft for both)
+        r = ranks(dec, pairs, draft_rows)
+        agreement = prompt_agreement(dec, pairs, draft_rows)
     share = [float((r == k).mean()) for k in range(MAX_RANK + 1)]
     a1, a2 = share[0], share[1]
     report = {"provenance": provenance({"target": target, "draft": draft}), "positions": int(r.size),
