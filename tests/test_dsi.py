@@ -80,13 +80,15 @@ def test_dsi_padded_batches_keep_the_output_and_drop_the_padding(slow, sp, looka
 
 
 def test_dsi_with_a_bad_draft_cancels_and_stays_exact(slow):
-    """A draft that is mostly wrong: rejections cancel tasks and drafts; output still exact."""
+    """A draft that is mostly wrong: rejections cancel tasks and drafts; output still exact.
+    (wait_for_drafts: every token is a judged draft, so drafts are checked however busy the machine;
+    racing, the target can make a whole reply before the drafter's first draft.)"""
     with specllama.SpeculativeDecoder(slow.target, slow.far, n_ctx=512) as dec:
         n_cancelled = 0
         for prompt in PROMPTS:
             plain = dec.generate(prompt, max_tokens=40, temperature=0, speculative=False, ignore_eos=True)
             dsi = dec.generate(prompt, max_tokens=40, temperature=0, ignore_eos=True, mode="dsi", sp=3,
-                               lookahead=2)
+                               lookahead=2, wait_for_drafts=True)
             assert dsi.tokens == plain.tokens
             assert dsi.dsi.n_accepted < dsi.dsi.n_checked
             n_cancelled += dsi.dsi.n_tasks_cancelled
