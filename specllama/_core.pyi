@@ -23,7 +23,9 @@ class Model:
         The tokens' text: their pieces one after another, or (whole) as llama.cpp's llama_detokenize renders a whole text (a SentencePiece tokenizer's space in front of the first word dropped)
         """
     def is_eog(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> bool:
-        ...
+        """
+        Whether llama.cpp counts token t as an end of generation.
+        """
     def named_chat_template(self, name: str) -> str:
         """
         The GGUF's chat template of that name (tokenizer.chat_template.NAME: 'tool_use', 'rag', ...); '' where it has none.
@@ -50,6 +52,11 @@ class Model:
     @property
     def description(self) -> str:
         ...
+    @property
+    def eog_ids(self) -> list[int]:
+        """
+        The end-of-generation tokens the decoding loop stops at, read from the vocabulary when the model loads.
+        """
     @property
     def eos(self) -> int:
         ...

@@ -206,6 +206,15 @@ def test_stop_string(dec):
     assert streamed == r.text
 
 
+def test_end_tokens_the_loop_stops_at_are_llama_cpps(tiny):
+    """The loop's list of end-of-generation tokens is exactly the tokens llama.cpp's is_eog counts."""
+    with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=256) as d:
+        for model in (d.target_model, d.draft_model):
+            counted = [t for t in range(model.n_vocab) if model.is_eog(t)]
+            assert counted, "the test model has no end-of-generation token"
+            assert model.eog_ids == counted
+
+
 def test_end_of_generation(tiny):
     """A model that ends its reply stops with finish_reason "stop" and no end token in the output."""
     with specllama.SpeculativeDecoder(tiny.target_q, tiny.draft_q, n_ctx=2048) as d:

@@ -136,23 +136,18 @@ sampled_row kv_cache::sampled(int32_t i) const {
     if (chain_.what == device_chain::kind::none) {
         throw std::logic_error("sampled(): this context runs no device chain; read logits()");
     }
-    sampled_row r;
     if (shared_) {
+        sampled_row          r;
         const sampled_copy & s = slot_sampled_[i];
         r.logits               = s.logits.data();
         r.ids                  = s.ids.data();
         r.n                    = (int32_t) s.logits.size();
         return r;
     }
-    const int32_t j = out_base_ + i;
-    r.logits        = llama_get_sampled_logits_ith(ctx_.get(), j);
-    r.ids           = llama_get_sampled_candidates_ith(ctx_.get(), j);
-    r.n             = (int32_t) llama_get_sampled_logits_count_ith(ctx_.get(), j);
-    if (r.logits == nullptr || r.ids == nullptr || r.n < 1 ||
-        r.n != (int32_t) llama_get_sampled_candidates_count_ith(ctx_.get(), j)) {
+    if (rows_[i].n < 1) {
         throw std::runtime_error("llama.cpp returned no sampled row for output " + std::to_string(i));
     }
-    return r;
+    return rows_[i];
 }
 
 void kv_cache::set_n_threads(int32_t n_threads) {
@@ -315,12 +310,19 @@ void kv_cache::finish() {
     const auto t_sync = std::chrono::steady_clock::now();
     llama_synchronize(ctx_.get());
     decode_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_sync).count();
-    if (chain_.what != device_chain::kind::none) {  // what the chain returned for each output row
+    if (chain_.what != device_chain::kind::none) {  // what the chain returned for each output row, read once
+        llama_context * ctx = ctx_.get();
+        rows_.resize(n_outputs_);
         for (int32_t i = 0; i < n_outputs_; ++i) {
-            const int32_t j = out_base_ + i;
-            logits_bytes_ += (int64_t) sizeof(float) * (int64_t) (llama_get_sampled_logits_count_ith(ctx_.get(), j) +
-                                                                  llama_get_sampled_probs_count_ith(ctx_.get(), j) +
-                                                                  llama_get_sampled_candidates_count_ith(ctx_.get(), j));
+            const int32_t  j     = out_base_ + i;
+            const uint32_t n     = llama_get_sampled_logits_count_ith(ctx, j);
+            const uint32_t n_ids = llama_get_sampled_candidates_count_ith(ctx, j);
+            sampled_row &  r     = rows_[i];
+            r.logits             = llama_get_sampled_logits_ith(ctx, j);
+            r.ids                = llama_get_sampled_candidates_ith(ctx, j);
+            r.n                  = r.logits != nullptr && r.ids != nullptr && n == n_ids ? (int32_t) n : 0;
+            const uint32_t n_probs = llama_get_sampled_probs_count_ith(ctx, j);
+            logits_bytes_ += (int64_t) sizeof(float) * (int64_t) (n + n_ids + n_probs);
         }
     }
 }

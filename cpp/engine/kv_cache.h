@@ -213,6 +213,7 @@ class kv_cache {
     int32_t                  n_outputs_ = 0;  // outputs of the last decode
     bool                     pending_   = false;  // the last decode is launched, not yet waited for (finish)
     int32_t                  out_base_  = 0;  // batch index of the first of them in the last chunk
+    std::vector<sampled_row> rows_;           // the device chain's rows of those outputs, read once by finish()
     std::vector<uint8_t>     state_buf_;      // copy_from's staging buffer, reused
     int32_t                  n_threads_ = 0;  // the count llama_decode uses now
     int32_t                  n_threads_given_ = 0;  // context_params::n_threads (0: none given)

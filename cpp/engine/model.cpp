@@ -78,6 +78,9 @@ std::shared_ptr<model> model_load(const model_params & params) {
     }
     for (llama_token t = 0; t < mdl->n_vocab; ++t) {
         mdl->max_piece_bytes = std::max<int32_t>(mdl->max_piece_bytes, (int32_t) token_to_piece(*mdl, t, true).size());
+        if (llama_vocab_is_eog(mdl->vocab, t)) {
+            mdl->eog_ids.push_back(t);
+        }
     }
     return mdl;
 }

@@ -6,6 +6,7 @@
 // (speculative/decoder.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -43,8 +44,11 @@ struct model {
     // where llama.cpp put the weights: each buffer type's name ("CPU_Mapped", "CPU_REPACK", "CUDA0",
     // ...) and its size in MiB, as its loader reported them
     std::vector<std::pair<std::string, double>> weight_buffers;
+    std::vector<llama_token> eog_ids;  // the vocabulary's end-of-generation tokens (llama_vocab_is_eog)
 
     llama_model * get() const { return ptr.get(); }
+    // llama_vocab_is_eog, answered from that short list (no look-up in llama.cpp's vocabulary)
+    bool is_eog(llama_token t) const { return std::find(eog_ids.begin(), eog_ids.end(), t) != eog_ids.end(); }
 };
 
 // load a GGUF model; throws file_not_found, or std::invalid_argument when the file is not a

@@ -303,7 +303,7 @@ void decoder::validate_prompt(const std::vector<llama_token> & prompt) const {
 
 bool decoder::append_token(llama_token tok, const generate_params & params, text_stream & stream,
                            generate_result & res, std::string & finish) const {
-    if (!params.ignore_eos && llama_vocab_is_eog(target_->vocab, tok)) {
+    if (!params.ignore_eos && target_->is_eog(tok)) {
         finish = "stop";
         return false;
     }

@@ -161,7 +161,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
                                 : 0,
                             &seq);
             drafted_.resumed = after_pause;
-        } else if (n_taken < step.n_max && !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
+        } else if (n_taken < step.n_max && !target_->is_eog(drafted_.tokens.back())) {
             draft_after_taken(dseq, step.n_max, params, rng, keep, check);
         }
         st.n_resume_shared += drafted_.n_copied;
@@ -181,7 +181,7 @@ int32_t decoder::draft_step(const std::vector<llama_token> & seq, const step_pla
     // the prediction's drafts, then prompt lookup's: alone, or after the draft model stopped short (not after
     // a drafted end token)
     const int32_t n_first = (int32_t) drafted_.tokens.size();
-    const bool    go_on   = n_first == 0 || !llama_vocab_is_eog(target_->vocab, drafted_.tokens.back());
+    const bool    go_on   = n_first == 0 || !target_->is_eog(drafted_.tokens.back());
     pred_first_ = n_first;
     n_pred_     = 0;
     if (step.n_max > n_first && plan.use_prediction && go_on) {

@@ -60,7 +60,7 @@ void decoder::draft_ahead_validate(const generate_params & params, const run_pla
 void decoder::draft_ahead(const std::vector<llama_token> & seq, int32_t n, const generate_params & params,
                           rng_t & rng, generate_stats & st, const interrupt_check & check) {
     ahead_.clear();
-    if (!drafted_.tokens.empty() && llama_vocab_is_eog(target_->vocab, drafted_.tokens.back())) {
+    if (!drafted_.tokens.empty() && target_->is_eog(drafted_.tokens.back())) {
         return;  // (nothing follows a drafted end token)
     }
     with_drafts(ahead_seq_, seq, drafted_.tokens);

@@ -247,7 +247,9 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         cache_.checkpoint();  // a recurrent draft comes back here if its drafts are not all kept
     }
     const std::vector<llama_token> & tseq  = target_seq != nullptr ? *target_seq : seq;
-    const llama_vocab *              vocab = map_ != nullptr ? map_->target_vocab() : cache_.mdl().vocab;  // (out's)
+    const auto is_end = [this](llama_token t) {  // (out's vocabulary)
+        return map_ != nullptr ? llama_vocab_is_eog(map_->target_vocab(), t) : cache_.mdl().is_eog(t);
+    };
     if ((int32_t) out.dists.size() < n_draft) {
         out.dists.resize(n_draft);
     }
@@ -262,7 +264,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
             if (k > 0) {
                 // the draft reads the forced run in one decode, for its logits after it
                 const llama_token * run = as_draft_tokens(out, i, k, n_run);
-                if (i + k == n_draft || llama_vocab_is_eog(vocab, out.tokens.back()) || n_run == 0 ||
+                if (i + k == n_draft || is_end(out.tokens.back()) || n_run == 0 ||
                     cache_.n_past() + n_run > cache_.n_ctx() ||
                     (keep_going && !keep_going(i + k, 1.0f, draft_ask::after_forced))) {
                     break;
@@ -283,7 +285,7 @@ void model_drafter::draft(const std::vector<llama_token> & seq, int32_t n_draft,
         // the last draft is not decoded here: the target verifies it, and the next step feeds it
         // to the draft together with the target's token if it is kept
         const llama_token * next = as_draft_tokens(out, i, 1, n_run);
-        if (i + 1 == n_draft || llama_vocab_is_eog(vocab, tok) || n_run == 0 ||
+        if (i + 1 == n_draft || is_end(tok) || n_run == 0 ||
             cache_.n_past() + n_run > cache_.n_ctx()) {
             break;
         }
