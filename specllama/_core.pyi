@@ -22,9 +22,9 @@ class Model:
         """
         The tokens' text: their pieces one after another, or (whole) as llama.cpp's llama_detokenize renders a whole text (a SentencePiece tokenizer's space in front of the first word dropped)
         """
-    def is_eog(self, arg0: typing.SupportsInt | typing.SupportsIndex) -> bool:
+    def is_eog(self, token: typing.SupportsInt | typing.SupportsIndex) -> bool:
         """
-        Whether llama.cpp counts token t as an end of generation.
+        Whether llama.cpp counts this token as an end of generation.
         """
     def named_chat_template(self, name: str) -> str:
         """

@@ -92,7 +92,7 @@ void register_model(py::module_ & m) {
             "Where llama.cpp put the weights: each buffer type's name ('CPU_Mapped', 'CPU_REPACK' for "
             "quantized weights repacked for the CPU's kernels, 'CUDA0', ...) and its size in MiB.")
         .def("is_eog", [](const model & mdl, llama_token t) { return llama_vocab_is_eog(mdl.vocab, t); },
-             "Whether llama.cpp counts token t as an end of generation.")
+             py::arg("token"), "Whether llama.cpp counts this token as an end of generation.")
         .def_property_readonly("eog_ids", [](const model & mdl) { return mdl.eog_ids; },
                                "The end-of-generation tokens the decoding loop stops at, read from the vocabulary "
                                "when the model loads.")
