@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/cpu.h"
+#include "sampling/device_sampling.h"
 
 namespace specllama {
 
@@ -223,16 +224,12 @@ void slot_batcher::run_decodes(std::unique_lock<std::mutex> & lock) {
 static void copy_sampled(llama_context * ctx, int32_t first, int32_t n, std::vector<sampled_copy> & out) {
     out.resize(n);
     for (int32_t i = 0; i < n; ++i) {
-        const int32_t       j   = first + i;
-        const float *       l   = llama_get_sampled_logits_ith(ctx, j);
-        const llama_token * ids = llama_get_sampled_candidates_ith(ctx, j);
-        const auto          m   = (int64_t) llama_get_sampled_logits_count_ith(ctx, j);
-        if (l == nullptr || ids == nullptr || m < 1 || m != (int64_t) llama_get_sampled_candidates_count_ith(ctx, j)) {
+        const sampled_row r = read_sampled_row(ctx, first + i, out[i].bytes);
+        if (r.n < 1) {
             throw std::runtime_error("llama.cpp returned no sampled row for a slot's output");
         }
-        out[i].logits.assign(l, l + m);
-        out[i].ids.assign(ids, ids + m);
-        out[i].bytes = (int64_t) sizeof(float) * (2 * m + (int64_t) llama_get_sampled_probs_count_ith(ctx, j));
+        out[i].logits.assign(r.logits, r.logits + r.n);
+        out[i].ids.assign(r.ids, r.ids + r.n);
     }
 }
 

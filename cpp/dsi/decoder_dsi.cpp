@@ -40,7 +40,6 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
 
     const int32_t       n_ctx    = tgt_cache_->n_ctx();
     const int32_t       n_prompt = (int32_t) prompt.size();
-    const llama_vocab * vocab    = target_->vocab;
     generate_result     res;
     generate_stats &    st = res.stats;
     st.n_prompt            = n_prompt;
@@ -109,7 +108,7 @@ generate_result decoder::generate_dsi(const std::vector<llama_token> & prompt, c
         return false;
     };
     if (!params.ignore_eos) {
-        cb.is_end = [vocab](llama_token t) { return llama_vocab_is_eog(vocab, t); };
+        cb.is_end = [mdl = target_](llama_token t) { return mdl->is_eog(t); };
     }
 
     dsi_params dp;

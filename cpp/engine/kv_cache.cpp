@@ -314,15 +314,9 @@ void kv_cache::finish() {
         llama_context * ctx = ctx_.get();
         rows_.resize(n_outputs_);
         for (int32_t i = 0; i < n_outputs_; ++i) {
-            const int32_t  j     = out_base_ + i;
-            const uint32_t n     = llama_get_sampled_logits_count_ith(ctx, j);
-            const uint32_t n_ids = llama_get_sampled_candidates_count_ith(ctx, j);
-            sampled_row &  r     = rows_[i];
-            r.logits             = llama_get_sampled_logits_ith(ctx, j);
-            r.ids                = llama_get_sampled_candidates_ith(ctx, j);
-            r.n                  = r.logits != nullptr && r.ids != nullptr && n == n_ids ? (int32_t) n : 0;
-            const uint32_t n_probs = llama_get_sampled_probs_count_ith(ctx, j);
-            logits_bytes_ += (int64_t) sizeof(float) * (int64_t) (n + n_ids + n_probs);
+            int64_t bytes = 0;
+            rows_[i]      = read_sampled_row(ctx, out_base_ + i, bytes);
+            logits_bytes_ += bytes;
         }
     }
 }

@@ -50,6 +50,18 @@ llama_sampler * make_device_chain(const device_chain & c) {
     return chain;
 }
 
+sampled_row read_sampled_row(llama_context * ctx, int32_t j, int64_t & bytes) {
+    const uint32_t n       = llama_get_sampled_logits_count_ith(ctx, j);
+    const uint32_t n_ids   = llama_get_sampled_candidates_count_ith(ctx, j);
+    const uint32_t n_probs = llama_get_sampled_probs_count_ith(ctx, j);
+    sampled_row    r;
+    r.logits = llama_get_sampled_logits_ith(ctx, j);
+    r.ids    = llama_get_sampled_candidates_ith(ctx, j);
+    r.n      = r.logits != nullptr && r.ids != nullptr && n == n_ids ? (int32_t) n : 0;
+    bytes    = (int64_t) sizeof(float) * (int64_t) (n + n_ids + n_probs);
+    return r;
+}
+
 void row_distribution(const sampled_row & row, const sampling_params & params, token_dist & out) {
     sparse_distribution(row.logits, row.ids, row.n, params, out);
 }

@@ -58,6 +58,10 @@ struct sampled_row {
     int32_t             n      = 0;
 };
 
+// what the chain returned for output j of ctx's last decode (n = 0 where llama.cpp returned no
+// row); bytes: what llama.cpp copied back for it
+sampled_row read_sampled_row(llama_context * ctx, int32_t j, int64_t & bytes);
+
 // the distribution the chain params draws from, given a top_k row (sparse_distribution)
 void row_distribution(const sampled_row & row, const sampling_params & params, token_dist & out);
 
