@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import os
 import typing
-__all__: list[str] = ['ADAPTIVE_STATE_FORMAT', 'BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_reclaim', 'log_set_level', 'model_footprint', 'model_identity', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
+__all__: list[str] = ['ADAPTIVE_STATE_FORMAT', 'BatchDrafting', 'CACHE_TYPES', 'Completion', 'Context', 'DECODER_DEFAULTS', 'DSIStats', 'Decoder', 'DraftLengthModel', 'GenerateOptions', 'MAX_DRAFT', 'MAX_SERVERS', 'Model', 'Stats', 'StepPrices', 'StepTrace', 'TextTooLong', 'ThreadTuner', 'TokenLogprob', 'accept_trials', 'candidates_distribution', 'chat_apply_template', 'chat_builtin_templates', 'check_text', 'cpu_cores', 'default_devices', 'list_devices', 'log_reclaim', 'log_set_level', 'model_footprint', 'model_identity', 'quantize', 'quantize_types', 'rpc_add_servers', 'rpc_endpoint', 'rpc_failure_message', 'rpc_failures', 'rpc_park_breaks', 'rpc_serve', 'sampling_distribution', 'simulate_dsi', 'supports_gpu_offload', 'supports_rpc', 'vocab_difference']
 class TextTooLong(ValueError):
     pass
 class Model:
@@ -1559,6 +1559,10 @@ class Decoder:
 def accept_trials(p: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], q: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], n_trials: typing.SupportsInt | typing.SupportsIndex, seed: typing.SupportsInt | typing.SupportsIndex = 0, rule: str = 'rejection') -> numpy.typing.NDArray[numpy.int32]:
     """
     Run one speculative step n_trials times on fixed per-position target (p) and draft (q) distributions: drafts are drawn from q, then the rule runs ('rejection', llama.cpp's sample-and-'match', or 'keyed': both sides' draws keyed by position, a new key per trial). Returns int32 [n_trials, n_draft + 1]: the emitted tokens of each trial, padded with -1.
+    """
+def candidates_distribution(logits: typing.Annotated[numpy.typing.ArrayLike, numpy.float32], ids: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], temperature: typing.SupportsFloat | typing.SupportsIndex = 0.800000011920929, top_p: typing.SupportsFloat | typing.SupportsIndex = 0.949999988079071, min_p: typing.SupportsFloat | typing.SupportsIndex = 0.05000000074505806) -> tuple[list[int], list[float]]:
+    """
+    The distribution the chain draws from when only a top-k row's candidates are known (logits[i] is ids[i]'s, in any order), as device sampling returns them: (ids most likely first, equal logits lower id first; their probabilities).
     """
 def chat_apply_template(template: str, messages: collections.abc.Sequence[tuple[str, str]], add_assistant: bool = True) -> str:
     ...

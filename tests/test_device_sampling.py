@@ -244,3 +244,26 @@ def test_slots_sample_on_the_device(tiny):
             assert [len(t) for t in out[1]] == [30] * 3
         for slot in slots:
             slot.close()
+
+
+@pytest.mark.parametrize("chain", [dict(temperature=0.8, top_p=0.95, min_p=0.05),
+                                   dict(temperature=1.3, top_p=0.5, min_p=0.0)])
+def test_candidates_read_as_the_host_reads_the_whole_row(chain):
+    """A row's candidates, as the device returns them (unordered), give the host chain's distribution
+    to the bit, ordered as top-k orders a whole row: most likely first, equal logits by id, -0 equal
+    to +0. Integer logits make ties everywhere, at the top-p cut included."""
+    rng = np.random.default_rng(5)
+    n_vocab, n = 3000, 40
+    for _ in range(300):
+        logits = rng.integers(-3, 4, n).astype(np.float32)
+        logits[(logits == 0) & (rng.random(n) < 0.5)] = np.float32(-0.0)
+        ids = rng.choice(n_vocab, n, replace=False).astype(np.int32)
+        got_ids, got_p = specllama._core.candidates_distribution(logits, ids.tolist(), **chain)
+        order = np.lexsort((ids, -logits))  # (-(-0.0) == 0.0: signed zeros tie)
+        assert got_ids == ids[order][:len(got_ids)].tolist()
+        row = np.full(n_vocab, -np.inf, np.float32)
+        row[ids] = logits
+        want = specllama.sampling_distribution(row, top_k=n, **chain)
+        got = np.zeros(n_vocab, np.float32)
+        got[got_ids] = got_p
+        assert np.array_equal(got, want)

@@ -108,6 +108,26 @@ void register_sampling(py::module_ & m) {
         "as in llama.cpp's chain.");
 
     m.def(
+        "candidates_distribution",
+        [](const farray & logits, const std::vector<llama_token> & ids, float temperature, float top_p, float min_p) {
+            if (logits.ndim() != 1 || logits.shape(0) == 0 || (size_t) logits.shape(0) != ids.size()) {
+                throw std::invalid_argument("logits must be a non-empty 1-D array with one entry per id");
+            }
+            if (!(temperature > 0.0f)) {
+                throw std::invalid_argument("temperature must be > 0: the candidates are a sampled chain's");
+            }
+            const sampling_params p = make_sampling(temperature, (int32_t) ids.size(), top_p, min_p);
+            token_dist            d;
+            sparse_distribution(logits.data(), ids.data(), (int32_t) ids.size(), p, d);
+            return std::make_pair(d.ids, d.probs);
+        },
+        py::arg("logits"), py::arg("ids"), py::arg("temperature") = 0.8f, py::arg("top_p") = 0.95f,
+        py::arg("min_p") = 0.05f,
+        "The distribution the chain draws from when only a top-k row's candidates are known (logits[i] is "
+        "ids[i]'s, in any order), as device sampling returns them: (ids most likely first, equal logits lower "
+        "id first; their probabilities).");
+
+    m.def(
         "accept_trials",
         [](const farray & p, const farray & q, int64_t n_trials, uint64_t seed, const std::string & rule) {
             if (rule != "rejection" && rule != "match" && rule != "keyed") {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -80,6 +81,27 @@ void all_tokens(const float * logits, int32_t n_vocab, float lmax, double z, flo
 
 namespace {
 
+// e^x for the chain's arguments (x <= 0: a logit less the largest, scaled), without a table: the
+// candidates' arguments are scattered, and a table's lines are cold after every decode.
+// Cody-Waite reduction to |r| <= ln2 / 2, then the Taylor polynomial of degree 13 (error below
+// 2e-16 relative); below the normal range, 0
+inline double exp_le0(double x) {
+    if (!(x > -708.0)) {
+        return x != x ? x : 0.0;  // (NaN stays NaN)
+    }
+    const double k = std::nearbyint(x * 1.4426950408889634);
+    const double r = (x - k * 0.6931471803691238) - k * 1.9082149292705877e-10;
+    double       p = 1.0 / 6227020800.0;
+    for (const double c : {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+                           1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0}) {
+        p = p * r + c;
+    }
+    const uint64_t bits = (uint64_t) ((int64_t) k + 1023) << 52;  // 2^k (k >= -1022 here)
+    double         two_k;
+    std::memcpy(&two_k, &bits, sizeof(two_k));
+    return p * two_k;
+}
+
 // the chain after its candidates are chosen: top-p (on their softmax, whose normalizer is z; 0: over
 // the candidates themselves), min-p against lmax, temperature on the survivors, then infill.
 // ids: the candidates, most likely first where top-p needs an order; logit(i): ids[i]'s logit
@@ -92,7 +114,7 @@ void finish_chain(std::vector<llama_token> & ids, const Logit & logit, float lma
         // as llama.cpp's top-p: the smallest head of the candidates that holds top_p of their softmax
         weights.resize(ids.size());
         for (size_t i = 0; i < ids.size(); ++i) {
-            weights[i] = std::exp((double) logit(i) - lmax);
+            weights[i] = exp_le0((double) logit(i) - lmax);
             z += own_z ? weights[i] : 0.0;
         }
         double cum = 0.0;
@@ -119,7 +141,7 @@ void finish_chain(std::vector<llama_token> & ids, const Logit & logit, float lma
         if (l < threshold) {
             continue;
         }
-        const double e = std::exp(((double) l - lmax) * inv_t);
+        const double e = exp_le0(((double) l - lmax) * inv_t);
         ids[n++]       = ids[i];
         probs.push_back((float) e);
         sum += e;
@@ -158,23 +180,44 @@ void sampling_distribution(const float * logits, int32_t n_vocab, const sampling
     finish_chain(ids, [&](size_t i) { return logits[ids[i]]; }, lmax, z, params, out);
 }
 
+namespace {
+
+// a logit's sort key: ascending keys order the candidates most likely first, equal logits lower id
+// first. The high half is the float's bits turned so that unsigned order is descending float order
+// (-0 counted as +0, as the float comparison does), the low half the id
+uint64_t candidate_key(float logit, llama_token id) {
+    uint32_t u;
+    const float f = logit + 0.0f;  // (-0 + 0 = +0)
+    std::memcpy(&u, &f, sizeof(u));
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // unsigned order = float order
+    return (uint64_t) ~u << 32 | (uint32_t) id;
+}
+
+float key_logit(uint64_t key) {
+    uint32_t u = ~(uint32_t) (key >> 32);
+    u          = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+}  // namespace
+
 void sparse_distribution(const float * logits, const llama_token * ids, int32_t n, const sampling_params & params,
                          token_dist & out) {
-    // the candidates most likely first, equal logits lower id first (as top_k orders them)
-    thread_local std::vector<int32_t> order;
-    order.resize(n);
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && ids[a] < ids[b]);
-    });
-    thread_local std::vector<float> sorted;
-    sorted.resize(n);
+    // the candidates most likely first, equal logits lower id first (as top_k orders them): one sort
+    // of integer keys, each holding its logit and id
+    thread_local std::vector<uint64_t> keys;
+    keys.resize(n);
+    for (int32_t i = 0; i < n; ++i) {
+        keys[i] = candidate_key(logits[i], ids[i]);
+    }
+    std::sort(keys.begin(), keys.end());
     out.ids.resize(n);
     for (int32_t i = 0; i < n; ++i) {
-        out.ids[i] = ids[order[i]];
-        sorted[i]  = logits[order[i]];
+        out.ids[i] = (llama_token) (uint32_t) keys[i];
     }
-    finish_chain(out.ids, [&](size_t i) { return sorted[i]; }, sorted[0], 0.0, params, out);
+    finish_chain(out.ids, [&](size_t i) { return key_logit(keys[i]); }, key_logit(keys[0]), 0.0, params, out);
 }
 
 namespace {
