@@ -3,11 +3,14 @@ crashes nothing; streaming equals non-streaming; stats add up; stops; Ctrl-C; th
 
 from __future__ import annotations
 
+import linecache
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -374,6 +377,38 @@ def test_ctrl_c_interrupts_and_decoder_stays_usable(tiny):
         with pytest.raises(KeyboardInterrupt):
             d.generate("the dog", max_tokens=4000, temperature=0, ignore_eos=True, n_draft=2,
                        on_step=interrupt_at_step(5))
+        assert d.generate("the cat", max_tokens=30, temperature=0, ignore_eos=True).tokens == expected
+
+
+def test_ctrl_c_reaches_a_generation_that_runs_no_python(tiny):
+    """Without on_step no Python runs between the steps: the signal still stops the native loop
+    within a step. A thread sends it once the main thread sits in the native call (its Python frame
+    on the line that makes it); the target's cache then holds the interrupted prompt and part of
+    its reply: the signal landed inside the loop, not before it began, and the loop stopped well short
+    (Python would raise the signal once the call returned, too)."""
+    with specllama.SpeculativeDecoder(tiny.target, tiny.draft, n_ctx=4096) as d:
+        expected = d.generate("the cat", max_tokens=30, temperature=0, ignore_eos=True).tokens
+        prompt = d.tokenize("the dog")
+        main = threading.main_thread().ident
+        assert threading.get_ident() == main
+
+        def in_native_call() -> bool:
+            frame = sys._current_frames().get(main)
+            return frame is not None and "native.generate(" in linecache.getline(frame.f_code.co_filename,
+                                                                                     frame.f_lineno)
+
+        def interrupt() -> None:
+            seen = 0
+            while seen < 3:  # (three looks 50 ms apart: the call has released the GIL, not just begun)
+                seen = seen + 1 if in_native_call() else 0
+                time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            d.generate(prompt, max_tokens=4000, temperature=0, ignore_eos=True, n_draft=2)
+        cached = d.cached_tokens()
+        assert cached[:len(prompt)] == prompt and len(cached) < len(prompt) + 2000  # (of 4000)
         assert d.generate("the cat", max_tokens=30, temperature=0, ignore_eos=True).tokens == expected
 
 

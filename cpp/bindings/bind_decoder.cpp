@@ -16,15 +16,14 @@ using namespace specllama;
 
 namespace specllama_py {
 
-step_callback make_step_callback(const std::optional<py::function> & on_step, bool with_logprobs) {
-    return [on_step, with_logprobs](const step_event & ev) -> bool {
-        py::gil_scoped_acquire gil;
-        if (PyErr_CheckSignals() != 0) {
-            throw py::error_already_set();
-        }
+step_callback make_step_callback(const std::optional<py::function> & on_step, bool with_logprobs,
+                                 const signal_watch & signals) {
+    return [on_step, with_logprobs, &signals](const step_event & ev) -> bool {
+        signals.check();
         if (!on_step) {
             return false;
         }
+        py::gil_scoped_acquire gil;
         // with GenerateOptions.logprobs, a fifth argument: the tokens' TokenLogprob entries
         py::object r = with_logprobs
                            ? (*on_step)(ev.tokens, to_str(ev.text), ev.n_drafted, ev.n_accepted, ev.logprobs)
@@ -579,11 +578,12 @@ void register_decoder(py::module_ & m) {
             "generate",
             [](decoder & d, const std::vector<llama_token> & prompt, const generate_params & options,
                std::optional<py::function> on_step) {
-                step_callback   cb = make_step_callback(on_step, options.logprobs.has_value());
-                generate_result res;
+                const signal_watch signals;
+                step_callback      cb = make_step_callback(on_step, options.logprobs.has_value(), signals);
+                generate_result    res;
                 {
                     py::gil_scoped_release nogil;
-                    res = d.generate(prompt, options, cb, check_signals);
+                    res = d.generate(prompt, options, cb, [&signals] { signals.check(); });
                 }
                 return res;
             },

@@ -3,8 +3,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <csignal>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "speculative/decoder.h"
@@ -27,9 +29,30 @@ std::vector<std::string> to_devices(const pybind11::object & devices, const std:
 specllama::placement to_placement(const pybind11::object & device, const std::string & split_mode,
                                   const std::optional<std::vector<float>> & tensor_split, int32_t main_gpu);
 
-// on_step(tokens, text, n_drafted, n_accepted) -> bool, with a Ctrl-C check before each call
+// Ctrl-C (KeyboardInterrupt), and whatever else Python's signal handlers raise, for a native call
+// that runs without the GIL: made with the GIL held, before the call; check() from the call's
+// thread, without the GIL, raises what a handler raised. In the main thread, while it lives, each
+// signal Python handles goes through a wrapper of Python's handler that also raises a flag, and
+// check() takes the GIL and runs the handlers only when one came; elsewhere Python runs no handler
+// and check() does nothing. Where SIGINT is not Python's to handle, check() takes the GIL each time
+class signal_watch {
+  public:
+    signal_watch();
+    ~signal_watch();
+    signal_watch(const signal_watch &)             = delete;
+    signal_watch & operator=(const signal_watch &) = delete;
+    void check() const;
+
+  private:
+    enum class how { none, flag, every };
+    how                                           how_ = how::every;
+    std::vector<std::pair<int, struct sigaction>> saved_;  // the wrapped signals' handlers before
+};
+
+// on_step(tokens, text, n_drafted, n_accepted) -> bool, after the watch's check
 // on_step(tokens, text, n_drafted, n_accepted[, logprobs]): the fifth with GenerateOptions.logprobs
-specllama::step_callback make_step_callback(const std::optional<pybind11::function> & on_step, bool with_logprobs);
+specllama::step_callback make_step_callback(const std::optional<pybind11::function> & on_step, bool with_logprobs,
+                                            const signal_watch & signals);
 
 // bytes from llama.cpp to str; invalid UTF-8 (a character cut by max_tokens) becomes U+FFFD
 inline pybind11::str to_str(const std::string & s) {
