@@ -397,16 +397,22 @@ def test_ctrl_c_reaches_a_generation_that_runs_no_python(tiny):
             return frame is not None and "native.generate(" in linecache.getline(frame.f_code.co_filename,
                                                                                      frame.f_lineno)
 
+        over = threading.Event()  # (no signal for a later test, whatever happens here)
+
         def interrupt() -> None:
             seen = 0
-            while seen < 3:  # (three looks 50 ms apart: the call has released the GIL, not just begun)
+            while seen < 3 and not over.is_set():  # (three looks 50 ms apart: the call has released the GIL)
                 seen = seen + 1 if in_native_call() else 0
                 time.sleep(0.05)
-            os.kill(os.getpid(), signal.SIGINT)
+            if not over.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
 
         threading.Thread(target=interrupt, daemon=True).start()
-        with pytest.raises(KeyboardInterrupt):
-            d.generate(prompt, max_tokens=4000, temperature=0, ignore_eos=True, n_draft=2)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                d.generate(prompt, max_tokens=4000, temperature=0, ignore_eos=True, n_draft=2)
+        finally:
+            over.set()
         cached = d.cached_tokens()
         assert cached[:len(prompt)] == prompt and len(cached) < len(prompt) + 2000  # (of 4000)
         assert d.generate("the cat", max_tokens=30, temperature=0, ignore_eos=True).tokens == expected
