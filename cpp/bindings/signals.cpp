@@ -79,12 +79,8 @@ signal_watch::~signal_watch() {
 }
 
 void signal_watch::check() const {
-    if (how_ == how::none || (how_ == how::flag && !g_raised.exchange(false, std::memory_order_relaxed))) {
-        return;
-    }
-    py::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) {
-        throw py::error_already_set();
+    if (how_ == how::every || (how_ == how::flag && g_raised.exchange(false, std::memory_order_relaxed))) {
+        check_signals();
     }
 }
 

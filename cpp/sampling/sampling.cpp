@@ -50,37 +50,6 @@ double uniform01(rng_t & rng) {
 
 namespace {
 
-// the whole vocabulary as candidates, as sorted as top-p needs: the head is sorted in growing slices
-// until it holds top_p of softmax(logits), whose normalizer is z (no order at all without top-p)
-void all_tokens(const float * logits, int32_t n_vocab, float lmax, double z, float top_p,
-                std::vector<llama_token> & ids) {
-    ids.resize(n_vocab);
-    std::iota(ids.begin(), ids.end(), 0);
-    if (top_p >= 1.0f) {
-        return;
-    }
-    auto by_logit = [logits](llama_token a, llama_token b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    };
-    size_t n_sorted = std::min<size_t>(ids.size(), 64);
-    for (;;) {
-        std::partial_sort(ids.begin(), ids.begin() + n_sorted, ids.end(), by_logit);
-        double cum = 0.0;
-        for (size_t i = 0; i < n_sorted; ++i) {
-            cum += std::exp((double) logits[ids[i]] - lmax) / z;
-        }
-        if (n_sorted == ids.size() || cum >= top_p) {
-            ids.resize(n_sorted);
-            return;
-        }
-        n_sorted = std::min(ids.size(), n_sorted * 8);
-    }
-}
-
-}  // namespace
-
-namespace {
-
 // e^x for the chain's arguments (x <= 0: a logit less the largest, scaled), without a table: the
 // candidates' arguments are scattered, and a table's lines are cold after every decode.
 // Cody-Waite reduction to |r| <= ln2 / 2, then the Taylor polynomial of degree 13 (error below
@@ -100,6 +69,33 @@ inline double exp_le0(double x) {
     double         two_k;
     std::memcpy(&two_k, &bits, sizeof(two_k));
     return p * two_k;
+}
+
+// the whole vocabulary as candidates, as sorted as top-p needs: the head is sorted in growing slices
+// until it holds top_p of softmax(logits), whose normalizer is z (no order at all without top-p)
+void all_tokens(const float * logits, int32_t n_vocab, float lmax, double z, float top_p,
+                std::vector<llama_token> & ids) {
+    ids.resize(n_vocab);
+    std::iota(ids.begin(), ids.end(), 0);
+    if (top_p >= 1.0f) {
+        return;
+    }
+    auto by_logit = [logits](llama_token a, llama_token b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    size_t n_sorted = std::min<size_t>(ids.size(), 64);
+    for (;;) {
+        std::partial_sort(ids.begin(), ids.begin() + n_sorted, ids.end(), by_logit);
+        double cum = 0.0;
+        for (size_t i = 0; i < n_sorted; ++i) {
+            cum += exp_le0((double) logits[ids[i]] - lmax) / z;  // (as finish_chain's cut)
+        }
+        if (n_sorted == ids.size() || cum >= top_p) {
+            ids.resize(n_sorted);
+            return;
+        }
+        n_sorted = std::min(ids.size(), n_sorted * 8);
+    }
 }
 
 // the chain after its candidates are chosen: top-p (on their softmax, whose normalizer is z; 0: over
