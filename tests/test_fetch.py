@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -205,6 +207,34 @@ def test_processes_recording_at_once_keep_each_others_entries(tmp_path):
                                                                    "three.gguf": "199"}
     assert sorted(p.name for p in tmp_path.iterdir()) == [".manifest.lock", "manifest.json", "one.gguf",
                                                           "three.gguf", "two.gguf"]  # no temporary file left
+
+
+@pytest.mark.parametrize("other_makes_it", [True, False])
+def test_a_fetch_waits_for_another_process_making_the_same_file(tmp_path, wheels, monkeypatch, other_makes_it):
+    fcntl = pytest.importorskip("fcntl")
+    monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
+    made_elsewhere = fetch.ensure(_recipe(), tmp_path / "elsewhere")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    messages, waiting, result = [], threading.Event(), []
+
+    def progress(m):
+        messages.append(m)
+        if m.startswith("waiting for another process"):
+            waiting.set()
+
+    with open(cache / ".model.gguf.lock", "a") as held:  # the other process, making the file
+        fcntl.flock(held, fcntl.LOCK_EX)
+        worker = threading.Thread(target=lambda: result.append(fetch.ensure(_recipe(), cache, progress=progress)))
+        worker.start()
+        assert waiting.wait(60), messages
+        if other_makes_it:
+            shutil.copy2(made_elsewhere, cache / "model.gguf")
+            fetch.Manifest(cache).record(cache / "model.gguf", hashlib.sha256(b"".join(PARTS)).hexdigest())
+        fcntl.flock(held, fcntl.LOCK_UN)
+    worker.join(120)
+    assert result and result[0].read_bytes() == b"".join(PARTS)
+    assert any(m.startswith("assembling") for m in messages) == (not other_makes_it), messages
 
 
 def test_the_cli_names_the_pair_and_fails_in_one_line(tmp_path, wheels, monkeypatch):
