@@ -163,7 +163,8 @@ def usable(path: Path, manifest: Manifest, verify: bool, expected: Optional[str]
     digest = sha256(path)
     if digest != want:
         return False
-    manifest.record(path, digest)
+    with contextlib.suppress(OSError):  # (a cache one cannot write, such as a read-only mount, is still read)
+        manifest.record(path, digest)
     return True
 
 

@@ -185,6 +185,20 @@ def test_a_write_in_the_tick_a_file_was_checked_in_is_caught(tmp_path, wheels, m
     assert hashed == []
 
 
+def test_a_cache_that_cannot_be_written_is_still_read(tmp_path, wheels, monkeypatch):
+    monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
+    path = fetch.ensure(_recipe(), tmp_path / "cache")
+    os.utime(path)  # (copied elsewhere, say: its time no longer matches the manifest's)
+
+    def refused(self, path, digest):
+        raise PermissionError(13, "Read-only file system", str(self.path))
+
+    monkeypatch.setattr(fetch.Manifest, "record", refused)
+    messages = []
+    assert fetch.ensure(_recipe(), tmp_path / "cache", progress=messages.append) == path  # hashed, good, used
+    assert messages == []
+
+
 _RECORDER = """
 import sys
 from pathlib import Path
