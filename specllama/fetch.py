@@ -81,25 +81,33 @@ def sha256(path: Path) -> str:
 @contextlib.contextmanager
 def _locked(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[bool]:
     """An exclusive lock on the file path (made where missing) for the block's length, which is
-    given whether it waited for another holder (on_wait called first); where the platform has no
-    flock, none."""
+    given whether it waited for another holder (on_wait called first). Where the platform or the
+    filesystem has no flock, or the lock file cannot be made, the block runs without one."""
     try:
         import fcntl
-    except ImportError:
+        f = open(path, "a")
+    except (ImportError, OSError):
+        f = None
+    if f is None:
         yield False
         return
-    with open(path, "a") as f:
+    with f:
         waited = False
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            on_wait()
-            waited = True
-            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                on_wait()
+                waited = True
+                fcntl.flock(f, fcntl.LOCK_EX)
+            locked = True
+        except OSError:  # (a filesystem without locks)
+            locked = False
         try:
             yield waited
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class Manifest:

