@@ -29,6 +29,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -144,14 +145,12 @@ class Manifest:
             self.data = self._read()
             self.data[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "checked_ns": checked,
                                     "sha256": digest}
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".manifest.", suffix=".tmp")
+            tmp = self.path.with_name(f".manifest.{os.getpid()}.{threading.get_ident()}.tmp")  # (unique without locks)
             try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(json.dumps(self.data, indent=1, sort_keys=True))
+                tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
                 os.replace(tmp, self.path)
             finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+                tmp.unlink(missing_ok=True)
 
     def sha256(self, path: Path) -> Optional[str]:
         entry = self.data.get(path.name)
