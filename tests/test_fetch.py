@@ -158,11 +158,12 @@ def test_a_changed_file_is_hashed_again_and_made_again(tmp_path, wheels, monkeyp
 
 def test_a_write_in_the_tick_a_file_was_checked_in_is_caught(tmp_path, wheels, monkeypatch):
     # A filesystem whose clock ticks coarsely gives a write in the same tick the same mtime: the
-    # test sets the time by hand, so the write keeps both size and time.
+    # test sets the time by hand, so the write keeps both size and time. (The time set is ahead of
+    # the clock, so that no stall of a loaded machine can put the check 2 s past it.)
     monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
     cache = tmp_path / "cache"
     path = fetch.ensure(_recipe(), cache)
-    now = time.time_ns()
+    now = time.time_ns() + 30 * fetch.RACY_NS
     os.utime(path, ns=(now, now))  # touched: hashed again and found good, checked in the same tick
     assert fetch.ensure(_recipe(), cache).read_bytes() == b"".join(PARTS)
     assert fetch.Manifest(cache).data["model.gguf"]["mtime_ns"] == now
@@ -176,7 +177,7 @@ def test_a_write_in_the_tick_a_file_was_checked_in_is_caught(tmp_path, wheels, m
     monkeypatch.setattr(fetch, "sha256", lambda p: hashed.append(p) or "")
     assert fetch.ensure(_recipe(), cache).read_bytes() == b"".join(PARTS)
     assert hashed == []
-    old = now - 10 * fetch.RACY_NS  # a file checked long after its last write is trusted too
+    old = time.time_ns() - 10 * fetch.RACY_NS  # a file checked long after its last write is trusted too
     os.utime(path, ns=(old, old))
     monkeypatch.undo()
     monkeypatch.setenv("SPECLLAMA_WHEELS", str(wheels))
