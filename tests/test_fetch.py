@@ -214,7 +214,11 @@ for i in range(200):
 
 
 def test_processes_recording_at_once_keep_each_others_entries(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp_path), name], stderr=subprocess.PIPE, text=True)
+    # the specllama under test (installed, or the source tree with its built extension), from a
+    # directory that holds no other copy of it
+    env = dict(os.environ, PYTHONPATH=str(Path(fetch.__file__).parent.parent))
+    procs = [subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp_path), name], stderr=subprocess.PIPE,
+                              text=True, cwd=tmp_path, env=env)
              for name in ("one.gguf", "two.gguf", "three.gguf")]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], errors
